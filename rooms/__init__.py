@@ -1,0 +1,27 @@
+"""The rooms of a station. `load_rooms` builds the enabled ones in the order the Lobby lists them."""
+from __future__ import annotations
+
+from .base import Room
+from .codex import CodexRoom
+from .exit import ExitRoom
+from .external import ExternalCounter
+from .lobby import Lobby
+from .misc import MiscRoom
+from .test_chamber import TestChamber
+from .token_management import TokenManagementRoom
+
+# Lobby order; rooms added by later work slot in here.
+ROOM_CLASSES: list[type[Room]] = [
+    Lobby, CodexRoom, TestChamber, TokenManagementRoom, ExternalCounter, MiscRoom, ExitRoom,
+]
+
+
+def known_rooms() -> list[str]:
+    return [cls.short for cls in ROOM_CLASSES]
+
+
+def load_rooms(disabled: list[str]) -> list[Room]:
+    unknown = sorted(set(disabled) - set(known_rooms()))
+    if unknown:
+        raise ValueError(f"rooms.disabled: unknown room(s) {unknown}; known: {', '.join(known_rooms())}")
+    return [cls() for cls in ROOM_CLASSES if cls.short not in disabled]

@@ -1,0 +1,48 @@
+"""Exit: leaving the station for good, after a short reflection that must be confirmed."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from station import lifecycle
+
+from .base import Outcome, Room, action
+
+CONFIRMATION = re.compile(r"^`?/execute_action\{\s*exit\s*\}`?$")
+
+
+class ExitReflection:
+    def first_prompt(self, ctx: Any, agent: Any) -> str:
+        return ctx.texts.render("exit_reflection_prompt")
+
+    def step(self, ctx: Any, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+        if any(CONFIRMATION.match(line.strip()) for line in reply.splitlines()):
+            lifecycle.end_session(ctx, agent, lifecycle.VOLUNTARY)
+            lines = ["You confirmed your departure. Farewell."]
+            if not agent.is_guest:
+                lines.append("The other agents were told that you left.")
+            return None, lines
+        agent.room_state("exit")["last_attempt"] = {"tick": ctx.tick, "message": reply[:500]}
+        return None, ["You did not confirm, so you stay in the Exit room."]
+
+
+class ExitRoom(Room):
+    short, name = "exit", "Exit"
+
+    def render(self, ctx: Any, agent: Any) -> str:
+        state = agent.room_state("exit")
+        lines = []
+        attempt = state.pop("last_attempt", None)
+        if attempt:
+            lines.append(f"**Previous Exit Attempt (Tick {attempt['tick']})**: not confirmed, so you stayed.\n")
+        lines.append("`exit` ends your session permanently. You will be asked to confirm first.")
+        return "\n".join(lines)
+
+    def refusal(self, ctx: Any, agent: Any) -> str | None:
+        if agent.role == "supervisor":
+            return "Supervisors cannot use the Exit."
+        return None
+
+    @action("exit", internal=True)
+    def exit(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+        return Outcome(["You started the exit procedure."], internal=ExitReflection())

@@ -1,0 +1,72 @@
+"""External Counter: a recursive agent asks the human operator for help (one open request at a time)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from .base import Outcome, Params, Room, action
+
+MIGRATIONS = [
+    """CREATE TABLE human_requests (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
+       agent TEXT NOT NULL, model TEXT NOT NULL, title TEXT NOT NULL, content TEXT NOT NULL,
+       resolved_tick INTEGER, response TEXT)""",
+]
+
+
+class RequestParams(Params):
+    content: str = Field(max_length=10000)
+    title: str | None = Field(None, max_length=200)
+
+    @field_validator("content")
+    @classmethod
+    def _not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the request is empty")
+        return value.strip()
+
+
+def open_request(ctx: Any, agent_name: str) -> Any:
+    return ctx.store.one("SELECT * FROM human_requests WHERE agent=? AND resolved_tick IS NULL", (agent_name,))
+
+
+def answer_request(ctx: Any, request_id: int, response: str | None) -> str:
+    """Close a request (operator command); the agent hears the answer if it is still here."""
+    row = ctx.store.one("SELECT * FROM human_requests WHERE id=?", (request_id,))
+    if row is None:
+        raise ValueError(f"no human request #{request_id}")
+    if row["resolved_tick"] is not None:
+        raise ValueError(f"request #{request_id} was already answered at tick {row['resolved_tick']}")
+    ctx.store.execute("UPDATE human_requests SET resolved_tick=?, response=? WHERE id=?",
+                      (ctx.tick, response, request_id))
+    agent = ctx.agents.get(row["agent"])
+    if agent is not None and agent.active:
+        text = (ctx.texts.render("request_answered", request_id=request_id, response=response) if response
+                else ctx.texts.render("request_resolved", request_id=request_id))
+        ctx.notify(agent, text, "human_answer")
+    return row["agent"]
+
+
+class ExternalCounter(Room):
+    short, name = "external", "External Counter"
+    guests_allowed = False
+    migrations = MIGRATIONS
+
+    def render(self, ctx: Any, agent: Any) -> str:
+        row = open_request(ctx, agent.name)
+        if row is None:
+            return "No open request. To ask the station's human operator for help, use `request_human` (see `help external`)."
+        return (f"Your request #{row['id']} (\"{row['title']}\", tick {row['tick']}) is open. "
+                "The operator will answer with a system message, which can take many ticks; keep working meanwhile.")
+
+    @action("request_human", params=RequestParams)
+    def request_human(self, ctx: Any, agent: Any, args: str | None, p: RequestParams) -> Outcome:
+        row = open_request(ctx, agent.name)
+        if row is not None:
+            return Outcome([f"You already have an open request (#{row['id']}); wait for its answer before asking again."])
+        title = (p.title or "").strip() or f"Request from {agent.name} at tick {ctx.tick}"
+        cur = ctx.store.execute(
+            "INSERT INTO human_requests(tick, agent, model, title, content) VALUES(?, ?, ?, ?, ?)",
+            (ctx.tick, agent.name, agent.model["name"], title, p.content))
+        ctx.emit("human_request", agent.name, request_id=cur.lastrowid, title=title)
+        return Outcome([f"Request #{cur.lastrowid} was sent to the operator. The answer will arrive as a system message."])

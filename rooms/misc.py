@@ -1,0 +1,59 @@
+"""Misc Room: recursive agents change their description or leave a suggestion for the operators."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from .base import Outcome, Params, Room, action
+
+MIGRATIONS = [
+    """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
+       agent TEXT NOT NULL, text TEXT NOT NULL)""",
+]
+
+
+class DescriptionParams(Params):
+    new_description: str = Field(max_length=200)
+
+    @field_validator("new_description")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("the description is empty")
+        if "\n" in value:
+            raise ValueError("the description must be a single line")
+        return value
+
+
+class SuggestionParams(Params):
+    suggestion_content: str = Field(max_length=5000)
+
+    @field_validator("suggestion_content")
+    @classmethod
+    def _not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the suggestion is empty")
+        return value.strip()
+
+
+class MiscRoom(Room):
+    short, name = "misc", "Misc Room"
+    guests_allowed = False
+    migrations = MIGRATIONS
+
+    def render(self, ctx: Any, agent: Any) -> str:
+        return "Use `help misc` to see this room's actions again."
+
+    @action("change_description", params=DescriptionParams)
+    def change_description(self, ctx: Any, agent: Any, args: str | None, p: DescriptionParams) -> Outcome:
+        agent.description = p.new_description
+        return Outcome([f"Your description is now: {p.new_description}"])
+
+    @action("suggest", params=SuggestionParams)
+    def suggest(self, ctx: Any, agent: Any, args: str | None, p: SuggestionParams) -> Outcome:
+        ctx.store.execute("INSERT INTO suggestions(tick, agent, text) VALUES(?, ?, ?)",
+                          (ctx.tick, agent.name, p.suggestion_content))
+        ctx.emit("suggestion", agent.name, text=p.suggestion_content)
+        return Outcome(["Your suggestion was recorded for the station's operators. Thank you."])

@@ -1,0 +1,92 @@
+"""Operator commands: queued by another process (CLI, later the web console), applied by the
+engine between units and recorded as inputs, so a replay applies them at the same point.
+
+Commands (JSON objects):
+  {"op": "message", "to": "<agent>|*", "text": ...}   a system message from the operator
+  {"op": "answer", "request": <id>, "text": ...}       answer an External Counter request
+  {"op": "end_agent", "agent": ...}                    end a session at its next turn
+  {"op": "pause"}                                      stop the running station cleanly
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterator
+
+from .context import Context
+from .store import Store, dumps
+
+OPS = ("message", "answer", "end_agent", "pause")
+
+
+class OperatorError(ValueError):
+    pass
+
+
+def validate(command: dict[str, Any]) -> dict[str, Any]:
+    op = command.get("op")
+    if op not in OPS:
+        raise OperatorError(f"unknown operator command {op!r}; known: {', '.join(OPS)}")
+    required = {"message": ("to", "text"), "answer": ("request", "text"), "end_agent": ("agent",), "pause": ()}[op]
+    missing = [k for k in required if command.get(k) in (None, "")]
+    if missing:
+        raise OperatorError(f"operator command '{op}' needs: {', '.join(missing)}")
+    return command
+
+
+def queue(store: Store, command: dict[str, Any]) -> int:
+    """Queue a command for the engine (works whether or not the station is running)."""
+    validate(command)
+    with store.transaction():
+        cur = store.execute("INSERT INTO operator_queue(command, queued_at) VALUES(?, ?)",
+                            (dumps(command), time.time()))
+    return int(cur.lastrowid)
+
+
+def due_commands(store: Store, replay_source: Store | None, point: int) -> Iterator[tuple[str, dict]]:
+    """Commands to apply now: queued ones live, or the source's ones recorded at this point in a replay."""
+    if replay_source is not None:
+        for row in replay_source.all("SELECT key, payload FROM inputs WHERE kind='operator' ORDER BY seq"):
+            payload = json.loads(row["payload"])
+            if payload["point"] == point and store.get_input(row["key"]) is None:
+                store.record_input(row["key"], "operator", payload["tick"], None, payload)
+                yield row["key"], payload["command"]
+        return
+    for row in store.all("SELECT id, command FROM operator_queue WHERE applied_input IS NULL ORDER BY id"):
+        yield f"op/{row['id']}", json.loads(row["command"])
+
+
+def record(store: Store, key: str, command: dict[str, Any], point: int, tick: int) -> None:
+    store.put_input(key, "operator", tick, None, {"command": command, "point": point, "tick": tick})
+    store.execute("UPDATE operator_queue SET applied_input=? WHERE id=?", (key, int(key.split("/")[1])))
+
+
+def apply(ctx: Context, command: dict[str, Any]) -> bool:
+    """Apply one command to the world; True if it asks the run to pause."""
+    op = command["op"]
+    if op == "pause":
+        ctx.emit("operator_pause")
+        return True
+    if op == "message":
+        header = ctx.texts.render("operator_message_header")
+        targets = ctx.agents.active() if command["to"] == "*" else [ctx.agents.get(command["to"])]
+        for agent in targets:
+            if agent is None or not agent.active:
+                ctx.emit("operator_alert", command["to"], problem="message to an agent who is not active")
+                continue
+            ctx.notify(agent, f"{header}\n{command['text']}", "operator")
+    elif op == "answer":
+        from rooms.external import answer_request  # the counter's own rule for closing a request
+        try:
+            answer_request(ctx, int(command["request"]), command["text"])
+        except ValueError as err:
+            ctx.emit("operator_alert", None, problem=str(err))
+    elif op == "end_agent":
+        agent = ctx.agents.get(command["agent"])
+        if agent is None or not agent.active:
+            ctx.emit("operator_alert", command["agent"], problem="end_agent: no such active agent")
+        else:
+            agent.flags["end_requested"] = True
+            ctx.agents.save(agent)
+    ctx.emit("operator_command", None, command=command)
+    return False

@@ -1,0 +1,210 @@
+"""Typed station configuration: one YAML file -> pydantic models with a default for everything.
+
+Unknown keys and bad values fail at start-up with the key's dotted path, e.g.
+`lifecycle.max_age: Input should be greater than 0 (got -3)`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A config problem, already formatted for the operator."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ModelConfig(Section):
+    """Which model drives an agent (or the grader). Keys never live here: providers read env vars."""
+
+    provider: Literal["scripted", "replay"] = "scripted"
+    name: str = Field("scripted-newcomer", min_length=1, description="model id; lineages match on it")
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    max_output_tokens: int = Field(8192, gt=0)
+    context_limit: int | None = Field(None, gt=0, description="provider context window, if known")
+    options: dict[str, Any] = Field(default_factory=dict, description="extra provider request options")
+    replay_file: str | None = Field(None, description="replay provider: JSONL file of replies")
+    seed: int = Field(0, description="scripted provider: seed of its decisions")
+
+    @model_validator(mode="after")
+    def _replay_needs_file(self) -> "ModelConfig":
+        if self.provider == "replay" and not self.replay_file:
+            raise ValueError("provider 'replay' needs replay_file")
+        return self
+
+
+class AgentSpec(Section):
+    """One entry of the initial population (`count` identical agents)."""
+
+    count: int = Field(1, ge=1, le=1000)
+    kind: Literal["guest", "recursive"] = "guest"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    lineage: str | None = Field(None, description="recursive agents: their lineage name")
+    description: str | None = Field(None, max_length=200)
+    token_budget: int | None = Field(None, gt=0, description="default: tokens.guest_budget / recursive_budget")
+    system_prompt: str | None = None
+    role: Literal["supervisor"] | None = None
+    assigned_ancestor: str | None = None
+    note: str = ""
+    max_age: int | None = Field(None, gt=0, description="default: lifecycle.max_age")
+
+    @model_validator(mode="after")
+    def _recursive_needs_lineage(self) -> "AgentSpec":
+        if self.kind == "recursive" and not self.lineage:
+            raise ValueError("recursive agents need a lineage")
+        if self.kind == "guest" and self.lineage:
+            raise ValueError("guests have no lineage (they choose one when they ascend)")
+        return self
+
+
+class LifecycleConfig(Section):
+    max_age: int | None = Field(300, gt=0, description="life limit in ticks; null = immortal")
+    life_warning_ticks: int = Field(10, ge=0)
+    maturity_ticks: int | None = Field(50, ge=0, description="age of maturity; null disables isolation")
+    min_tests_for_ascension: int = Field(1, ge=0)
+    auto_respawn: bool = True
+    respawn_after_operator_end: bool = True
+
+
+class TokensConfig(Section):
+    guest_budget: int = Field(1_000_000, gt=0)
+    recursive_budget: int = Field(1_000_000, gt=0)
+    guest_ceiling: int = Field(100_000, gt=0)
+    guest_prewarning_ratio: float = Field(0.4, gt=0, le=1)
+    guest_warning_ratio: float = Field(0.8, gt=0, le=1)
+    recursive_prewarning_ratio: float = Field(0.75, gt=0, le=1)
+    recursive_warning_ratio: float = Field(0.9, gt=0, le=1)
+    prune_cooldown_ticks: int = Field(5, ge=0)
+    protected_keywords: list[str] = Field(
+        default_factory=lambda: ["This Codex was written by the Architect", "**Architect Message**"],
+        description="a tick whose station text contains one of these cannot be pruned "
+        "(room help headers are always protected)",
+    )
+
+
+class LineageConfig(Section):
+    selection: Literal["evolution", "uniform"] = "evolution"
+    temperature: float = Field(1.0, gt=0)
+    new_lineage_utility: float = 0.0
+    lifespan_penalty_per_tick: float = Field(0.02, ge=0)
+    force_new_probability: float = Field(0.0, ge=0, le=1)
+
+
+class GradingConfig(Section):
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-grader"))
+    max_attempts: int = Field(3, ge=1, le=20, description="grader calls before giving up")
+    show_criteria: bool = True
+
+
+class NotificationsConfig(Section):
+    tips_every_ticks: int = Field(4, ge=0, description="0 disables automatic tips")
+    inactivity_threshold: int | None = Field(10, gt=0, description="null disables")
+    supervisor_inactivity_threshold: int | None = Field(5, gt=0)
+    inactivity_repeat_ticks: int = Field(10, gt=0, description="re-warn this often while inactive")
+
+
+class RoomsConfig(Section):
+    disabled: list[str] = Field(default_factory=list, description="short names of rooms to leave out")
+    guest_mail_limit: int = Field(3, ge=0)
+
+    @field_validator("disabled")
+    @classmethod
+    def _keep_core(cls, value: list[str]) -> list[str]:
+        core = {"lobby", "exit"}
+        if core & set(value):
+            raise ValueError(f"rooms {sorted(core & set(value))} cannot be disabled")
+        return value
+
+
+class CodexConfig(Section):
+    set: str = Field("research", description="a folder under codex/sets/, or a path to one")
+    texts: dict[str, str] = Field(default_factory=dict, description="message/help overrides by name")
+
+
+class OperatorConfig(Section):
+    pause_on_human_request: bool = False
+
+
+class EngineConfig(Section):
+    max_internal_steps: int = Field(50, ge=1, le=200)
+    max_actions_per_reply: int = Field(100, ge=1, le=1000)
+    max_reply_chars: int = Field(200_000, ge=1000, description="longer replies are cut before parsing")
+    durability: Literal["normal", "full"] = "normal"
+
+
+class StationConfig(Section):
+    name: str = "station"
+    description: str = ""
+    seed: int = 0
+    agents: list[AgentSpec] = Field(default_factory=lambda: [AgentSpec(count=5)])
+    lifecycle: LifecycleConfig = Field(default_factory=LifecycleConfig)
+    tokens: TokensConfig = Field(default_factory=TokensConfig)
+    lineage: LineageConfig = Field(default_factory=LineageConfig)
+    grading: GradingConfig = Field(default_factory=GradingConfig)
+    notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    rooms: RoomsConfig = Field(default_factory=RoomsConfig)
+    codex: CodexConfig = Field(default_factory=CodexConfig)
+    operator: OperatorConfig = Field(default_factory=OperatorConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid station config ({source}):"]
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in e and not isinstance(e["input"], (dict, list)):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"  {path}: {msg}")
+    return "\n".join(lines)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_config(data: Any, source: str = "<config>") -> StationConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid station config ({source}): the top level must be a mapping")
+    try:
+        return StationConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source)) from None
+
+
+def load_config(path: str | Path) -> StationConfig:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config {p}: {err.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader subclass
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config {p} is not valid YAML: {err}") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,159 @@
+"""The API rooms and hooks act through: clock, agents, inbox, events, randomness, recorded inputs.
+
+Everything here runs inside the engine's open transaction, so whatever a room or hook does
+is committed together with the turn (or rolled back with it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from .agents import Agent, AgentRegistry
+from .config import StationConfig
+from .conversation import Conversations
+from .store import Store, dumps
+from .texts import Texts
+
+if TYPE_CHECKING:
+    from rooms.base import Room
+
+
+class NeedInput(Exception):
+    """Raised inside a transaction when an input must be fetched from the outside world.
+
+    The engine rolls the transaction back, calls `produce()` outside it, records the result
+    under `key`, and runs the unit of work again; the second time `obtain` finds the input.
+    """
+
+    def __init__(self, key: str, kind: str, agent: str | None, produce: Callable[[], dict]) -> None:
+        super().__init__(key)
+        self.key, self.kind, self.agent, self.produce = key, kind, agent, produce
+
+
+class ReplayDiverged(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    agent: str | None
+    payload: dict[str, Any]
+
+
+class Hook:
+    """A watcher of engine events (maturity, tips, grading, ...). Subclasses set `events`."""
+
+    name = "hook"
+    events: tuple[str, ...] = ()
+
+    def handle(self, ctx: "Context", event: Event) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+# Who receives a broadcast of a given kind while immature (spec capsules §10.2-10.3).
+MATURE_ONLY_KINDS = {"termination", "publication", "public_memory"}
+
+
+class Context:
+    def __init__(self, store: Store, config: StationConfig, texts: Texts,
+                 agents: AgentRegistry, conversations: Conversations) -> None:
+        self.store, self.config, self.texts = store, config, texts
+        self.agents, self.conversations = agents, conversations
+        self.rooms: dict[str, Room] = {}
+        self.hooks: list[Hook] = []
+        self.models: Any = None  # set by the engine: a ModelPool
+        self.replay_source: Store | None = None
+        self.replay_strict = False
+
+    # -- clock ----------------------------------------------------------------------------
+    @property
+    def tick(self) -> int:
+        return self.store.get_meta("tick", 1)
+
+    # -- randomness: derived from the seed and where it is used, so nothing to persist ----
+    def rng(self, *parts: Any) -> random.Random:
+        digest = hashlib.sha256(dumps([self.config.seed, *parts]).encode()).digest()
+        return random.Random(int.from_bytes(digest[:8], "big"))
+
+    # -- maturity -------------------------------------------------------------------------
+    def is_mature(self, agent: Agent) -> bool:
+        limit = self.config.lifecycle.maturity_ticks
+        return limit is None or agent.age(self.tick) >= limit
+
+    # -- inbox ----------------------------------------------------------------------------
+    def notify(self, agent: Agent | str, text: str, kind: str = "system") -> None:
+        name = agent if isinstance(agent, str) else agent.name
+        self.store.execute(
+            "INSERT INTO messages(agent, tick, kind, text) VALUES(?, ?, ?, ?)",
+            (name, self.tick, kind, text.strip()),
+        )
+
+    def broadcast(self, text: str, kind: str, *, exclude: Iterable[str] = (),
+                  recursive_only: bool = False) -> list[str]:
+        """Send to every active agent; kinds in MATURE_ONLY_KINDS skip immature agents."""
+        skip = set(exclude)
+        sent = []
+        for agent in self.agents.active():
+            if agent.name in skip or (recursive_only and agent.is_guest):
+                continue
+            if kind in MATURE_ONLY_KINDS and not self.is_mature(agent):
+                continue
+            self.notify(agent, text, kind)
+            sent.append(agent.name)
+        return sent
+
+    def pending_messages(self, agent: Agent) -> list[tuple[int, str]]:
+        rows = self.store.all(
+            "SELECT id, text FROM messages WHERE agent=? AND delivered_tick IS NULL ORDER BY id",
+            (agent.name,),
+        )
+        return [(r["id"], r["text"]) for r in rows]
+
+    def mark_delivered(self, ids: list[int]) -> None:
+        self.store.db.executemany(
+            "UPDATE messages SET delivered_tick=? WHERE id=?", [(self.tick, i) for i in ids]
+        )
+
+    # -- events and hooks -----------------------------------------------------------------
+    def emit(self, kind: str, agent: str | None = None, **payload: Any) -> None:
+        self.store.execute(
+            "INSERT INTO events(tick, kind, agent, payload) VALUES(?, ?, ?, ?)",
+            (self.tick, kind, agent, dumps(payload)),
+        )
+        event = Event(kind, agent, payload)
+        for hook in self.hooks:
+            if kind in hook.events:
+                hook.handle(self, event)
+
+    # -- recorded inputs ------------------------------------------------------------------
+    def obtain(self, key: str, kind: str, agent: str | None, produce: Callable[[], dict],
+               request_hash: str | None = None) -> dict[str, Any]:
+        """The recorded input under `key`; fetched (via NeedInput) the first time only."""
+        payload = self.store.get_input(key)
+        if payload is not None:
+            return payload
+        if self.replay_source is not None:
+            payload = self.replay_source.get_input(key)
+            if payload is not None:
+                self.store.put_input(key, kind, self.tick, agent, payload, request_hash)
+                return payload
+            if self.replay_strict:
+                raise ReplayDiverged(f"the source station has no recorded input {key!r}")
+        raise NeedInput(key, kind, agent, produce)
+
+    # -- rooms ----------------------------------------------------------------------------
+    def room(self, short: str) -> "Room | None":
+        return self.rooms.get(short)
+
+    def room_name(self, short: str) -> str:
+        room = self.rooms.get(short)
+        return room.name if room else short
+
+
+def request_hash(messages: list[dict[str, str]]) -> str:
+    """A short fingerprint of what was sent to a model, to spot a diverging replay."""
+    return hashlib.sha256(json.dumps(messages[-1:], sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,105 @@
+"""Each agent session's persistent conversation, and the pruned view of it a model is sent.
+
+Raw entries are never deleted: pruning (Token Management) only changes what `context()`
+returns, so a restarted station rebuilds exactly the context it would have sent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .store import Store
+
+HELP_HEADER = "Help Message - "
+
+
+@dataclass(frozen=True)
+class Entry:
+    tick: int
+    role: str  # "user" (the station) or "assistant" (the agent)
+    text: str
+
+
+class Conversations:
+    """Cache of committed entries per session, plus the entries of the open transaction."""
+
+    def __init__(self, store: Store, protected_keywords: list[str]) -> None:
+        self.store = store
+        self.keywords = [HELP_HEADER, *protected_keywords]
+        self._committed: dict[int, list[Entry]] = {}
+        self._pending: dict[int, list[Entry]] = {}
+
+    def entries(self, session: int) -> list[Entry]:
+        if session not in self._committed:
+            rows = self.store.all(
+                "SELECT tick, role, text FROM conversation WHERE session=? ORDER BY id", (session,)
+            )
+            self._committed[session] = [Entry(r["tick"], r["role"], r["text"]) for r in rows]
+        return self._committed[session] + self._pending.get(session, [])
+
+    def append(self, session: int, tick: int, role: str, text: str) -> None:
+        self.entries(session)  # make sure the committed part is loaded first
+        self.store.execute(
+            "INSERT INTO conversation(session, tick, role, text) VALUES(?, ?, ?, ?)",
+            (session, tick, role, text),
+        )
+        self._pending.setdefault(session, []).append(Entry(tick, role, text))
+
+    def commit(self) -> None:
+        for session, new in self._pending.items():
+            self._committed.setdefault(session, []).extend(new)
+        self._pending.clear()
+
+    def rollback(self) -> None:
+        self._pending.clear()
+
+    def retain(self, sessions: set[int]) -> None:
+        """Keep only these sessions in memory (the others stay in the store)."""
+        for session in list(self._committed):
+            if session not in sessions:
+                del self._committed[session]
+
+    # -- pruning ----------------------------------------------------------------------------
+    def protected_ticks(self, session: int) -> set[int]:
+        """Ticks in which a station message carries a protected keyword (first-visit help, ...)."""
+        return {
+            e.tick for e in self.entries(session)
+            if e.role == "user" and any(k in e.text for k in self.keywords)
+        }
+
+    def context(self, session: int, pruned: list[dict[str, Any]]) -> list[dict[str, str]]:
+        """The messages a model is sent: pruned ticks removed, their summaries in place."""
+        entries = self.entries(session)
+        if not pruned:
+            return [{"role": e.role, "text": e.text} for e in entries]
+        protected = self.protected_ticks(session)
+        removed: dict[int, dict[str, Any]] = {}
+        for block in pruned:
+            for t in range(block["ticks"][0], block["ticks"][1] + 1):
+                if t not in protected:
+                    removed[t] = block
+        out: list[dict[str, str]] = []
+        summarised: set[int] = set()
+        for e in entries:
+            block = removed.get(e.tick)
+            if block is None:
+                out.append({"role": e.role, "text": e.text})
+                continue
+            first = block["ticks"][0]
+            if block.get("summary") and first not in summarised:
+                summarised.add(first)
+                a, b = block["ticks"]
+                label = f"Pruned Tick {a}" if a == b else f"Pruned Ticks {a}-{b}"
+                out.append({"role": "user", "text": f"System: {label}"})
+                out.append({"role": "assistant", "text": f"Summary: {block['summary']}"})
+        return out
+
+    def words_per_tick(self, session: int) -> dict[int, int]:
+        """Words of every station message and reply in each tick in which the agent replied."""
+        counts: dict[int, int] = {}
+        replied: set[int] = set()
+        for e in self.entries(session):
+            counts[e.tick] = counts.get(e.tick, 0) + len(e.text.split())
+            if e.role == "assistant":
+                replied.add(e.tick)
+        return {t: c for t, c in counts.items() if t in replied}

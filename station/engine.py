@@ -1,0 +1,244 @@
+"""The tick loop: one committed unit of work at a time (an agent's turn, or the end of a tick).
+
+Each unit runs inside one transaction. When it needs an input from outside (a model reply,
+a grader's verdict) that is not recorded yet, the transaction is rolled back, the input is
+fetched and committed on its own, and the unit runs again from the start; the second time
+it finds the input. So a reply is always stored before it is applied, a crash loses at most
+the unit in flight, no write lock is held during a model call, and replaying the recorded
+inputs rebuilds the same world.
+
+Progress within a tick is the set of sessions that have a committed turn at that tick
+(not an index into the turn order, which shifts when agents come and go).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import commands, lifecycle
+from .agents import Agent
+from .context import NeedInput, request_hash
+from .models import Model, ModelError, Reply
+from .prompt import compose
+from .store import Store, dumps
+from .turn import TurnLog, execute_reply
+from .world import Station
+
+
+@dataclass
+class Progress:
+    tick: int
+    kind: str  # "turn" or "tick"
+    agent: str | None = None
+    room: str | None = None
+
+
+class StationPaused(RuntimeError):
+    """The station cannot go on without an operator (e.g. a model's permanent error)."""
+
+
+class Engine:
+    def __init__(self, station: Station, *, replay_source: Store | None = None,
+                 on_progress: Callable[[Progress], None] | None = None) -> None:
+        self.station = station
+        self.ctx = station.ctx
+        self.store = station.store
+        self.ctx.replay_source = replay_source
+        self.ctx.replay_strict = replay_source is not None
+        self.on_progress = on_progress or (lambda p: None)
+        self.stop = threading.Event()
+        self._done_tick = -1
+        self._done: set[int] = set()
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, *, ticks: int | None = None, until_tick: int | None = None) -> str:
+        """Run units until told to stop; returns why it stopped."""
+        start = self.ctx.tick
+        last = until_tick if until_tick is not None else (start + ticks - 1 if ticks is not None else None)
+        while not self.stop.is_set():
+            if self._apply_operator_commands():
+                return "paused by the operator"
+            if last is not None and self.ctx.tick > last:
+                return f"finished tick {last}"
+            if not self.step():
+                return "no active agents are left"
+        return "stopped"
+
+    def step(self) -> bool:
+        """Run one unit of work. False when nothing can happen (no agents at all)."""
+        agent = self._next_agent()
+        if agent is not None:
+            self._unit(lambda: self._turn(agent.name))
+            self.on_progress(Progress(self.ctx.tick, "turn", agent.name, agent.location))
+            return True
+        if not self.ctx.agents.active() and not self._respawns_pending():
+            return False
+        self._unit(self._advance_tick)
+        self.on_progress(Progress(self.ctx.tick, "tick"))
+        return True
+
+    def _unit(self, body: Callable[[], None]) -> None:
+        while True:
+            try:
+                with self.store.transaction():
+                    body()
+                    self.store.set_meta("units", self.store.get_meta("units", 0) + 1)
+            except NeedInput as need:
+                self._rolled_back()
+                payload = need.produce()  # outside any transaction: may take minutes
+                self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload)
+                continue
+            except BaseException:
+                self._rolled_back()
+                raise
+            self.ctx.conversations.commit()
+            return
+
+    def _rolled_back(self) -> None:
+        self.ctx.agents.invalidate()
+        self.ctx.conversations.rollback()
+        self._done_tick = -1
+
+    # -- who acts next --------------------------------------------------------------------
+    def _next_agent(self) -> Agent | None:
+        tick = self.ctx.tick
+        if self._done_tick != tick:
+            self._done = {r[0] for r in self.store.all("SELECT session FROM turns WHERE tick=?", (tick,))}
+            self._done_tick = tick
+        for agent in self.ctx.agents.active():
+            if agent.session not in self._done:
+                return agent
+        return None
+
+    def _respawns_pending(self) -> bool:
+        return any(a.flags.get("respawn_pending") for a in self.ctx.agents.all())
+
+    # -- one turn -------------------------------------------------------------------------
+    def _turn(self, name: str) -> None:
+        ctx = self.ctx
+        agent = ctx.agents.get(name)
+        assert agent is not None
+        if agent.flags.get("end_requested"):
+            lifecycle.end_session(ctx, agent, lifecycle.OPERATOR,
+                                  respawn_wanted=ctx.config.lifecycle.respawn_after_operator_end)
+            return
+        if agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age:
+            lifecycle.end_session(ctx, agent, lifecycle.LIFE_LIMIT)
+            return
+        started = time.time()
+        ctx.emit("turn_started", agent.name)
+        prompt = compose(ctx, agent)
+        model = ctx.models.get(agent.model)
+        reply = self._exchange(agent, 0, prompt, model)
+        internal: list[dict[str, str]] = []
+        if (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
+            log = TurnLog()
+            log.log(agent.location, "Your last reply was not carried out: it took your context past the token limit.")
+            lifecycle.end_session(ctx, agent, lifecycle.TOKENS)
+        else:
+            log = execute_reply(ctx, agent, reply.text)
+            live = self._live(agent)
+            if log.internal is not None and live.active:
+                internal = self._internal(live, log, model)
+        live = self._live(agent)
+        if live.active:
+            context = ctx.conversations.context(live.session, live.pruned)
+            live.context_tokens = model.count_tokens(context, system=live.system_prompt)
+            if live.context_tokens >= lifecycle.effective_limit(ctx, live):
+                lifecycle.end_session(ctx, live, lifecycle.TOKENS)
+        live.last_history, live.last_summary = log.history, log.summary
+        ctx.agents.save(agent)
+        ctx.agents.save(live)
+        self.store.execute(
+            "INSERT INTO turns(tick, session, agent, room, prompt, reply, thinking, actions, internal, "
+            "context_tokens, tokens_spent, started_at, finished_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (ctx.tick, agent.session, agent.name, live.location, prompt, reply.text, reply.thinking,
+             dumps({"parsed": log.actions, "history": log.history}), dumps(internal),
+             live.context_tokens, live.tokens_spent, started, time.time()),
+        )
+        self._done.add(agent.session)
+        ctx.emit("turn_finished", live.name, actions=[a["name"] for a in log.actions if a.get("ok")])
+
+    def _live(self, agent: Agent) -> Agent:
+        """The record that carries the session on: the new recursive agent after an ascension."""
+        if agent.ascended_to:
+            live = self.ctx.agents.get(agent.ascended_to)
+            if live is not None:
+                return live
+        return agent
+
+    def _exchange(self, agent: Agent, step: int, prompt: str, model: Model) -> Reply:
+        """Send `prompt` after the agent's conversation; record and return the reply."""
+        ctx = self.ctx
+        messages = ctx.conversations.context(agent.session, agent.pruned) + [{"role": "user", "text": prompt}]
+
+        def produce() -> dict[str, Any]:
+            begun = time.perf_counter()
+            try:
+                reply = model.complete(messages, system=agent.system_prompt, agent=agent.name)
+            except ModelError as err:
+                raise StationPaused(f"model {model.name} failed for {agent.name}: {err}") from err
+            reply.latency_s = time.perf_counter() - begun
+            return reply.to_payload()
+
+        payload = ctx.obtain(f"reply/{ctx.tick}/{agent.session}/{step}", "reply", agent.name, produce,
+                             request_hash(messages))
+        reply = Reply.from_payload(payload)
+        ctx.conversations.append(agent.session, ctx.tick, "user", prompt)
+        ctx.conversations.append(agent.session, ctx.tick, "assistant", reply.text)
+        agent.tokens_spent += reply.usage.spent
+        agent.context_tokens = reply.usage.context_tokens
+        return reply
+
+    def _internal(self, agent: Agent, log: TurnLog, model: Model) -> list[dict[str, str]]:
+        """Run the reply's exchange (codex reading, test answer, exit) to its end, in this turn."""
+        ctx, handler, room = self.ctx, log.internal, log.internal_room or agent.location
+        assert handler is not None
+        steps: list[dict[str, str]] = []
+        prompt = handler.first_prompt(ctx, agent)
+        limit = ctx.config.engine.max_internal_steps
+        while prompt is not None:
+            if len(steps) >= limit:
+                log.log(room, f"The exchange was stopped after {limit} steps.")
+                break
+            reply = self._exchange(agent, len(steps) + 1, prompt, model)
+            steps.append({"prompt": prompt, "reply": reply.text})
+            if (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
+                log.log(room, "Your context passed the token limit during the exchange; your session ended.")
+                lifecycle.end_session(ctx, agent, lifecycle.TOKENS)
+                break
+            prompt, lines = handler.step(ctx, agent, reply.text)
+            for line in lines:
+                log.log(room, line)
+            if not agent.active:
+                break
+        return steps
+
+    # -- the end of a tick ----------------------------------------------------------------
+    def _advance_tick(self) -> None:
+        ctx = self.ctx
+        ctx.emit("tick_ending")
+        self.store.set_meta("tick", ctx.tick + 1)
+        departed = sorted((a for a in ctx.agents.all() if a.flags.get("respawn_pending")),
+                          key=lambda a: (a.exit_tick or 0, a.position))
+        for agent in departed:
+            agent.flags["respawn_pending"] = False
+            ctx.agents.save(agent)
+            lifecycle.respawn(ctx, agent)
+        ctx.conversations.retain({a.session for a in ctx.agents.active()})
+        ctx.emit("tick_started")
+
+    # -- operator commands ----------------------------------------------------------------
+    def _apply_operator_commands(self) -> bool:
+        """Apply queued operator commands between units; True if one asks the run to pause."""
+        pause = False
+        point = self.store.get_meta("units", 0)
+        for key, command in commands.due_commands(self.store, self.ctx.replay_source, point):
+            with self.store.transaction():
+                if self.ctx.replay_source is None:
+                    commands.record(self.store, key, command, point, self.ctx.tick)
+                pause |= commands.apply(self.ctx, command)
+            self.ctx.conversations.commit()
+        return pause

@@ -1,0 +1,92 @@
+"""Test grading: after the last turn of a tick, each pending answer is graded by the grading model.
+
+Grading is stateless (one fresh request per answer), every verdict is a recorded input, an
+unparseable verdict is asked for again, and after `grading.max_attempts` the attempt is
+closed as failed with a note to the agent and an alert for the operator, so a broken grader
+can never hold the station.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from ..context import Context, Event, Hook
+
+YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)
+
+
+def parse_verdict(text: str) -> tuple[bool, str] | None:
+    """(passed, comment) from the grader's reply, or None if it gave no usable verdict."""
+    block = YAML_BLOCK.search(text)
+    if block:
+        try:
+            data = yaml.safe_load(block.group(1))
+        except yaml.YAMLError:
+            data = None
+        if isinstance(data, dict) and "pass" in data:
+            value = data["pass"]
+            passed = value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes")
+            return passed, str(data.get("comment", "")).strip()
+    line = PASS_LINE.search(text)
+    if line:
+        return line.group(1).lower() in ("true", "yes"), "(verdict read from free text)"
+    return None
+
+
+def key_terms_line(test: Any) -> str:
+    if not test.key_terms:
+        return ""
+    groups = "; ".join(" or ".join(f'"{t}"' for t in group) for group in test.key_terms)
+    return f"Key terms a passing answer is expected to contain (one from each group): {groups}"
+
+
+class TestGrader(Hook):
+    name = "grader"
+    events = ("tick_ending",)
+
+    def handle(self, ctx: Context, event: Event) -> None:
+        for row in ctx.store.all("SELECT * FROM test_attempts WHERE status='pending' ORDER BY id"):
+            self.grade(ctx, row)
+
+    def grade(self, ctx: Context, row: Any) -> None:
+        test = next((t for t in ctx.texts.tests if t.id == row["test_id"]), None)
+        if test is None:
+            self._close(ctx, row, "fail", "this test no longer exists", 0)
+            return
+        prompt = ctx.texts.render("grader_prompt", title=test.title, goal=test.goal, question=test.question,
+                                  criteria=test.pass_criteria, key_terms=key_terms_line(test), answer=row["answer"])
+        system = ctx.texts.render("grader_system")
+        model = ctx.models.get(ctx.config.grading.model)
+        attempts = ctx.config.grading.max_attempts
+        for call in range(1, attempts + 1):
+            def produce(model=model, prompt=prompt, system=system) -> dict:
+                return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
+            reply = ctx.obtain(f"grade/{row['id']}/{call}", "verdict", row["agent"], produce)
+            verdict = parse_verdict(reply.get("text") or "")
+            if verdict is not None:
+                passed, comment = verdict
+                self._close(ctx, row, "pass" if passed else "fail", comment or "(no comment)", call, test)
+                return
+        self._close(ctx, row, "error", f"the grader gave no usable verdict after {attempts} tries; "
+                    "take the test again", attempts, test)
+        ctx.emit("operator_alert", row["agent"], problem="test grading failed", attempt=row["id"])
+
+    def _close(self, ctx: Context, row: Any, status: str, comment: str, calls: int, test: Any = None) -> None:
+        ctx.store.execute("UPDATE test_attempts SET status=?, graded_tick=?, comment=?, grader_calls=? WHERE id=?",
+                          (status, ctx.tick, comment, calls, row["id"]))
+        agent = next((a for a in ctx.agents.active() if a.session == row["session"]), None)
+        if agent is None:
+            return
+        verdict = "PASS" if status == "pass" else "FAIL"
+        criteria = (f"Pass criteria: {test.pass_criteria}" if test is not None and ctx.config.grading.show_criteria
+                    else "")
+        text = ctx.texts.render("test_result", test_id=row["test_id"], title=test.title if test else row["test_id"],
+                                tick=ctx.tick, verdict=verdict, criteria=criteria, comment=comment)
+        agent.room_state("test").setdefault("unseen_results", []).append(
+            f"Test {row['test_id']}: {verdict} at tick {ctx.tick}. {comment}")
+        ctx.agents.save(agent)
+        ctx.notify(agent, text, "test_result")
+        ctx.emit("test_graded", agent.name, test_id=row["test_id"], status=status)

@@ -1,0 +1,37 @@
+"""Inactivity warnings for recursive agents that have not run a productive action for a while.
+
+What counts as productive is declared by rooms (`productive_actions`, e.g. `submit` at the
+Research Counter); with no such room enabled the hook stays silent.  A warning is sent when
+the count crosses the threshold and then again every `inactivity_repeat_ticks` turns, not on
+every turn as the reference did.
+"""
+from __future__ import annotations
+
+from ..context import Context, Event, Hook
+
+SUPERVISOR_IDLE = {"go", "goto", "exit", "meta", "help"}
+
+
+class InactivityWarnings(Hook):
+    name = "inactivity"
+    events = ("turn_finished",)
+
+    def handle(self, ctx: Context, event: Event) -> None:
+        agent = ctx.agents.get(event.agent or "")
+        if agent is None or agent.is_guest or not agent.active:
+            return
+        cfg = ctx.config.notifications
+        names = set(event.payload.get("actions", []))
+        if agent.role == "supervisor":
+            threshold, active = cfg.supervisor_inactivity_threshold, bool(names - SUPERVISOR_IDLE)
+        else:
+            productive = {a for room in ctx.rooms.values() for a in getattr(room, "productive_actions", ())}
+            if not productive:
+                return
+            threshold, active = cfg.inactivity_threshold, bool(names & productive)
+        if threshold is None:
+            return
+        count = 0 if active else agent.flags.get("inactive_turns", 0) + 1
+        agent.flags["inactive_turns"] = count
+        if count >= threshold and (count - threshold) % cfg.inactivity_repeat_ticks == 0:
+            ctx.notify(agent, ctx.texts.render("inactivity_warning", inactive_ticks=count), "inactivity")

@@ -1,0 +1,19 @@
+"""Random tips: every N ticks each active agent gets one usage tip, drawn for it alone."""
+from __future__ import annotations
+
+from ..context import Context, Event, Hook
+
+
+class RandomTips(Hook):
+    name = "tips"
+    events = ("tick_started",)
+
+    def handle(self, ctx: Context, event: Event) -> None:
+        every = ctx.config.notifications.tips_every_ticks
+        tips = ctx.texts.tips
+        if not every or not tips or ctx.tick % every:
+            return
+        header = ctx.texts.render("tips_header")
+        for agent in ctx.agents.active():
+            tip = ctx.rng("tip", ctx.tick, agent.name).choice(tips)
+            ctx.notify(agent, f"{header}\n{tip}", "tip")

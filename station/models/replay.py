@@ -1,0 +1,42 @@
+"""`replay`: replies read in order from a JSONL file (one {"text": ...} object per line).
+
+For re-executing a whole station's recorded inputs use `station replay`, which reads the
+source station's input log directly.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .base import Message, ModelError, Reply, Usage, estimate_conversation, estimate_tokens
+
+
+class ReplayModel:
+    def __init__(self, name: str, path: str) -> None:
+        self.name = name
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError as err:
+            raise ModelError(f"replay file {path}: {err.strerror}", permanent=True) from None
+        self.replies: list[str] = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                self.replies.append(str(json.loads(line)["text"]))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ModelError(f"replay file {path}, line {number}: expected {{\"text\": ...}}",
+                                 permanent=True) from None
+
+    def count_tokens(self, messages: list[Message], *, system: str | None) -> int:
+        return estimate_conversation(messages, system)
+
+    def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+        # The n-th reply of a conversation is line n, so a resumed station continues where it
+        # stopped (each agent walks the file from the start; pruning shifts the count).
+        i = sum(1 for m in messages if m["role"] == "assistant")
+        if i >= len(self.replies):
+            raise ModelError(f"replay file exhausted for {agent} after {i} replies", permanent=True)
+        text = self.replies[i]
+        return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
+                                            output_tokens=estimate_tokens(text)))

@@ -1,0 +1,270 @@
+"""The station's single source of truth: one SQLite database (WAL) plus a files/ folder.
+
+Every component (the engine core and each room) owns a list of migrations; the store applies
+the missing ones at open time and records the version per component, so rooms can add
+tables without the engine knowing them.  All writes of one agent turn happen inside one
+`transaction()`; recorded inputs (model replies, verdicts, operator commands) are kept in the
+`inputs` table, keyed so that a turn re-executed after a crash finds the reply it already got.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+DB_NAME = "station.db"
+FILES_DIR = "files"
+
+CORE_MIGRATIONS: list[str] = [
+    # v1: the engine's own tables.
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE inputs (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        key TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        agent TEXT,
+        payload TEXT NOT NULL,
+        request_hash TEXT,
+        recorded_at REAL NOT NULL
+    );
+    CREATE TABLE agents (
+        name TEXT PRIMARY KEY,
+        session INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        position REAL NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX agents_state ON agents(state, position);
+    CREATE TABLE turns (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tick INTEGER NOT NULL,
+        session INTEGER NOT NULL,
+        agent TEXT NOT NULL,
+        room TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        reply TEXT NOT NULL,
+        thinking TEXT,
+        actions TEXT NOT NULL,
+        internal TEXT NOT NULL,
+        context_tokens INTEGER,
+        tokens_spent INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        finished_at REAL NOT NULL,
+        UNIQUE (tick, session)
+    );
+    CREATE INDEX turns_agent ON turns(agent, tick);
+    CREATE TABLE conversation (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session INTEGER NOT NULL,
+        tick INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX conversation_session ON conversation(session, id);
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        text TEXT NOT NULL,
+        delivered_tick INTEGER
+    );
+    CREATE INDEX messages_inbox ON messages(agent, delivered_tick, id);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tick INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        agent TEXT,
+        payload TEXT NOT NULL
+    );
+    CREATE INDEX events_tick ON events(tick);
+    CREATE TABLE operator_queue (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        command TEXT NOT NULL,
+        queued_at REAL NOT NULL,
+        applied_input TEXT
+    );
+    """,
+]
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON: sorted keys, so equal worlds give equal bytes."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+class Store:
+    """One open station database. Not thread-safe: one Store per thread."""
+
+    def __init__(self, directory: str | Path, *, durability: str = "normal") -> None:
+        self.dir = Path(directory)
+        self.files = self.dir / FILES_DIR
+        db_path = self.dir / DB_NAME
+        if not db_path.exists():
+            raise StoreError(f"no station at {self.dir} (missing {DB_NAME})")
+        self.db = self._connect(db_path, durability)
+        self._in_tx = False
+
+    @staticmethod
+    def _connect(path: Path, durability: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL survives a killed process (the WAL is in the OS page cache); FULL also
+        # survives power loss at the price of an fsync per commit.
+        db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+        db.execute("PRAGMA foreign_keys=ON")
+        return db
+
+    @classmethod
+    def create(cls, directory: str | Path, **kwargs: Any) -> "Store":
+        d = Path(directory)
+        if (d / DB_NAME).exists():
+            raise StoreError(f"a station already exists at {d}")
+        (d / FILES_DIR).mkdir(parents=True, exist_ok=True)
+        db = cls._connect(d / DB_NAME, kwargs.get("durability", "normal"))
+        db.execute("CREATE TABLE schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+        db.close()
+        return cls(d, **kwargs)
+
+    @staticmethod
+    def exists(directory: str | Path) -> bool:
+        return (Path(directory) / DB_NAME).exists()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- schema ---------------------------------------------------------------------------
+    def migrate(self, component: str, migrations: list[str]) -> None:
+        """Apply the migrations of `component` that this database has not seen yet."""
+        row = self.db.execute(
+            "SELECT version FROM schema_versions WHERE component=?", (component,)
+        ).fetchone()
+        have = row["version"] if row else 0
+        if have > len(migrations):
+            raise StoreError(
+                f"station database has {component} schema v{have}, newer than this code "
+                f"(v{len(migrations)}); upgrade the station package"
+            )
+        for version in range(have + 1, len(migrations) + 1):
+            with self.transaction():
+                for statement in _split_sql(migrations[version - 1]):
+                    self.db.execute(statement)
+                self.db.execute(
+                    "INSERT INTO schema_versions(component, version) VALUES(?, ?) "
+                    "ON CONFLICT(component) DO UPDATE SET version=excluded.version",
+                    (component, version),
+                )
+
+    # -- transactions ---------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT; rolls back on any exception."""
+        if self._in_tx:
+            raise StoreError("nested transaction")
+        self.db.execute("BEGIN IMMEDIATE")
+        self._in_tx = True
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+        finally:
+            self._in_tx = False
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_tx
+
+    @contextmanager
+    def savepoint(self, name: str = "action") -> Iterator[None]:
+        """A nested unit inside a transaction: undone alone if its body raises."""
+        self.db.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.db.execute(f"ROLLBACK TO {name}")
+            self.db.execute(f"RELEASE {name}")
+            raise
+        else:
+            self.db.execute(f"RELEASE {name}")
+
+    # -- meta -----------------------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.db.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, dumps(value)),
+        )
+
+    # -- recorded inputs ------------------------------------------------------------------
+    def get_input(self, key: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT payload FROM inputs WHERE key=?", (key,)).fetchone()
+        return json.loads(row["payload"]) if row else None
+
+    def put_input(self, key: str, kind: str, tick: int, agent: str | None,
+                  payload: dict[str, Any], request_hash: str | None = None) -> None:
+        self.db.execute(
+            "INSERT INTO inputs(key, kind, tick, agent, payload, request_hash, recorded_at) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?)",
+            (key, kind, tick, agent, dumps(payload), request_hash, time.time()),
+        )
+
+    def record_input(self, key: str, kind: str, tick: int, agent: str | None,
+                     payload: dict[str, Any], request_hash: str | None = None) -> None:
+        """Write one input in its own committed transaction (before it is applied)."""
+        with self.transaction():
+            self.put_input(key, kind, tick, agent, payload, request_hash)
+
+    # -- helpers --------------------------------------------------------------------------
+    def one(self, sql: str, params: tuple = ()) -> sqlite3.Row | None:
+        return self.db.execute(sql, params).fetchone()
+
+    def all(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        return self.db.execute(sql, params).fetchall()
+
+    def scalar(self, sql: str, params: tuple = ()) -> Any:
+        row = self.db.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    def execute(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        return self.db.execute(sql, params)
+
+    def integrity_check(self) -> str:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (our migrations hold no ';' in literals)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
+    """Every world table, rows in key order, minus wall-clock columns: equal worlds, equal dumps."""
+    volatile = {"recorded_at", "started_at", "finished_at", "queued_at"}
+    skip_tables = {"sqlite_sequence", "operator_queue"}
+    out: dict[str, list[list[Any]]] = {}
+    tables = [r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+    for table in tables:
+        if table in skip_tables:
+            continue
+        cols = [r[1] for r in store.all(f"PRAGMA table_info({table})")]
+        keep = [c for c in cols if c not in volatile]
+        order = ", ".join(cols[:1])
+        rows = store.all(f"SELECT {', '.join(keep)} FROM {table} ORDER BY {order}")
+        out[table] = [keep] + [list(r) for r in rows]
+    return out

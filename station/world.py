@@ -1,0 +1,70 @@
+"""Opening and creating a station directory: store, config, texts, rooms, hooks, context."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rooms import load_rooms
+
+from . import lifecycle
+from .agents import AgentRegistry
+from .config import StationConfig, parse_config
+from .context import Context
+from .conversation import Conversations
+from .hooks import load_hooks
+from .models import ModelPool
+from .store import CORE_MIGRATIONS, Store
+from .texts import Texts
+
+FORMAT_VERSION = 1
+
+
+class Station:
+    """Everything a running (or inspected) station needs, wired together."""
+
+    def __init__(self, store: Store, config: StationConfig) -> None:
+        self.store, self.config = store, config
+        self.texts = Texts(config.codex.set, config.codex.texts)
+        self.agents = AgentRegistry(store)
+        self.conversations = Conversations(store, config.tokens.protected_keywords)
+        self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
+        rooms = load_rooms(config.rooms.disabled)
+        for room in rooms:
+            store.migrate(f"room:{room.short}", room.migrations)
+        self.ctx.rooms = {room.short: room for room in rooms}
+        self.ctx.hooks = load_hooks(config, set(self.ctx.rooms))
+        self.ctx.models = ModelPool()
+
+    @property
+    def dir(self) -> Path:
+        return self.store.dir
+
+    @classmethod
+    def create(cls, directory: str | Path, config: StationConfig) -> "Station":
+        """A new station at tick 1 with its initial population."""
+        Texts(config.codex.set, config.codex.texts)  # fail on a bad codex before creating files
+        store = Store.create(directory, durability=config.engine.durability)
+        store.migrate("station", CORE_MIGRATIONS)
+        with store.transaction():
+            store.set_meta("format", FORMAT_VERSION)
+            store.set_meta("config", config.model_dump(mode="json"))
+            store.set_meta("tick", 1)
+            store.set_meta("units", 0)
+            store.set_meta("station_status", "Healthy")
+        station = cls(store, config)
+        with store.transaction():
+            for spec in config.agents:
+                for _ in range(spec.count):
+                    lifecycle.create_agent(station.ctx, spec)
+            station.ctx.emit("tick_started")
+        return station
+
+    @classmethod
+    def open(cls, directory: str | Path) -> "Station":
+        store = Store(directory)
+        store.migrate("station", CORE_MIGRATIONS)
+        config = parse_config(store.get_meta("config"), f"{directory}/station.db")
+        store.db.execute(f"PRAGMA synchronous={'FULL' if config.engine.durability == 'full' else 'NORMAL'}")
+        return cls(store, config)
+
+    def close(self) -> None:
+        self.store.close()
