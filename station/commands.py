@@ -19,18 +19,18 @@ from .store import Store, dumps
 OPS = ("message", "answer", "end_agent", "pause")
 
 
-class OperatorError(ValueError):
+class CommandError(ValueError):
     pass
 
 
 def validate(command: dict[str, Any]) -> dict[str, Any]:
     op = command.get("op")
     if op not in OPS:
-        raise OperatorError(f"unknown operator command {op!r}; known: {', '.join(OPS)}")
+        raise CommandError(f"unknown operator command {op!r}; known: {', '.join(OPS)}")
     required = {"message": ("to", "text"), "answer": ("request", "text"), "end_agent": ("agent",), "pause": ()}[op]
     missing = [k for k in required if command.get(k) in (None, "")]
     if missing:
-        raise OperatorError(f"operator command '{op}' needs: {', '.join(missing)}")
+        raise CommandError(f"operator command '{op}' needs: {', '.join(missing)}")
     return command
 
 

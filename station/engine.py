@@ -76,7 +76,7 @@ class Engine:
         if not self.ctx.agents.active() and not self._respawns_pending():
             return False
         self._unit(self._advance_tick)
-        self.on_progress(Progress(self.ctx.tick, "tick"))
+        self.on_progress(Progress(self.ctx.tick - 1, "tick"))
         return True
 
     def _unit(self, body: Callable[[], None]) -> None:

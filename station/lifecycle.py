@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .agents import ACTIVE, ASCENDED, ENDED, GUEST, GUEST_DESCRIPTION, RECURSIVE, Agent, roman
+from .agents import ASCENDED, ENDED, GUEST, GUEST_DESCRIPTION, RECURSIVE, Agent, roman
 from .config import AgentSpec
 from .context import Context
 
@@ -129,6 +129,3 @@ def queue_warnings(ctx: Context, agent: Agent) -> None:
             agent.flags["life_warning_sent"] = True
             ctx.notify(agent, ctx.texts.render("life_warning", ticks_left=left), "life_warning")
 
-
-def state_of(agent: Agent) -> str:
-    return {ACTIVE: "active", ENDED: "ended", ASCENDED: "ascended"}[agent.state]

@@ -1,0 +1,264 @@
+"""The `station` command: create, run, inspect, replay and operate stations."""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import commands, report
+from .actions import parse_actions
+from .config import ConfigError, load_config
+from .context import ReplayDiverged
+from .engine import Engine, Progress, StationPaused
+from .store import Store, StoreError
+from .texts import TextsError
+from .world import Station
+
+
+class CliError(Exception):
+    pass
+
+
+# -- run lock: one engine per station directory -----------------------------------------
+@contextmanager
+def run_lock(directory: Path) -> Iterator[None]:
+    handle = open(directory / "run.lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise CliError(f"station {directory} is already running in another process") from None
+    try:
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+def is_running(directory: Path) -> bool:
+    lock = directory / "run.lock"
+    if not lock.exists():
+        return False
+    with open(lock) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+class StatusLine:
+    """A live one-line progress display (rewritten in place on a terminal, one line a tick otherwise)."""
+
+    def __init__(self, stream: Any = sys.stderr) -> None:
+        self.stream, self.tty = stream, stream.isatty()
+        self.start, self.turns = time.monotonic(), 0
+
+    def __call__(self, p: Progress) -> None:
+        if p.kind == "turn":
+            self.turns += 1
+        elapsed = time.monotonic() - self.start
+        rate = self.turns / elapsed if elapsed > 0 else 0.0
+        where = f"{p.agent} in {p.room}" if p.agent else f"tick {p.tick} finished"
+        line = f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line)
+            self.stream.flush()
+        elif p.kind == "tick":
+            self.stream.write(line + "\n")
+
+    def done(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+# -- commands ---------------------------------------------------------------------------
+def cmd_init(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    station = Station.create(args.dir, config)
+    print(f"created station '{config.name}' at {args.dir} with {len(station.agents.active())} agents")
+    return 0
+
+
+def _open_or_create(args: argparse.Namespace) -> Station:
+    directory = Path(args.dir)
+    if Store.exists(directory):
+        if args.config:
+            print(f"resuming the existing station at {directory} (its stored config is used; "
+                  f"{args.config} is ignored)", file=sys.stderr)
+        return Station.open(directory)
+    if not args.config:
+        raise CliError(f"no station at {directory}; give a config file to create one")
+    return Station.create(directory, load_config(args.config))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    with run_lock(directory):
+        station = _open_or_create(args)
+        return _drive(Engine(station, on_progress=StatusLine()), station, args.ticks, args.until_tick)
+
+
+def _drive(engine: Engine, station: Station, ticks: int | None, until: int | None) -> int:
+    def request_stop(signum: int, frame: Any) -> None:
+        engine.stop.set()  # the turn in flight finishes and commits first
+    old = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    status = engine.on_progress
+    try:
+        why = engine.run(ticks=ticks, until_tick=until)
+    except StationPaused as err:
+        print(f"\nstation paused: {err}\nfix the problem, then run it again to resume.", file=sys.stderr)
+        return 3
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if isinstance(status, StatusLine):
+            status.done()
+    print(f"{why}; the station is at tick {station.ctx.tick} ({station.dir})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    station = Station.open(args.dir)
+    data = report.status(station, running=is_running(Path(args.dir)))
+    print(json.dumps(data, indent=2) if args.json else report.status_text(data))
+    return 0
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    print(report.agents_table(Station.open(args.dir), include_ended=args.all))
+    return 0
+
+
+def cmd_dialogue(args: argparse.Namespace) -> int:
+    report.print_dialogue(Station.open(args.dir), args.agent, tick=args.tick, full=args.full)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    source_dir, out = Path(args.source), Path(args.out)
+    source = Store(source_dir)
+    if Store.exists(out):
+        raise CliError(f"{out} already holds a station; replay needs a new directory")
+    config_data = source.get_meta("config")
+    from .config import parse_config
+    station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db"))
+    last_complete = source.get_meta("tick") - 1
+    until = min(args.until_tick, last_complete) if args.until_tick is not None else last_complete
+    engine = Engine(station, replay_source=source, on_progress=StatusLine())
+    with run_lock(out):
+        try:
+            code = _drive(engine, station, None, until)
+        except ReplayDiverged as err:
+            raise CliError(f"replay diverged: {err}") from None
+    print(f"replayed {source_dir} up to tick {until} into {out}; `station run {out}` continues it on its own")
+    return code
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    sources = [(name, Path(name).read_text(encoding="utf-8", errors="replace")) for name in args.files] \
+        or [("-", sys.stdin.read())]
+    for name, text in sources:
+        actions = [a.to_json() for a in parse_actions(text)]
+        print(json.dumps({"file": name, "actions": actions}, ensure_ascii=False))
+    return 0
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    store = Store(args.dir)
+    command: dict[str, Any] = {"op": args.op}
+    if args.op == "message":
+        command.update(to=args.to, text=args.text)
+    elif args.op == "answer":
+        command.update(request=args.request, text=args.text)
+    elif args.op == "end_agent":
+        command.update(agent=args.agent)
+    number = commands.queue(store, command)
+    when = "now" if is_running(Path(args.dir)) else "when the station next runs"
+    print(f"operator command #{number} ({args.op}) queued; it takes effect {when}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="station", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("init", help="create a station directory from a config file")
+    s.add_argument("config")
+    s.add_argument("--dir", required=True)
+    s.set_defaults(fn=cmd_init)
+
+    s = sub.add_parser("run", help="run a station (creating it from CONFIG if needed), resumable")
+    s.add_argument("config", nargs="?")
+    s.add_argument("--dir", required=True)
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--ticks", type=int, help="run this many ticks (counting the current one)")
+    g.add_argument("--until-tick", type=int, help="run until this tick has finished")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("status", help="tick, state, agents and counts")
+    s.add_argument("dir")
+    s.add_argument("--json", action="store_true", help="the stable machine-readable shape (see docs/status.md)")
+    s.set_defaults(fn=cmd_status)
+
+    s = sub.add_parser("agents", help="the agents, their rooms, ages and lineages")
+    s.add_argument("dir")
+    s.add_argument("--all", action="store_true", help="include agents who left")
+    s.set_defaults(fn=cmd_agents)
+
+    s = sub.add_parser("dialogue", help="an agent's turns, readable in a terminal")
+    s.add_argument("dir")
+    s.add_argument("agent")
+    s.add_argument("--tick", type=int, help="only this tick")
+    s.add_argument("--full", action="store_true", help="show whole prompts, not just their changes")
+    s.set_defaults(fn=cmd_dialogue)
+
+    s = sub.add_parser("replay", help="re-execute a station's recorded inputs into a new directory (a fork)")
+    s.add_argument("source")
+    s.add_argument("out")
+    s.add_argument("--until-tick", type=int, help="stop after this tick (fork point)")
+    s.set_defaults(fn=cmd_replay)
+
+    s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
+    s.add_argument("files", nargs="*")
+    s.set_defaults(fn=cmd_parse)
+
+    for op, helptext in (("message", "send a system message to an agent (or * for all)"),
+                         ("answer", "answer an agent's External Counter request"),
+                         ("end_agent", "end an agent's session at its next turn"),
+                         ("pause", "stop a running station cleanly after the turn in flight")):
+        s = sub.add_parser(op.replace("_", "-"), help=helptext)
+        s.add_argument("dir")
+        if op == "message":
+            s.add_argument("to")
+            s.add_argument("text")
+        elif op == "answer":
+            s.add_argument("request", type=int)
+            s.add_argument("text")
+        elif op == "end_agent":
+            s.add_argument("agent")
+        s.set_defaults(fn=cmd_operator, op=op)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (CliError, ConfigError, StoreError, TextsError, commands.CommandError, ValueError) as err:
+        print(f"station: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Read-only views of a station for people: status (text and a stable JSON shape), agents, dialogues."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .world import Station
+
+STATUS_SCHEMA = 1
+CAPSULE_KINDS = ("private", "public", "archive", "mail")
+SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out")
+
+
+def status(station: Station, *, running: bool) -> dict[str, Any]:
+    """The documented `station status --json` shape (docs/status.md). Later rooms add counts."""
+    store, ctx = station.store, station.ctx
+    agents = []
+    for a in station.agents.active():
+        agents.append({
+            "name": a.name, "kind": a.kind, "room": a.location, "age": a.age(ctx.tick),
+            "max_age": a.max_age, "mature": ctx.is_mature(a), "lineage": a.lineage,
+            "generation": a.generation, "model": a.model["name"], "context_tokens": a.context_tokens,
+            "tokens_spent": a.tokens_spent,
+        })
+    counts: dict[str, Any] = {
+        "turns": store.scalar("SELECT COUNT(*) FROM turns"),
+        "agents_ever": store.scalar("SELECT COUNT(*) FROM agents"),
+        "departures": store.scalar("SELECT COUNT(*) FROM agents WHERE state='ended'"),
+        "ascensions": store.scalar("SELECT COUNT(*) FROM agents WHERE state='ascended'"),
+        "lineages": len(station.agents.lineages()),
+        "pending_messages": store.scalar("SELECT COUNT(*) FROM messages WHERE delivered_tick IS NULL"),
+        "capsules": {kind: 0 for kind in CAPSULE_KINDS},
+        "submissions": {state: 0 for state in SUBMISSION_STATES},
+    }
+    for room in ctx.rooms.values():
+        extra = getattr(room, "status_counts", None)
+        if extra:
+            for key, value in extra(ctx).items():
+                counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
+    done = {r[0] for r in store.all("SELECT session FROM turns WHERE tick=?", (ctx.tick,))}
+    return {
+        "schema": STATUS_SCHEMA,
+        "station": {"name": station.config.name, "dir": str(station.dir), "codex": station.config.codex.set},
+        "tick": ctx.tick,
+        "turns_done_this_tick": len(done),
+        "state": "running" if running else "stopped",
+        "station_status": store.get_meta("station_status", "Healthy"),
+        "agents": agents,
+        "counts": counts,
+    }
+
+
+def status_text(data: dict[str, Any]) -> str:
+    c = data["counts"]
+    lines = [
+        f"{data['station']['name']} at {data['station']['dir']}",
+        f"tick {data['tick']} ({data['turns_done_this_tick']} turns done), {data['state']}, {data['station_status']}",
+        f"{c['turns']} turns, {c['agents_ever']} agents ever, {c['departures']} departures, "
+        f"{c['ascensions']} ascensions, {c['lineages']} lineages",
+        "",
+    ]
+    for a in data["agents"]:
+        lineage = f" gen {a['generation']}" if a["generation"] else ""
+        tokens = f"{a['context_tokens']:,}" if a["context_tokens"] is not None else "-"
+        lines.append(f"  {a['name']:<16} {a['kind']:<9} {a['room']:<17} age {a['age']:>4}{lineage:<7} "
+                     f"context {tokens:>9}  spent {a['tokens_spent']:,}")
+    return "\n".join(lines)
+
+
+def agents_table(station: Station, *, include_ended: bool) -> str:
+    console = Console(record=True, width=120)
+    table = Table("name", "kind", "state", "room", "born", "left", "age", "lineage", "model", "context", "note")
+    tick = station.ctx.tick
+    for a in station.agents.all():
+        if not include_ended and not a.active:
+            continue
+        end = a.exit_tick if a.exit_tick is not None else tick
+        age = "-" if a.state == "ascended" else str(end - a.birth_tick)  # the life goes on under the new name
+        table.add_row(a.name, a.kind, a.state + (f" ({a.exit_reason})" if a.exit_reason else ""),
+                      a.location, str(a.birth_tick), str(a.exit_tick or ""), age,
+                      f"{a.lineage} {a.generation}" if a.lineage else "", a.model["name"],
+                      f"{a.context_tokens:,}" if a.context_tokens is not None else "-",
+                      a.ascended_to and f"-> {a.ascended_to}" or a.succeeded_by and f"heir: {a.succeeded_by}" or "")
+    with console.capture() as cap:
+        console.print(table)
+    return cap.get()
+
+
+ACTION_LINE = re.compile(r"^\s*`?/execute_action\{[^{}]*\}`?\s*$")
+
+
+def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
+                   console: Console | None = None) -> None:
+    console = console or Console()
+    agent = station.agents.get(name)
+    if agent is None:
+        raise ValueError(f"no agent named {name!r}; see `station agents DIR --all`")
+    sql = "SELECT * FROM turns WHERE session=?" + (" AND tick=?" if tick is not None else "") + " ORDER BY tick"
+    rows = station.store.all(sql, (agent.session, tick) if tick is not None else (agent.session,))
+    if not rows:
+        console.print(f"[yellow]{name} has no turns{' at tick %d' % tick if tick is not None else ''}.[/]")
+    for row in rows:
+        console.rule(f"[bold]tick {row['tick']}[/] · {row['agent']} · ends in {row['room']} · "
+                     f"context {row['context_tokens'] or 0:,} tokens")
+        prompt = row["prompt"] if full else _prompt_digest(row["prompt"])
+        console.print(Panel(Markdown(prompt), title="station → agent", border_style="blue"))
+        console.print(Panel(_highlight(row["reply"]), title="agent", border_style="green"))
+        for i, step in enumerate(json.loads(row["internal"]), 1):
+            console.print(Panel(Markdown(step["prompt"] if full else step["prompt"][:600]),
+                                title=f"exchange {i}: station", border_style="cyan"))
+            console.print(Panel(_highlight(step["reply"]), title=f"exchange {i}: agent", border_style="green"))
+
+
+def _prompt_digest(prompt: str) -> str:
+    """The parts of a prompt that change turn to turn: messages and last turn's results."""
+    keep = [s for s in prompt.split("\n\n---\n\n")
+            if s.startswith(("## System Messages", "## Actions Detected", "## Room Output History"))]
+    digest = "\n\n".join(keep)
+    return digest if len(digest) < 4000 else digest[:4000] + "\n\n… (use --full for the whole prompt)"
+
+
+def _highlight(reply: str) -> Text:
+    text = Text()
+    for line in reply.splitlines() or [""]:
+        style = "bold magenta" if ACTION_LINE.match(line) else ("dim" if line.startswith("notes: ") else "")
+        text.append(line + "\n", style=style)
+    return text
