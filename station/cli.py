@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from . import commands, report
 from .actions import parse_actions
-from .config import ConfigError, load_config
+from .config import ConfigError, load_config, parse_config
 from .context import ReplayDiverged
 from .engine import Engine, Progress, StationPaused
 from .store import Store, StoreError
@@ -89,23 +89,18 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_or_create(args: argparse.Namespace) -> Station:
+def cmd_run(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if Store.exists(directory):
         if args.config:
             print(f"resuming the existing station at {directory} (its stored config is used; "
                   f"{args.config} is ignored)", file=sys.stderr)
-        return Station.open(directory)
-    if not args.config:
+    elif args.config:
+        Station.create(directory, load_config(args.config)).close()
+    else:
         raise CliError(f"no station at {directory}; give a config file to create one")
-    return Station.create(directory, load_config(args.config))
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    directory = Path(args.dir)
-    directory.mkdir(parents=True, exist_ok=True)
     with run_lock(directory):
-        station = _open_or_create(args)
+        station = Station.open(directory)
         return _drive(Engine(station, on_progress=StatusLine()), station, args.ticks, args.until_tick)
 
 
@@ -151,7 +146,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if Store.exists(out):
         raise CliError(f"{out} already holds a station; replay needs a new directory")
     config_data = source.get_meta("config")
-    from .config import parse_config
     station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db"))
     last_complete = source.get_meta("tick") - 1
     until = min(args.until_tick, last_complete) if args.until_tick is not None else last_complete

@@ -28,9 +28,11 @@ class NeedInput(Exception):
     under `key`, and runs the unit of work again; the second time `obtain` finds the input.
     """
 
-    def __init__(self, key: str, kind: str, agent: str | None, produce: Callable[[], dict]) -> None:
+    def __init__(self, key: str, kind: str, agent: str | None, produce: Callable[[], dict],
+                 request_hash: str | None = None) -> None:
         super().__init__(key)
         self.key, self.kind, self.agent, self.produce = key, kind, agent, produce
+        self.request_hash = request_hash
 
 
 class ReplayDiverged(RuntimeError):
@@ -137,13 +139,16 @@ class Context:
         if payload is not None:
             return payload
         if self.replay_source is not None:
-            payload = self.replay_source.get_input(key)
-            if payload is not None:
+            row = self.replay_source.one("SELECT payload, request_hash FROM inputs WHERE key=?", (key,))
+            if row is not None:
+                if self.replay_strict and row["request_hash"] != request_hash:
+                    raise ReplayDiverged(f"input {key!r} answered a different request in the source station")
+                payload = json.loads(row["payload"])
                 self.store.put_input(key, kind, self.tick, agent, payload, request_hash)
                 return payload
             if self.replay_strict:
                 raise ReplayDiverged(f"the source station has no recorded input {key!r}")
-        raise NeedInput(key, kind, agent, produce)
+        raise NeedInput(key, kind, agent, produce, request_hash)
 
     # -- rooms ----------------------------------------------------------------------------
     def room(self, short: str) -> "Room | None":

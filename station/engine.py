@@ -88,7 +88,7 @@ class Engine:
             except NeedInput as need:
                 self._rolled_back()
                 payload = need.produce()  # outside any transaction: may take minutes
-                self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload)
+                self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload, need.request_hash)
                 continue
             except BaseException:
                 self._rolled_back()

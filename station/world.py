@@ -1,6 +1,8 @@
 """Opening and creating a station directory: store, config, texts, rooms, hooks, context."""
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from rooms import load_rooms
@@ -12,7 +14,7 @@ from .context import Context
 from .conversation import Conversations
 from .hooks import load_hooks
 from .models import ModelPool
-from .store import CORE_MIGRATIONS, Store
+from .store import CORE_MIGRATIONS, Store, StoreError
 from .texts import Texts
 
 FORMAT_VERSION = 1
@@ -40,9 +42,21 @@ class Station:
 
     @classmethod
     def create(cls, directory: str | Path, config: StationConfig) -> "Station":
-        """A new station at tick 1 with its initial population."""
+        """A new station at tick 1 with its initial population.
+
+        It is built in a temporary sibling directory and renamed into place, so a crash during
+        creation never leaves a half-made station behind.
+        """
         Texts(config.codex.set, config.codex.texts)  # fail on a bad codex before creating files
-        store = Store.create(directory, durability=config.engine.durability)
+        final = Path(directory)
+        if Store.exists(final):
+            raise StoreError(f"a station already exists at {final}")
+        if final.exists() and any(final.iterdir()):
+            raise StoreError(f"{final} exists and is not empty; choose a new directory")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        building = final.parent / f".{final.name}.creating-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        store = Store.create(building, durability=config.engine.durability)
         store.migrate("station", CORE_MIGRATIONS)
         with store.transaction():
             store.set_meta("format", FORMAT_VERSION)
@@ -56,7 +70,14 @@ class Station:
                 for _ in range(spec.count):
                     lifecycle.create_agent(station.ctx, spec)
             station.ctx.emit("tick_started")
-        return station
+        store.close()
+        for leftover in ("station.db-wal", "station.db-shm"):
+            if (building / leftover).exists():
+                raise StoreError("the new station's database was not closed cleanly")
+        if final.exists():
+            final.rmdir()  # empty (checked above)
+        os.rename(building, final)
+        return cls.open(final)
 
     @classmethod
     def open(cls, directory: str | Path) -> "Station":

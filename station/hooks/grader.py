@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ..context import Context, Event, Hook
+from ..context import Context, Event, Hook, request_hash
 
 YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)
@@ -64,7 +64,8 @@ class TestGrader(Hook):
         for call in range(1, attempts + 1):
             def produce(model=model, prompt=prompt, system=system) -> dict:
                 return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
-            reply = ctx.obtain(f"grade/{row['id']}/{call}", "verdict", row["agent"], produce)
+            reply = ctx.obtain(f"grade/{row['id']}/{call}", "verdict", row["agent"], produce,
+                               request_hash([{"role": "user", "text": prompt}]))
             verdict = parse_verdict(reply.get("text") or "")
             if verdict is not None:
                 passed, comment = verdict
