@@ -14,7 +14,8 @@ MIGRATIONS = [
     """CREATE TABLE test_attempts (id INTEGER PRIMARY KEY AUTOINCREMENT, session INTEGER NOT NULL,
        agent TEXT NOT NULL, test_id TEXT NOT NULL, status TEXT NOT NULL, answer TEXT NOT NULL,
        tick INTEGER NOT NULL, graded_tick INTEGER, comment TEXT, grader_calls INTEGER NOT NULL DEFAULT 0);
-    CREATE INDEX test_attempts_session ON test_attempts(session, test_id)""",
+    CREATE INDEX test_attempts_session ON test_attempts(session, test_id);
+    CREATE INDEX test_attempts_status ON test_attempts(status)""",
 ]
 STATUS_LABEL = {"pending": "Pending", "pass": "Pass", "fail": "Fail", "error": "Fail"}
 

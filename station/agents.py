@@ -98,7 +98,9 @@ class Agent:
         return self.rooms.setdefault(short, {})
 
     def to_row(self) -> tuple:
-        return (self.name, self.session, self.state, self.position, dumps(asdict(self)))
+        return (self.name, self.session, self.state, self.position, self.kind, self.lineage,
+                self.model.get("name", ""), self.succeeded_by, int(bool(self.flags.get("respawn_pending"))),
+                dumps(asdict(self)))
 
     @classmethod
     def from_json(cls, text: str) -> "Agent":
@@ -125,22 +127,31 @@ class AgentRegistry:
 
     def save(self, agent: Agent) -> None:
         self.store.execute(
-            "INSERT INTO agents(name, session, state, position, data) VALUES(?, ?, ?, ?, ?) "
+            "INSERT INTO agents(name, session, state, position, kind, lineage, model_name, successor, "
+            "respawn_pending, data) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(name) DO UPDATE SET session=excluded.session, state=excluded.state, "
-            "position=excluded.position, data=excluded.data",
+            "position=excluded.position, kind=excluded.kind, lineage=excluded.lineage, "
+            "model_name=excluded.model_name, successor=excluded.successor, "
+            "respawn_pending=excluded.respawn_pending, data=excluded.data",
             agent.to_row(),
         )
         self._cache[agent.name] = agent
 
-    def active(self) -> list[Agent]:
-        """Active agents in turn order."""
+    def where(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
+        """Agents matching an SQL condition on the indexed columns (state, kind, lineage, ...)."""
         names = [r["name"] for r in self.store.all(
-            "SELECT name FROM agents WHERE state=? ORDER BY position", (ACTIVE,))]
+            f"SELECT name FROM agents WHERE {condition} ORDER BY {order}", params)]
         return [a for a in (self.get(n) for n in names) if a is not None]
 
+    def active(self) -> list[Agent]:
+        """Active agents in turn order."""
+        return self.where("state=?", (ACTIVE,), order="position")
+
     def all(self) -> list[Agent]:
-        names = [r["name"] for r in self.store.all("SELECT name FROM agents ORDER BY session, name")]
-        return [a for a in (self.get(n) for n in names) if a is not None]
+        return self.where()
+
+    def awaiting_respawn(self) -> list[Agent]:
+        return self.where("respawn_pending=1", order="position")
 
     def exists(self, name: str) -> bool:
         return self.store.one("SELECT 1 FROM agents WHERE name=?", (name,)) is not None
@@ -158,27 +169,25 @@ class AgentRegistry:
         return (self.store.scalar("SELECT MAX(position) FROM agents") or 0.0) + 1.0
 
     def by_lineage(self, lineage: str) -> list[Agent]:
-        return [a for a in self.all() if a.lineage == lineage]
+        return self.where("lineage=?", (lineage,))
 
     def lineages(self) -> list[str]:
-        return sorted({a.lineage for a in self.all() if a.lineage})
+        return [r[0] for r in self.store.all("SELECT DISTINCT lineage FROM agents WHERE lineage IS NOT NULL ORDER BY 1")]
 
 
 def ancestor_candidates(registry: AgentRegistry, guest: Agent) -> list[Agent]:
     """Ended recursive agents of the same model with no successor, not offered to another guest."""
     offered = {a.offered_ancestor for a in registry.active() if a.is_guest and a.name != guest.name}
-    return [
-        a for a in registry.all()
-        if a.kind == RECURSIVE and a.state == ENDED and a.lineage and not a.succeeded_by
-        and a.model.get("name") == guest.model.get("name") and a.name not in offered
-    ]
+    heirless = registry.where("state=? AND kind=? AND model_name=? AND successor IS NULL AND lineage IS NOT NULL",
+                              (ENDED, RECURSIVE, guest.model.get("name", "")))
+    return [a for a in heirless if a.name not in offered]
 
 
 def assigned_candidate(registry: AgentRegistry, guest: Agent, same_model: list[Agent]) -> Agent | None:
     """The operator-assigned ancestor, by agent name then lineage, same model first."""
     wanted = guest.assigned_ancestor
-    any_model = [a for a in registry.all() if a.kind == RECURSIVE and a.state == ENDED
-                 and a.lineage and not a.succeeded_by]
+    any_model = registry.where("state=? AND kind=? AND successor IS NULL AND lineage IS NOT NULL",
+                               (ENDED, RECURSIVE))
     for pool in (same_model, any_model):
         for match in ([a for a in pool if a.name == wanted], [a for a in pool if a.lineage == wanted]):
             if match:

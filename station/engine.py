@@ -113,7 +113,7 @@ class Engine:
         return None
 
     def _respawns_pending(self) -> bool:
-        return any(a.flags.get("respawn_pending") for a in self.ctx.agents.all())
+        return self.store.one("SELECT 1 FROM agents WHERE respawn_pending=1") is not None
 
     # -- one turn -------------------------------------------------------------------------
     def _turn(self, name: str) -> None:
@@ -221,8 +221,7 @@ class Engine:
         ctx = self.ctx
         ctx.emit("tick_ending")
         self.store.set_meta("tick", ctx.tick + 1)
-        departed = sorted((a for a in ctx.agents.all() if a.flags.get("respawn_pending")),
-                          key=lambda a: (a.exit_tick or 0, a.position))
+        departed = sorted(ctx.agents.awaiting_respawn(), key=lambda a: (a.exit_tick or 0, a.position))
         for agent in departed:
             agent.flags["respawn_pending"] = False
             ctx.agents.save(agent)

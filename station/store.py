@@ -37,9 +37,19 @@ CORE_MIGRATIONS: list[str] = [
         session INTEGER NOT NULL,
         state TEXT NOT NULL,
         position REAL NOT NULL,
+        kind TEXT NOT NULL,
+        lineage TEXT,
+        model_name TEXT NOT NULL,
+        successor TEXT,
+        respawn_pending INTEGER NOT NULL DEFAULT 0,
         data TEXT NOT NULL
     );
     CREATE INDEX agents_state ON agents(state, position);
+    CREATE INDEX agents_session ON agents(session);
+    CREATE INDEX agents_position ON agents(position);
+    CREATE INDEX agents_lineage ON agents(lineage);
+    CREATE INDEX agents_heirless ON agents(state, kind, model_name, successor);
+    CREATE INDEX agents_respawn ON agents(respawn_pending);
     CREATE TABLE turns (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         tick INTEGER NOT NULL,

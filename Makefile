@@ -1,0 +1,21 @@
+# The two commands of the README. Both run scripts/setup first (idempotent, fast when done).
+DIR ?= runs/demo
+TICKS ?= 60
+
+.PHONY: setup run test bench
+
+setup:
+	@scripts/setup
+
+run: setup
+	.venv/bin/station run configs/demo.yaml --dir $(DIR) --until-tick $(TICKS)
+	@echo
+	@echo "Read it:  .venv/bin/station status $(DIR)"
+	@echo "          .venv/bin/station agents $(DIR) --all"
+	@echo "          .venv/bin/station dialogue $(DIR) Guest_1"
+
+test: setup
+	.venv/bin/python -m pytest -q
+
+bench: setup
+	.venv/bin/python scripts/bench_engine.py

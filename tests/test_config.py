@@ -1,0 +1,69 @@
+"""Config loading: defaults, shipped configs, and loud errors that name the key path."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from station.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "open_station.yaml"])
+def test_shipped_configs_load(name: str) -> None:
+    cfg = load_config(ROOT / "configs" / name)
+    assert cfg.agents and sum(a.count for a in cfg.agents) == 5
+
+
+def test_defaults_follow_the_reference() -> None:
+    cfg = parse_config({})
+    assert cfg.lifecycle.max_age == 300
+    assert cfg.lifecycle.maturity_ticks == 50
+    assert cfg.tokens.guest_ceiling == 100_000
+    assert cfg.tokens.prune_cooldown_ticks == 5
+    assert cfg.lineage.selection == "evolution"
+    assert cfg.engine.max_internal_steps == 50
+
+
+@pytest.mark.parametrize("data, path, words", [
+    ({"lifecycle": {"max_age": -3}}, "lifecycle.max_age", "greater than 0"),
+    ({"lifecycle": {"max_agee": 3}}, "lifecycle.max_agee", "unknown key"),
+    ({"agents": [{"count": 2, "model": {"provider": "nope"}}]}, "agents.0.model.provider", "scripted"),
+    ({"agents": [{"kind": "recursive"}]}, "agents.0", "lineage"),
+    ({"tokens": {"guest_warning_ratio": 1.5}}, "tokens.guest_warning_ratio", "less than or equal"),
+    ({"rooms": {"disabled": ["exit"]}}, "rooms.disabled", "cannot be disabled"),
+    ({"seed": "abc"}, "seed", "integer"),
+])
+def test_bad_values_name_the_key_path(data: dict, path: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    text = str(err.value)
+    assert f"  {path}:" in text and words in text
+
+
+def test_duplicate_keys_and_bad_yaml_are_refused(tmp_path: Path) -> None:
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("seed: 1\nseed: 2\n")
+    with pytest.raises(ConfigError, match="duplicate key 'seed'"):
+        load_config(dup)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lifecycle: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(top)
+
+
+def test_unknown_codex_set_and_text_override_fail_before_creating(tmp_path: Path) -> None:
+    from station.texts import TextsError
+    from station.world import Station
+    with pytest.raises(TextsError, match="codex set 'nope' not found"):
+        Station.create(tmp_path / "a", parse_config({"codex": {"set": "nope"}}))
+    with pytest.raises(TextsError, match="unknown text names"):
+        Station.create(tmp_path / "b", parse_config({"codex": {"texts": {"not_a_text": "x"}}}))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
