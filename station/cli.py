@@ -159,6 +159,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    store = Store(args.dir)
+    target = Path(args.out)
+    if target.exists():
+        raise CliError(f"{target} exists; choose a new file")
+    store.backup(target)
+    print(f"backed up {args.dir} (tick {store.get_meta('tick')}) to {target}; "
+          f"restore by putting it in a new directory as station.db")
+    return 0
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     sources = [(name, Path(name).read_text(encoding="utf-8", errors="replace")) for name in args.files] \
         or [("-", sys.stdin.read())]
@@ -222,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out")
     s.add_argument("--until-tick", type=int, help="stop after this tick (fork point)")
     s.set_defaults(fn=cmd_replay)
+
+    s = sub.add_parser("backup", help="a consistent copy of the station database (safe while it runs)")
+    s.add_argument("dir")
+    s.add_argument("out")
+    s.set_defaults(fn=cmd_backup)
 
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")

@@ -136,6 +136,8 @@ class EngineConfig(Section):
     max_actions_per_reply: int = Field(100, ge=1, le=1000)
     max_reply_chars: int = Field(200_000, ge=1000, description="longer replies are cut before parsing")
     durability: Literal["normal", "full"] = "normal"
+    backup_every_ticks: int = Field(50, ge=0, description="0 disables automatic backups")
+    backups_kept: int = Field(5, ge=1)
 
 
 class StationConfig(Section):

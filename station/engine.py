@@ -76,8 +76,20 @@ class Engine:
         if not self.ctx.agents.active() and not self._respawns_pending():
             return False
         self._unit(self._advance_tick)
+        self._maybe_backup()
         self.on_progress(Progress(self.ctx.tick - 1, "tick"))
         return True
+
+    def _maybe_backup(self) -> None:
+        """Every N ticks, a copy labelled with the tick it resumes at; the oldest copies go."""
+        cfg = self.ctx.config.engine
+        finished = self.ctx.tick - 1
+        if not cfg.backup_every_ticks or finished % cfg.backup_every_ticks:
+            return
+        folder = self.station.dir / "backups"
+        self.store.backup(folder / f"resume_at_tick_{self.ctx.tick:07d}.db")
+        for old in sorted(folder.glob("resume_at_tick_*.db"))[:-cfg.backups_kept]:
+            old.unlink()
 
     def _unit(self, body: Callable[[], None]) -> None:
         while True:

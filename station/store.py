@@ -254,6 +254,19 @@ class Store:
     def execute(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
         return self.db.execute(sql, params)
 
+    def backup(self, target: str | Path) -> Path:
+        """A consistent copy of the database (SQLite's online backup; safe while running)."""
+        target = Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(target.suffix + ".partial")
+        out = sqlite3.connect(partial)
+        try:
+            self.db.backup(out)
+        finally:
+            out.close()
+        partial.replace(target)
+        return target
+
     def integrity_check(self) -> str:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0]
 

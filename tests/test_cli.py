@@ -132,3 +132,20 @@ def test_operator_message_reaches_the_agent_when_it_next_runs(tmp_path: Path) ->
     assert "Please check the Codex." in prompt
     other = db.execute("SELECT prompt FROM turns WHERE agent='Guest_1' AND tick=1").fetchone()[0]
     assert "Please check the Codex." not in other
+
+
+def test_backups_restore_to_a_working_station(demo: Path, tmp_path: Path) -> None:
+    automatic = sorted((demo / "backups").glob("resume_at_tick_*.db"))
+    assert [p.name for p in automatic] == ["resume_at_tick_0000051.db"]  # every 50 ticks by default
+    copy = tmp_path / "copy.db"
+    assert station("backup", str(demo), str(copy)).returncode == 0
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    copy.rename(restored / "station.db")
+    status = json.loads(station("status", str(restored), "--json").stdout)
+    assert status["tick"] == 61 and status["counts"]["turns"] >= 280
+    assert station("run", "--dir", str(restored), "--ticks", "1").returncode == 0
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "station.db").write_bytes(automatic[0].read_bytes())
+    assert json.loads(station("status", str(old), "--json").stdout)["tick"] == 51
