@@ -99,8 +99,10 @@ class Engine:
                     self.store.set_meta("units", self.store.get_meta("units", 0) + 1)
             except NeedInput as need:
                 self._rolled_back()
+                began = time.perf_counter()
                 payload = need.produce()  # outside any transaction: may take minutes
-                self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload, need.request_hash)
+                self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload,
+                                        need.request_hash, time.perf_counter() - began)
                 continue
             except BaseException:
                 self._rolled_back()
@@ -187,12 +189,10 @@ class Engine:
         messages = ctx.conversations.context(agent.session, agent.pruned) + [{"role": "user", "text": prompt}]
 
         def produce() -> dict[str, Any]:
-            begun = time.perf_counter()
             try:
                 reply = model.complete(messages, system=agent.system_prompt, agent=agent.name)
             except ModelError as err:
                 raise StationPaused(f"model {model.name} failed for {agent.name}: {err}") from err
-            reply.latency_s = time.perf_counter() - begun
             return reply.to_payload()
 
         payload = ctx.obtain(f"reply/{ctx.tick}/{agent.session}/{step}", "reply", agent.name, produce,

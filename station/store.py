@@ -30,6 +30,7 @@ CORE_MIGRATIONS: list[str] = [
         agent TEXT,
         payload TEXT NOT NULL,
         request_hash TEXT,
+        latency_s REAL,
         recorded_at REAL NOT NULL
     );
     CREATE TABLE agents (
@@ -226,19 +227,19 @@ class Store:
         row = self.db.execute("SELECT payload FROM inputs WHERE key=?", (key,)).fetchone()
         return json.loads(row["payload"]) if row else None
 
-    def put_input(self, key: str, kind: str, tick: int, agent: str | None,
-                  payload: dict[str, Any], request_hash: str | None = None) -> None:
+    def put_input(self, key: str, kind: str, tick: int, agent: str | None, payload: dict[str, Any],
+                  request_hash: str | None = None, latency_s: float | None = None) -> None:
         self.db.execute(
-            "INSERT INTO inputs(key, kind, tick, agent, payload, request_hash, recorded_at) "
-            "VALUES(?, ?, ?, ?, ?, ?, ?)",
-            (key, kind, tick, agent, dumps(payload), request_hash, time.time()),
+            "INSERT INTO inputs(key, kind, tick, agent, payload, request_hash, latency_s, recorded_at) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, kind, tick, agent, dumps(payload), request_hash, latency_s, time.time()),
         )
 
-    def record_input(self, key: str, kind: str, tick: int, agent: str | None,
-                     payload: dict[str, Any], request_hash: str | None = None) -> None:
+    def record_input(self, key: str, kind: str, tick: int, agent: str | None, payload: dict[str, Any],
+                     request_hash: str | None = None, latency_s: float | None = None) -> None:
         """Write one input in its own committed transaction (before it is applied)."""
         with self.transaction():
-            self.put_input(key, kind, tick, agent, payload, request_hash)
+            self.put_input(key, kind, tick, agent, payload, request_hash, latency_s)
 
     # -- helpers --------------------------------------------------------------------------
     def one(self, sql: str, params: tuple = ()) -> sqlite3.Row | None:
@@ -278,7 +279,7 @@ def _split_sql(script: str) -> list[str]:
 
 def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
     """Every world table, rows in key order, minus wall-clock columns: equal worlds, equal dumps."""
-    volatile = {"recorded_at", "started_at", "finished_at", "queued_at"}
+    volatile = {"recorded_at", "started_at", "finished_at", "queued_at", "latency_s"}
     skip_tables = {"sqlite_sequence", "operator_queue"}
     out: dict[str, list[list[Any]]] = {}
     tables = [r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]

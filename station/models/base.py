@@ -29,16 +29,15 @@ class Reply:
     text: str
     usage: Usage = field(default_factory=Usage)
     thinking: str | None = None
-    latency_s: float = 0.0
 
     def to_payload(self) -> dict[str, Any]:
-        return {"text": self.text, "thinking": self.thinking, "usage": asdict(self.usage),
-                "latency_s": round(self.latency_s, 6)}
+        """The recorded input: only what the world depends on (latency is kept beside it)."""
+        return {"text": self.text, "thinking": self.thinking, "usage": asdict(self.usage)}
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> "Reply":
         return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
-                   usage=Usage(**payload.get("usage", {})), latency_s=payload.get("latency_s", 0.0))
+                   usage=Usage(**payload.get("usage", {})))
 
 
 class ModelError(RuntimeError):

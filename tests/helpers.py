@@ -1,0 +1,154 @@
+"""Small shared helpers for tests/test_bad_input.py and tests/test_engine.py.
+
+They drive a real station in-process (Station + Engine on a temporary directory) and read
+what happened back from its database: turn rows (prompts, replies, actions), agent records,
+events and messages.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from station.config import parse_config
+from station.models.replay import ReplayModel
+from station.world import Station
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "configs" / "demo.yaml"
+
+# A reply with text but no action: harmless padding for replay files.
+FILLER = "Nothing to do this turn; I keep thinking."
+
+HEADINGS = ("## System Information", "## System Messages", "## Actions Detected (Last Turn)",
+            "## Room Output History (Last Turn)", "## Current State")
+
+
+def act(content: str) -> str:
+    """One action line: act("goto codex") -> /execute_action{goto codex}."""
+    return "/execute_action{" + content + "}"
+
+
+def yaml_block(body: str) -> str:
+    return "```yaml\n" + body.strip("\n") + "\n```"
+
+
+def reply(*lines: str) -> str:
+    return "\n".join(lines)
+
+
+def replay_model(path: Path, replies: Iterable[str], name: str = "replay-test", pad: int = 0) -> dict[str, Any]:
+    """Write a replay JSONL file (line n = the agent's n-th reply) and return its model config."""
+    texts = [*replies, *[FILLER] * pad]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    return {"provider": "replay", "name": name, "replay_file": str(path)}
+
+
+def guest(model: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"count": 1, "kind": "guest", "model": model, **extra}
+
+
+def recursive(model: dict[str, Any], lineage: str = "Spiro", **extra: Any) -> dict[str, Any]:
+    return {"count": 1, "kind": "recursive", "lineage": lineage, "model": model, **extra}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def config(agents: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
+    """A quiet test config: no random tips, no backups; anything can be overridden (deep merge)."""
+    base = {"name": "test", "seed": 1, "agents": agents,
+            "notifications": {"tips_every_ticks": 0},
+            "engine": {"backup_every_ticks": 0}}
+    return _merge(base, overrides)
+
+
+def make_station(directory: Path, agents: list[dict[str, Any]], **overrides: Any) -> Station:
+    return Station.create(directory, parse_config(config(agents, **overrides)))
+
+
+def demo_config(**overrides: Any) -> dict[str, Any]:
+    return _merge(yaml.safe_load(DEMO.read_text(encoding="utf-8")), overrides)
+
+
+# -- reading the world back ---------------------------------------------------------------
+def stored(st: Station, name: str) -> dict[str, Any]:
+    """The agent's record as committed in the database (not the engine's in-memory copy)."""
+    row = st.store.one("SELECT data FROM agents WHERE name=?", (name,))
+    assert row is not None, f"no agent {name!r} in the store"
+    return json.loads(row["data"])
+
+
+def turn_rows(st: Station, *, session: int | None = None, tick: int | None = None) -> list[Any]:
+    sql, params = "SELECT * FROM turns WHERE 1", []
+    if session is not None:
+        sql, params = sql + " AND session=?", params + [session]
+    if tick is not None:
+        sql, params = sql + " AND tick=?", params + [tick]
+    return st.store.all(sql + " ORDER BY id", tuple(params))
+
+
+def turn(st: Station, tick: int, session: int = 1) -> Any:
+    rows = turn_rows(st, session=session, tick=tick)
+    assert len(rows) == 1, f"expected one turn of session {session} at tick {tick}, got {len(rows)}"
+    return rows[0]
+
+
+def prompt_at(st: Station, tick: int, session: int = 1) -> str:
+    return turn(st, tick, session)["prompt"]
+
+
+def section(prompt: str, heading: str) -> str:
+    """The text of one top-level prompt section (from its heading to the next section's heading)."""
+    start = prompt.index(heading)
+    ends = [prompt.find(h, start + len(heading)) for h in HEADINGS if h != heading]
+    ends = [e for e in ends if e > start]
+    text = prompt[start:min(ends) if ends else len(prompt)].rstrip()
+    return text[:-3].rstrip() if text.endswith("\n---") else text
+
+
+def executed_lines(prompt: str) -> list[str]:
+    """The '- ...' result lines listed under **Actions Executed:** in Room Output History."""
+    history = section(prompt, "## Room Output History (Last Turn)")
+    lines, inside = [], False
+    for line in history.splitlines():
+        if line.startswith("**Actions Executed:**"):
+            inside = True
+            continue
+        if inside and line.startswith("- "):
+            lines.append(line[2:])
+        elif inside:
+            inside = False
+    return lines
+
+
+def events(st: Station, kind: str) -> list[tuple[int, str | None, dict[str, Any]]]:
+    rows = st.store.all("SELECT tick, agent, payload FROM events WHERE kind=? ORDER BY id", (kind,))
+    return [(r["tick"], r["agent"], json.loads(r["payload"])) for r in rows]
+
+
+def integrity_ok(st: Station) -> bool:
+    return st.store.integrity_check() == "ok"
+
+
+def record_requests(monkeypatch: Any) -> list[tuple[str, list[dict[str, str]]]]:
+    """Record every (agent, messages) a replay model is sent, in order."""
+    sent: list[tuple[str, list[dict[str, str]]]] = []
+    original = ReplayModel.complete
+
+    def complete(self: ReplayModel, messages: list[dict[str, str]], *, system: str | None, agent: str) -> Any:
+        sent.append((agent, [dict(m) for m in messages]))
+        return original(self, messages, system=system, agent=agent)
+
+    monkeypatch.setattr(ReplayModel, "complete", complete)
+    return sent
