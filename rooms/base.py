@@ -122,7 +122,7 @@ def validate_params(spec: ActionSpec, raw: dict[str, Any] | None) -> tuple[Param
     fields = spec.params.model_fields
     if raw is None:
         if spec.yaml_required:
-            return None, (f"'{spec.name}' needs a ```yaml block right below the action with: "
+            return None, (f"it needs a ```yaml block right below the action with: "
                           f"{_describe_fields(spec.params)}."), []
         raw = {}
     notes = []
@@ -144,7 +144,7 @@ def validate_params(spec: ActionSpec, raw: dict[str, Any] | None) -> tuple[Param
                 problems.append(f"'{key}' has too many items (at most {e['ctx']['max_length']})")
             else:
                 problems.append(f"'{key}': {e['msg']}")
-        return None, f"'{spec.name}' YAML problem: {'; '.join(problems)}. Expected: {_describe_fields(spec.params)}.", notes
+        return None, f"YAML problem: {'; '.join(problems)}. Expected: {_describe_fields(spec.params)}.", notes
 
 
 def _describe_fields(model: type[Params]) -> str:

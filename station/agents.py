@@ -5,6 +5,7 @@ session (and so the conversation), while each has its own record under its own n
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -116,6 +117,20 @@ class AgentRegistry:
 
     def invalidate(self) -> None:
         self._cache.clear()
+
+    def checkpoint(self) -> dict[str, tuple[Agent, dict[str, Any]]]:
+        """The state of every cached record, to undo an action that failed half-way."""
+        return {name: (agent, copy.deepcopy(agent.__dict__)) for name, agent in self._cache.items()}
+
+    def restore(self, checkpoint: dict[str, tuple[Agent, dict[str, Any]]]) -> None:
+        """Put cached records back as they were (same objects), forgetting ones loaded since."""
+        for name in list(self._cache):
+            if name not in checkpoint:
+                del self._cache[name]
+        for name, (agent, state) in checkpoint.items():
+            agent.__dict__.clear()
+            agent.__dict__.update(state)
+            self._cache[name] = agent
 
     def get(self, name: str) -> Agent | None:
         if name not in self._cache:

@@ -5,7 +5,6 @@ undone alone (savepoint) and reported, so bad input never damages the world.
 """
 from __future__ import annotations
 
-import copy
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +90,7 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
         log.log(here, f"'{action.name}' was not run: only one reading, test or other exchange can start per "
                 "reply, and one already started. Use it in a later turn.")
         return
-    if action.error and action.params is None and action.yaml_text is not None:
+    if spec.params is not None and action.error and action.params is None and action.yaml_text is not None:
         log.log(here, f"'{action.name}' was not run: its {action.error}. {YAML_TIPS}")
         return
     params, problem, notes = validate_params(spec, action.params)
@@ -100,12 +99,12 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
     if problem:
         log.log(here, f"'{action.name}' was not run: {problem}")
         return
-    saved = copy.deepcopy(agent.__dict__)
+    saved = ctx.agents.checkpoint()
     try:
         with ctx.store.savepoint():
             outcome = spec.handler(room, ctx, agent, action.args, params)
     except Exception as err:  # a bug in a room must not take the station down
-        agent.__dict__.update(saved)
+        ctx.agents.restore(saved)
         log.log(here, f"'{action.name}' failed inside the station and was undone; the operator was alerted.")
         ctx.emit("operator_alert", agent.name, problem=f"action {action.name} raised {err!r}",
                  traceback=traceback.format_exc(limit=8))

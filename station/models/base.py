@@ -58,10 +58,19 @@ class Model(Protocol):
         """Tokens the conversation takes in this model's context."""
 
 
+MESSAGE_OVERHEAD = 4  # tokens a message costs beyond its text (role markers)
+
+
 def estimate_tokens(text: str) -> int:
     """A provider-free estimate (about four characters a token) for offline models."""
     return (len(text) + 3) // 4
 
 
 def estimate_conversation(messages: list[Message], system: str | None) -> int:
-    return sum(estimate_tokens(m["text"]) + 4 for m in messages) + (estimate_tokens(system) if system else 0)
+    return sum(estimate_tokens(m["text"]) + MESSAGE_OVERHEAD for m in messages) + \
+        (estimate_tokens(system) if system else 0)
+
+
+def estimate_reply(text: str) -> int:
+    """Output tokens of a reply as offline models report them (it joins the conversation)."""
+    return estimate_tokens(text) + MESSAGE_OVERHEAD

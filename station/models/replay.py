@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .base import Message, ModelError, Reply, Usage, estimate_conversation, estimate_tokens
+from .base import Message, ModelError, Reply, Usage, estimate_conversation, estimate_reply
 
 
 class ReplayModel:
@@ -39,4 +39,4 @@ class ReplayModel:
             raise ModelError(f"replay file exhausted for {agent} after {i} replies", permanent=True)
         text = self.replies[i]
         return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
-                                            output_tokens=estimate_tokens(text)))
+                                            output_tokens=estimate_reply(text)))

@@ -18,7 +18,7 @@ import random
 import re
 from typing import Any, Callable
 
-from .base import Message, Reply, Usage, estimate_conversation, estimate_tokens
+from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
 
 NOTES_PREFIX = "notes: "
 LINEAGE_NAMES = [
@@ -127,7 +127,7 @@ class ScriptedModel:
         else:
             text = self._internal_step(prompt, history, notes, rng)
         input_tokens = estimate_conversation(messages, system)
-        return Reply(text=text, usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(text)))
+        return Reply(text=text, usage=Usage(input_tokens=input_tokens, output_tokens=estimate_reply(text)))
 
     # -- a normal turn -------------------------------------------------------------------
     def _turn(self, s: Situation, rng: random.Random) -> str:

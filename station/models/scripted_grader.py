@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .base import Message, Reply, Usage, estimate_conversation, estimate_tokens
+from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
 
 KEY_TERMS = re.compile(r"^Key terms[^:]*:(.*)$", re.MULTILINE)
 ANSWER = re.compile(r"answer:\s*\n(.*?)(?:\n\s*Decide whether|\Z)", re.DOTALL | re.IGNORECASE)
@@ -36,4 +36,4 @@ class ScriptedGrader:
             comment = "A complete answer." if passed else "Too short to judge."
         text = f"```yaml\npass: {'true' if passed else 'false'}\ncomment: \"{comment}\"\n```"
         return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
-                                            output_tokens=estimate_tokens(text)))
+                                            output_tokens=estimate_reply(text)))
