@@ -181,6 +181,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def cmd_operator(args: argparse.Namespace) -> int:
     store = Store(args.dir)
+    if args.op == "pause" and not is_running(Path(args.dir)):
+        raise CliError(f"station {args.dir} is not running; there is nothing to pause")
     command: dict[str, Any] = {"op": args.op}
     if args.op == "message":
         command.update(to=args.to, text=args.text)

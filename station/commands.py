@@ -43,14 +43,23 @@ def queue(store: Store, command: dict[str, Any]) -> int:
     return int(cur.lastrowid)
 
 
-def due_commands(store: Store, replay_source: Store | None, point: int) -> Iterator[tuple[str, dict]]:
-    """Commands to apply now: queued ones live, or the source's ones recorded at this point in a replay."""
-    if replay_source is not None:
-        for row in replay_source.all("SELECT key, payload FROM inputs WHERE kind='operator' ORDER BY seq"):
-            payload = json.loads(row["payload"])
-            if payload["point"] == point and store.get_input(row["key"]) is None:
-                store.record_input(row["key"], "operator", payload["tick"], None, payload)
-                yield row["key"], payload["command"]
+def recorded_by_point(source: Store) -> dict[int, list[tuple[str, dict]]]:
+    """A source station's operator inputs, grouped by the point (units done) they were applied at."""
+    out: dict[int, list[tuple[str, dict]]] = {}
+    for row in source.all("SELECT key, payload FROM inputs WHERE kind='operator' ORDER BY seq"):
+        payload = json.loads(row["payload"])
+        out.setdefault(payload["point"], []).append((row["key"], payload))
+    return out
+
+
+def due_commands(store: Store, replayed: dict[int, list[tuple[str, dict]]] | None,
+                 point: int) -> Iterator[tuple[str, dict]]:
+    """Commands to apply now: queued ones live, or in a replay the source's ones recorded at this point."""
+    if replayed is not None:
+        for key, payload in replayed.get(point, []):
+            if store.get_input(key) is None:
+                store.record_input(key, "operator", payload["tick"], None, payload)
+                yield key, payload["command"]
         return
     for row in store.all("SELECT id, command FROM operator_queue WHERE applied_input IS NULL ORDER BY id"):
         yield f"op/{row['id']}", json.loads(row["command"])

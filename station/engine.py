@@ -47,6 +47,7 @@ class Engine:
         self.store = station.store
         self.ctx.replay_source = replay_source
         self.ctx.replay_strict = replay_source is not None
+        self._replayed_commands = commands.recorded_by_point(replay_source) if replay_source else None
         self.on_progress = on_progress or (lambda p: None)
         self.stop = threading.Event()
         self._done_tick = -1
@@ -246,7 +247,7 @@ class Engine:
         """Apply queued operator commands between units; True if one asks the run to pause."""
         pause = False
         point = self.store.get_meta("units", 0)
-        for key, command in commands.due_commands(self.store, self.ctx.replay_source, point):
+        for key, command in commands.due_commands(self.store, self._replayed_commands, point):
             with self.store.transaction():
                 if self.ctx.replay_source is None:
                     commands.record(self.store, key, command, point, self.ctx.tick)

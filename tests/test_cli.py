@@ -148,3 +148,16 @@ def test_backups_restore_to_a_working_station(demo: Path, tmp_path: Path) -> Non
     old.mkdir()
     (old / "station.db").write_bytes(automatic[0].read_bytes())
     assert json.loads(station("status", str(old), "--json").stdout)["tick"] == 51
+
+
+def test_pause_stops_a_running_station_and_is_refused_when_stopped(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    station("init", str(DEMO), "--dir", str(d))
+    refused = station("pause", str(d))
+    assert refused.returncode == 2 and "not running" in refused.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(1.0)
+    assert station("pause", str(d)).returncode == 0
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "paused by the operator" in out
