@@ -52,6 +52,12 @@ class ExternalCounter(Room):
     guests_allowed = False
     migrations = MIGRATIONS
 
+    def awaiting_operator(self, ctx: Any) -> list[str]:
+        """Open requests of agents still here (the engine may pause for them)."""
+        rows = ctx.store.all("SELECT id, agent FROM human_requests WHERE resolved_tick IS NULL ORDER BY id")
+        return [f"request #{r['id']} from {r['agent']}" for r in rows
+                if (a := ctx.agents.get(r["agent"])) is not None and a.active]
+
     def render(self, ctx: Any, agent: Any) -> str:
         row = open_request(ctx, agent.name)
         if row is None:

@@ -52,6 +52,7 @@ class Engine:
         self.stop = threading.Event()
         self._done_tick = -1
         self._done: set[int] = set()
+        self._tick_just_ended = False
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, *, ticks: int | None = None, until_tick: int | None = None) -> str:
@@ -65,10 +66,17 @@ class Engine:
                 return f"finished tick {last}"
             if not self.step():
                 return "no active agents are left"
+            if self._tick_just_ended and self.ctx.config.operator.pause_on_human_request:
+                waiting = [w for room in self.ctx.rooms.values()
+                           for w in getattr(room, "awaiting_operator", lambda c: [])(self.ctx)]
+                if waiting:
+                    return ("paused at the end of a tick: waiting for the operator to answer "
+                            + ", ".join(waiting) + " (station answer DIR ID TEXT; running again resumes)")
         return "stopped"
 
     def step(self) -> bool:
         """Run one unit of work. False when nothing can happen (no agents at all)."""
+        self._tick_just_ended = False
         agent = self._next_agent()
         if agent is not None:
             self._unit(lambda: self._turn(agent.name))
@@ -77,6 +85,7 @@ class Engine:
         if not self.ctx.agents.active() and not self._respawns_pending():
             return False
         self._unit(self._advance_tick)
+        self._tick_just_ended = True
         self._maybe_backup()
         self.on_progress(Progress(self.ctx.tick - 1, "tick"))
         return True

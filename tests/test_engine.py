@@ -505,3 +505,23 @@ def test_events_record_who_did_what(demo: dict[str, Any]) -> None:
     for tick, name, payload in ascended:
         assert agents[payload["guest"]]["ascended_to"] == name and agents[name]["ascend_tick"] == tick
         assert agents[name]["lineage"] == payload["lineage"] and agents[name]["generation"] == payload["generation"]
+
+
+def test_open_human_requests_pause_the_station_at_tick_end_when_configured(tmp_path: Path) -> None:
+    from station.config import parse_config
+    from station.world import Station
+    from station.commands import queue
+    config = parse_config({"seed": 3, "operator": {"pause_on_human_request": True},
+                           "notifications": {"tips_every_ticks": 0},
+                           "agents": [{"kind": "recursive", "lineage": "Spiro"}]})
+    st = Station.create(tmp_path / "s", config)
+    st.store.db.execute("INSERT INTO human_requests(tick, agent, model, title, content) "
+                        "VALUES(1, 'Spiro I', 'scripted-newcomer', 'Help', 'Please')")
+    why = Engine(st).run(ticks=5)
+    assert "waiting for the operator to answer request #1 from Spiro I" in why
+    assert st.ctx.tick == 2  # the tick ended, the next did not start
+    queue(st.store, {"op": "answer", "request": 1, "text": "Done."})
+    again = Engine(st).run(ticks=2)
+    assert "request #1 " not in again and st.ctx.tick >= 3  # resumed; only newer requests can hold it
+    row = st.store.one("SELECT resolved_tick, response FROM human_requests WHERE id=1")
+    assert row["resolved_tick"] == 2 and row["response"] == "Done."
