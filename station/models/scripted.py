@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
 
 NOTES_PREFIX = "notes: "
+PRUNE_AT_PCT = 20  # context share at which the policy goes to prune
 LINEAGE_NAMES = [
     "Spiro", "Praxis", "Veritas", "Episteme", "Ariadne", "Quaero", "Lumen", "Noema", "Aletheia",
     "Kairos", "Sophia", "Telos", "Logos", "Mneme", "Arete", "Eidos", "Nous", "Thales", "Hypatia",
@@ -166,21 +167,21 @@ class ScriptedModel:
         if "leave_at" not in notes:
             # Some leave on their own before the end, others stay to the last tick.
             span = s.max_age or 300
-            notes["leave_at"] = int(span * rng.uniform(0.6, 1.3))
+            notes["leave_at"] = int(span * rng.uniform(0.6, 2.0))
         ticks_left = (s.max_age - s.age) if s.max_age else None
-        if s.age >= notes["leave_at"] or (ticks_left is not None and ticks_left <= 2 and rng.random() < 0.5):
+        if s.age >= notes["leave_at"] or (ticks_left is not None and ticks_left <= 2 and rng.random() < 0.2):
             return [*_goto(s.in_room("exit")), "/execute_action{exit}"]
         actions: list[str] = []
         if not notes.get("meta"):
             notes["meta"] = True
             actions += ["/execute_action{meta}", _yaml_block({"content": "Read, test an idea, write it down."})]
-        if s.location == "token_management" and "| Tick |" in s.prompt:
+        wants_prune = s.token_pct >= PRUNE_AT_PCT and s.tick - notes.get("pruned_at", -100) > 6
+        if wants_prune and s.location == "token_management" and "Pruning is available now." in s.prompt:
             prune = _prune_request(s.prompt, rng)
             if prune:
                 notes["pruned_at"] = s.tick
                 return actions + prune
-        if s.token_pct >= 40 and "token_management" in s.rooms.values() and \
-                s.tick - notes.get("pruned_at", -100) > 6:
+        if wants_prune and "token_management" in s.rooms.values() and s.location != "token_management":
             return actions + _goto(s.in_room("token_management"))
         visited = notes.setdefault("visited", [])
         unvisited = [short for short in s.rooms.values()
