@@ -194,10 +194,6 @@ class Store:
         finally:
             self._in_tx = False
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._in_tx
-
     @contextmanager
     def savepoint(self, name: str = "action") -> Iterator[None]:
         """A nested unit inside a transaction: undone alone if its body raises."""
