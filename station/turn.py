@@ -136,10 +136,10 @@ def _global(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -> b
         log.log(here, f"The help for the {room.name} will appear in your System Messages next turn.")
         return True
     # meta
-    content = (action.params or {}).get("content") if action.params is not None else None
     if action.params is None or "content" not in action.params:
         log.log(here, "'meta' needs a ```yaml block with `content:` (empty content clears the meta prompt).")
         return False
+    content = action.params["content"]
     text = str(content if content is not None else "").strip()
     if len(text) > 2000:
         log.log(here, f"'meta' was not run: the meta prompt is {len(text)} characters; at most 2000 are allowed.")
