@@ -65,6 +65,7 @@ class Room:
     maturity_gated: ClassVar[bool] = False
     listed: ClassVar[bool] = True
     migrations: ClassVar[list[str]] = []
+    migration_component: ClassVar[str | None] = None  # rooms sharing tables share a component
     actions: ClassVar[dict[str, ActionSpec]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -76,6 +77,10 @@ class Room:
                 if spec is not None:
                     found[spec.name] = spec
         cls.actions = found
+
+    def hooks(self) -> list[Any]:
+        """Hooks this room needs (e.g. tick-end housekeeping); they are loaded with the room."""
+        return []
 
     # -- what the agent sees ----------------------------------------------------------------
     def help_values(self, ctx: "Context") -> dict[str, Any]:

@@ -122,6 +122,54 @@ class RoomsConfig(Section):
         return value
 
 
+class CapsulesConfig(Section):
+    """Limits shared by the four capsule rooms (private and public memory, archive, mail)."""
+
+    page_size: int = Field(10, ge=1, le=100)
+    max_range: int = Field(100, ge=1, le=10_000, description="most ids one read/preview/pin may name")
+    max_title_chars: int = Field(200, ge=10, le=2000)
+    max_abstract_words: int = Field(500, ge=10)
+    max_message_words: int = Field(20_000, ge=10, description="a body or reply (archive: archive.max_words)")
+    max_message_chars: int = Field(200_000, ge=100)
+    max_tags: int = Field(10, ge=0, le=100)
+    max_recipients: int = Field(50, ge=1)
+
+
+class ArchiveConfig(Section):
+    review: Literal["auto", "none"] = Field("auto", description="auto: papers are peer-reviewed first")
+    cooldown_ticks: int = Field(20, ge=0, description="ticks between one agent's submissions; 0 disables")
+    max_words: int = Field(20_000, gt=0)
+    holiday_mode: bool = Field(False, description="no submissions on ticks ending in 9 or 0")
+
+
+class ReviewerConfig(Section):
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-reviewer", temperature=0.3,
+                                                                   max_output_tokens=20_000))
+    pass_threshold: int = Field(6, ge=1, le=10, description="accept when score >= this")
+    max_attempts: int = Field(3, ge=1, le=20, description="reviewer calls per paper before giving up")
+    hold_tick: bool = Field(True, description="the next tick starts only when every pending paper is reviewed")
+    extra_fields: list[str] = Field(default_factory=list, description="extra YAML fields the verdict must carry")
+    history_max: int = Field(15, ge=2, description="reviews kept in the reviewer's dialogue before pruning")
+    history_keep: int = Field(10, ge=1)
+
+    @model_validator(mode="after")
+    def _keep_below_max(self) -> "ReviewerConfig":
+        if self.history_keep >= self.history_max:
+            raise ValueError("history_keep must be smaller than history_max")
+        return self
+
+
+class CommonRoomConfig(Section):
+    display_ticks: int = Field(5, ge=1, description="messages this recent are shown to visitors")
+    archive_after_ticks: int = Field(40, ge=1, description="older messages leave the live room")
+    batch_ticks: int = Field(20, ge=1, description="archived talk is grouped in periods of this many ticks")
+
+
+class ReflectionConfig(Section):
+    default_rounds: int = Field(5, ge=1)
+    max_rounds: int = Field(10, ge=1, le=50)
+
+
 class CodexConfig(Section):
     set: str = Field("research", description="a folder under codex/sets/, or a path to one")
     texts: dict[str, str] = Field(default_factory=dict, description="message/help overrides by name")
@@ -151,6 +199,11 @@ class StationConfig(Section):
     grading: GradingConfig = Field(default_factory=GradingConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     rooms: RoomsConfig = Field(default_factory=RoomsConfig)
+    capsules: CapsulesConfig = Field(default_factory=CapsulesConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    reviewer: ReviewerConfig = Field(default_factory=ReviewerConfig)
+    common_room: CommonRoomConfig = Field(default_factory=CommonRoomConfig)
+    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
     codex: CodexConfig = Field(default_factory=CodexConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -51,6 +51,7 @@ class Hook:
 
     name = "hook"
     events: tuple[str, ...] = ()
+    migrations: list[str] = []  # tables the hook owns, applied as component "hook:<name>"
 
     def handle(self, ctx: "Context", event: Event) -> None:  # pragma: no cover - interface
         raise NotImplementedError

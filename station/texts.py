@@ -52,10 +52,9 @@ class Texts:
             known = sorted(p.name for p in (root / "sets").iterdir()) if (root / "sets").is_dir() else []
             raise TextsError(f"codex set {set_name!r} not found (known sets: {', '.join(known)})")
         self.root, self.set_dir = root, set_dir
-        self.messages: dict[str, str] = {}
-        for source in (root / "messages.yaml", set_dir / "messages.yaml"):
-            if source.exists():
-                self.messages.update(_load_yaml(source) or {})
+        self.messages = _load_messages(root)
+        if (set_dir / "messages.yaml").exists():
+            self.messages.update(_load_yaml(set_dir / "messages.yaml") or {})
         self.overrides = dict(overrides or {})
         unknown = [k for k in self.overrides if k not in self.messages and not k.endswith("_help")]
         if unknown:
@@ -88,6 +87,21 @@ def _substitute(template: str, name: str, values: dict[str, Any]) -> str:
         raise TextsError(f"text {name!r} needs a value for {err}") from None
     except ValueError as err:
         raise TextsError(f"text {name!r} has a malformed placeholder: {err}") from None
+
+
+def _load_messages(root: Path) -> dict[str, str]:
+    """The shared messages: messages.yaml plus one file per subject under messages/."""
+    messages: dict[str, str] = {}
+    sources = [root / "messages.yaml", *sorted((root / "messages").glob("*.yaml"))]
+    for source in sources:
+        if not source.exists():
+            continue
+        loaded = _load_yaml(source) or {}
+        clash = sorted(set(loaded) & set(messages))
+        if clash:
+            raise TextsError(f"{source}: text name(s) {clash} are already defined in another message file")
+        messages.update(loaded)
+    return messages
 
 
 def _load_yaml(path: Path) -> Any:

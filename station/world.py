@@ -31,9 +31,11 @@ class Station:
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
         rooms = load_rooms(config.rooms.disabled)
         for room in rooms:
-            store.migrate(f"room:{room.short}", room.migrations)
+            store.migrate(room.migration_component or f"room:{room.short}", room.migrations)
         self.ctx.rooms = {room.short: room for room in rooms}
-        self.ctx.hooks = load_hooks(config, set(self.ctx.rooms))
+        self.ctx.hooks = load_hooks(config, rooms)
+        for hook in self.ctx.hooks:
+            store.migrate(f"hook:{hook.name}", hook.migrations)
         self.ctx.models = ModelPool()
 
     @property

@@ -1,6 +1,8 @@
 """Hooks: watchers of engine events that act through the same Context as rooms."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..config import StationConfig
 from ..context import Hook
 from .grader import TestGrader
@@ -8,9 +10,14 @@ from .inactivity import InactivityWarnings
 from .maturity import Maturity
 from .tips import RandomTips
 
+if TYPE_CHECKING:
+    from rooms.base import Room
 
-def load_hooks(config: StationConfig, room_shorts: set[str]) -> list[Hook]:
+
+def load_hooks(config: StationConfig, rooms: list["Room"]) -> list[Hook]:
     hooks: list[Hook] = [Maturity(), RandomTips(), InactivityWarnings()]
-    if "test" in room_shorts:
+    if any(room.short == "test" for room in rooms):
         hooks.append(TestGrader())
+    for room in rooms:
+        hooks.extend(room.hooks())
     return hooks

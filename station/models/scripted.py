@@ -299,3 +299,11 @@ def _play_external(s: Situation, rng: random.Random) -> list[str]:
 @room_play("token_management")
 def _play_token_management(s: Situation, rng: random.Random) -> list[str]:
     return ["/execute_action{page 1}"]
+
+
+def _load_room_plays() -> None:
+    """Plays for the social rooms live in their own modules; importing them registers them."""
+    from . import plays_capsules, plays_talk  # noqa: F401
+
+
+_load_room_plays()

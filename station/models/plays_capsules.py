@@ -1,0 +1,1 @@
+"""Scripted plays for the capsule rooms (private and public memory, archive, mail)."""

@@ -1,0 +1,1 @@
+"""Scripted plays for the Common Room and the Reflection Chamber (filled in with those rooms)."""
