@@ -1,18 +1,25 @@
 """The rooms of a station. `load_rooms` builds the enabled ones in the order the Lobby lists them."""
 from __future__ import annotations
 
+from .archive import ArchiveRoom
 from .base import Room
 from .codex import CodexRoom
+from .common import CommonRoom
 from .exit import ExitRoom
 from .external import ExternalCounter
 from .lobby import Lobby
+from .mail import MailRoom
 from .misc import MiscRoom
+from .private_memory import PrivateMemoryRoom
+from .public_memory import PublicMemoryRoom
+from .reflection import ReflectionChamber
 from .test_chamber import TestChamber
 from .token_management import TokenManagementRoom
 
 # Lobby order; rooms added by later work slot in here.
 ROOM_CLASSES: list[type[Room]] = [
-    Lobby, CodexRoom, TestChamber, TokenManagementRoom, ExternalCounter, MiscRoom, ExitRoom,
+    Lobby, CodexRoom, ReflectionChamber, PrivateMemoryRoom, PublicMemoryRoom, ArchiveRoom, MailRoom, CommonRoom,
+    TestChamber, TokenManagementRoom, ExternalCounter, MiscRoom, ExitRoom,
 ]
 
 

@@ -16,6 +16,7 @@ from .agents import Agent
 from .context import Context
 
 GLOBAL_ACTIONS = ("goto", "go", "help", "meta", "exit")
+HELP_TOPICS = ("capsule",)  # help texts that belong to no single room
 YAML_TIPS = ("Tips: put the ```yaml block on the line right after the action, close it with ```, "
              "and indent the lines of a `|` block by two spaces.")
 
@@ -129,8 +130,13 @@ def _global(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -> b
     if name == "help":
         topic = target.lower() or here
         room = ctx.room(topic) or _room_by_name(ctx, topic)
+        if room is None and topic in HELP_TOPICS:
+            ctx.notify(agent, f"Help on {topic}s:\n\n{ctx.texts.help(topic)}", "help")
+            log.log(here, f"The help on {topic}s will appear in your System Messages next turn.")
+            return True
         if room is None:
-            log.log(here, f"No help for '{target}': unknown room. Rooms: {', '.join(ctx.rooms)}.")
+            log.log(here, f"No help for '{target}': unknown room. Rooms: {', '.join(ctx.rooms)}; "
+                    f"other topics: {', '.join(HELP_TOPICS)}.")
             return False
         ctx.notify(agent, f"Help for {room.name}:\n\n{room.help(ctx, agent)}", "help")
         log.log(here, f"The help for the {room.name} will appear in your System Messages next turn.")

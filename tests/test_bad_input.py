@@ -104,7 +104,7 @@ def test_action_of_another_room_says_where_it_belongs(tmp_path: Path) -> None:
 def test_goto_unknown_room(tmp_path: Path) -> None:
     case = run_case(tmp_path, [], act("goto nowhere"))
     lines = executed_lines(case.next_prompt)
-    assert any(line.startswith("Room 'nowhere' not found. Rooms: lobby, codex, test") for line in lines), lines
+    assert any(line.startswith("Room 'nowhere' not found. Rooms: lobby, codex, reflect") for line in lines), lines
     assert "**Current Location:** Lobby" in case.next_prompt
     case.assert_unchanged()
 

@@ -1,0 +1,93 @@
+"""Public Memory Room: the station's forum, with @mentions, reply notices and muting (spec §6.2)."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import capsule_store as cs
+from .base import Outcome, action
+from .capsule_ids import IdError, parse_single
+from .capsule_params import PostParams
+from .capsule_store import Capsule
+from .capsules import CapsuleRoom
+from .mentions import mentioned_names
+
+
+class PublicMemoryRoom(CapsuleRoom):
+    short, name = "public_memory", "Public Memory Room"
+    maturity_gated = True
+    required = ("title", "abstract", "content")
+    update_notices = True
+
+    def _muted(self, agent: Any) -> list[str]:
+        return agent.room_state(self.short).setdefault("muted", [])
+
+    def _mentions(self, ctx: Any, author: Any, text: str) -> list[Any]:
+        active = [a for a in ctx.agents.active() if a.name != author.name]
+        names = mentioned_names(text, [a.name for a in active])
+        return [a for a in active if a.name in names]
+
+    @action("create", params=PostParams)
+    def create(self, ctx: Any, agent: Any, args: str | None, p: PostParams) -> Outcome:
+        return self.create_capsule(ctx, agent, p)
+
+    def after_create(self, ctx: Any, agent: Any, capsule: Capsule) -> list[str]:
+        message = cs.Capsules(ctx.store, self.short).message(capsule, 1)
+        assert message is not None
+        mentioned = [a for a in self._mentions(ctx, agent, message.content) if ctx.is_mature(a)]
+        for target in mentioned:
+            ctx.notify(target, ctx.texts.render(
+                "public_mention", author=agent.name, number=capsule.number, title=capsule.title,
+                content=message.content), "public_memory")
+            cs.mark_read(ctx.store, target.session, [(capsule.id, 1)])
+        ctx.broadcast(ctx.texts.render("public_new", author=agent.name, number=capsule.number, title=capsule.title,
+                                       words=capsule.word_count),
+                      "public_memory", exclude=[agent.name, *(a.name for a in mentioned)])
+        return [f"Mentioned and notified: {', '.join(a.name for a in mentioned)}."] if mentioned else []
+
+    def after_reply(self, ctx: Any, agent: Any, capsule: Capsule, k: int) -> list[str]:
+        caps = cs.Capsules(ctx.store, self.short)
+        message = caps.message(capsule, k)
+        assert message is not None
+        mentioned = {a.name for a in self._mentions(ctx, agent, message.content)}
+        participants = {capsule.author, *(m.author for m in caps.messages(capsule))} | mentioned
+        told = []
+        for target in ctx.agents.active():
+            if target.name not in participants or target.name == agent.name or not ctx.is_mature(target):
+                continue
+            if capsule.full_id in self._muted(target):
+                continue
+            text = "public_reply_mention" if target.name in mentioned else "public_reply"
+            ctx.notify(target, ctx.texts.render(text, author=agent.name, number=capsule.number, k=k,
+                                                title=capsule.title, content=message.content), "public_memory")
+            if target.name in mentioned:
+                cs.mark_read(ctx.store, target.session, [(capsule.id, k)])
+            told.append(target.name)
+        return [f"Notified: {', '.join(told)}."] if told else []
+
+    @action("mute")
+    def mute(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+        return self._mute(ctx, agent, args, True)
+
+    @action("unmute")
+    def unmute(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+        return self._mute(ctx, agent, args, False)
+
+    def _mute(self, ctx: Any, agent: Any, args: str | None, on: bool) -> Outcome:
+        verb = "Mute" if on else "Unmute"
+        try:
+            target = parse_single(args)
+        except IdError as err:
+            return Outcome([f"{verb} refused: {err}."])
+        capsule = cs.Capsules(ctx.store, self.short).get(target.number)
+        if target.k is not None or not self.visible(ctx, agent, capsule):
+            return Outcome([f"{verb} refused: capsule {target} not found (mute takes a capsule number)."])
+        assert capsule is not None
+        muted = self._muted(agent)
+        if on:
+            if capsule.full_id not in muted:
+                muted.append(capsule.full_id)
+            return Outcome([f"Capsule {capsule.number} muted: no more reply or mention notices from it."])
+        if capsule.full_id not in muted:
+            return Outcome([f"Capsule {capsule.number} was not muted."])
+        muted.remove(capsule.full_id)
+        return Outcome([f"Capsule {capsule.number} unmuted."])
