@@ -8,6 +8,7 @@ from .base import Message, Model, ModelError, Reply, Usage
 from .replay import ReplayModel
 from .scripted import ScriptedModel
 from .scripted_grader import ScriptedGrader
+from .scripted_reviewer import ScriptedReviewer
 
 __all__ = ["Message", "Model", "ModelError", "ModelPool", "Reply", "Usage", "create_model"]
 
@@ -16,6 +17,8 @@ def create_model(config: ModelConfig) -> Model:
     if config.provider == "scripted":
         if config.name.startswith("scripted-grader"):
             return ScriptedGrader(config.name)
+        if config.name.startswith("scripted-reviewer"):
+            return ScriptedReviewer(config.name)
         return ScriptedModel(config.name, config.seed)
     if config.provider == "replay":
         return ReplayModel(config.name, config.replay_file or "")

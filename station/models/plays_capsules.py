@@ -1,1 +1,147 @@
-"""Scripted plays for the capsule rooms (private and public memory, archive, mail)."""
+"""Scripted plays for the capsule rooms: notes for descendants, forum threads and replies, mail, papers.
+
+The policy reads only its prompt: system messages tell it about new mail, threads and
+mentions (a reason to go and answer), and its own notes remember what it already did.
+Papers follow what the scripted reviewer rewards (long, numeric, with a baseline and
+evaluation ids), so some are accepted and the hurried ones are not.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+from .scripted import Situation, _yaml_block, room_call, room_play
+
+AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")
+NEW_MAIL = re.compile(r"Mail #(\d+) from ([A-Z][a-z]+ [IVXLCDM]+|Guest_\d+)")
+THREAD_NOTICE = re.compile(r"(?:New thread in Public Memory: #|Public Memory thread #|Public Memory thread, #)(\d+)")
+TOPICS = ["step sizes", "restarts", "initial layouts", "local search", "penalty weights", "symmetry"]
+PAPER_GAP = 20  # ticks between two papers (the archive's default cooldown)
+
+
+def _handover_due(s: Situation) -> bool:
+    leave_at = s.notes.get("leave_at", 10**9)
+    near_end = (s.ticks_left is not None and s.ticks_left <= 5) or s.age >= leave_at - 2
+    return near_end and not s.notes.get("handover_written")
+
+
+def _others(s: Situation) -> list[str]:
+    return sorted({n for n in AGENT_NAME.findall(s.prompt) if n != s.name})
+
+
+# -- Private Memory: read what the lineage left, keep working notes, hand over at the end ------
+@room_call("private_memory")
+def _call_private(s: Situation, rng: random.Random) -> bool:
+    return _handover_due(s)
+
+
+@room_play("private_memory")
+def _play_private(s: Situation, rng: random.Random) -> list[str]:
+    if _handover_due(s):
+        s.notes["handover_written"] = True
+        visited = ", ".join(s.notes.get("visited", [])) or "few rooms"
+        content = (f"Handover from {s.name}, tick {s.tick}.\n"
+                   f"What I did: visited {visited}. What I would do next: pick one idea about "
+                   f"{rng.choice(TOPICS)}, test it carefully and write the result down with its numbers.\n"
+                   "Read the Archive before starting; mail the agents who are still active.")
+        return ["/execute_action{create}",
+                _yaml_block({"title": f"Handover from {s.name}", "tags": "handover", "content": content})]
+    actions = []
+    if not s.notes.get("read_lineage_notes"):
+        s.notes["read_lineage_notes"] = True
+        actions.append("/execute_action{read 1:20}")  # everything the lineage left, unread parts only
+    if not s.notes.get("working_note"):
+        s.notes["working_note"] = True
+        actions += ["/execute_action{create}", _yaml_block({
+            "title": f"Working notes of {s.name}", "tags": "notes",
+            "content": f"Tick {s.tick}: started; first questions about {rng.choice(TOPICS)}."})]
+    return actions
+
+
+# -- Public Memory: answer threads one hears about, start one now and then ----------------------
+@room_call("public_memory")
+def _call_public(s: Situation, rng: random.Random) -> bool:
+    return s.mature and bool(THREAD_NOTICE.search(s.messages)) and rng.random() < 0.7
+
+
+@room_play("public_memory")
+def _play_public(s: Situation, rng: random.Random) -> list[str]:
+    if not s.mature:
+        return []
+    heard = THREAD_NOTICE.findall(s.messages)
+    answered = s.notes.setdefault("answered_threads", [])
+    fresh = [n for n in heard if n not in answered]
+    if fresh:
+        number = fresh[0]
+        answered.append(number)
+        del answered[:-10]
+        reply = rng.choice(["Thanks for sharing this. Did you compare it against a plain baseline?",
+                            "Interesting. I saw something similar; I will write up my numbers.",
+                            "Could you post the evaluation ids behind these numbers?"])
+        return [f"/execute_action{{read {number}}}", f"/execute_action{{reply {number}}}",
+                _yaml_block({"content": reply})]
+    if s.tick - s.notes.get("posted_at", -100) < 10:
+        return ["/execute_action{preview all}"]
+    s.notes["posted_at"] = s.tick
+    topic = rng.choice(TOPICS)
+    others = _others(s)
+    mention = f" @{rng.choice(others)}, what do you think?" if others and rng.random() < 0.5 else ""
+    return ["/execute_action{create}", _yaml_block({
+        "title": f"Question about {topic}", "abstract": f"An open question on {topic}.", "tags": topic,
+        "content": f"I am looking at {topic}. Has anyone measured its effect?{mention}"})]
+
+
+# -- Mail: answer what arrives, write to someone now and then -----------------------------------
+@room_call("mail")
+def _call_mail(s: Situation, rng: random.Random) -> bool:
+    return bool(NEW_MAIL.search(s.messages)) and rng.random() < 0.8
+
+
+@room_play("mail")
+def _play_mail(s: Situation, rng: random.Random) -> list[str]:
+    received = NEW_MAIL.findall(s.messages)
+    if received and not s.guest:
+        number, sender = received[0]
+        return [f"/execute_action{{reply {number}}}",
+                _yaml_block({"content": f"Thank you, {sender}. I read it and will keep you posted."})]
+    others = _others(s)
+    if not others or s.tick - s.notes.get("mailed_at", -100) < 8:
+        return []
+    s.notes["mailed_at"] = s.tick
+    return ["/execute_action{create}", _yaml_block({
+        "recipients": rng.choice(others), "title": f"Hello from {s.name}",
+        "content": f"I am working on {rng.choice(TOPICS)}. Shall we compare notes?"})]
+
+
+# -- Archive: a paper once in a while (careful ones pass review, hurried ones do not) -----------
+@room_call("archive")
+def _call_archive(s: Situation, rng: random.Random) -> bool:
+    return s.mature and s.tick - s.notes.get("paper_at", -100) >= PAPER_GAP and rng.random() < 0.25
+
+
+@room_play("archive")
+def _play_archive(s: Situation, rng: random.Random) -> list[str]:
+    if not s.mature or s.tick - s.notes.get("paper_at", -100) < PAPER_GAP:
+        return ["/execute_action{preview all}"] if s.mature else []
+    s.notes["paper_at"] = s.tick
+    topic = rng.choice(TOPICS)
+    content = _careful_paper(topic, rng) if rng.random() < 0.7 else f"Some thoughts on {topic}. It seems to help."
+    return ["/execute_action{create}", _yaml_block({
+        "title": f"Effect of {topic} on packing quality", "tags": f"{topic}, experiments",
+        "abstract": f"We measure how {topic} changes the score against a simple baseline.", "content": content})]
+
+
+def _careful_paper(topic: str, rng: random.Random) -> str:
+    runs = [(rng.randint(10, 99), round(rng.uniform(2.0, 2.7), 4)) for _ in range(6)]
+    table = "; ".join(f"evaluation {eid}: score {score}" for eid, score in runs)
+    base = round(min(score for _, score in runs) - 0.05, 4)
+    return (f"We study {topic} in a series of six experiments. Method: starting from a random layout, we vary "
+            f"{topic} while keeping every other setting fixed, and compare with a baseline that uses the default "
+            f"setting (score {base}). Each run is identified by its evaluation id. Results: {table}. "
+            f"The best setting improves on the baseline by {round(max(s for _, s in runs) - base, 4)}. "
+            "We repeated the comparison in two settings (small and large instances) and the ordering held. "
+            "Procedure in pseudocode: for each candidate value, run the optimiser for a fixed budget, record the "
+            "score, keep the best. Limitations: six runs are few, and the effect may depend on the instance "
+            "size; a wider sweep is the natural next step. Definitions: the score is the quantity the task "
+            "defines, higher is better. We conclude that tuning " + topic + " is worthwhile and cheap, and we "
+            "list the exact values used so that others can reproduce the runs and extend the comparison.")

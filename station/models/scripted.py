@@ -42,6 +42,19 @@ def room_play(short: str) -> Callable[[Play], Play]:
     return register
 
 
+# A call says whether something in the latest prompt (a mail, a mention, the end of life
+# drawing near) is a reason to go to that room now rather than wander.
+Call = Callable[["Situation", random.Random], bool]
+ROOM_CALLS: dict[str, Call] = {}
+
+
+def room_call(short: str) -> Callable[[Call], Call]:
+    def register(fn: Call) -> Call:
+        ROOM_CALLS[short] = fn
+        return fn
+    return register
+
+
 class Situation:
     """What the policy reads off the latest observation, plus its own notes."""
 
@@ -60,6 +73,8 @@ class Situation:
         self.messages = _section(prompt, "## System Messages")
         self.rooms = _room_list(prompt) or notes.get("rooms") or {}
         self.location = self.rooms.get(self.location_name, "lobby")
+        self.mature = not re.search(r"^- Agent Age: .*\(immature\)", prompt, re.MULTILINE)
+        self.ticks_left = (self.max_age - self.age) if self.max_age else None
 
     def in_room(self, short: str) -> list[str]:
         return [] if self.location == short else [f"goto {short}"]
@@ -132,7 +147,7 @@ class ScriptedModel:
 
     # -- a normal turn -------------------------------------------------------------------
     def _turn(self, s: Situation, rng: random.Random) -> str:
-        notes = dict(s.notes)
+        notes = s.notes = dict(s.notes)  # plays write to s.notes; that must reach the reply
         notes["rooms"] = s.rooms
         actions = self._guest_actions(s, notes, rng) if s.guest else self._recursive_actions(s, notes, rng)
         thought = rng.choice([
@@ -168,7 +183,7 @@ class ScriptedModel:
             # Some leave on their own before the end, others stay to the last tick.
             span = s.max_age or 300
             notes["leave_at"] = int(span * rng.uniform(0.6, 2.0))
-        ticks_left = (s.max_age - s.age) if s.max_age else None
+        ticks_left = s.ticks_left
         if s.age >= notes["leave_at"] or (ticks_left is not None and ticks_left <= 2 and rng.random() < 0.2):
             return [*_goto(s.in_room("exit")), "/execute_action{exit}"]
         actions: list[str] = []
@@ -186,7 +201,8 @@ class ScriptedModel:
         visited = notes.setdefault("visited", [])
         unvisited = [short for short in s.rooms.values()
                      if short not in visited and short not in ("exit", "lobby", "test", "codex")]
-        target = unvisited[0] if unvisited else rng.choice(
+        called = [short for short, call in ROOM_CALLS.items() if short in s.rooms.values() and call(s, rng)]
+        target = called[0] if called else unvisited[0] if unvisited else rng.choice(
             [short for short in s.rooms.values() if short in ROOM_PLAYS] or ["lobby"])
         if target not in visited:
             visited.append(target)
