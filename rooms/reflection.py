@@ -65,6 +65,7 @@ class Reflection:
 
     def step(self, ctx: Any, agent: Any, reply: str) -> tuple[str | None, list[str]]:
         if self.round >= self.total:
+            ctx.emit("reflection_finished", agent.name, rounds=self.total)
             return None, [ctx.texts.render("reflection_done", n=self.total)]
         self.round += 1
         return self._marker(ctx), []
@@ -76,6 +77,9 @@ class ReflectionChamber(Room):
     def help_values(self, ctx: Any) -> dict[str, Any]:
         cfg = ctx.config.reflection
         return {"default_rounds": cfg.default_rounds, "max_rounds": cfg.max_rounds}
+
+    def status_counts(self, ctx: Any) -> dict[str, Any]:
+        return {"reflections": ctx.store.scalar("SELECT COUNT(*) FROM events WHERE kind='reflection_finished'")}
 
     def render(self, ctx: Any, agent: Any) -> str:
         state = agent.room_state(self.short)

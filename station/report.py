@@ -66,6 +66,17 @@ def status_text(data: dict[str, Any]) -> str:
         f"{c['ascensions']} ascensions, {c['lineages']} lineages",
         "",
     ]
+    caps, papers = c["capsules"], c.get("papers")
+    social = [f"capsules: {caps['private']} private notes, {caps['public']} forum threads, "
+              f"{caps['archive']} papers, {caps['mail']} mails"]
+    if papers:
+        social.append(f"submitted papers: {papers['accepted']} accepted, {papers['rejected']} rejected, "
+                      f"{papers['pending']} pending, {papers['failed']} not reviewable")
+    if "common_room_messages" in c:
+        social.append(f"common room: {c['common_room_messages']} messages")
+    if "reflections" in c:
+        social.append(f"reflections: {c['reflections']}")
+    lines[-1:-1] = social
     for a in data["agents"]:
         lineage = f" gen {a['generation']}" if a["generation"] else ""
         tokens = f"{a['context_tokens']:,}" if a["context_tokens"] is not None else "-"

@@ -8,6 +8,7 @@ from ..context import Hook
 from .grader import TestGrader
 from .inactivity import InactivityWarnings
 from .maturity import Maturity
+from .reviewer import Reviewer
 from .tips import RandomTips
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ def load_hooks(config: StationConfig, rooms: list["Room"]) -> list[Hook]:
     hooks: list[Hook] = [Maturity(), RandomTips(), InactivityWarnings()]
     if any(room.short == "test" for room in rooms):
         hooks.append(TestGrader())
+    if any(room.short == "archive" for room in rooms):
+        hooks.append(Reviewer())
     for room in rooms:
         hooks.extend(room.hooks())
     return hooks
