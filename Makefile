@@ -1,6 +1,6 @@
 # The two commands of the README. Both run scripts/setup first (idempotent, fast when done).
 DIR ?= runs/demo
-TICKS ?= 60
+TICKS ?= 100
 
 .PHONY: setup run test bench
 

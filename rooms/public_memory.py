@@ -19,7 +19,8 @@ class PublicMemoryRoom(CapsuleRoom):
     update_notices = True
 
     def _muted(self, agent: Any) -> list[str]:
-        return agent.room_state(self.short).setdefault("muted", [])
+        """The agent's muted capsules (read-only: notifying another agent must not change its record)."""
+        return agent.rooms.get(self.short, {}).get("muted", [])
 
     def _mentions(self, ctx: Any, author: Any, text: str) -> list[Any]:
         active = [a for a in ctx.agents.active() if a.name != author.name]
@@ -82,7 +83,7 @@ class PublicMemoryRoom(CapsuleRoom):
         if target.k is not None or not self.visible(ctx, agent, capsule):
             return Outcome([f"{verb} refused: capsule {target} not found (mute takes a capsule number)."])
         assert capsule is not None
-        muted = self._muted(agent)
+        muted = agent.room_state(self.short).setdefault("muted", [])
         if on:
             if capsule.full_id not in muted:
                 muted.append(capsule.full_id)

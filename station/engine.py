@@ -118,6 +118,9 @@ class Engine:
                 self._rolled_back()
                 raise
             self.ctx.conversations.commit()
+            # Start every unit from the committed records, as a live run does after a rollback:
+            # a change left unsaved in the cache must not leak into a later unit (nor a replay).
+            self.ctx.agents.invalidate()
             return
 
     def _rolled_back(self) -> None:

@@ -25,6 +25,7 @@ author is told, the operator is alerted, and nothing waits on it any more.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 import threading
@@ -59,30 +60,32 @@ MIGRATIONS = [
         state TEXT NOT NULL DEFAULT 'live' -- live / pruned / dropped (turns of a failed submission)
     );
     CREATE INDEX reviewer_turns_live ON reviewer_turns(state, seq);
-    CREATE TABLE reviews (
+    CREATE TABLE paper_reviews (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         submission INTEGER NOT NULL,
         kind TEXT NOT NULL,                -- context / review
         attempt INTEGER NOT NULL,
         input_key TEXT NOT NULL,
         tick INTEGER NOT NULL,             -- tick in which the verdict was applied
-        model TEXT NOT NULL,
+        model TEXT NOT NULL,               -- the model that answered (as recorded in the input)
         history TEXT NOT NULL,             -- JSON: reviewer_turns seqs sent before the prompt
         prompt TEXT NOT NULL,              -- the message sent in this call
         response TEXT,
         thinking TEXT,
         error TEXT,
         extracted TEXT,                    -- JSON: the verdict read from the response, if any
-        status TEXT NOT NULL,              -- acknowledged / success / parsing_error / unreadable / model_error
+        status TEXT NOT NULL,              -- acknowledged / success / parsing_error / unreadable / model_error /
+                                           -- empty_reply
         decision TEXT NOT NULL             -- acknowledged / retry / accepted / rejected / failed
     );
-    CREATE INDEX reviews_submission ON reviews(submission, id);
+    CREATE INDEX paper_reviews_submission ON paper_reviews(submission, id);
     """,
 ]
 
-HIGH_QUALITY_SCORE = 8
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.5  # the background worker's queue poll (it is also woken by each new submission)
+ERROR_PAUSE_SECONDS = 5.0
 AUTHOR_OF_CALLS = "reviewer"  # the `agent` argument of the reviewer's model calls
+log = logging.getLogger(__name__)
 
 
 # -- reading a verdict (spec §7.5) ------------------------------------------------------------
@@ -270,10 +273,11 @@ class Dialogue:
 
 
 # -- one submission, as a path through recorded inputs ---------------------------------------
-# fetch(key, kind, agent, history, make_prompt) -> the input's payload, or None when it is
-# not available (the readiness check). make_prompt() -> (text to send, highest paper number
-# it mentions); a fetch that has the payload already never calls it.
-Fetch = Callable[[str, str, "str | None", list, Callable[[], tuple[str, int]]], "dict[str, Any] | None"]
+# fetch(key, kind, agent, history, make_prompt) -> the input's payload, or None when it is not
+# recorded (only the readiness check answers None). `history` is the dialogue sent before the
+# new message; make_prompt() -> (the new message, the highest paper number it mentions) is
+# called by a fetch that may ask the model, and by the hold-mode fetch to fingerprint the request.
+Fetch = Callable[..., "dict[str, Any] | None"]
 
 
 @dataclass
@@ -298,12 +302,16 @@ def answered(payload: dict[str, Any]) -> bool:
     return not payload.get("error") and bool((payload.get("text") or "").strip())
 
 
+def failure(payload: dict[str, Any]) -> str:
+    return "model_error" if payload.get("error") else "empty_reply"
+
+
 def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetch, prompts: "Prompts | None"
                       ) -> Outcome | None:
     """Walk one submission through the dialogue (pruning, context turn, attempts).
 
-    Returns None as soon as `fetch` has no payload for a step (only the readiness check and
-    the worker's stop do that); the dialogue is then left half-way and must be thrown away.
+    Returns None as soon as `fetch` has no payload for a step (the readiness check); the
+    dialogue is then left half-way and must be thrown away.
     """
     sub_id = submission["id"]
     calls: list[Call] = []
@@ -322,7 +330,7 @@ def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetc
                 calls.append(Call("context", attempt, key, [], payload, "acknowledged"))
             else:
                 dialogue.context_tries += 1
-                calls.append(Call("context", attempt, key, [], payload, "model_error"))
+                calls.append(Call("context", attempt, key, [], payload, failure(payload)))
                 continue
         history = [t.seq for t in dialogue.ordered()]
         since = dialogue.last_paper()
@@ -335,7 +343,7 @@ def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetc
         if payload is None:
             return None
         if not answered(payload):
-            calls.append(Call("review", attempt, key, history, payload, "model_error"))
+            calls.append(Call("review", attempt, key, history, payload, failure(payload)))
             continue
         dialogue.add(sub_id, "user", payload["prompt"], int(payload.get("last_paper") or 0))
         dialogue.add(sub_id, "assistant", payload["text"])
@@ -401,11 +409,18 @@ class Prompts:
         return self.ctx.texts.render("reviewer_retry", extra_fields=self._extra_fields()), 0
 
 
-def call_model(model: Any, system: str, messages: list[dict[str, str]], prompt: str, last_paper: int
-               ) -> dict[str, Any]:
-    """One reviewer call as a recorded payload; a provider failure is recorded too (as `error`)."""
-    base = {"prompt": prompt, "last_paper": last_paper}
+def call_model(get_model: Callable[[], Any], system: str, messages: list[dict[str, str]], prompt: str,
+               last_paper: int) -> dict[str, Any]:
+    """One reviewer call as a recorded payload; a provider failure is recorded too (as `error`).
+
+    The model is looked up only here, when a call is really made, so a replay never needs the
+    reviewer's provider (or its credentials), and a provider that cannot even be set up counts
+    as a failed attempt like any other provider error.
+    """
+    base = {"prompt": prompt, "last_paper": last_paper, "model": None}
     try:
+        model = get_model()
+        base["model"] = getattr(model, "name", None)
         reply = model.complete(messages, system=system, agent=AUTHOR_OF_CALLS)
     except ModelError as err:
         return {**base, "text": None, "thinking": None, "error": str(err) or type(err).__name__}
@@ -425,16 +440,6 @@ def ready_submissions(store: Store, cfg: Any) -> list[int]:
             break
         ready.append(row["id"])
     return ready
-
-
-def high_quality_papers(store: Store) -> dict[str, int]:
-    """Accepted papers scoring at least 8, per lineage (credit for lineage selection)."""
-    try:
-        rows = store.all("SELECT lineage, COUNT(*) FROM paper_submissions WHERE status='accepted' AND score>=? "
-                         "AND lineage IS NOT NULL GROUP BY lineage ORDER BY lineage", (HIGH_QUALITY_SCORE,))
-    except sqlite3.OperationalError:  # no archive in this station
-        return {}
-    return {r[0]: r[1] for r in rows}
 
 
 # -- the hook ---------------------------------------------------------------------------------
@@ -465,13 +470,14 @@ class Reviewer(Hook):
     # -- hold_tick: true ------------------------------------------------------------------
     def _review_now(self, ctx: Context, rows: list[Any]) -> None:
         cfg = ctx.config.reviewer
-        model = ctx.models.get(cfg.model)
         system = ctx.texts.render("reviewer_system")
 
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
             prompt, last_paper = make()
             messages = history + [{"role": "user", "text": prompt}]
-            return ctx.obtain(key, kind, agent, lambda: call_model(model, system, messages, prompt, last_paper),
+            return ctx.obtain(key, kind, agent,
+                              lambda: call_model(lambda: ctx.models.get(cfg.model), system, messages, prompt,
+                                                 last_paper),
                               request_hash(messages))
 
         dialogue, prompts = Dialogue.load(ctx.store), Prompts(ctx)
@@ -580,7 +586,7 @@ class Reviewer(Hook):
                  paper=number)
 
     def _record_calls(self, ctx: Context, row: Any, outcome: Outcome, decision: str) -> None:
-        model = ctx.config.reviewer.model.name
+        configured = ctx.config.reviewer.model.name
         last = len(outcome.calls) - 1
         for i, call in enumerate(outcome.calls):
             p = call.payload
@@ -589,10 +595,10 @@ class Reviewer(Hook):
             else:
                 step = "acknowledged" if call.status == "acknowledged" else "retry"
             ctx.store.execute(
-                "INSERT INTO reviews(submission, kind, attempt, input_key, tick, model, history, prompt, response, "
-                "thinking, error, extracted, status, decision) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (row["id"], call.kind, call.attempt, call.key, ctx.tick, model, dumps(call.history),
-                 p.get("prompt") or "", p.get("text"), p.get("thinking"), p.get("error"),
+                "INSERT INTO paper_reviews(submission, kind, attempt, input_key, tick, model, history, prompt, "
+                "response, thinking, error, extracted, status, decision) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (row["id"], call.kind, call.attempt, call.key, ctx.tick, p.get("model") or configured,
+                 dumps(call.history), p.get("prompt") or "", p.get("text"), p.get("thinking"), p.get("error"),
                  dumps(call.verdict.as_dict()) if call.verdict else None, call.status, step))
 
 
@@ -624,24 +630,32 @@ class ReviewWorker(threading.Thread):
             return
         ctx = Context(store, self.config, self.texts, AgentRegistry(store), Conversations(store, []))
         ctx.rooms = self.rooms
+        models: dict[str, Any] = {}
+
+        def get_model() -> Any:  # made on first use, in this thread
+            if "model" not in models:
+                models["model"] = create_model(self.config.reviewer.model)
+            return models["model"]
+
         try:
-            model = create_model(self.config.reviewer.model)
             system = self.texts.render("reviewer_system")
             while not self.stop.is_set():
+                wait = POLL_SECONDS
                 try:
-                    busy = self._round(ctx, model, system)
+                    busy = self._round(ctx, get_model, system)
                 except _Stopped:
                     break
                 except Exception as err:  # noqa: BLE001 - keep serving; the engine never waits on us
-                    self.error, busy = repr(err), False
+                    log.exception("the background reviewer failed a round; retrying shortly")
+                    self.error, busy, wait = repr(err), False, ERROR_PAUSE_SECONDS
                     ctx.agents.invalidate()
                 if not busy:
-                    self.wake.wait(POLL_SECONDS)
+                    self.wake.wait(wait)
                     self.wake.clear()
         finally:
             store.close()
 
-    def _round(self, ctx: Context, model: Any, system: str) -> bool:
+    def _round(self, ctx: Context, get_model: Callable[[], Any], system: str) -> bool:
         store, cfg = ctx.store, self.config.reviewer
         store.execute("BEGIN")  # one read snapshot: the dialogue and the queue must agree
         try:
@@ -659,7 +673,7 @@ class ReviewWorker(threading.Thread):
             prompt, last_paper = make()
             messages = history + [{"role": "user", "text": prompt}]
             began = time.perf_counter()
-            payload = call_model(model, system, messages, prompt, last_paper)
+            payload = call_model(get_model, system, messages, prompt, last_paper)
             self.calls += 1
             try:
                 store.record_input(key, kind, store.get_meta("tick", 1), agent, payload, request_hash(history),

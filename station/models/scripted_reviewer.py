@@ -19,7 +19,8 @@ BEGIN, END = "----- BEGIN PAPER CONTENT -----", "----- END PAPER CONTENT -----"
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 BASELINE = re.compile(r"\bbaseline", re.IGNORECASE)
 EVAL_ID = re.compile(r"\b(?:evaluation|eval)\s*(?:id\s*)?#?\s*\d+|\bID\s*#?\s*\d+", re.IGNORECASE)
-ACK = "Understood. I will judge every submission strictly against these requirements and end each review with the YAML verdict."
+ACK = ("Understood. I will judge every submission strictly against these requirements "
+       "and end each review with the YAML verdict.")
 
 
 def paper_content(text: str) -> str | None:
@@ -35,7 +36,8 @@ def score_paper(content: str) -> tuple[int, list[str], list[str]]:
     """(score, strengths, weaknesses) by the fixed offline rule."""
     score, good, bad = 3, [], []
     checks = [
-        (len(content.split()) >= 150, 2, "it is long enough to explain the method", "it is too short to be reproducible"),
+        (len(content.split()) >= 150, 2, "it is long enough to explain the method",
+         "it is too short to be reproducible"),
         (len(NUMBER.findall(content)) >= 5, 2, "it reports concrete numbers", "it gives too few concrete numbers"),
         (bool(BASELINE.search(content)), 1, "it compares against a baseline", "it has no baseline comparison"),
         (bool(EVAL_ID.search(content)), 1, "it cites its experiments by ID", "it cites no experiment IDs"),

@@ -1,0 +1,70 @@
+"""The demo station's social life, as a user running `make run` and `station status` sees it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TICKS = 100
+
+
+def station(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("social") / "demo"
+    run = station("run", "configs/demo.yaml", "--dir", str(d), "--until-tick", str(TICKS))
+    assert run.returncode == 0, run.stderr
+    return d
+
+
+def test_status_counts_every_kind_of_social_activity(demo: Path) -> None:
+    shown = station("status", str(demo), "--json")
+    assert shown.returncode == 0, shown.stderr
+    counts = json.loads(shown.stdout)["counts"]
+    assert counts["papers"]["accepted"] >= 1
+    assert counts["capsules"]["archive"] == counts["papers"]["accepted"]
+    assert counts["capsules"]["mail"] >= 1
+    assert counts["capsules"]["public"] >= 1
+    assert counts["capsules"]["private"] >= 1
+    assert counts["common_room_messages"] >= 1
+    assert counts["reflections"] >= 1
+    text = station("status", str(demo)).stdout
+    assert f"{counts['papers']['accepted']} accepted" in text
+    assert f"common room: {counts['common_room_messages']} messages" in text
+
+
+def test_forum_threads_get_replies_and_reflections_have_several_rounds(demo: Path) -> None:
+    import sqlite3
+    db = sqlite3.connect(demo / "station.db")
+    replies = db.execute("SELECT COUNT(*) FROM capsule_messages m JOIN capsules c ON c.id = m.capsule "
+                         "WHERE c.room = 'public_memory' AND m.k > 1 AND m.author != c.author").fetchone()[0]
+    assert replies >= 1
+    rounds = [json.loads(p)["rounds"] for (p,) in
+              db.execute("SELECT payload FROM events WHERE kind = 'reflection_finished'")]
+    assert rounds and max(rounds) >= 2
+
+
+def test_a_second_generation_reads_the_notes_of_the_first(demo: Path) -> None:
+    """Inheritance through Private Memory: an heir's prompt shows a note its ancestor wrote."""
+    import sqlite3
+    db = sqlite3.connect(demo / "station.db")
+    notes = db.execute("SELECT c.scope, m.author, m.content FROM capsule_messages m JOIN capsules c "
+                       "ON c.id = m.capsule WHERE c.room = 'private_memory' AND m.author LIKE '% I'").fetchall()
+    assert notes, "no first-generation agent wrote a private note"
+    inherited = []
+    for scope, author, content in notes:
+        heirs = db.execute("SELECT session, name FROM agents WHERE lineage = ? AND name != ? AND kind = 'recursive'",
+                           (scope, author)).fetchall()
+        for session, heir in heirs:
+            prompts = db.execute("SELECT prompt FROM turns WHERE session = ? AND agent = ?", (session, heir))
+            if any(content in p.split("## Actions Detected")[0] for (p,) in prompts):
+                inherited.append((author, heir))
+    assert any(heir.endswith(" II") for _, heir in inherited), inherited
