@@ -62,12 +62,14 @@ MIGRATIONS = [
         capsule INTEGER NOT NULL,
         PRIMARY KEY (session, capsule)
     ) WITHOUT ROWID;
+    CREATE INDEX capsule_members_capsule ON capsule_members(capsule);
     CREATE TABLE capsule_reads (
         session INTEGER NOT NULL,
         capsule INTEGER NOT NULL,
         k INTEGER NOT NULL,
         PRIMARY KEY (session, capsule, k)
     ) WITHOUT ROWID;
+    CREATE INDEX capsule_reads_item ON capsule_reads(capsule, k);
     CREATE TABLE paper_submissions (
         id INTEGER PRIMARY KEY,
         tick INTEGER NOT NULL,
