@@ -14,6 +14,7 @@ from pydantic import ConfigDict
 from .base import Params
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+LINE_BREAK = re.compile(r"[\n\r\x85\u2028\u2029]")  # every character that ends a line
 TAG_MAX_CHARS = 50
 
 
@@ -81,7 +82,7 @@ class Limits:
         """Problem with a title, or None. Single line, no control characters, bounded length."""
         if value is None or not value.strip():
             return f"the {what} is empty"
-        if "\n" in value.strip() or CONTROL.search(value) or "\r" in value:
+        if LINE_BREAK.search(value.strip()) or CONTROL.search(value):
             return f"the {what} must be one line of text without control characters"
         if len(value.strip()) > self.title_chars:
             return f"the {what} is {len(value.strip())} characters long; at most {self.title_chars} are allowed"
@@ -109,6 +110,6 @@ class Limits:
         if len(tags) > self.tags:
             return tags, f"{len(tags)} tags given; at most {self.tags} are allowed"
         for tag in tags:
-            if len(tag) > TAG_MAX_CHARS or CONTROL.search(tag) or "\n" in tag:
+            if len(tag) > TAG_MAX_CHARS or CONTROL.search(tag) or LINE_BREAK.search(tag):
                 return tags, f"tag '{tag[:60]}' must be one short line (at most {TAG_MAX_CHARS} characters)"
         return tags, None

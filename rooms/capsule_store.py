@@ -96,6 +96,7 @@ MIGRATIONS = [
 CAPSULE_COLUMNS = ("id, room, scope, number, author, author_session, author_lineage, author_generation, "
                    "created_tick, updated_tick, title, abstract, tags, recipients, deleted, message_count, "
                    "word_count")
+MAX_NUMBER = 2**63 - 1  # SQLite's largest integer
 WHOLE = 0  # the k under which "the capsule itself was read" is stored
 
 
@@ -190,6 +191,8 @@ class Capsules:
     # -- reading --------------------------------------------------------------------------
     def get(self, number: int) -> Capsule | None:
         """The capsule with this number, deleted or not."""
+        if not 0 < number <= MAX_NUMBER:
+            return None  # beyond any number SQLite stores: certainly not a capsule
         row = self.store.one(f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND number=?",
                              (self.room, self.scope, number))
         return Capsule.from_row(row) if row else None
@@ -200,6 +203,8 @@ class Capsules:
         return [Message.from_row(r) for r in rows]
 
     def message(self, capsule: Capsule, k: int) -> Message | None:
+        if not 0 < k <= MAX_NUMBER:
+            return None
         row = self.store.one("SELECT * FROM capsule_messages WHERE capsule=? AND k=?", (capsule.id, k))
         return Message.from_row(row) if row else None
 

@@ -433,19 +433,20 @@ class CapsuleRoom(Room):
         return Outcome([f"Updated {target}.{tail}"])
 
     def _update_notices(self, ctx: Any, editor: Any, capsule: Capsule, ks: list[int]) -> int:
-        """Readers of the changed items (other than the editor) lose their read mark and are told."""
+        """Readers of the changed items (other than the editor) lose their read marks and get one notice."""
+        current = Capsules(ctx.store, self.short, capsule.scope).get(capsule.number) or capsule
         by_session = {a.session: a for a in ctx.agents.active()}
+        readers = {s for k in ks for s in cs.readers(ctx.store, capsule, k)} - {editor.session}
+        item = f"{capsule.number}" if ks[0] == WHOLE else f"{capsule.number}-{ks[0]}"
         told = 0
-        for k in ks:
-            for session in cs.readers(ctx.store, capsule, k):
-                reader = by_session.get(session)
-                if reader is None or session == editor.session:
-                    continue
-                cs.mark_unread(ctx.store, session, [(capsule.id, k)])
-                item = f"{capsule.number}" if k == WHOLE else f"{capsule.number}-{k}"
-                ctx.notify(reader, ctx.texts.render("capsule_updated", room=self.name, item=item,
-                                                    title=capsule.title, editor=editor.name), "capsule_update")
-                told += 1
+        for session in sorted(readers):
+            reader = by_session.get(session)
+            if reader is None:
+                continue
+            cs.mark_unread(ctx.store, session, [(capsule.id, k) for k in ks])
+            ctx.notify(reader, ctx.texts.render("capsule_updated", room=self.name, item=item,
+                                                title=current.title, editor=editor.name), "capsule_update")
+            told += 1
         return told
 
     @action("delete")

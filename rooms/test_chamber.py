@@ -103,7 +103,7 @@ class TestChamber(Room):
             return [ctx.texts.render("ascend_offer_new")]
         return [ctx.texts.render("ascend_offer_inherit", ancestor_name=ancestor.name,
                                  ancestor_description=ancestor.description, lineage=ancestor.lineage,
-                                 next_name=f"{ancestor.lineage} {ag.roman((ancestor.generation or 0) + 1)}")]
+                                 next_name=f"{ancestor.lineage} {ag.roman(next_generation(ctx, ancestor.lineage))}")]
 
     # -- ascension --------------------------------------------------------------------------
     def eligible(self, ctx: Any, agent: Any) -> bool:
@@ -158,7 +158,8 @@ class TestChamber(Room):
             return Outcome(["No ancestor is on offer to you; found a new lineage with `ascend_new`."])
         description = (p.description if p and p.description else None) or \
             f"Heir of {ancestor.name}, continuing the {ancestor.lineage} lineage."
-        new = lifecycle.ascend(ctx, agent, ancestor.lineage, (ancestor.generation or 0) + 1, description, ancestor)
+        new = lifecycle.ascend(ctx, agent, ancestor.lineage, next_generation(ctx, ancestor.lineage), description,
+                               ancestor)
         return Outcome(_ascended_lines(new))
 
     @action("ascend_new", params=NewLineageParams)
@@ -201,3 +202,8 @@ def _ascended_lines(new: Any) -> list[str]:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def next_generation(ctx: Any, lineage: str) -> int:
+    """One past the lineage's highest generation, so an heir never takes a living agent's name."""
+    return 1 + max((a.generation or 0 for a in ctx.agents.by_lineage(lineage)), default=0)

@@ -240,15 +240,19 @@ def _str_keys(value: Any) -> Any:
     return value
 
 
-def _normalise_tags(value: Any) -> list[str]:
+def _normalise_tags(value: Any) -> Any:
+    """A comma string or a list of scalars -> list of trimmed tags; other shapes are left as given
+    so the action's parameter check refuses them with a clear error."""
     if value is None:
         return []
     if isinstance(value, str):
         return [tag.strip() for tag in value.split(",") if tag.strip()]
-    if isinstance(value, list):
+    if isinstance(value, (int, float)):
+        return [str(value)]
+    if isinstance(value, list) and all(isinstance(item, (str, int, float)) or item is None for item in value):
         tags = (item if isinstance(item, str) else str(item) for item in value if item is not None)
         return [tag.strip() for tag in tags if tag.strip()]
-    return [str(value)]
+    return value
 
 
 def _json_safe(value: Any) -> Any:
