@@ -63,11 +63,13 @@ class ArchiveRoom(CapsuleRoom):
 
     def after_create(self, ctx: Any, agent: Any, capsule: Capsule) -> list[str]:
         """Published directly (review off): recorded as an accepted submission and announced."""
+        body = Capsules(ctx.store, self.short).message(capsule, 1)
         ctx.store.execute(
             "INSERT INTO paper_submissions(tick, agent, session, lineage, generation, title, tags, abstract, content,"
             " status, decided_tick, capsule_number) VALUES(?,?,?,?,?,?,?,?,?,'accepted',?,?)",
             (ctx.tick, agent.name, agent.session, agent.lineage, agent.generation, capsule.title,
-             json.dumps(capsule.tags), capsule.abstract or "", "", ctx.tick, capsule.number))
+             json.dumps(capsule.tags), capsule.abstract or "", body.content if body else "", ctx.tick,
+             capsule.number))
         ctx.broadcast(ctx.texts.render("archive_new", author=agent.name, number=capsule.number,
                                        title=capsule.title, words=capsule.word_count),
                       "publication", exclude=[agent.name])

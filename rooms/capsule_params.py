@@ -15,6 +15,7 @@ from .base import Params
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 LINE_BREAK = re.compile(r"[\n\r\x85\u2028\u2029]")  # every character that ends a line
+BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")  # direction overrides that disguise a title
 TAG_MAX_CHARS = 50
 
 
@@ -82,7 +83,7 @@ class Limits:
         """Problem with a title, or None. Single line, no control characters, bounded length."""
         if value is None or not value.strip():
             return f"the {what} is empty"
-        if LINE_BREAK.search(value.strip()) or CONTROL.search(value):
+        if LINE_BREAK.search(value.strip()) or CONTROL.search(value) or BIDI.search(value):
             return f"the {what} must be one line of text without control characters"
         if len(value.strip()) > self.title_chars:
             return f"the {what} is {len(value.strip())} characters long; at most {self.title_chars} are allowed"

@@ -71,12 +71,14 @@ class CapsuleRoom(Room):
         scope = self.scope(ctx, agent)
         return None if scope is None else Capsules(ctx.store, self.short, scope)
 
-    def visible(self, ctx: Any, agent: Any, capsule: Capsule | None) -> bool:
-        """The capsule exists, is not deleted, and this agent may see it."""
-        if capsule is None or capsule.deleted:
-            return False
+    def may_see(self, ctx: Any, agent: Any, capsule: Capsule) -> bool:
+        """Whether the capsule is this agent's to see at all (deleted or not)."""
         member = self.member(agent)
         return member is None or cs.is_member(ctx.store, member, capsule)
+
+    def visible(self, ctx: Any, agent: Any, capsule: Capsule | None) -> bool:
+        """The capsule exists, is not deleted, and this agent may see it."""
+        return capsule is not None and not capsule.deleted and self.may_see(ctx, agent, capsule)
 
     def state(self, agent: Any) -> dict[str, Any]:
         return agent.room_state(self.short)
@@ -201,7 +203,7 @@ class CapsuleRoom(Room):
             return Outcome([f"Reply refused: {err}."])
         caps = self.capsules(ctx, agent)
         capsule = caps.get(target.number) if caps else None
-        if capsule is None or not self.visible(ctx, agent, capsule) and not capsule.deleted:
+        if capsule is None or not self.may_see(ctx, agent, capsule):
             return Outcome([f"Reply refused: capsule {target.number} not found."])
         refused = self.may_reply(ctx, agent, capsule)
         if refused:
@@ -377,7 +379,7 @@ class CapsuleRoom(Room):
         caps = self.capsules(ctx, agent)
         assert caps is not None
         capsule = caps.get(target.number)
-        if capsule is None or (not capsule.deleted and not self.visible(ctx, agent, capsule)):
+        if capsule is None or not self.may_see(ctx, agent, capsule):
             return f"capsule {target.number} not found"
         message = None
         if target.k is not None:

@@ -81,6 +81,15 @@ def demo_config(**overrides: Any) -> dict[str, Any]:
     return _merge(yaml.safe_load(DEMO.read_text(encoding="utf-8")), overrides)
 
 
+def make_old(st: Station, *names: str) -> None:
+    """Make the named agents old enough to be mature (birth far in the past)."""
+    with st.store.transaction():
+        for name in names:
+            agent = st.ctx.agents.get(name)
+            agent.birth_tick = -100
+            st.ctx.agents.save(agent)
+
+
 # -- reading the world back ---------------------------------------------------------------
 def stored(st: Station, name: str) -> dict[str, Any]:
     """The agent's record as committed in the database (not the engine's in-memory copy)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from helpers import (act, executed_lines, guest, make_station, prompt_at, record_requests, recursive,
+from helpers import (act, executed_lines, guest, make_old, make_station, prompt_at, record_requests, recursive,
                      replay_model, reply, section, stored, turn, yaml_block)
 from station.engine import Engine
 from station.report import status
@@ -197,14 +197,6 @@ def test_immature_agents_cannot_enter(tmp_path: Path) -> None:
 
 
 # -- invite -----------------------------------------------------------------------------------------
-def make_old(st: Station, *names: str) -> None:
-    with st.store.transaction():
-        for name in names:
-            agent = st.ctx.agents.get(name)
-            agent.birth_tick = -100
-            st.ctx.agents.save(agent)
-
-
 def test_invite_sends_one_notice_per_valid_invitee_and_explains_each_refusal(tmp_path: Path) -> None:
     names = "Curie I, curie i, Spiro I, Nobody, Guest_1, Darwin I, Mendel I"
     st = station(tmp_path, {"Spiro": [reply(act("goto common"), act("invite"), yaml_block(f"recipients: {names}"))],
