@@ -119,7 +119,6 @@ class CapsuleRoom(Room):
         parts = [p for p in (self.header(ctx, agent),) if p]
         pinned_numbers = self._pinned_numbers(ctx, agent, caps)
         pinned = sorted(caps.live(pinned_numbers, member=member), key=lambda c: (-c.created_tick, -c.number))
-        pinned = [c for c in pinned if self.visible(ctx, agent, c)]
         if pinned:
             parts.append("**Pinned Capsules**\n\n" + self._table(ctx, agent, pinned))
         total = caps.count(member=member, exclude=pinned_numbers)
@@ -324,7 +323,7 @@ class CapsuleRoom(Room):
         if (args or "").strip().lower() == "all":
             capsules = caps.all_live(member=self.member(agent), limit=limit + 1)
             more = len(capsules) > limit
-            entries = [self._preview_text(c) for c in capsules[:limit] if self.visible(ctx, agent, c)]
+            entries = [self._preview_text(c) for c in capsules[:limit]]
             if more:
                 entries.append(f"Only the oldest {limit} are shown; preview a range such as "
                                f"`preview {capsules[limit].number}:{capsules[limit].number + limit - 1}` for more.")
@@ -360,8 +359,7 @@ class CapsuleRoom(Room):
             return Outcome(["Search needs a tag: /execute_action{search <tag>} (matches whole tags, any case)."])
         caps = self.capsules(ctx, agent)
         assert caps is not None
-        hits = [c for c in caps.tagged(tag, member=self.member(agent), limit=SEARCH_RESULTS)
-                if self.visible(ctx, agent, c)]
+        hits = caps.tagged(tag, member=self.member(agent), limit=SEARCH_RESULTS)
         if not hits:
             return Outcome([f"No capsule here is tagged '{tag}'."])
         unread = cs.unread_counts(ctx.store, agent.session, hits)
@@ -520,7 +518,3 @@ class CapsuleRoom(Room):
         key = {"private_memory": "private", "public_memory": "public"}.get(self.short, self.short)
         return {"capsules": {key: count}}
 
-
-def active_by_name(ctx: Any, names: list[str]) -> list[Any]:
-    wanted = set(names)
-    return [a for a in ctx.agents.active() if a.name in wanted]
