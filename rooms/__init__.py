@@ -13,13 +13,14 @@ from .misc import MiscRoom
 from .private_memory import PrivateMemoryRoom
 from .public_memory import PublicMemoryRoom
 from .reflection import ReflectionChamber
+from .research import ResearchCounter
 from .test_chamber import TestChamber
 from .token_management import TokenManagementRoom
 
 # Lobby order; rooms added by later work slot in here.
 ROOM_CLASSES: list[type[Room]] = [
-    Lobby, CodexRoom, ReflectionChamber, PrivateMemoryRoom, PublicMemoryRoom, ArchiveRoom, MailRoom, CommonRoom,
-    TestChamber, TokenManagementRoom, ExternalCounter, MiscRoom, ExitRoom,
+    Lobby, CodexRoom, ReflectionChamber, PrivateMemoryRoom, PublicMemoryRoom, ArchiveRoom, ResearchCounter, MailRoom,
+    CommonRoom, TestChamber, TokenManagementRoom, ExternalCounter, MiscRoom, ExitRoom,
 ]
 
 

@@ -170,6 +170,68 @@ class ReflectionConfig(Section):
     max_rounds: int = Field(10, ge=1, le=50)
 
 
+class TaskConfig(Section):
+    """One research task: an evaluator from evaluators/ and its parameters."""
+
+    evaluator: str = Field(min_length=1, description="registry name, e.g. circle_packing")
+    params: dict[str, Any] = Field(default_factory=dict, description="evaluator parameters, e.g. {n: 26}")
+    timeout_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="override the task's timeout")
+    baselines: bool = Field(True, description="evaluate the task's System baselines when the station is created")
+
+
+class ExecutorConfig(Section):
+    kind: Literal["local", "ray"] = "local"
+    max_parallel: int = Field(2, ge=1, le=256, description="evaluations running at once")
+    ray_address: str | None = Field(None, description="join this Ray cluster (e.g. ray://host:10001 or auto); "
+                                    "null starts a local instance")
+    ray_num_cpus: int | None = Field(None, gt=0, description="CPUs of a local Ray instance (default: all)")
+
+
+class ResearchConfig(Section):
+    """The Research Counter and its evaluations (spec research §1-§2)."""
+
+    tasks: list[TaskConfig] = Field(default_factory=list, description="no tasks: no Research Counter")
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    max_open_per_agent: int = Field(2, ge=1, le=100, description="unfinished evaluations one agent may have")
+    wait_ticks: int | None = Field(2, ge=1, description="the tick waits for evaluations this many ticks old "
+                                   "(counting the submission tick); null never waits")
+    cooldown_ticks: int = Field(0, ge=0, description="ticks between one agent's submissions; 0 disables")
+    no_score: bool = Field(False, description="hide scores from agents (evaluations still run)")
+    show_tag_stats: bool = False
+    cross_lineage_review: bool = True
+    cross_lineage_storage: bool = True
+    allow_cpu_only: bool = False
+    holiday_mode: bool = Field(False, description="no submissions on ticks ending in 9 or 0")
+    page_size: int = Field(10, ge=1, le=200)
+    max_tags: int = Field(6, ge=1, le=50)
+    max_tag_chars: int = Field(30, ge=1, le=200)
+    max_abstract_words: int = Field(100, ge=1)
+    max_code_chars: int = Field(200_000, ge=100)
+    log_max_chars: int = Field(15_000, ge=200, description="logs shown in result messages (head and tail)")
+    storage_read_max_chars: int = Field(40_000, ge=100)
+    storage_write_max_chars: int = Field(1_000_000, ge=100)
+
+
+class DebuggerConfig(Section):
+    """The debugger: when a submission crashes, a model proposes a fixed version (spec research §4)."""
+
+    enabled: bool = True
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-debugger", temperature=0.2))
+    max_attempts: int = Field(2, ge=1, le=10, description="fixed versions tried per submission")
+
+
+class StagnationConfig(Section):
+    """The Stagnation Protocol (spec research §5)."""
+
+    enabled: bool = True
+    threshold_ticks: int = Field(120, ge=1, description="ticks without a new best before Protocol I")
+    deep_threshold_ticks: int = Field(240, ge=1, description="further ticks before Deep Stagnation, and "
+                                      "between its code names")
+    breakthrough: Literal["tag", "global"] = Field(
+        "tag", description="tag: progress among the code name's tagged submissions also counts (no cycling "
+        "while the tagged track improves); global: only a new overall best")
+
+
 class CodexConfig(Section):
     set: str = Field("research", description="a folder under codex/sets/, or a path to one")
     texts: dict[str, str] = Field(default_factory=dict, description="message/help overrides by name")
@@ -204,6 +266,9 @@ class StationConfig(Section):
     reviewer: ReviewerConfig = Field(default_factory=ReviewerConfig)
     common_room: CommonRoomConfig = Field(default_factory=CommonRoomConfig)
     reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
+    research: ResearchConfig = Field(default_factory=ResearchConfig)
+    debugger: DebuggerConfig = Field(default_factory=DebuggerConfig)
+    stagnation: StagnationConfig = Field(default_factory=StagnationConfig)
     codex: CodexConfig = Field(default_factory=CodexConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)

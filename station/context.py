@@ -69,6 +69,7 @@ class Context:
         self.rooms: dict[str, Room] = {}
         self.hooks: list[Hook] = []
         self.models: Any = None  # set by the engine: a ModelPool
+        self.tasks: dict[str, Any] = {}  # research tasks by id ("1", ...): evaluators.base.Task
         self.replay_source: Store | None = None
         self.replay_strict = False
 

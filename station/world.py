@@ -15,6 +15,7 @@ from .conversation import Conversations
 from .hooks import load_hooks
 from .models import ModelPool
 from .store import CORE_MIGRATIONS, Store, StoreError
+from .tasks import load_tasks
 from .texts import Texts
 
 FORMAT_VERSION = 1
@@ -29,7 +30,9 @@ class Station:
         self.agents = AgentRegistry(store)
         self.conversations = Conversations(store, config.tokens.protected_keywords)
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
-        rooms = load_rooms(config.rooms.disabled)
+        self.ctx.tasks = load_tasks(config.research)
+        no_research = [] if self.ctx.tasks else ["research"]
+        rooms = load_rooms([*config.rooms.disabled, *no_research])
         for room in rooms:
             store.migrate(room.migration_component or f"room:{room.short}", room.migrations)
         self.ctx.rooms = {room.short: room for room in rooms}

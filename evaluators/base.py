@@ -1,0 +1,118 @@
+"""The Evaluator protocol: what a research task declares, and how its results are scored.
+
+A task says what agents read (its spec), how a submission is run (entry point, resources,
+timeout) and how the returned data is scored. Scoring runs in the trusted parent, from the
+plain data the sandbox returned; evaluators never see the engine or the store.
+"""
+from __future__ import annotations
+
+import io
+import math
+import tokenize
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from station.executors.base import RunResult
+
+
+@dataclass
+class Verdict:
+    """The evaluator's judgement of one run. Higher score (or sort key) is always better."""
+
+    success: bool
+    score: float | None = None  # None when success is false (shown as n.a.)
+    details: str = ""  # one paragraph for the author
+    metrics: dict[str, float | None] = field(default_factory=dict)  # secondary metrics, raw values
+    sort_key: tuple[float, ...] | None = None  # compared only within one task; default (score,)
+
+    def __post_init__(self) -> None:
+        if not self.success:
+            self.score, self.sort_key = None, None  # a failed verdict never keeps a number (spec §9.10)
+        elif self.score is None or not math.isfinite(self.score):
+            raise ValueError("a successful verdict needs a finite score")
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"success": self.success, "score": self.score, "details": self.details,
+                "metrics": dict(self.metrics), "sort_key": list(self.sort_key) if self.sort_key else None}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A submission the station evaluates at start-up, authored by `System` and visible to all."""
+
+    title: str
+    tags: tuple[str, ...]
+    abstract: str
+    code: str
+
+
+class Task:
+    """A research task. Subclasses fill in the class attributes and `score`."""
+
+    kind: str = "task"  # the registry name, e.g. "circle_packing"
+    title: str = ""
+    description: str = ""  # one line
+    mode: Literal["function", "command"] = "function"
+    entry: str = "main"  # function name (function mode) or shell command (command mode)
+    filename: str = "submission.py"
+    timeout_s: float = 600.0
+    memory_mb: int | None = 4096
+    max_processes: int = 64
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    display_precision: int = 4
+    metric_formats: dict[str, str] = {}  # secondary metric name -> format spec (".3f")
+
+    def spec(self) -> str:
+        """The markdown agents read with `read <task id>`."""
+        raise NotImplementedError
+
+    def baselines(self) -> list[Baseline]:
+        return []
+
+    def validate_code(self, code: str) -> str | None:
+        """A reason to refuse the code before it runs, or None."""
+        return None
+
+    def score(self, result: RunResult) -> Verdict:
+        """Judge a run that ended with status "ok" (the parent handles crashes and timeouts)."""
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        """Trusted environment variables the run needs (never secrets)."""
+        return {}
+
+
+TASKS: dict[str, Callable[..., Task]] = {}
+
+
+def register(kind: str) -> Callable[[type[Task]], type[Task]]:
+    def mark(cls: type[Task]) -> type[Task]:
+        cls.kind = kind
+        TASKS[kind] = cls
+        return cls
+    return mark
+
+
+def create_task(kind: str, params: dict[str, Any] | None = None) -> Task:
+    """A task from its registry name and parameters; a clear error for unknown names or bad params."""
+    from . import known_tasks  # noqa: F401 - importing registers every task module
+
+    if kind not in TASKS:
+        raise ValueError(f"unknown research task {kind!r}; known: {', '.join(sorted(TASKS))}")
+    try:
+        return TASKS[kind](**(params or {}))
+    except TypeError as err:
+        raise ValueError(f"research task {kind!r}: bad parameters {params!r} ({err})") from None
+
+
+def has_real_code(code: str) -> bool:
+    """False when nothing but comments, docstrings and blank lines is left (spec research §1.4.8)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return bool(code.strip())  # let the run report the syntax error
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER, tokenize.ENCODING}
+    meaningful = [t for t in tokens if t.type not in skip]
+    return any(t.type != tokenize.STRING for t in meaningful)

@@ -1,0 +1,108 @@
+"""The research tables: evaluations (the queue and the leaderboard), their versions, task addenda.
+
+World state only changes inside engine units: the Research Counter inserts a queued
+evaluation; the evaluation hook applies a finished one (status, score, logs) in the same
+transaction that delivers the author's message, so a result is shown exactly when it has
+been sent. `evaluation_runs` is the one exception: the background evaluator's own
+bookkeeping of what is running where (not world state; never read by rooms' logic).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SYSTEM_AUTHOR = "System"
+OPEN_STATES = ("queued",)  # not yet delivered; 'running' is known from evaluation_runs
+DONE_STATES = ("finished", "failed", "timed_out")
+
+MIGRATIONS = [
+    """
+    CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: an id is never reused
+        task TEXT NOT NULL,                    -- task id ("1", "2", ...)
+        author TEXT NOT NULL,                  -- agent name, or 'System' for baselines
+        session INTEGER,                       -- the author's session (NULL for System)
+        lineage TEXT,                          -- the author's lineage when submitted (NULL: System)
+        tick INTEGER NOT NULL,                 -- submission tick
+        title TEXT NOT NULL,
+        tags TEXT NOT NULL,                    -- JSON list, normalised (lowercase, '-' for '_')
+        abstract TEXT NOT NULL,
+        code TEXT NOT NULL,
+        no_debugger INTEGER NOT NULL DEFAULT 0,
+        cpu_only INTEGER NOT NULL DEFAULT 0,
+        holds_tick INTEGER NOT NULL DEFAULT 1, -- 0: the tick never waits for it (System baselines)
+        status TEXT NOT NULL DEFAULT 'queued', -- queued / finished / failed / timed_out
+        score REAL,                            -- NULL unless finished with success
+        sort_key TEXT,                         -- JSON list, compared within one task only
+        metrics TEXT,                          -- JSON {name: raw value or null}
+        details TEXT,                          -- the evaluator's message
+        error TEXT,                            -- one-line error of the reported version
+        reported_version INTEGER,              -- 1: the author's code; 2, 3, ...: debugger versions
+        stdout TEXT,                           -- logs of the reported version (head and tail kept)
+        stderr TEXT,
+        finished_tick INTEGER                  -- tick the result was delivered
+    );
+    CREATE INDEX evaluations_status ON evaluations(status, id);
+    CREATE INDEX evaluations_author ON evaluations(author, status);
+    CREATE INDEX evaluations_task_score ON evaluations(task, score);
+    CREATE INDEX evaluations_lineage ON evaluations(lineage, id);
+    CREATE TABLE evaluation_tags (
+        evaluation INTEGER NOT NULL REFERENCES evaluations(id),
+        tag TEXT NOT NULL,
+        PRIMARY KEY (evaluation, tag)
+    );
+    CREATE INDEX evaluation_tags_tag ON evaluation_tags(tag, evaluation);
+    CREATE TABLE evaluation_versions (        -- every run of an evaluation, filled when it is delivered
+        evaluation INTEGER NOT NULL REFERENCES evaluations(id),
+        version INTEGER NOT NULL,              -- 1: the author's code
+        source TEXT NOT NULL,                  -- author / debugger
+        code TEXT NOT NULL,
+        status TEXT NOT NULL,                  -- ok / error / timeout / system_error / invalid / refused
+        score REAL,
+        error TEXT,
+        input_key TEXT NOT NULL,               -- the recorded input holding the whole result
+        PRIMARY KEY (evaluation, version)
+    );
+    CREATE TABLE evaluation_runs (            -- the background evaluator's bookkeeping (not world state)
+        evaluation INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        state TEXT NOT NULL,                   -- running / done
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        executor TEXT NOT NULL,
+        PRIMARY KEY (evaluation, version)
+    );
+    CREATE TABLE research_addenda (           -- text appended to a task's spec (Stagnation Protocol II)
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        task TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        label TEXT NOT NULL,
+        text TEXT NOT NULL,
+        removed_tick INTEGER
+    );
+    """,
+]
+
+
+def insert_evaluation(store: Any, *, task: str, author: str, session: int | None, lineage: str | None, tick: int,
+                      title: str, tags: list[str], abstract: str, code: str, no_debugger: bool = False,
+                      cpu_only: bool = False, holds_tick: bool = True) -> int:
+    """Queue an evaluation; returns its new id."""
+    cur = store.execute(
+        "INSERT INTO evaluations(task, author, session, lineage, tick, title, tags, abstract, code, no_debugger, "
+        "cpu_only, holds_tick) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+        (task, author, session, lineage, tick, title, json.dumps(tags), abstract, code, int(no_debugger),
+         int(cpu_only), int(holds_tick)))
+    number = int(cur.lastrowid)
+    for tag in dict.fromkeys(tags):
+        store.execute("INSERT INTO evaluation_tags(evaluation, tag) VALUES(?,?)", (number, tag))
+    return number
+
+
+def open_evaluations(store: Any) -> list[Any]:
+    return store.all("SELECT * FROM evaluations WHERE status='queued' ORDER BY id")
+
+
+def running_ids(store: Any) -> set[int]:
+    """Evaluations the background evaluator is running now (runtime bookkeeping)."""
+    return {r[0] for r in store.all("SELECT DISTINCT evaluation FROM evaluation_runs WHERE state='running'")}

@@ -1,0 +1,19 @@
+"""The research tasks of a station, built from `research.tasks` in its config (ids "1", "2", ...)."""
+from __future__ import annotations
+
+from evaluators.base import Task, create_task
+
+from .config import ConfigError, ResearchConfig
+
+
+def load_tasks(config: ResearchConfig) -> dict[str, Task]:
+    tasks: dict[str, Task] = {}
+    for number, entry in enumerate(config.tasks, 1):
+        try:
+            task = create_task(entry.evaluator, entry.params)
+        except ValueError as err:
+            raise ConfigError(f"invalid station config: research.tasks.{number - 1}: {err}") from None
+        if entry.timeout_s is not None:
+            task.timeout_s = entry.timeout_s
+        tasks[str(number)] = task
+    return tasks
