@@ -67,6 +67,11 @@ class StatusLine:
         if p.kind == "turn":
             self.turns += 1
         elapsed = time.monotonic() - self.start
+        if p.kind == "wait":
+            if self.tty:
+                self.stream.write(f"\r\x1b[Ktick {p.tick:>5} | {p.note}")
+                self.stream.flush()
+            return
         rate = self.turns / elapsed if elapsed > 0 else 0.0
         where = f"{p.agent} in {p.room}" if p.agent else f"tick {p.tick} finished"
         line = f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"

@@ -39,6 +39,10 @@ class ReplayDiverged(RuntimeError):
     pass
 
 
+class WaitInterrupted(RuntimeError):
+    """The station was asked to stop while a unit waited for an outside input (e.g. an evaluation)."""
+
+
 @dataclass(frozen=True)
 class Event:
     kind: str
@@ -72,6 +76,11 @@ class Context:
         self.tasks: dict[str, Any] = {}  # research tasks by id ("1", ...): evaluators.base.Task
         self.replay_source: Store | None = None
         self.replay_strict = False
+        self.stop_event: Any = None  # set by the engine: a threading.Event asking the run to stop
+        self.on_wait: Callable[[str], None] = lambda text: None  # progress while a unit waits
+
+    def report_wait(self, text: str) -> None:
+        self.on_wait(text)
 
     # -- clock ----------------------------------------------------------------------------
     @property

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from . import commands, lifecycle
 from .agents import Agent
-from .context import NeedInput, request_hash
+from .context import NeedInput, WaitInterrupted, request_hash
 from .models import Model, ModelError, Reply
 from .prompt import compose
 from .store import Store, dumps
@@ -33,6 +33,7 @@ class Progress:
     kind: str  # "turn" or "tick"
     agent: str | None = None
     room: str | None = None
+    note: str | None = None  # kind "wait": what the station is waiting for
 
 
 class StationPaused(RuntimeError):
@@ -50,6 +51,8 @@ class Engine:
         self._replayed_commands = commands.recorded_by_point(replay_source) if replay_source else None
         self.on_progress = on_progress or (lambda p: None)
         self.stop = threading.Event()
+        self.ctx.stop_event = self.stop
+        self.ctx.on_wait = lambda text: self.on_progress(Progress(self.ctx.tick, "wait", note=text))
         self._done_tick = -1
         self._done: set[int] = set()
         self._tick_just_ended = False
@@ -64,8 +67,11 @@ class Engine:
                 return "paused by the operator"
             if last is not None and self.ctx.tick > last:
                 return f"finished tick {last}"
-            if not self.step():
-                return "no active agents are left"
+            try:
+                if not self.step():
+                    return "no active agents are left"
+            except WaitInterrupted as err:
+                return str(err)
             if self._tick_just_ended and self.ctx.config.operator.pause_on_human_request:
                 waiting = [w for room in self.ctx.rooms.values()
                            for w in getattr(room, "awaiting_operator", lambda c: [])(self.ctx)]

@@ -276,7 +276,7 @@ def _split_sql(script: str) -> list[str]:
 def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
     """Every world table, rows in key order, minus wall-clock columns: equal worlds, equal dumps."""
     volatile = {"recorded_at", "started_at", "finished_at", "queued_at", "latency_s"}
-    skip_tables = {"sqlite_sequence", "operator_queue"}
+    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs"}  # bookkeeping, not world
     out: dict[str, list[list[Any]]] = {}
     tables = [r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for table in tables:

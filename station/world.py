@@ -74,6 +74,7 @@ class Station:
             for spec in config.agents:
                 for _ in range(spec.count):
                     lifecycle.create_agent(station.ctx, spec)
+            station.ctx.emit("station_created")
             station.ctx.emit("tick_started")
         store.close()
         for leftover in ("station.db-wal", "station.db-shm"):
@@ -93,4 +94,6 @@ class Station:
         return cls(store, config)
 
     def close(self) -> None:
+        for hook in self.ctx.hooks:  # background workers (reviewer, evaluator) stop with the station
+            getattr(hook, "close", lambda: None)()
         self.store.close()

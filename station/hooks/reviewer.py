@@ -514,6 +514,9 @@ class Reviewer(Hook):
         self.worker = ReviewWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.rooms)
         self.worker.start()
 
+    def close(self) -> None:
+        self.stop_worker()
+
     def stop_worker(self, timeout: float = 10.0) -> None:
         """Stop the background worker (if any) after its current model call."""
         if self.worker is not None:

@@ -7,6 +7,7 @@ from ..config import ModelConfig
 from .base import Message, Model, ModelError, Reply, Usage
 from .replay import ReplayModel
 from .scripted import ScriptedModel
+from .scripted_debugger import ScriptedDebugger
 from .scripted_grader import ScriptedGrader
 from .scripted_reviewer import ScriptedReviewer
 
@@ -19,6 +20,8 @@ def create_model(config: ModelConfig) -> Model:
             return ScriptedGrader(config.name)
         if config.name.startswith("scripted-reviewer"):
             return ScriptedReviewer(config.name)
+        if config.name.startswith("scripted-debugger"):
+            return ScriptedDebugger(config.name)
         return ScriptedModel(config.name, config.seed)
     if config.provider == "replay":
         return ReplayModel(config.name, config.replay_file or "")

@@ -1,0 +1,224 @@
+"""The background evaluator: runs queued evaluations in the sandbox and records their results as inputs.
+
+It changes no world state. For each queued evaluation (oldest first, at most
+`research.executor.max_parallel` at once) it walks the evaluation's path (pipeline.walk),
+producing only the inputs not recorded yet: a sandbox run scored by the task's evaluator,
+or a debugger proposal. The engine applies an evaluation once its path is complete. After a
+crash or a restart the walk resumes at the first missing input, so a run that was in flight
+is simply run again and a recorded result is never produced twice.
+
+`evaluation_runs` keeps the runtime state (what is running, since when, where) for status
+displays; it is bookkeeping, not world state.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rooms.research_store import open_evaluations
+
+from ..executors.base import Mount, RunResult, RunSpec
+from ..models import create_model
+from ..store import Store
+from . import debugger
+from .pipeline import Outcome, walk
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.5
+STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
+
+
+def clip(text: str, limit: int) -> str:
+    """Head and tail of `text` within `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head
+    return f"{text[:head]}\n… [{len(text) - limit:,} characters cut] …\n{text[-tail:]}"
+
+
+def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
+    """A run's recorded result: the sandbox's outcome plus the trusted evaluator's verdict."""
+    payload: dict[str, Any] = {
+        "status": result.status, "error": result.error, "traceback": result.traceback,
+        "stdout": clip(result.stdout, STREAM_KEEP_CHARS), "stderr": clip(result.stderr, STREAM_KEEP_CHARS),
+        "exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "isolation": result.isolation,
+        "executor": executor, "success": False, "score": None, "sort_key": None, "metrics": {}, "details": "",
+    }
+    if result.status != "ok":
+        return payload
+    try:
+        verdict = task.score(result)
+    except Exception as err:  # noqa: BLE001 - an evaluator bug must not lose the evaluation
+        log.exception("evaluator %s failed", task.kind)
+        payload.update(status="invalid", details=f"Evaluation error: {type(err).__name__}: {err}")
+        return payload
+    payload.update(verdict.to_payload())
+    metrics = payload["metrics"]
+    for name, value in list(metrics.items()):  # JSON has no NaN: keep it readable as "nan"
+        if isinstance(value, float) and not math.isfinite(value):
+            metrics[name] = str(value)
+    if not verdict.success:
+        payload["status"] = "invalid"
+    return payload
+
+
+def refused_payload(problem: str) -> dict[str, Any]:
+    return {"status": "refused", "error": f"Validation error: {problem}", "traceback": None, "stdout": "",
+            "stderr": "", "exit_code": None, "duration_s": 0.0, "isolation": [], "executor": None,
+            "success": False, "score": None, "sort_key": None, "metrics": {}, "details": ""}
+
+
+def storage_mounts(station_dir: Path, lineage: str | None, cross_lineage: bool) -> list[Mount]:
+    from rooms.research_storage import code_areas  # the room owns the storage layout
+
+    root = station_dir / "files" / "research" / "storage"
+    return [Mount(source, target, writable) for source, target, writable in code_areas(root, lineage, cross_lineage)]
+
+
+class _Stopped(Exception):
+    pass
+
+
+class EvaluationWorker(threading.Thread):
+    def __init__(self, directory: Path, config: Any, texts: Any, tasks: dict[str, Any],
+                 executor: Any | None = None) -> None:
+        super().__init__(name="evaluator", daemon=True)
+        self.directory, self.config, self.texts, self.tasks = Path(directory), config, texts, tasks
+        self.executor = executor
+        self.stop, self.wake, self.recorded = threading.Event(), threading.Event(), threading.Event()
+        self.inflight: dict[int, threading.Thread] = {}
+        self.error: str | None = None
+        self._models: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # -- the scheduling loop --------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            store = Store(self.directory)
+        except Exception as err:  # noqa: BLE001 - the station went away
+            self.error = repr(err)
+            return
+        try:
+            if self.executor is None:
+                from ..executors import create_executor  # the executors load Ray etc. only when used
+                self.executor = create_executor(self.config.research.executor, hide=[self.directory])
+            while not self.stop.is_set():
+                self._schedule(store)
+                self.wake.wait(POLL_SECONDS)
+                self.wake.clear()
+        except Exception as err:  # noqa: BLE001 - report it; the hook starts a new worker
+            log.exception("the evaluator stopped")
+            self.error = repr(err)
+        finally:
+            store.close()
+
+    def _schedule(self, store: Store) -> None:
+        limit = self.config.research.executor.max_parallel
+        with self._lock:
+            for number in [n for n, t in self.inflight.items() if not t.is_alive()]:
+                del self.inflight[number]
+        for row in open_evaluations(store):
+            if len(self.inflight) >= limit:
+                break
+            if row["id"] in self.inflight:
+                continue
+            thread = threading.Thread(target=self._evaluate, args=(dict(row),), name=f"eval-{row['id']}",
+                                      daemon=True)
+            with self._lock:
+                self.inflight[row["id"]] = thread
+            thread.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop taking work; runs in flight are abandoned (they run again when the station resumes)."""
+        self.stop.set()
+        self.wake.set()
+        self.join(timeout)
+        if self.executor is not None:
+            self.executor.close()
+
+    # -- one evaluation -------------------------------------------------------------------
+    def _evaluate(self, row: dict[str, Any]) -> None:
+        store = Store(self.directory)
+        try:
+            task = self.tasks.get(row["task"])
+            if task is None:
+                raise RuntimeError(f"evaluation {row['id']} names unknown task {row['task']!r}")
+            cfg = self.config.debugger
+            walk(row, self._fetcher(store, row), run_code=lambda v, code: self._run(store, row, task, v, code),
+                 debug=lambda attempt, so_far: self._debug(task, so_far),
+                 debugger_enabled=cfg.enabled, max_attempts=cfg.max_attempts)
+        except _Stopped:
+            pass
+        except Exception as err:  # noqa: BLE001 - keep serving the others; retried on the next round
+            log.exception("evaluation %s failed in the evaluator", row["id"])
+            self.error = repr(err)
+            time.sleep(POLL_SECONDS)
+        finally:
+            store.close()
+            self.wake.set()
+
+    def _fetcher(self, store: Store, row: dict[str, Any]) -> Callable:
+        def fetch(key: str, kind: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+            found = store.get_input(key)
+            if found is not None:
+                return found
+            if self.stop.is_set():
+                raise _Stopped
+            began = time.perf_counter()
+            payload = make()
+            if self.stop.is_set():
+                raise _Stopped  # the run was cut short by the shutdown: not a result
+            try:
+                store.record_input(key, kind, store.get_meta("tick", 1), row["author"], payload, None,
+                                   time.perf_counter() - began)
+            except sqlite3.IntegrityError:
+                return store.get_input(key) or payload
+            self.recorded.set()
+            return payload
+        return fetch
+
+    def _run(self, store: Store, row: dict[str, Any], task: Any, version: int, code: str) -> dict[str, Any]:
+        problem = task.validate_code(code)
+        if problem:
+            return refused_payload(problem)
+        assert self.executor is not None
+        spec = RunSpec(
+            code=code, mode=task.mode, entry=task.entry, filename=task.filename,
+            mounts=storage_mounts(self.directory, row["lineage"], self.config.research.cross_lineage_storage),
+            timeout_s=task.timeout_s, memory_mb=task.memory_mb, max_processes=task.max_processes,
+            num_cpus=task.num_cpus, num_gpus=0.0 if row["cpu_only"] else task.num_gpus, env=task.env(),
+            label=f"eval-{row['id']}-v{version}")
+        self._mark(store, row["id"], version, "running")
+        try:
+            result = self.executor.run(spec)
+        except Exception as err:  # noqa: BLE001 - the executor broke, not the code
+            log.exception("executor failed on evaluation %s", row["id"])
+            result = RunResult(status="system_error", error=f"Evaluation system error: {err}")
+        finally:
+            self._mark(store, row["id"], version, "done")
+        return run_payload(task, result, self.executor.name)
+
+    def _debug(self, task: Any, so_far: Outcome) -> dict[str, Any]:
+        return debugger.propose(self.texts, task, so_far, self._debugger_model)
+
+    def _debugger_model(self) -> Any:
+        with self._lock:
+            if "debugger" not in self._models:
+                self._models["debugger"] = create_model(self.config.debugger.model)
+            return self._models["debugger"]
+
+    def _mark(self, store: Store, evaluation: int, version: int, state: str) -> None:
+        now = time.time()
+        if state == "running":
+            store.execute("INSERT OR REPLACE INTO evaluation_runs(evaluation, version, state, started_at, "
+                          "finished_at, executor) VALUES(?,?,?,?,NULL,?)",
+                          (evaluation, version, state, now, getattr(self.executor, "name", "?")))
+        else:
+            store.execute("UPDATE evaluation_runs SET state=?, finished_at=? WHERE evaluation=? AND version=?",
+                          (state, now, evaluation, version))

@@ -1,0 +1,224 @@
+"""Research evaluations inside the world: seeding baselines, delivering results, holding the tick.
+
+The background worker (station/evaluation/worker.py) records results as inputs; this hook
+applies them. Before every turn and at every tick end, when evaluations are open, it
+obtains the list of those whose recorded path is complete (`evals-ready/<tick>/<unit>`, a
+recorded input itself, so a replay applies the same ones at the same points) and applies
+each: the evaluation's row gets its status, score and logs, and the author gets one message,
+in one transaction, so a result is on the leaderboard exactly when its message is sent and
+never twice.
+
+The tick wait (spec research §2.10): at the end of a tick, an open evaluation submitted
+`research.wait_ticks` ticks ago or more (counting the submission tick) must be complete
+before the next tick starts; producing the ready list then waits for it. System baselines
+never hold the tick.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from rooms.research_store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
+
+from ..context import Context, Event, Hook, WaitInterrupted
+from ..evaluation import debugger
+from ..evaluation.pipeline import Outcome, walk
+from ..evaluation.worker import EvaluationWorker, clip
+from ..store import dumps
+
+WAIT_POLL_SECONDS = 0.2
+
+
+class Evaluations(Hook):
+    name = "evaluations"
+    events = ("station_created", "evaluation_submitted", "turn_started", "tick_ending")
+
+    def __init__(self) -> None:
+        self.worker: EvaluationWorker | None = None
+
+    def handle(self, ctx: Context, event: Event) -> None:
+        if event.kind == "station_created":
+            seed_baselines(ctx)
+            return
+        rows = open_evaluations(ctx.store)
+        if not rows:
+            return
+        if ctx.replay_source is None:
+            self._ensure_worker(ctx)
+            self.worker.wake.set()  # type: ignore[union-attr]
+        if event.kind == "evaluation_submitted":
+            return
+        if event.kind == "turn_started":
+            agent = ctx.agents.get(event.agent or "")
+            unit, hold = f"s{agent.session if agent else event.agent}", []
+        else:
+            wait = ctx.config.research.wait_ticks
+            unit = "end"
+            hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
+        ready = set(ctx.obtain(f"evals-ready/{ctx.tick}/{unit}", "evals_ready", None,
+                               lambda: {"ready": self._wait_until_ready(ctx, rows, hold)})["ready"])
+        for row in rows:
+            if row["id"] in ready:
+                outcome = walk_recorded(ctx, row)
+                apply(ctx, row, outcome)
+
+    # -- the worker -----------------------------------------------------------------------
+    def _ensure_worker(self, ctx: Context) -> None:
+        if self.worker is not None and self.worker.is_alive():
+            return
+        self.worker = EvaluationWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.tasks)
+        self.worker.start()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.shutdown()
+            self.worker = None
+
+    def _wait_until_ready(self, ctx: Context, rows: list[Any], hold: list[Any]) -> list[int]:
+        """Ids of the complete evaluations; first waits (outside any transaction) for those in `hold`."""
+        began = time.monotonic()
+        while True:
+            ready = [r["id"] for r in rows if complete(ctx, r)]
+            missing = [r["id"] for r in hold if r["id"] not in ready]
+            if not missing:
+                return ready
+            stop = getattr(ctx, "stop_event", None)
+            if stop is not None and stop.is_set():
+                raise WaitInterrupted(f"stopped while the tick waited for evaluation(s) {missing}")
+            self._ensure_worker(ctx)
+            ctx.report_wait(f"waiting for evaluation(s) {', '.join(f'#{n}' for n in missing)} "
+                            f"({time.monotonic() - began:.0f}s)")
+            assert self.worker is not None
+            self.worker.recorded.wait(WAIT_POLL_SECONDS)
+            self.worker.recorded.clear()
+
+
+def debugger_settings(ctx: Any) -> dict[str, Any]:
+    cfg = ctx.config.debugger
+    return {"debugger_enabled": cfg.enabled, "max_attempts": cfg.max_attempts}
+
+
+def complete(ctx: Context, row: Any) -> bool:
+    return walk(row, lambda key, kind, make: ctx.store.get_input(key), run_code=None, debug=None,
+                **debugger_settings(ctx)) is not None
+
+
+def walk_recorded(ctx: Context, row: Any) -> Outcome:
+    def fetch(key: str, kind: str, make: Callable) -> dict[str, Any]:
+        def missing() -> dict[str, Any]:
+            raise RuntimeError(f"evaluation input {key!r} was listed as ready but is not recorded")
+        return ctx.obtain(key, kind, None, missing)
+
+    outcome = walk(row, fetch, run_code=None, debug=None, **debugger_settings(ctx))
+    assert outcome is not None
+    return outcome
+
+
+def seed_baselines(ctx: Context) -> None:
+    """Each task's System baselines, queued when the station is created (the tick never waits for them)."""
+    for number, entry in enumerate(ctx.config.research.tasks, 1):
+        if not entry.baselines:
+            continue
+        for baseline in ctx.tasks[str(number)].baselines():
+            insert_evaluation(ctx.store, task=str(number), author=SYSTEM_AUTHOR, session=None, lineage=None, tick=0,
+                              title=baseline.title, tags=list(baseline.tags), abstract=baseline.abstract,
+                              code=baseline.code, holds_tick=False)
+
+
+# -- applying a finished evaluation ------------------------------------------------------------
+def final_status(result: dict[str, Any]) -> str:
+    if result.get("status") == "ok" and result.get("success"):
+        return "finished"
+    return "timed_out" if result.get("status") == "timeout" else "failed"
+
+
+def apply(ctx: Context, row: Any, outcome: Outcome) -> None:
+    reported = outcome.reported
+    result = reported.result
+    status = final_status(result)
+    ctx.store.execute(
+        "UPDATE evaluations SET status=?, score=?, sort_key=?, metrics=?, details=?, error=?, reported_version=?, "
+        "stdout=?, stderr=?, finished_tick=? WHERE id=?",
+        (status, result.get("score") if status == "finished" else None,
+         dumps(result["sort_key"]) if result.get("sort_key") else None, dumps(result.get("metrics") or {}),
+         result.get("details") or "", result.get("error"), reported.number, result.get("stdout") or "",
+         result.get("stderr") or "", ctx.tick, row["id"]))
+    for version in outcome.versions:
+        ctx.store.execute(
+            "INSERT INTO evaluation_versions(evaluation, version, source, code, status, score, error, input_key) "
+            "VALUES(?,?,?,?,?,?,?,?)",
+            (row["id"], version.number, version.source, version.code, version.result.get("status"),
+             version.result.get("score"), version.result.get("error"), version.key))
+    author = ctx.agents.get(row["author"])
+    if row["author"] != SYSTEM_AUTHOR and author is not None and author.active and author.session == row["session"]:
+        ctx.notify(author, result_message(ctx, row, outcome, status), "evaluation")
+    ctx.emit("evaluation_finished", row["author"], evaluation=row["id"], task=row["task"], status=status,
+             score=result.get("score") if status == "finished" else None, version=reported.number)
+
+
+def result_message(ctx: Context, row: Any, outcome: Outcome, status: str) -> str:
+    texts, cfg = ctx.texts, ctx.config.research
+    task = ctx.tasks.get(row["task"])
+    reported = outcome.reported
+    result = reported.result
+    parts = [texts.render("evaluation_headline", id=row["id"], outcome=texts.render(f"evaluation_outcome_{status}"),
+                          title=row["title"], task=row["task"], task_title=task.title if task else "?")]
+    if outcome.debugged:
+        parts.append(_debug_summary(ctx, outcome))
+    if status == "finished":
+        if cfg.no_score:
+            parts.append(texts.render("evaluation_no_score"))
+        else:
+            parts.append(texts.render("evaluation_score", score=repr(result["score"])) + _metric_lines(task, result))
+    if result.get("details"):
+        parts.append(texts.render("evaluation_details", details=result["details"]))
+    if status != "finished" and result.get("error"):
+        parts.append(texts.render("evaluation_error", error=result["error"]))
+        error = result["error"]
+        if "Import failed" in error or "No module named" in error:
+            parts.append(texts.render("evaluation_import_hint"))
+    if status == "timed_out":
+        parts.append(texts.render("evaluation_timeout_hint", seconds=int(task.timeout_s) if task else "?"))
+    parts.append(_logs(ctx, reported.result, "fixed version" if reported.number > 1 else "run"))
+    return "\n".join(p.strip() + "\n" for p in parts if p.strip())
+
+
+def _metric_lines(task: Any, result: dict[str, Any]) -> str:
+    formats = getattr(task, "metric_formats", {}) or {}
+    lines = []
+    for name, value in sorted((result.get("metrics") or {}).items()):
+        if value is None:
+            shown = "n.a."
+        elif isinstance(value, (int, float)) and formats.get(name):
+            shown = format(value, formats[name])
+        else:
+            shown = str(value)
+        lines.append(f"\n{name}: {shown}")
+    return "".join(lines)
+
+
+def _debug_summary(ctx: Context, outcome: Outcome) -> str:
+    texts = ctx.texts
+    original = outcome.versions[0]
+    reported = outcome.reported
+    if reported.number > 1:
+        return texts.render("evaluation_debugged", original_error=original.result.get("error") or "?",
+                            attempt=reported.number - 1, diff=debugger.diff(original.code, reported.code))
+    reasons = [p.get("error") for p in outcome.proposals if p.get("error")]
+    if not any(p.get("code") for p in outcome.proposals):
+        reasons.append("no fix was proposed")
+    reason = f"; {reasons[-1]}" if reasons else ""
+    return texts.render("evaluation_debug_failed", attempts=len(outcome.proposals), reason=reason)
+
+
+def _logs(ctx: Context, result: dict[str, Any], which: str) -> str:
+    stdout, stderr = result.get("stdout") or "", result.get("stderr") or ""
+    trace = result.get("traceback") or ""
+    if trace and trace.strip() not in stderr:
+        stderr = f"{stderr.rstrip()}\n{trace}".strip()
+    if not stdout.strip() and not stderr.strip():
+        return ctx.texts.render("evaluation_no_logs")
+    limit = ctx.config.research.log_max_chars
+    return ctx.texts.render("evaluation_logs", which=which, stdout=clip(stdout, limit // 2) or "(nothing)",
+                            stderr=clip(stderr, limit // 2) or "(nothing)")
+
