@@ -37,7 +37,7 @@ MIGRATIONS = [
         metrics TEXT,                          -- JSON {name: raw value or null}
         details TEXT,                          -- the evaluator's message
         error TEXT,                            -- one-line error of the reported version
-        reported_version INTEGER,              -- 1: the author's code; 2, 3, ...: debugger versions
+        reported_version INTEGER,              -- 1: the author's code, 2, 3, ...: debugger versions
         stdout TEXT,                           -- logs of the reported version (head and tail kept)
         stderr TEXT,
         finished_tick INTEGER                  -- tick the result was delivered
@@ -80,6 +80,10 @@ MIGRATIONS = [
         text TEXT NOT NULL,
         removed_tick INTEGER
     );
+    """,
+    # v2: the Research Counter counts and lists one agent's evaluations by session.
+    """
+    CREATE INDEX evaluations_session ON evaluations(session, status, id);
     """,
 ]
 

@@ -43,8 +43,9 @@ stagnating task, not always task 1; messages name the task when the station has 
 
 The hook reacts to `tick_started`: the tick counter has just advanced (as in the reference,
 which checks after the increment), respawned agents are already back so they get the
-broadcast, and every result delivered during the previous tick, including at its end, is in the
-store. It runs inside the engine's end-of-tick unit, reads only the store and the tick, and
+broadcast, and every result delivered during the previous tick is in the store whatever the
+order of hooks (results are applied before turns and at `tick_ending`, hooks/evaluations.py).
+The broadcasts are read in the turns of the new tick. It runs inside the engine's end-of-tick unit, reads only the store and the tick, and
 uses no clock or randomness, so a replay repeats it exactly. The store meta `station_status`
 (shown in prompts and by `station status`) follows the worst state across tasks.
 """
@@ -186,7 +187,7 @@ class Stagnation(Hook):
     # -- transitions ----------------------------------------------------------------------
     def _enter_stagnation(self, ctx: Context, state: State) -> None:
         text = ctx.texts.render("stagnation_protocol_1", about=_about(ctx, state.task),
-                                ticks=ctx.config.stagnation.threshold_ticks)
+                                ticks=ctx.tick - state.best_tick)
         self._transition(ctx, state, STAGNATION, None, _tidy(text))
 
     def _enter_deep(self, ctx: Context, state: State) -> None:
@@ -272,7 +273,7 @@ def next_code_name(store: Any) -> str:
 
 def station_status(states: list[State]) -> str:
     """The worst state across tasks, as shown to agents and by `station status`."""
-    worst = max((SEVERITY[s.status] for s in states), default=0)
+    worst = max((SEVERITY.get(s.status, 0) for s in states), default=0)
     if worst == SEVERITY[DEEP]:
         return f"{DEEP} - " + ", ".join(s.tag or "?" for s in states if s.status == DEEP)
     return STAGNATION if worst == SEVERITY[STAGNATION] else HEALTHY
