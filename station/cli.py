@@ -201,6 +201,44 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .config import ExecutorConfig
+    from .evaluation.standalone import evaluate, resolve_task
+    from .evaluation.worker import clip
+    from .executors import create_executor
+
+    task, executor_config = resolve_task(args.task, args.task_id)
+    if args.timeout is not None:
+        task.timeout_s = args.timeout
+    path = Path(args.submission)
+    try:
+        code = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CliError(f"cannot read {path}: {err}") from None
+    executor = create_executor(executor_config or ExecutorConfig(kind=args.executor))
+    try:
+        print(f"evaluating {path} on '{task.title}' ({executor.describe()}) ...", file=sys.stderr)
+        result = evaluate(task, code, executor)
+    finally:
+        executor.close()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        score = "n.a." if result["score"] is None else f"{result['score']:.{task.display_precision}f}"
+        lines = [f"task:      {task.title}", f"status:    {result['status']}"
+                 + (f" ({result['error']})" if result.get("error") else ""),
+                 f"score:     {score}"]
+        lines += [f"  {name}: {value}" for name, value in sorted(result["metrics"].items())]
+        lines += [f"details:   {result['details'] or '-'}", f"duration:  {result['duration_s']:.2f} s",
+                  f"sandbox:   {', '.join(result['isolation']) or 'none'}"]
+        for stream in ("stdout", "stderr"):
+            text = result[stream] if stream == "stdout" else (result["stderr"] or result.get("traceback") or "")
+            if text.strip():
+                lines += [f"--- {stream} ---", clip(text, 4000).rstrip()]
+        print("\n".join(lines))
+    return 0 if result["success"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="station", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -245,6 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir")
     s.add_argument("out")
     s.set_defaults(fn=cmd_backup)
+
+    s = sub.add_parser("evaluate", help="run one submission through a task's evaluator in the sandbox")
+    s.add_argument("task", help="a station config file, or a task name with parameters (circle_packing:n=32)")
+    s.add_argument("submission", help="the submission's Python file")
+    s.add_argument("--task-id", help="with a config file: which of its tasks (default 1)")
+    s.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="with a task name: where to run it (a config file brings its own)")
+    s.add_argument("--timeout", type=float, help="override the task's time limit (seconds)")
+    s.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    s.set_defaults(fn=cmd_evaluate)
 
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from rooms.research_store import open_evaluations
 
 from ..executors.base import Mount, RunResult, RunSpec
+from ..agents import AgentRegistry
 from ..models import create_model
 from ..store import Store
 from . import debugger
@@ -79,6 +80,17 @@ def storage_mounts(station_dir: Path, lineage: str | None, cross_lineage: bool) 
 
     root = station_dir / "files" / "research" / "storage"
     return [Mount(source, target, writable) for source, target, writable in code_areas(root, lineage, cross_lineage)]
+
+
+def sees_other_lineages(store: Store, config: Any, author: str) -> bool:
+    """Whether the author's code may read other lineages' storage: the room's rule (mature or supervisor)."""
+    if not config.research.cross_lineage_storage:
+        return False
+    agent = AgentRegistry(store).get(author)
+    if agent is None:
+        return False
+    limit = config.lifecycle.maturity_ticks
+    return agent.role == "supervisor" or limit is None or agent.age(store.get_meta("tick", 1)) >= limit
 
 
 class _Stopped(Exception):
@@ -190,7 +202,7 @@ class EvaluationWorker(threading.Thread):
         assert self.executor is not None
         spec = RunSpec(
             code=code, mode=task.mode, entry=task.entry, filename=task.filename,
-            mounts=storage_mounts(self.directory, row["lineage"], self.config.research.cross_lineage_storage),
+            mounts=storage_mounts(self.directory, row["lineage"], sees_other_lineages(store, self.config, row["author"])),
             timeout_s=task.timeout_s, memory_mb=task.memory_mb, max_processes=task.max_processes,
             num_cpus=task.num_cpus, num_gpus=0.0 if row["cpu_only"] else task.num_gpus, env=task.env(),
             label=f"eval-{row['id']}-v{version}")

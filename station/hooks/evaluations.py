@@ -188,7 +188,7 @@ def _metric_lines(task: Any, result: dict[str, Any]) -> str:
     lines = []
     for name, value in sorted((result.get("metrics") or {}).items()):
         if value is None:
-            shown = "n.a."
+            shown = "—"
         elif isinstance(value, (int, float)) and formats.get(name):
             shown = format(value, formats[name])
         else:

@@ -322,7 +322,7 @@ def _play_token_management(s: Situation, rng: random.Random) -> list[str]:
 
 def _load_room_plays() -> None:
     """Plays for the social rooms live in their own modules; importing them registers them."""
-    from . import plays_capsules, plays_talk  # noqa: F401
+    from . import plays_capsules, plays_research, plays_talk  # noqa: F401
 
 
 _load_room_plays()

@@ -1,0 +1,68 @@
+"""`station evaluate`: one submission through a task's evaluator in the sandbox, outside any station.
+
+It runs exactly what a station runs (the same executor, limits and scoring), so a user can
+check a submission, or a task's configuration, before a long run.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from evaluators.base import Task, create_task, has_real_code
+
+from ..config import ConfigError, load_config
+from ..executors.base import Mount, RunSpec
+from ..tasks import load_tasks
+from .worker import run_payload
+
+
+def resolve_task(spec: str, task_id: str | None = None) -> tuple[Task, Any]:
+    """A task from a station config file (its task `task_id`, default the first), or `name[:key=value,...]`."""
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        config = load_config(path)
+        tasks = load_tasks(config.research)
+        if not tasks:
+            raise ConfigError(f"{path} configures no research task (research.tasks is empty)")
+        wanted = task_id or "1"
+        if wanted not in tasks:
+            raise ConfigError(f"{path} has no task {wanted!r}; its tasks: {', '.join(tasks)}")
+        return tasks[wanted], config.research.executor
+    name, _, raw = spec.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, raw.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"task parameters look like name:key=value,key=value (got {item!r})")
+        params[key.strip()] = _number(value.strip())
+    return create_task(name, params), None
+
+
+def _number(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def evaluate(task: Task, code: str, executor: Any, storage: Path | None = None) -> dict[str, Any]:
+    """Run and score `code`; returns the recorded-result shape (status, score, metrics, details, logs)."""
+    if not has_real_code(code):
+        raise ValueError("the submission holds no code (only comments or docstrings)")
+    problem = task.validate_code(code)
+    if problem:
+        raise ValueError(f"the task refuses this code: {problem}")
+    with tempfile.TemporaryDirectory(prefix="station-evaluate-") as scratch:
+        root = storage or Path(scratch)
+        mounts = []
+        for area in ("shared", "system", "lineage"):
+            (root / area).mkdir(parents=True, exist_ok=True)
+            mounts.append(Mount(root / area, f"storage/{area}", writable=area != "system"))
+        spec = RunSpec(code=code, mode=task.mode, entry=task.entry, filename=task.filename, mounts=mounts,
+                       timeout_s=task.timeout_s, memory_mb=task.memory_mb, max_processes=task.max_processes,
+                       num_cpus=task.num_cpus, num_gpus=task.num_gpus, env=task.env(), label="evaluate")
+        result = executor.run(spec)
+    return run_payload(task, result, executor.name)

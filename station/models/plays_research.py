@@ -1,0 +1,112 @@
+"""Scripted plays for the Research Counter: read the task, submit real programs, follow the results.
+
+On circle packing the policy climbs a ladder of real algorithms (evaluators/programs): a
+square grid, then a hexagonal layout, then scipy-optimised centres and radii, searching
+harder with each further submission, so the leaderboard improves over time. Now and then it
+submits with a misspelt name, as people do, which the debugger can repair. On the general
+Python task it runs small scripts. It keeps at most two evaluations open (the room's limit),
+counting its submissions and the result messages it has received.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+from .scripted import Situation, _yaml_block, room_call, room_play
+
+TASK_ROW = re.compile(r"^\| (\d+) \| (.+?) \|$", re.MULTILINE)
+CIRCLES = re.compile(r"Circle Packing.*?n = (\d+)")
+RESULT = re.compile(r"\*\*Evaluation #(\d+) ")
+MAX_OPEN = 2
+TYPO_RATE = 0.12
+
+
+def _remember_tasks(s: Situation) -> dict[str, str]:
+    tasks = s.notes.setdefault("tasks", {})
+    if "Research Tasks" in s.prompt:
+        section = s.prompt[s.prompt.find("Research Tasks"):]
+        for number, title in TASK_ROW.findall(section.split("\n\n", 2)[-1][:4000]):
+            if number.isdigit():
+                tasks[number] = title.strip()
+    return tasks
+
+
+def _open_count(s: Situation) -> int:
+    """Own evaluations without a result message yet (each submission gets exactly one)."""
+    seen = s.notes.setdefault("results_seen", [])
+    seen.extend(n for n in dict.fromkeys(RESULT.findall(s.messages)) if n not in seen)
+    return max(0, s.notes.get("submitted", 0) - len(seen))
+
+
+@room_call("research")
+def _call_research(s: Situation, rng: random.Random) -> bool:
+    if s.guest:
+        return False
+    return s.tick >= s.notes.get("next_research_tick", 0)
+
+
+@room_play("research")
+def _play_research(s: Situation, rng: random.Random) -> list[str]:
+    tasks = _remember_tasks(s)
+    if not s.notes.get("task_read"):
+        s.notes["task_read"] = True
+        return ["/execute_action{read 1}"]
+    if not tasks:
+        return ["/execute_action{help research}"]
+    s.notes["next_research_tick"] = s.tick + rng.randint(2, 5)
+    if _open_count(s) >= MAX_OPEN:
+        s.notes["next_research_tick"] = s.tick + 1
+        return ["/execute_action{rank score}"] if rng.random() < 0.3 else []
+    number = max(tasks, key=int)
+    submission = _submission(tasks[number], s, rng)
+    if submission is None:
+        return [f"/execute_action{{read {number}}}"]
+    s.notes["submitted"] = s.notes.get("submitted", 0) + 1
+    return [f"/execute_action{{submit {number}}}", _yaml_block(submission)]
+
+
+def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] | None:
+    circles = CIRCLES.search(title)
+    if circles:
+        return _circle_submission(int(circles.group(1)), s, rng)
+    if "General Purpose" in title:
+        return _general_submission(s, rng)
+    return None
+
+
+def _circle_submission(n: int, s: Situation, rng: random.Random) -> dict[str, str]:
+    from evaluators.programs import program
+
+    level = s.notes.get("cp_level", 0)
+    s.notes["cp_level"] = level + 1
+    if level == 0:
+        kind, constants, title = "grid", {}, f"Square grid of {n} equal circles"
+        abstract = "Equal circles on the smallest square grid that holds them, as a reference point."
+        tags = "grid, baseline"
+    elif level == 1:
+        kind, constants, title = "hex", {}, f"Hexagonal rows for {n} circles"
+        abstract = "Circles on staggered rows, with the radii chosen by a linear program that maximises their sum."
+        tags = "hexagonal, layout"
+    else:
+        step = level - 2  # each further try searches a little harder
+        starts, hops, seed = min(2 + 2 * step, 12), min(8 * step, 40), rng.randrange(10_000)
+        kind, constants = "optimized", {"STARTS": starts, "HOPS": hops, "SEED": seed}
+        title = f"Optimised centres and radii: {starts} starts, {hops} perturbation rounds (seed {seed})"
+        abstract = (f"Maximise the sum of radii over centres and radii with SLSQP from {starts} random starts and "
+                    f"{hops} rounds of perturbing the best layout, then shrink radii just enough to satisfy every "
+                    "constraint exactly.")
+        tags = "optimization, slsqp, restarts"
+    code = program(kind, n, **constants)
+    if rng.random() < TYPO_RATE and "np.zeros(" in code:
+        code = code.replace("np.zeros(", "np.zeroes(", 1)  # a slip the debugger can mend
+    return {"title": title, "tags": tags, "abstract": abstract, "content": code}
+
+
+def _general_submission(s: Situation, rng: random.Random) -> dict[str, str]:
+    count = s.notes["general_runs"] = s.notes.get("general_runs", 0) + 1
+    code = (f"import platform, statistics\n"
+            f"values = [((i * 7919) % 101) / 10 for i in range({50 * count})]\n"
+            f"print('python', platform.python_version())\n"
+            f"print('mean', round(statistics.mean(values), 3), 'stdev', round(statistics.stdev(values), 3))\n")
+    return {"title": f"Small statistics probe {count}", "tags": "probe", "content": code,
+            "abstract": "A short script that prints the interpreter version and summary statistics."}
