@@ -18,7 +18,7 @@ from station.models.replay import ReplayModel
 from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "configs" / "demo.yaml"
+DEMO = ROOT / "configs" / "social_demo.yaml"
 
 # A reply with text but no action: harmless padding for replay files.
 FILLER = "Nothing to do this turn; I keep thinking."

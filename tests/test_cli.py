@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "configs" / "demo.yaml"
+DEMO = ROOT / "configs" / "social_demo.yaml"
 
 
 def station(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:

@@ -10,7 +10,8 @@ from station.config import ConfigError, load_config, parse_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "open_station.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "social_demo.yaml", "open_station.yaml", "circle_packing_n26.yaml",
+                                  "circle_packing_n32.yaml"])
 def test_shipped_configs_load(name: str) -> None:
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.agents and sum(a.count for a in cfg.agents) == 5

@@ -28,7 +28,7 @@ import yaml
 from station.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "configs" / "demo.yaml"
+DEMO = ROOT / "configs" / "social_demo.yaml"
 T = 40  # the target tick
 KILLS = 20
 MIN_MID_RUN = 15  # kills that must land while the station still had work

@@ -22,7 +22,7 @@ from station.store import Store, canonical_dump
 from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "configs" / "demo.yaml"
+DEMO = ROOT / "configs" / "social_demo.yaml"
 TICKS = 60
 FORK_AT = 30
 

@@ -105,6 +105,7 @@ class EvaluationWorker(threading.Thread):
         self.executor = executor
         self.stop, self.wake, self.recorded = threading.Event(), threading.Event(), threading.Event()
         self.inflight: dict[int, threading.Thread] = {}
+        self.complete: set[int] = set()  # every input recorded; waiting for the engine to apply them
         self.error: str | None = None
         self._models: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -138,7 +139,7 @@ class EvaluationWorker(threading.Thread):
         for row in open_evaluations(store):
             if len(self.inflight) >= limit:
                 break
-            if row["id"] in self.inflight:
+            if row["id"] in self.inflight or row["id"] in self.complete:
                 continue
             thread = threading.Thread(target=self._evaluate, args=(dict(row),), name=f"eval-{row['id']}",
                                       daemon=True)
@@ -165,6 +166,7 @@ class EvaluationWorker(threading.Thread):
             walk(row, self._fetcher(store, row), run_code=lambda v, code: self._run(store, row, task, v, code),
                  debug=lambda attempt, so_far: self._debug(task, so_far),
                  debugger_enabled=cfg.enabled, max_attempts=cfg.max_attempts)
+            self.complete.add(row["id"])
         except _Stopped:
             pass
         except Exception as err:  # noqa: BLE001 - keep serving the others; retried on the next round

@@ -2,7 +2,7 @@
 
 On circle packing the policy climbs a ladder of real algorithms (evaluators/programs): a
 square grid, then a hexagonal layout, then scipy-optimised centres and radii, searching
-harder with each further submission, so the leaderboard improves over time. Now and then it
+harder with each further submission and as the station ages, so the leaderboard improves over time. Now and then it
 submits with a misspelt name, as people do, which the debugger can repair. On the general
 Python task it runs small scripts. It keeps at most two evaluations open (the room's limit),
 counting its submissions and the result messages it has received.
@@ -22,12 +22,13 @@ TYPO_RATE = 0.12
 
 
 def _remember_tasks(s: Situation) -> dict[str, str]:
+    """Task id -> title, from the Research Tasks table of the room's view (when it is in the prompt)."""
     tasks = s.notes.setdefault("tasks", {})
-    if "Research Tasks" in s.prompt:
-        section = s.prompt[s.prompt.find("Research Tasks"):]
-        for number, title in TASK_ROW.findall(section.split("\n\n", 2)[-1][:4000]):
-            if number.isdigit():
-                tasks[number] = title.strip()
+    start = s.prompt.rfind("**Research Tasks**")
+    if start >= 0:
+        lines = s.prompt[start:].split("\n")[2:]
+        table = "\n".join(line for line in lines[:lines.index("") if "" in lines else len(lines)])
+        tasks.update({number: title.strip() for number, title in TASK_ROW.findall(table)})
     return tasks
 
 
@@ -42,7 +43,8 @@ def _open_count(s: Situation) -> int:
 def _call_research(s: Situation, rng: random.Random) -> bool:
     if s.guest:
         return False
-    return s.tick >= s.notes.get("next_research_tick", 0)
+    # Research is one pursuit among several: the other rooms get their visits between experiments.
+    return s.tick >= s.notes.get("next_research_tick", 0) and rng.random() < 0.7
 
 
 @room_play("research")
@@ -53,7 +55,7 @@ def _play_research(s: Situation, rng: random.Random) -> list[str]:
         return ["/execute_action{read 1}"]
     if not tasks:
         return ["/execute_action{help research}"]
-    s.notes["next_research_tick"] = s.tick + rng.randint(2, 5)
+    s.notes["next_research_tick"] = s.tick + rng.randint(3, 6)
     if _open_count(s) >= MAX_OPEN:
         s.notes["next_research_tick"] = s.tick + 1
         return ["/execute_action{rank score}"] if rng.random() < 0.3 else []
@@ -77,7 +79,10 @@ def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] 
 def _circle_submission(n: int, s: Situation, rng: random.Random) -> dict[str, str]:
     from evaluators.programs import program
 
-    level = s.notes.get("cp_level", 0)
+    # Build on what the leaderboard shows: after a grid, try rows; after rows, optimise.
+    seen = 2 if ("Hexagonal rows" in s.prompt or "Optimised centres" in s.prompt) else \
+        1 if "Square grid" in s.prompt else 0
+    level = max(s.notes.get("cp_level", 0), seen)
     s.notes["cp_level"] = level + 1
     if level == 0:
         kind, constants, title = "grid", {}, f"Square grid of {n} equal circles"
@@ -88,7 +93,7 @@ def _circle_submission(n: int, s: Situation, rng: random.Random) -> dict[str, st
         abstract = "Circles on staggered rows, with the radii chosen by a linear program that maximises their sum."
         tags = "hexagonal, layout"
     else:
-        step = level - 2  # each further try searches a little harder
+        step = level - 2 + s.tick // 15  # each further try, and a station that has run longer, search harder
         starts, hops, seed = min(2 + 2 * step, 12), min(8 * step, 40), rng.randrange(10_000)
         kind, constants = "optimized", {"STARTS": starts, "HOPS": hops, "SEED": seed}
         title = f"Optimised centres and radii: {starts} starts, {hops} perturbation rounds (seed {seed})"

@@ -1,0 +1,168 @@
+"""RayExecutor with real Ray: the same sandbox on a Ray worker, timeouts, cancellation, and
+joining an existing cluster.
+
+The first test starts its own Ray head (`ray start --head`) and finishes with `ray stop
+--force`, which stops every Ray process on this host: it runs before the module's local Ray
+instance is started. Needs root and unshare like tests/test_sandbox.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from station.config import ExecutorConfig
+from station.executors import LocalExecutor, RunSpec, create_executor
+from station.executors import ray_executor
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
+
+if LocalExecutor().mode != "namespaces":
+    pytest.skip("the sandbox needs root and unshare here", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def ray_ex():
+    ex = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2))
+    yield ex
+    ex.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sandbox_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "uid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if 60001 <= int(line.split()[0]) < 61001]
+
+
+def test_ray_address_joins_an_existing_cluster():
+    """Runs first, in a subprocess: one process can be connected to one Ray cluster only."""
+    port = free_port()
+    # Ray 2.5x+ clusters want a token; a driver given an explicit address needs the mode said out loud
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    started = subprocess.run([BIN / "ray", "start", "--head", f"--port={port}", "--num-cpus=2",
+                              "--disable-usage-stats", "--include-dashboard=false"],
+                             capture_output=True, text=True, env=env, timeout=120)
+    try:
+        assert started.returncode == 0, started.stderr
+        script = f"""
+import json, ray
+from station.config import ExecutorConfig
+from station.executors import RunSpec, create_executor
+ex = create_executor(ExecutorConfig(kind="ray", ray_address="127.0.0.1:{port}"))
+r = ex.run(RunSpec(code="def main():\\n    return 42\\n", timeout_s=20))
+context = ray.get_runtime_context()
+print(json.dumps({{"status": r.status, "value": r.value, "gcs": context.gcs_address,
+                   "cpus": ray.cluster_resources().get("CPU")}}))
+ex.close()
+"""
+        joined = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert joined.returncode == 0, joined.stderr
+        seen = json.loads(joined.stdout.strip().splitlines()[-1])
+        assert seen["status"] == "ok" and seen["value"] == 42
+        assert seen["gcs"].endswith(f":{port}") and seen["cpus"] == 2.0
+        # close() disconnected the driver; the cluster it joined is still up
+        status = subprocess.run([BIN / "ray", "status", f"--address=127.0.0.1:{port}"], capture_output=True,
+                                text=True, env=env, timeout=60)
+        assert status.returncode == 0, status.stderr
+    finally:
+        subprocess.run([BIN / "ray", "stop", "--force"], capture_output=True, timeout=120)
+
+
+def test_station_code_does_not_import_ray():
+    check = ("import sys\nfrom station.config import ExecutorConfig\nfrom station.executors import create_executor\n"
+             "create_executor(ExecutorConfig(kind='ray'))\nassert 'ray' not in sys.modules, 'ray was imported'\n")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def test_ray_outlives_the_thread_that_started_it(ray_ex):
+    """Ray's processes die with the *thread* that called ray.init: evaluation threads end."""
+    results = []
+    spec = RunSpec(code="def main():\n    return 7\n", timeout_s=30)
+    first = threading.Thread(target=lambda: results.append(ray_ex.run(spec)))
+    first.start()
+    first.join()
+    time.sleep(1)  # a killed GCS would be noticed by now
+    second = threading.Thread(target=lambda: results.append(ray_ex.run(spec)), daemon=True)
+    second.start()
+    second.join(30)
+    assert [r.value for r in results] == [7, 7], results
+
+
+def test_eight_concurrent_runs_match_local(ray_ex):
+    code = """
+import numpy as np
+def main():
+    rng = np.random.default_rng({seed})
+    return {{"seed": {seed}, "x": rng.random(5), "pid": __import__("os").getpid()}}
+"""
+    specs = [RunSpec(code=code.format(seed=seed), timeout_s=60, label=f"ray-{seed}") for seed in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        remote = list(pool.map(ray_ex.run, specs))
+    local = [LocalExecutor().run(spec) for spec in specs]
+    for r, l in zip(remote, local):
+        assert r.status == "ok" and l.status == "ok", (r, l)
+        assert r.value["seed"] == l.value["seed"] and np.array_equal(r.value["x"], l.value["x"])
+        assert r.value["pid"] == 2  # in its own PID namespace on the worker too
+        assert "net-namespace" in r.isolation and any(x.startswith("uid ") for x in r.isolation)
+    assert ray_ex.init_seconds is not None
+
+
+def test_timeout_through_ray(ray_ex):
+    began = time.monotonic()
+    r = ray_ex.run(RunSpec(code="import time\ndef main():\n    time.sleep(60)\n", timeout_s=2))
+    assert r.status == "timeout" and r.error == "Execution timed out after 2 seconds"
+    assert time.monotonic() - began < 15 and sandbox_processes() == []
+
+
+def test_stuck_ray_task_is_cancelled_with_its_sandbox(ray_ex, monkeypatch):
+    """The Ray-level deadline (the sandbox's own one never came): the worker is killed, and the
+    sandbox with it."""
+    monkeypatch.setattr(ray_executor, "MARGIN_S", -4.0)  # Ray gives up 4 s before the sandbox would
+    r = ray_ex.run(RunSpec(code="import time\ndef main():\n    time.sleep(60)\n", timeout_s=6))
+    assert r.status == "timeout" and "cancelled" in r.error
+    deadline = time.monotonic() + 10
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sandbox_processes() == []
+    assert ray_ex.run(RunSpec(code="def main():\n    return 1\n", timeout_s=30)).value == 1  # Ray still serves
+
+
+def test_runs_queued_behind_others_do_not_time_out(ray_ex, monkeypatch):
+    """Four 1.5 s runs on 2 CPUs with a 2.5 s timeout: the second pair waits in Ray's queue, and
+    the Ray deadline (here 3 s) counts from the start of each run, not from its submission."""
+    monkeypatch.setattr(ray_executor, "MARGIN_S", 0.5)
+    spec = RunSpec(code="import time\ndef main():\n    time.sleep(1.5)\n    return 1\n", timeout_s=2.5)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(ray_ex.run, [spec] * 4))
+    assert [r.status for r in results] == ["ok"] * 4, results
+
+
+def test_a_run_no_worker_can_take_is_given_up(ray_ex):
+    """A GPU run on a cluster without GPUs would wait forever: queue_timeout_s bounds that."""
+    from station.executors.ray_executor import RayExecutor
+
+    bounded = RayExecutor(ExecutorConfig(kind="ray"), queue_timeout_s=2)  # shares the module's Ray
+    began = time.monotonic()
+    r = bounded.run(RunSpec(code="def main():\n    return 1\n", timeout_s=5, num_gpus=1))
+    assert r.status == "system_error" and "no worker took the run within 2 seconds" in r.error
+    assert time.monotonic() - began < 10
+    bounded.close()  # it did not start Ray, so the module's instance keeps running
+    assert ray_ex.run(RunSpec(code="def main():\n    return 1\n", timeout_s=30)).value == 1

@@ -1,0 +1,551 @@
+"""The local sandbox against hostile submissions, with real subprocesses and real namespaces.
+
+Each hostile test asserts a clear status or error *and* that nothing outside changed. The
+"station dir" (with a fake database and the storage) lives under /srv, outside the dirs the
+sandbox masks anyway, so that hiding it is really tested. Needs root and unshare (the
+namespaces mode); elsewhere the module is skipped, saying why.
+"""
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import pickle
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from station.executors import LocalExecutor, Mount, RunSpec
+from station.executors import local
+from station.executors.local import SANDBOX_GID, UID_BASE, UID_COUNT
+
+SECRET_KEY = "sk-ant-test-0123456789-must-not-leak"
+DB_TEXT = "STATION-DATABASE-CONTENT"
+
+
+@pytest.fixture(scope="module")
+def station():
+    """A fake station dir: database, a private file, and the research storage."""
+    root = Path(tempfile.mkdtemp(prefix="station-sandbox-test-", dir="/srv" if os.access("/srv", os.W_OK) else None))
+    (root / "station.db").write_text(DB_TEXT)
+    storage = root / "files" / "research" / "storage"
+    for area in ("shared", "system", "lineages/alpha", "lineages/beta"):
+        (storage / area).mkdir(parents=True)
+    (storage / "system" / "task.txt").write_text("task data")
+    (storage / "lineages" / "beta" / "notes.txt").write_text("beta notes")
+    (storage / "shared" / "from_station.txt").write_text("written by the station")
+    os.chmod(storage / "shared" / "from_station.txt", 0o644)  # not group-writable: the executor fixes that
+    for area in ("system", "lineages/beta"):
+        os.chmod(storage / area, 0o777)  # only the read-only mount stops writes there
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def executor(station):
+    ex = LocalExecutor(hide=[station])
+    if ex.mode != "namespaces":
+        pytest.skip(f"the sandbox runs in {ex.mode!r} mode here (needs root and unshare)")
+    return ex
+
+
+@pytest.fixture(scope="module", autouse=True)
+def api_keys():
+    """Keys in the station's environment, as a real station has them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ANTHROPIC_API_KEY", SECRET_KEY)
+        mp.setenv("OPENAI_API_KEY", SECRET_KEY)
+        yield
+
+
+def mounts(station: Path) -> list[Mount]:
+    storage = station / "files" / "research" / "storage"
+    return [Mount(storage / "shared", "storage/shared", True), Mount(storage / "system", "storage/system"),
+            Mount(storage / "lineages" / "alpha", "storage/alpha", True),
+            Mount(storage / "lineages" / "alpha", "storage/lineage", True),
+            Mount(storage / "lineages" / "beta", "storage/beta")]
+
+
+def run(executor, station, code: str, **kw):
+    spec = RunSpec(code=textwrap.dedent(code), timeout_s=kw.pop("timeout_s", 5), mounts=mounts(station), **kw)
+    return executor.run(spec)
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def sandbox_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if UID_BASE <= int(line.split()[0]) < UID_BASE + UID_COUNT]
+
+
+# -- normal cases ----------------------------------------------------------------------------------
+def test_function_mode_returns_data_exactly(executor, station):
+    r = run(executor, station, """
+        import numpy as np
+        def main():
+            return {"a": np.arange(7.0) / 3, "m": np.eye(2, dtype=bool), "i": np.int64(7), "f": np.float32(0.5),
+                    "l": [1, 2.5, "x", None, True], "t": (1, (2, 3)), "nested": {"k": [np.ones(2, np.int32)]}}
+    """)
+    assert r.status == "ok", r
+    v = r.value
+    assert v["a"].dtype == np.float64 and np.array_equal(v["a"], np.arange(7.0) / 3)  # bit-exact
+    assert v["m"].dtype == bool and v["m"].tolist() == [[True, False], [False, True]]
+    assert v["i"] == 7 and type(v["i"]) is int and v["f"] == 0.5
+    assert v["l"] == [1, 2.5, "x", None, True] and v["t"] == [1, [2, 3]]  # tuples come back as lists
+    assert v["nested"]["k"][0].dtype == np.int32
+    assert r.exit_code == 0 and any(x.startswith("uid ") for x in r.isolation)
+
+
+def test_command_mode(executor, station):
+    r = run(executor, station, "print('from file')\n", mode="command",
+            entry="python submission.py; echo err >&2; ls storage")
+    assert r.status == "ok" and r.value is None, r
+    assert r.stdout.split() == ["from", "file", "alpha", "beta", "lineage", "shared", "system"]
+    assert r.stderr == "err\n"
+    r = run(executor, station, "", mode="command", entry="exit 3")
+    assert (r.status, r.error, r.exit_code) == ("error", "Execution failed with exit code 3", 3)
+
+
+def test_import_error(executor, station):
+    r = run(executor, station, "import no_such_module_xyz\ndef main():\n    return 1\n")
+    assert r.status == "error"
+    assert r.error == "Import failed: ModuleNotFoundError: No module named 'no_such_module_xyz'"
+    assert 'submission.py", line 1' in r.traceback
+
+
+def test_exception_traceback_with_hint(executor, station):
+    r = run(executor, station, """
+        def helper():
+            return lenn([1, 2])
+        def main():
+            return helper()
+    """)
+    assert r.status == "error" and r.crashed
+    assert r.error == "NameError: name 'lenn' is not defined"
+    assert "Did you mean: 'len'?" in r.traceback
+    assert 'submission.py", line 3, in helper' in r.traceback and "harness.py" not in r.traceback
+
+
+def test_missing_entry_point(executor, station):
+    r = run(executor, station, "def main():\n    return 1\n", entry="solve")
+    assert r.status == "error" and "solve()" in r.error and "not found" in r.error
+
+
+def test_concurrent_runs_from_four_threads(executor, station):
+    results = {}
+
+    def one(i):
+        results[i] = run(executor, station, f"import os\ndef main():\n    return [{i}, os.getuid()]\n")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(results[i].status == "ok" and results[i].value[0] == i for i in range(4)), results
+    assert len({results[i].value[1] for i in range(4)}) == 4  # one uid per run in flight
+
+
+# -- secrets ---------------------------------------------------------------------------------------
+def test_api_keys_are_not_visible(executor, station):
+    r = run(executor, station, """
+        import os
+        def main():
+            found = [k for k in os.environ if "KEY" in k]
+            for pid in [p for p in os.listdir("/proc") if p.isdigit()] + ["self"]:
+                try:
+                    found.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+                except OSError as err:
+                    found.append(type(err).__name__)
+            return found
+    """)
+    assert r.status == "ok", r
+    assert "ANTHROPIC_API_KEY" not in str(r.value) and SECRET_KEY not in str(r.value)
+    assert "PermissionError" in r.value  # PID 1 (the root-owned sandbox init) stays closed
+
+
+def test_station_database_is_hidden(executor, station):
+    r = run(executor, station, f"""
+        import os
+        def main():
+            tries = {{}}
+            for path in ["{station}/station.db", "storage/shared/../../../../station.db",
+                         "storage/shared/../../station.db"]:
+                try:
+                    tries[path] = open(path).read()
+                except OSError as err:
+                    tries[path] = type(err).__name__
+            tries["listing"] = os.listdir("{station}")
+            return tries
+    """)
+    assert r.status == "ok", r
+    assert DB_TEXT not in str(r.value)
+    assert r.value["listing"] == [] and r.value[f"{station}/station.db"] == "FileNotFoundError"
+
+
+# -- writes ----------------------------------------------------------------------------------------
+def test_writes_outside_scratch_fail(executor, station, tmp_path):
+    project = Path(__file__).resolve().parents[1]
+    marker = f"sandbox-marker-{os.getpid()}"
+    r = run(executor, station, f"""
+        import os
+        def main():
+            out = {{}}
+            for path in ["{project}/{marker}", "/etc/{marker}", "storage/system/{marker}", "storage/beta/{marker}",
+                         "/tmp/{marker}", "storage/shared/{marker}", "storage/lineage/{marker}", "{marker}"]:
+                try:
+                    with open(path, "w") as f:
+                        f.write("x")
+                    out[path] = "written"
+                except OSError as err:
+                    out[path] = type(err).__name__
+            try:
+                open("storage/shared/from_station.txt", "a").write(" and by the code")
+                out["append"] = "written"
+            except OSError as err:
+                out["append"] = type(err).__name__
+            return out
+    """)
+    assert r.status == "ok", r
+    v = r.value
+    assert v[f"{project}/{marker}"] in ("PermissionError", "OSError") and v[f"/etc/{marker}"] in ("PermissionError", "OSError")
+    assert v[f"storage/system/{marker}"] == v[f"storage/beta/{marker}"] == "OSError"  # EROFS, despite mode 777
+    assert v[f"/tmp/{marker}"] == v["storage/shared/" + marker] == v["storage/lineage/" + marker] == "written"
+    assert v[marker] == v["append"] == "written"
+    storage = station / "files" / "research" / "storage"
+    assert not (project / marker).exists() and not Path("/etc", marker).exists()
+    assert not Path("/tmp", marker).exists()  # it went to the run's private /tmp
+    assert not (storage / "system" / marker).exists() and not (storage / "lineages" / "beta" / marker).exists()
+    shared = storage / "shared" / marker
+    assert shared.exists() and shared.stat().st_gid == SANDBOX_GID and (storage / "lineages" / "alpha" / marker).exists()
+    assert (storage / "shared" / "from_station.txt").read_text() == "written by the station and by the code"
+
+
+def test_storage_traversal_and_links_stay_inside(executor, station):
+    secret = station / "files" / "private.txt"
+    secret.write_text("PRIVATE-OUTSIDE-STORAGE")
+    r = run(executor, station, f"""
+        import os
+        def main():
+            os.symlink("/", "storage/shared/root_link")
+            os.symlink("../../../..", "storage/shared/up_link")
+            out = []
+            for path in ["storage/shared/../../private.txt", "storage/shared/root_link{secret}",
+                         "storage/shared/up_link/files/private.txt", "storage/beta/../../../private.txt",
+                         "storage/shared/../../../../files/private.txt"]:
+                try:
+                    out.append(open(path).read())
+                except OSError as err:
+                    out.append(type(err).__name__)
+            out.append(sorted(os.listdir("storage/shared/..")))
+            return out
+    """)
+    assert r.status == "ok", r
+    assert "PRIVATE-OUTSIDE-STORAGE" not in str(r.value)
+    assert r.value[-1] == ["alpha", "beta", "lineage", "shared", "system"]  # '..' is the sandbox's storage dir
+    # the links do land in shared storage on the host: the station's storage code must refuse them
+    assert (station / "files/research/storage/shared/root_link").is_symlink()
+
+
+# -- resources -------------------------------------------------------------------------------------
+def test_fork_bomb_is_contained(executor, station):
+    began = time.monotonic()
+    r = run(executor, station, """
+        import os
+        def main():
+            while True:
+                try:
+                    os.fork()
+                except OSError:
+                    pass
+    """, timeout_s=3, max_processes=20)
+    assert r.status == "timeout" and r.error == "Execution timed out after 3 seconds"
+    assert time.monotonic() - began < 8
+    assert sandbox_processes() == []
+
+
+def test_file_size_limit(executor, station):
+    r = run(executor, station, "def main():\n    open('big', 'wb').write(bytes(3 << 20))\n", max_file_mb=1)
+    assert r.status == "error" and r.error.startswith("OSError: [Errno 27] File too large"), r
+
+
+def test_memory_bomb(executor, station):
+    r = run(executor, station, "def main():\n    return len(bytearray(2 << 30))\n", memory_mb=512)
+    assert r.status == "error" and r.error.startswith("MemoryError"), r
+
+
+def test_infinite_loop_is_killed_quickly(executor, station):
+    began = time.monotonic()
+    r = run(executor, station, "def main():\n    while True:\n        pass\n", timeout_s=1.5)
+    assert (r.status, r.error) == ("timeout", "Execution timed out after 1.5 seconds")
+    assert time.monotonic() - began < 4 and sandbox_processes() == []
+
+
+def test_cpu_limit_applies_even_before_the_wall_clock(executor, station):
+    r = run(executor, station, "def main():\n    while True:\n        pass\n", timeout_s=10, cpu_seconds=1)
+    assert r.status == "error" and r.error == "Execution killed by signal SIGXCPU (CPU time limit)", r
+
+
+def test_huge_stdout_is_capped_head_and_tail(executor, station):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = run(executor, station, """
+        import sys
+        def main():
+            print("HEAD-MARK")
+            chunk = "y" * (1 << 20)
+            for _ in range(300):
+                sys.stdout.write(chunk)
+            print("\\nTAIL-MARK")
+            raise RuntimeError("the end")
+    """, max_output_bytes=100_000, timeout_s=20)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert r.status == "error" and r.error == "RuntimeError: the end"
+    assert r.stdout.startswith("HEAD-MARK") and r.stdout.rstrip().endswith("TAIL-MARK")
+    assert "bytes cut" in r.stdout and len(r.stdout) < 101_000
+    assert grown_mb < 50  # 300 MB went through; the station kept 100 kB
+
+
+def test_forged_score_lines_are_ignored(executor, station):
+    r = run(executor, station, """
+        def main():
+            print("EXECUTION_SUCCESS\\nSCORE: 999.0\\n{\\"status\\": \\"ok\\", \\"value\\": 999}")
+            return 0.25
+    """)
+    assert r.status == "ok" and r.value == 0.25
+
+
+# -- forged results --------------------------------------------------------------------------------
+def test_monkeypatched_numpy_writing_a_pickle_is_refused(executor, station, tmp_path):
+    canary = tmp_path / "unpickled"
+    r = run(executor, station, f"""
+        import os
+        import numpy as np
+        class Boom:
+            def __reduce__(self):
+                return (os.system, ("touch {canary}",))
+        real_save = np.save
+        np.save = lambda path, arr, allow_pickle=False: real_save(path, np.array([Boom()]), allow_pickle=True)
+        def main():
+            return np.zeros(3)
+    """)
+    assert r.status == "error" and r.error.startswith("Result refused: 0.npy: dtype object"), r
+    assert not canary.exists()
+
+
+def test_forged_manifest_with_pickle_is_refused(executor, station, tmp_path):
+    canary = tmp_path / "unpickled"
+    payload = pickle.dumps(Boom(str(canary)))
+    r = run(executor, station, f"""
+        import os, sys, json
+        def main():
+            open("../out/0.npy", "wb").write({payload!r})   # the results dir sits next to the scratch dir
+            open("../out/result.json", "w").write(json.dumps({{"status": "ok", "value": {{"npy": 0}}}}))
+            os._exit(0)
+    """)
+    assert r.status == "error" and r.error.startswith("Result refused: 0.npy"), r
+    assert not canary.exists()
+    r = run(executor, station, """
+        import json, os
+        json.dump = lambda obj, f: f.write("cos\\nsystem\\n(S'true'\\ntR.")   # a pickle where JSON belongs
+        def main():
+            return 1
+    """)
+    assert r.status == "error" and r.error.startswith("Result refused: the manifest is not JSON"), r
+
+
+def test_forged_links_in_results_are_not_followed(executor, station):
+    r = run(executor, station, """
+        import os, json
+        def main():
+            os.symlink("/etc/shadow", "../out/0.npy")
+            os.mkfifo("../out/1.npy")
+            json.dump({"status": "ok", "value": [{"npy": 0}, {"npy": 1}]}, open("../out/result.json", "w"))
+            os._exit(0)
+    """)
+    assert r.status == "error" and "Result refused" in r.error, r
+
+
+def test_nan_and_inf_are_returned_as_data(executor, station):
+    r = run(executor, station, """
+        import numpy as np
+        def main():
+            return [float("nan"), float("inf"), -float("inf"), np.array([np.nan, 1.0])]
+    """)
+    assert r.status == "ok"
+    assert math.isnan(r.value[0]) and r.value[1] == math.inf and r.value[2] == -math.inf
+    assert np.isnan(r.value[3][0]) and r.value[3][1] == 1.0
+
+
+def test_wrong_shapes_are_returned_as_they_are(executor, station):
+    r = run(executor, station, "import numpy as np\ndef main():\n    return np.zeros((3, 2, 1))\n")
+    assert r.status == "ok" and r.value.shape == (3, 2, 1)  # the evaluator judges shapes
+
+
+@pytest.mark.parametrize("expr, words", [
+    ("object()", "returned object, which is not plain data"),
+    ("{1, 2}", "returned set"),
+    ("np.array([object()], dtype=object)", "numpy.ndarray of dtype object"),
+    ("np.array(['a'])", "of dtype <U1"),
+    ("{1: 2}", "dict keys must be strings"),
+    ("b'bytes'", "returned bytes"),
+    ("1 + 2j", "returned complex"),
+])
+def test_non_plain_values_get_a_clear_error(executor, station, expr, words):
+    r = run(executor, station, f"import numpy as np\ndef main():\n    return {expr}\n")
+    assert r.status == "error" and words in r.error, r
+
+
+# -- processes and the network ---------------------------------------------------------------------
+def test_cannot_kill_the_station_or_other_processes(executor, station):
+    sentinel = subprocess.Popen(["sleep", "30"])
+    try:
+        r = run(executor, station, f"""
+            import os
+            def main():
+                out = []
+                for pid in [os.getppid(), {os.getpid()}, {sentinel.pid}, 1, -1]:   # -1: all it may signal
+                    try:
+                        os.kill(pid, 9)
+                        out.append("killed")
+                    except OSError as err:
+                        out.append(type(err).__name__)
+                print(out, flush=True)
+                os.kill(os.getpid(), 9)
+        """)
+        assert sentinel.poll() is None
+        assert r.stdout.strip() == ("['PermissionError', 'ProcessLookupError', 'ProcessLookupError', "
+                                    "'PermissionError', 'ProcessLookupError']")
+        assert r.status == "error" and r.error == "Execution killed by signal SIGKILL (memory limit?)"
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+
+
+def test_sleeping_past_the_timeout_keeps_the_output(executor, station):
+    began = time.monotonic()
+    r = run(executor, station, "import time\ndef main():\n    print('working')\n    time.sleep(100)\n", timeout_s=1)
+    assert r.status == "timeout" and r.error.startswith("Execution timed out after 1 seconds")
+    assert r.stdout == "working\n" and time.monotonic() - began < 3
+
+
+def test_a_killed_station_leaves_no_sandbox_behind(tmp_path, monkeypatch):
+    script = ("from station.executors import LocalExecutor, RunSpec\n"
+              f"LocalExecutor(scratch_base={str(tmp_path)!r}).run("
+              "RunSpec(code='import time\\ndef main():\\n    time.sleep(60)', timeout_s=60))\n")
+    station_proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        assert wait_until(lambda: sandbox_processes() != [], 10), "the sandbox never started"
+    finally:
+        station_proc.kill()  # SIGKILL: no cleanup code runs in the station
+        station_proc.wait()
+    assert wait_until(lambda: sandbox_processes() == [], 5), sandbox_processes()
+    # its run dir is left behind, until the next executor on that scratch base sweeps it
+    (left,) = tmp_path.glob("station-*")
+    live = tmp_path / "station-live-run"
+    (live / "work").mkdir(parents=True)
+    (live / "sandbox.json").write_text("{}")
+    lock = os.open(live, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    monkeypatch.setattr(local, "STALE_AFTER_S", 0)
+    LocalExecutor(scratch_base=tmp_path)
+    assert not left.exists() and live.exists()  # a locked run dir is a run in flight
+    os.close(lock)
+
+
+def test_daemonized_children_do_not_survive(executor, station):
+    r = run(executor, station, """
+        import os, subprocess
+        def main():
+            subprocess.Popen(["sleep", "987.654"], start_new_session=True)
+            if os.fork() == 0:          # the classic double fork
+                os.setsid()
+                if os.fork() == 0:
+                    os.execvp("sleep", ["sleep", "987.655"])
+                os._exit(0)
+            return "left them running"
+    """)
+    assert r.status == "ok"
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    assert "987.65" not in ps and sandbox_processes() == []
+
+
+def test_no_network(executor, station):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    try:
+        r = run(executor, station, f"""
+            import socket
+            def main():
+                out = []
+                for target in [("127.0.0.1", {port}), ("8.8.8.8", 53)]:
+                    try:
+                        socket.create_connection(target, timeout=2).close()
+                        out.append("connected")
+                    except OSError as err:
+                        out.append(type(err).__name__)
+                try:
+                    socket.getaddrinfo("example.com", 443)
+                    out.append("resolved")
+                except OSError as err:
+                    out.append(type(err).__name__)
+                return out
+        """)
+        assert r.status == "ok", r
+        assert "connected" not in r.value and "resolved" not in r.value, r.value
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+
+
+# -- other modes -----------------------------------------------------------------------------------
+def test_user_namespace_mode(station):
+    try:
+        ex = LocalExecutor(hide=[station], isolation="userns")
+    except local.SandboxError as err:
+        pytest.skip(str(err))
+    r = ex.run(RunSpec(code="", mode="command", timeout_s=5,
+                       entry=f"env; cat {station}/station.db; touch /etc/userns-marker; grep 'Cap[EP]' /proc/self/status"))
+    assert r.status == "ok", r
+    assert "user-namespace" in r.isolation and "net-namespace" in r.isolation
+    assert SECRET_KEY not in r.stdout and DB_TEXT not in r.stdout and not Path("/etc/userns-marker").exists()
+    assert "CapEff:\t0000000000000000" in r.stdout and "CapPrm:\t0000000000000000" in r.stdout
+
+
+def test_process_mode_reports_what_is_missing(station):
+    ex = LocalExecutor(hide=[station], isolation="process")
+    r = ex.run(RunSpec(code="", mode="command", entry="env; id -u", timeout_s=5))
+    assert r.status == "ok", r
+    assert SECRET_KEY not in r.stdout and "HOME=" in r.stdout
+    assert r.stdout.split()[-1] == str(UID_BASE if os.geteuid() == 0 else os.getuid())
+    assert "missing: net-namespace" in r.isolation and "missing: read-only-root" in r.isolation
+
+
+class Boom:
+    """Unpickling this runs a command: proof that nothing was unpickled if the canary is absent."""
+
+    def __init__(self, canary: str) -> None:
+        self.canary = canary
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.canary}",))
