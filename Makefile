@@ -19,3 +19,4 @@ test: setup
 
 bench: setup
 	.venv/bin/python scripts/bench_engine.py
+	.venv/bin/python scripts/bench_eval.py

@@ -960,9 +960,16 @@ class ResearchCounter(Room):
         rows = dict(ctx.store.all("SELECT status, COUNT(*) FROM evaluations GROUP BY status"))
         queued_ids = {r[0] for r in ctx.store.all("SELECT id FROM evaluations WHERE status = 'queued'")}
         running = len(queued_ids & running_ids(ctx.store))
+        best = {}
+        for task in ctx.tasks:
+            row = self.best(ctx, task)
+            if row is not None:
+                best[task] = {"score": row["score"], "evaluation": row["id"], "author": row["author"],
+                              "tick": row["finished_tick"]}
         return {"submissions": {"queued": len(queued_ids) - running, "running": running,
                                 "finished": rows.get("finished", 0), "failed": rows.get("failed", 0),
-                                "timed_out": rows.get("timed_out", 0)}}
+                                "timed_out": rows.get("timed_out", 0)},
+                "research_best": best}
 
     def best(self, ctx: Any, task: str) -> Any:
         """The delivered best evaluation of a task (sort key, else score; the earlier wins a tie), or None."""

@@ -76,6 +76,12 @@ def status_text(data: dict[str, Any]) -> str:
         social.append(f"common room: {c['common_room_messages']} messages")
     if "reflections" in c:
         social.append(f"reflections: {c['reflections']}")
+    if "research_best" in c:
+        sub = c["submissions"]
+        social.append(f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
+                      f"{sub['failed']} failed, {sub['timed_out']} timed out")
+        social += [f"best on task {task}: {b['score']} (evaluation #{b['evaluation']} by {b['author']}, "
+                   f"tick {b['tick']})" for task, b in sorted(c["research_best"].items())]
     lines[-1:-1] = social
     for a in data["agents"]:
         lineage = f" gen {a['generation']}" if a["generation"] else ""

@@ -189,3 +189,56 @@ def test_a_replay_rebuilds_the_results_without_running_anything(tmp_path: Path,
     finally:
         source.close()
         dst.close()
+
+
+def test_the_stagnation_protocol_fires_on_real_results_and_ends_with_a_new_best(tmp_path: Path) -> None:
+    better = ("def construct_packing():\n    r = 0.29\n"
+              "    return [[r, r], [1 - r, 1 - r]], [r, r]\n")  # diagonal: 0.58 > 0.5
+    replies = [submit(TINY, "Side by side")] + ["Waiting for ideas."] * 7 + [submit(better, "Diagonal")]
+    st = station(tmp_path, replies, stagnation={"threshold_ticks": 3, "deep_threshold_ticks": 50})
+    try:
+        Engine(st).run(until_tick=12)
+        changes = [json.loads(p["payload"]) for p in
+                   st.store.all("SELECT payload FROM events WHERE kind='stagnation_changed' ORDER BY id")]
+        ticks = [e["tick"] for e in st.store.all("SELECT tick FROM events WHERE kind='stagnation_changed'")]
+        first, better_row = evaluations(st)
+        assert (first["score"], better_row["score"]) == (0.5, 0.58)
+        # Protocol I three ticks after the first result; the new best ends it at the next tick start.
+        assert [c["status"] for c in changes[:2]] == ["Stagnation", "Healthy"]
+        assert ticks[0] == first["finished_tick"] + 3 and ticks[1] == better_row["finished_tick"] + 1
+        texts = [m["text"] for m in st.store.all("SELECT text FROM messages WHERE kind='stagnation' ORDER BY id")]
+        assert len(texts) == len(changes) and "**Architect Message**" in texts[0]
+    finally:
+        st.close()
+
+
+def test_station_evaluate_checks_a_submission_outside_any_station(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+
+    def evaluate(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "station.cli", "evaluate", *args], cwd=root,
+                              capture_output=True, text=True, timeout=120)
+
+    rows = tmp_path / "rows.py"
+    rows.write_text(program("hex", 26))
+    shown = evaluate("circle_packing:n=26", str(rows))
+    assert shown.returncode == 0, shown.stderr
+    assert "score:     2.5000000" in shown.stdout and "net-namespace" in shown.stdout
+    as_json = json.loads(evaluate("circle_packing:n=26", str(rows), "--json").stdout)
+    assert as_json["success"] and as_json["score"] == pytest.approx(2.5)
+
+    grid = tmp_path / "grid.py"
+    grid.write_text(program("grid", 32))
+    from_config = evaluate("configs/circle_packing_n32.yaml", str(grid))
+    assert from_config.returncode == 0 and "(n = 32)" in from_config.stdout
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def construct_packing():\n    return 1 / 0\n")
+    crashed = evaluate("circle_packing:n=26", str(broken))
+    assert crashed.returncode == 1 and "ZeroDivisionError" in crashed.stdout
+
+    unknown = evaluate("no_such_task", str(rows))
+    assert unknown.returncode == 2 and "unknown research task 'no_such_task'" in unknown.stderr

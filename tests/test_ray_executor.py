@@ -166,3 +166,20 @@ def test_a_run_no_worker_can_take_is_given_up(ray_ex):
     assert time.monotonic() - began < 10
     bounded.close()  # it did not start Ray, so the module's instance keeps running
     assert ray_ex.run(RunSpec(code="def main():\n    return 1\n", timeout_s=30)).value == 1
+
+
+def test_eight_circle_packing_submissions_score_the_same_on_ray_and_locally(ray_ex):
+    """The acceptance check: real submissions, scored by the real evaluator, Ray versus local."""
+    from evaluators import create_task
+    from evaluators.programs import program
+
+    task = create_task("circle_packing", {"n": 26})
+    codes = [program("grid", 26), program("hex", 26)] + \
+        [program("optimized", 26, STARTS=1, HOPS=0, SEED=seed) for seed in range(6)]
+    specs = [RunSpec(code=code, entry=task.entry, timeout_s=120, label=f"cp-{i}") for i, code in enumerate(codes)]
+    with ThreadPoolExecutor(8) as pool:
+        remote = list(pool.map(ray_ex.run, specs))
+    local = [LocalExecutor().run(spec) for spec in specs]
+    remote_scores = [task.score(r).score for r in remote]
+    local_scores = [task.score(r).score for r in local]
+    assert remote_scores == local_scores and all(s and s > 2.0 for s in remote_scores)

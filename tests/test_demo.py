@@ -1,4 +1,5 @@
-"""The demo station's social life, as a user running `make run` and `station status` sees it."""
+"""The demo station as a user running `make run` and `station status` sees it: its social life
+and its research (circle packing, n = 26, with real programs run in the sandbox)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ def station(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("social") / "demo"
+    d = tmp_path_factory.mktemp("demo") / "demo"
     run = station("run", "configs/demo.yaml", "--dir", str(d), "--until-tick", str(TICKS))
     assert run.returncode == 0, run.stderr
     return d
@@ -68,3 +69,31 @@ def test_a_second_generation_reads_the_notes_of_the_first(demo: Path) -> None:
             if any(content in p.split("## Actions Detected")[0] for (p,) in prompts):
                 inherited.append((author, heir))
     assert any(heir.endswith(" II") for _, heir in inherited), inherited
+
+
+def test_the_leaderboard_improves_over_time_and_passes_2_60_by_tick_80(demo: Path) -> None:
+    import sqlite3
+    db = sqlite3.connect(demo / "station.db")
+    rows = db.execute("SELECT finished_tick, score FROM evaluations WHERE status = 'finished' AND tick <= 80 "
+                      "ORDER BY finished_tick, id").fetchall()
+    records, best = [], 0.0
+    for tick, score in rows:
+        if score > best:
+            records.append((tick, score))
+            best = score
+    assert len(records) >= 4, records  # baseline, grid, rows, optimised, ...: each a new best
+    assert best >= 2.60, records
+    assert records[-1][0] > records[0][0]
+    counts = json.loads(station("status", str(demo), "--json").stdout)["counts"]["submissions"]
+    assert counts["finished"] >= 10 and counts["queued"] + counts["running"] <= 5
+
+
+def test_every_finished_evaluation_was_announced_to_its_author_once(demo: Path) -> None:
+    import re
+    import sqlite3
+    db = sqlite3.connect(demo / "station.db")
+    authored = {r[0] for r in db.execute("SELECT id FROM evaluations WHERE author != 'System' AND status != 'queued'")}
+    announced = [int(re.search(r"Evaluation #(\d+)", t).group(1))
+                 for (t,) in db.execute("SELECT text FROM messages WHERE kind = 'evaluation'")]
+    assert len(announced) == len(set(announced))
+    assert set(announced) <= authored and len(announced) >= len(authored) - 5  # authors who left hear nothing
