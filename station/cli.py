@@ -125,6 +125,10 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
         if isinstance(status, StatusLine):
             status.done()
     print(f"{why}; the station is at tick {station.ctx.tick} ({station.dir})")
+    if "research" in station.ctx.rooms:
+        still = station.store.scalar("SELECT COUNT(*) FROM evaluations WHERE status='queued'")
+        if still:
+            print(f"{still} evaluation(s) not delivered yet; they go on when the station runs again")
     return 0
 
 

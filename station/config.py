@@ -185,6 +185,8 @@ class ExecutorConfig(Section):
     ray_address: str | None = Field(None, description="join this Ray cluster (e.g. ray://host:10001 or auto); "
                                     "null starts a local instance")
     ray_num_cpus: int | None = Field(None, gt=0, description="CPUs of a local Ray instance (default: all)")
+    ray_queue_timeout_s: float | None = Field(None, gt=0, description="give up a run no Ray worker has taken "
+                                              "after this long (e.g. it asks for a GPU the cluster lacks)")
 
 
 class ResearchConfig(Section):

@@ -912,8 +912,9 @@ def test_task_summary_credits_counts_and_best(tmp_path: Path) -> None:
                          "VALUES(?, 1, 'running', 0, 'local')", (s3,))
     seed(st, "Praxis I")
     deliver(st, p2 + 2, status="timed_out")
-    assert r.status_counts(ctx) == {"submissions": {"queued": 0, "running": 1, "finished": 5, "failed": 0,
-                                                    "timed_out": 1}}
+    counts = r.status_counts(ctx)
+    assert counts["submissions"] == {"queued": 0, "running": 1, "finished": 5, "failed": 0, "timed_out": 1}
+    assert {task: best["evaluation"] for task, best in counts["research_best"].items()} == {"1": s2, "2": p2}
 
 
 def test_the_room_is_absent_without_tasks(tmp_path: Path) -> None:

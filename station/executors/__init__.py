@@ -22,5 +22,6 @@ def create_executor(config: Any, hide: list[Path] | tuple = (), scratch_base: st
     if config.kind == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(config, hide=hide, scratch_base=scratch_base)
+        return RayExecutor(config, hide=hide, scratch_base=scratch_base,
+                           queue_timeout_s=config.ray_queue_timeout_s)
     raise ValueError(f"unknown executor kind {config.kind!r}")
