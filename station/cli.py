@@ -208,7 +208,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .config import ExecutorConfig
     from .evaluation.standalone import evaluate, resolve_task
-    from .evaluation.worker import clip
+    from rooms.research import clip_log
     from .executors import create_executor
 
     task, executor_config = resolve_task(args.task, args.task_id)
@@ -238,7 +238,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for stream in ("stdout", "stderr"):
             text = result[stream] if stream == "stdout" else (result["stderr"] or result.get("traceback") or "")
             if text.strip():
-                lines += [f"--- {stream} ---", clip(text, 4000).rstrip()]
+                lines += [f"--- {stream} ---", clip_log(text, 4000).rstrip()]
         print("\n".join(lines))
     return 0 if result["success"] else 1
 

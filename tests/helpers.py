@@ -98,6 +98,17 @@ def stored(st: Station, name: str) -> dict[str, Any]:
     return json.loads(row["data"])
 
 
+def session_of(st: Station, name: str) -> int:
+    return stored(st, name)["session"]
+
+
+def turn_lines(st: Station, name: str, tick: int) -> list[str]:
+    """The action-log lines of the agent's turn at `tick` (what its next prompt lists as executed)."""
+    row = st.store.one("SELECT actions FROM turns WHERE tick=? AND session=?", (tick, session_of(st, name)))
+    assert row is not None, f"{name} took no turn at tick {tick}"
+    return [line for entry in json.loads(row["actions"])["history"] for line in entry["lines"]]
+
+
 def turn_rows(st: Station, *, session: int | None = None, tick: int | None = None) -> list[Any]:
     sql, params = "SELECT * FROM turns WHERE 1", []
     if session is not None:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from helpers import (act, guest, make_old, make_station, prompt_at, recursive, replay_model, reply, section, stored,
-                     yaml_block)
+from helpers import (act, guest, make_old, make_station, prompt_at, recursive, replay_model, reply, section,
+                     session_of, stored, turn_lines, yaml_block)
 from rooms.capsule_params import MailParams, NoteParams, PaperParams, PostParams, ReplyParams
 from rooms.mentions import mentioned_names
 from station import lifecycle
@@ -39,17 +39,6 @@ def station(tmp_path: Path, scripts: dict[str, list[str]], *, guests: list[list[
     made = [a.name for a in st.ctx.agents.active() if not a.is_guest]
     assert made == list(scripts), made
     return st
-
-
-def session_of(st: Station, name: str) -> int:
-    return stored(st, name)["session"]
-
-
-def turn_lines(st: Station, name: str, tick: int) -> list[str]:
-    """The action-log lines of the agent's turn at `tick` (what its next prompt lists as executed)."""
-    row = st.store.one("SELECT actions FROM turns WHERE tick=? AND session=?", (tick, session_of(st, name)))
-    assert row is not None, f"{name} took no turn at tick {tick}"
-    return [line for entry in json.loads(row["actions"])["history"] for line in entry["lines"]]
 
 
 def system_messages(st: Station, name: str, tick: int) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from evaluators.base import Task, register
-from helpers import (act, events, guest, make_old, make_station, prompt_at, recursive, replay_model, reply, stored,
-                     yaml_block)
+from helpers import (act, events, guest, make_old, make_station, prompt_at, recursive, replay_model, reply,
+                     session_of, stored, turn_lines, yaml_block)
 from rooms import research_storage as rs
 from rooms.base import validate_params
 from rooms.research import ResearchCounter, parse_id_list
@@ -75,16 +75,6 @@ def room(st: Station) -> ResearchCounter:
     found = st.ctx.room("research")
     assert isinstance(found, ResearchCounter)
     return found
-
-
-def session_of(st: Station, name: str) -> int:
-    return stored(st, name)["session"]
-
-
-def turn_lines(st: Station, name: str, tick: int) -> list[str]:
-    row = st.store.one("SELECT actions FROM turns WHERE tick=? AND session=?", (tick, session_of(st, name)))
-    assert row is not None, f"{name} took no turn at tick {tick}"
-    return [line for entry in json.loads(row["actions"])["history"] for line in entry["lines"]]
 
 
 def inbox(st: Station, name: str, kind: str | None = None) -> list[str]:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rooms.research import clip_log
 from rooms.research_store import open_evaluations
 
 from ..executors.base import Mount, RunResult, RunSpec
@@ -34,20 +35,11 @@ POLL_SECONDS = 0.5
 STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
 
 
-def clip(text: str, limit: int) -> str:
-    """Head and tail of `text` within `limit` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    head = limit // 4
-    tail = limit - head
-    return f"{text[:head]}\n… [{len(text) - limit:,} characters cut] …\n{text[-tail:]}"
-
-
 def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
     """A run's recorded result: the sandbox's outcome plus the trusted evaluator's verdict."""
     payload: dict[str, Any] = {
         "status": result.status, "error": result.error, "traceback": result.traceback,
-        "stdout": clip(result.stdout, STREAM_KEEP_CHARS), "stderr": clip(result.stderr, STREAM_KEEP_CHARS),
+        "stdout": clip_log(result.stdout, STREAM_KEEP_CHARS), "stderr": clip_log(result.stderr, STREAM_KEEP_CHARS),
         "exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "isolation": result.isolation,
         "executor": executor, "success": False, "score": None, "sort_key": None, "metrics": {}, "details": "",
     }
@@ -202,9 +194,10 @@ class EvaluationWorker(threading.Thread):
         if problem:
             return refused_payload(problem)
         assert self.executor is not None
+        others = sees_other_lineages(store, self.config, row["author"])
         spec = RunSpec(
             code=code, mode=task.mode, entry=task.entry, filename=task.filename,
-            mounts=storage_mounts(self.directory, row["lineage"], sees_other_lineages(store, self.config, row["author"])),
+            mounts=storage_mounts(self.directory, row["lineage"], others),
             timeout_s=task.timeout_s, memory_mb=task.memory_mb, max_processes=task.max_processes,
             num_cpus=task.num_cpus, num_gpus=0.0 if row["cpu_only"] else task.num_gpus, env=task.env(),
             label=f"eval-{row['id']}-v{version}")

@@ -18,12 +18,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from rooms.research import clip_log
 from rooms.research_store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
 
 from ..context import Context, Event, Hook, WaitInterrupted
 from ..evaluation import debugger
 from ..evaluation.pipeline import Outcome, walk
-from ..evaluation.worker import EvaluationWorker, clip
+from ..evaluation.worker import EvaluationWorker
 from ..store import dumps
 
 WAIT_POLL_SECONDS = 0.2
@@ -219,6 +220,7 @@ def _logs(ctx: Context, result: dict[str, Any], which: str) -> str:
     if not stdout.strip() and not stderr.strip():
         return ctx.texts.render("evaluation_no_logs")
     limit = ctx.config.research.log_max_chars
-    return ctx.texts.render("evaluation_logs", which=which, stdout=clip(stdout, limit // 2) or "(nothing)",
-                            stderr=clip(stderr, limit // 2) or "(nothing)")
+    return ctx.texts.render("evaluation_logs", which=which,
+                            stdout=clip_log(stdout, limit // 2) or "(nothing)",
+                            stderr=clip_log(stderr, limit // 2) or "(nothing)")
 

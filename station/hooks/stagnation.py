@@ -45,9 +45,10 @@ The hook reacts to `tick_started`: the tick counter has just advanced (as in the
 which checks after the increment), respawned agents are already back so they get the
 broadcast, and every result delivered during the previous tick is in the store whatever the
 order of hooks (results are applied before turns and at `tick_ending`, hooks/evaluations.py).
-The broadcasts are read in the turns of the new tick. It runs inside the engine's end-of-tick unit, reads only the store and the tick, and
-uses no clock or randomness, so a replay repeats it exactly. The store meta `station_status`
-(shown in prompts and by `station status`) follows the worst state across tasks.
+The broadcasts are read in the turns of the new tick. It runs inside the engine's end-of-tick
+unit, reads only the store and the tick, and uses no clock or randomness, so a replay repeats
+it exactly. The store meta `station_status` (shown in prompts and by `station status`) follows
+the worst state across tasks.
 """
 from __future__ import annotations
 
