@@ -20,23 +20,67 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-class ModelConfig(Section):
-    """Which model drives an agent (or the grader). Keys never live here: providers read env vars."""
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-    provider: Literal["scripted", "replay"] = "scripted"
+
+class ModelConfig(Section):
+    """Which model drives an agent (or the reviewer, grader, debugger).
+
+    Keys never live here: a provider reads its key from an environment variable (the usual
+    one, or the one named by `api_key_env`), so a stored config holds no secret.
+    """
+
+    provider: Literal["scripted", "replay", "anthropic", "openai", "gemini"] = "scripted"
     name: str = Field("scripted-newcomer", min_length=1, description="model id; lineages match on it")
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    temperature: float | None = Field(1.0, ge=0.0, le=2.0, description="null: the provider's default")
     max_output_tokens: int = Field(8192, gt=0)
-    context_limit: int | None = Field(None, gt=0, description="provider context window, if known")
+    context_limit: int | None = Field(None, gt=0, description="the model's context window; agents are warned "
+                                      "and ended before it (with the token budget, whichever is smaller)")
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        None, description="openai: reasoning.effort (with a reasoning summary)")
+    thinking_budget: int | None = Field(None, ge=0, description="anthropic and gemini: thinking tokens per reply")
+    api: Literal["responses", "chat"] = Field("responses", description="openai: Responses API, or Chat "
+                                              "Completions (what OpenAI-compatible servers speak)")
+    base_url: str | None = Field(None, description="another endpoint: a proxy, or an OpenAI-compatible server")
+    api_key_env: str | None = Field(None, pattern=ENV_NAME, description="environment variable holding the key "
+                                    "(default: ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY)")
+    timeout_s: float = Field(600.0, gt=0, description="one request, including a streamed reply")
+    max_retries: int = Field(10, ge=0, le=100, description="retries of a transient failure before pausing")
+    retry_base_s: float = Field(2.0, ge=0, description="first backoff delay; doubles with each retry")
+    retry_max_s: float = Field(120.0, ge=0, description="longest backoff delay (retry-after may ask more)")
     options: dict[str, Any] = Field(default_factory=dict, description="extra provider request options")
     replay_file: str | None = Field(None, description="replay provider: JSONL file of replies")
     seed: int = Field(0, description="scripted provider: seed of its decisions")
 
     @model_validator(mode="after")
-    def _replay_needs_file(self) -> "ModelConfig":
+    def _consistent(self) -> "ModelConfig":
         if self.provider == "replay" and not self.replay_file:
             raise ValueError("provider 'replay' needs replay_file")
+        if self.thinking_budget and self.provider == "anthropic" and self.thinking_budget >= self.max_output_tokens:
+            raise ValueError("anthropic: thinking_budget must be smaller than max_output_tokens")
         return self
+
+    @property
+    def remote(self) -> bool:
+        return self.provider in ("anthropic", "openai", "gemini")
+
+
+class Price(Section):
+    """US dollars per million tokens. Reasoning tokens are billed as output."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0, description="default: the input price")
+    cache_write: float | None = Field(None, ge=0, description="anthropic cache writes; default: the input price")
+
+
+class BudgetConfig(Section):
+    """Caps on spend. The station pauses, with a message, before a model call could cross one."""
+
+    station_usd: float | None = Field(None, ge=0)
+    agent_usd: float | None = Field(None, ge=0, description="per agent (each session)")
+    station_tokens: int | None = Field(None, ge=0, description="input + output + reasoning tokens of all calls")
+    agent_tokens: int | None = Field(None, ge=0)
 
 
 class AgentSpec(Section):
@@ -274,6 +318,26 @@ class StationConfig(Section):
     codex: CodexConfig = Field(default_factory=CodexConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    turns: Literal["sequential", "concurrent"] = Field(
+        "sequential", description="concurrent: every prompt of a tick is built from the world at its start, "
+        "the model calls run in parallel, and the replies are applied in turn order")
+    prices: dict[str, Price] = Field(default_factory=dict, description="by model name, for costs and budgets")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+    @model_validator(mode="after")
+    def _priced_when_budgeted(self) -> "StationConfig":
+        if self.budget.station_usd is None and self.budget.agent_usd is None:
+            return self
+        unpriced = sorted({m.name for m in self.all_models() if m.remote and m.name not in self.prices})
+        if unpriced:
+            raise ValueError(f"a money budget is set but these models have no price: {', '.join(unpriced)} "
+                             "(add them under prices:)")
+        return self
+
+    def all_models(self) -> list[ModelConfig]:
+        """Every model the station may call: agents', reviewer's, grader's and debugger's."""
+        return [spec.model for spec in self.agents] + [self.reviewer.model, self.grading.model,
+                                                       self.debugger.model]
 
 
 def _format_errors(err: ValidationError, source: str) -> str:

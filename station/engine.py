@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import commands, lifecycle
 from .agents import Agent
 from .context import NeedInput, WaitInterrupted, request_hash
-from .models import Model, ModelError, Reply
+from .models import BudgetExceeded, Model, ModelError, Reply, Usage
+from .models.base import INTERRUPTED, OVERFLOW
 from .prompt import compose
 from .store import Store, dumps
 from .turn import TurnLog, execute_reply
@@ -40,6 +42,36 @@ class StationPaused(RuntimeError):
     """The station cannot go on without an operator (e.g. a model's permanent error)."""
 
 
+def pause_message(who: str | None, err: Exception) -> str:
+    """What the operator reads when a model call stops the station; nothing is lost either way."""
+    whose = f" for {who}" if who else ""
+    if isinstance(err, BudgetExceeded):
+        return f"budget: {err}. Nothing was lost; the call{whose} is made when the station runs again."
+    assert isinstance(err, ModelError)
+    if err.permanent:
+        return (f"a model call{whose} failed and retrying cannot help: {err}. Fix the key, model name or "
+                "request options, then run the station again; the turn starts over and nothing is lost.")
+    return (f"a model call{whose} kept failing: {err}. Run the station again to retry; the turn starts over "
+            "and nothing is lost.")
+
+
+@dataclass
+class TurnUsage:
+    """The model calls of one turn (the main reply and any exchange steps), added up."""
+
+    calls: list[Reply] = field(default_factory=list)
+
+    def columns(self) -> tuple[Any, ...]:
+        u = Usage()
+        for r in self.calls:
+            for name in ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens"):
+                setattr(u, name, getattr(u, name) + getattr(r.usage, name))
+        latency = [r.latency_s for r in self.calls if r.latency_s is not None]
+        costs = [r.cost_usd for r in self.calls if r.cost_usd is not None]
+        return (u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens,
+                round(sum(latency), 3) if latency else None, round(sum(costs), 8) if costs else None)
+
+
 class Engine:
     def __init__(self, station: Station, *, replay_source: Store | None = None,
                  on_progress: Callable[[Progress], None] | None = None) -> None:
@@ -53,9 +85,12 @@ class Engine:
         self.stop = threading.Event()
         self.ctx.stop_event = self.stop
         self.ctx.on_wait = lambda text: self.on_progress(Progress(self.ctx.tick, "wait", note=text))
+        self.ctx.models.stop = self.stop
+        self.ctx.models.on_wait = self.ctx.report_wait
         self._done_tick = -1
         self._done: set[int] = set()
         self._tick_just_ended = False
+        self._scale = 1.0
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, *, ticks: int | None = None, until_tick: int | None = None) -> str:
@@ -85,6 +120,12 @@ class Engine:
         self._tick_just_ended = False
         agent = self._next_agent()
         if agent is not None:
+            if self.ctx.config.turns == "concurrent" and self.store.get_meta("prompts_tick") != self.ctx.tick:
+                self._unit(self._build_prompts)
+                self._prefetch()
+                agent = self._next_agent()
+                if agent is None:
+                    return True
             self._unit(lambda: self._turn(agent.name))
             self.on_progress(Progress(self.ctx.tick, "turn", agent.name, agent.location))
             return True
@@ -116,7 +157,7 @@ class Engine:
             except NeedInput as need:
                 self._rolled_back()
                 began = time.perf_counter()
-                payload = need.produce()  # outside any transaction: may take minutes
+                payload = self._produce(need.agent, need.produce)  # outside any transaction: may take minutes
                 self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload,
                                         need.request_hash, time.perf_counter() - began)
                 continue
@@ -128,6 +169,17 @@ class Engine:
             # a change left unsaved in the cache must not leak into a later unit (nor a replay).
             self.ctx.agents.invalidate()
             return
+
+    def _produce(self, who: str | None, produce: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Fetch one input; a model failure or a budget cap becomes an operator pause."""
+        try:
+            return produce()
+        except ModelError as err:
+            if err.kind == INTERRUPTED:
+                raise WaitInterrupted(f"stopped while a model call waited to retry ({who})") from err
+            raise StationPaused(pause_message(who, err)) from err
+        except BudgetExceeded as err:
+            raise StationPaused(pause_message(who, err)) from err
 
     def _rolled_back(self) -> None:
         self.ctx.agents.invalidate()
@@ -161,12 +213,20 @@ class Engine:
             lifecycle.end_session(ctx, agent, lifecycle.LIFE_LIMIT)
             return
         started = time.time()
-        ctx.emit("turn_started", agent.name)
-        prompt = compose(ctx, agent)
+        prompt = self._prebuilt_prompt(agent)
+        if prompt is None:
+            ctx.emit("turn_started", agent.name)
+            prompt = compose(ctx, agent)
         model = ctx.models.get(agent.model)
-        reply = self._exchange(agent, 0, prompt, model)
+        usage = TurnUsage()
+        reply = self._exchange(agent, 0, prompt, model, usage)
         internal: list[dict[str, str]] = []
-        if (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
+        if reply.overflow:
+            log = TurnLog()
+            log.log(agent.location, "Your conversation no longer fits the model's context window; "
+                    "your session ended.")
+            lifecycle.end_session(ctx, agent, lifecycle.OVERFLOW)
+        elif (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
             log = TurnLog()
             log.log(agent.location, "Your last reply was not carried out: it took your context past the token limit.")
             lifecycle.end_session(ctx, agent, lifecycle.TOKENS)
@@ -174,11 +234,12 @@ class Engine:
             log = execute_reply(ctx, agent, reply.text)
             live = self._live(agent)
             if log.internal is not None and live.active:
-                internal = self._internal(live, log, model)
+                internal = self._internal(live, log, model, usage)
         live = self._live(agent)
         if live.active:
             context = ctx.conversations.context(live.session, live.pruned)
-            live.context_tokens = model.count_tokens(context, system=live.system_prompt)
+            estimate = model.count_tokens(context, system=live.system_prompt)
+            live.context_tokens = round(estimate * self._scale) if model.config.remote else estimate
             if live.context_tokens >= lifecycle.effective_limit(ctx, live):
                 lifecycle.end_session(ctx, live, lifecycle.TOKENS)
         live.last_history, live.last_summary = log.history, log.summary
@@ -186,10 +247,11 @@ class Engine:
         ctx.agents.save(live)
         self.store.execute(
             "INSERT INTO turns(tick, session, agent, room, prompt, reply, thinking, actions, internal, "
-            "context_tokens, tokens_spent, started_at, finished_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "context_tokens, tokens_spent, started_at, finished_at, input_tokens, cached_input_tokens, "
+            "output_tokens, reasoning_tokens, latency_s, cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (ctx.tick, agent.session, agent.name, live.location, prompt, reply.text, reply.thinking,
              dumps({"parsed": log.actions, "history": log.history}), dumps(internal),
-             live.context_tokens, live.tokens_spent, started, time.time()),
+             live.context_tokens, live.tokens_spent, started, time.time(), *usage.columns()),
         )
         self._done.add(agent.session)
         ctx.emit("turn_finished", live.name, actions=[a["name"] for a in log.actions if a.get("ok")])
@@ -202,28 +264,94 @@ class Engine:
                 return live
         return agent
 
-    def _exchange(self, agent: Agent, step: int, prompt: str, model: Model) -> Reply:
-        """Send `prompt` after the agent's conversation; record and return the reply."""
-        ctx = self.ctx
-        messages = ctx.conversations.context(agent.session, agent.pruned) + [{"role": "user", "text": prompt}]
+    def _messages(self, agent: Agent, prompt: str) -> list[dict[str, str]]:
+        return self.ctx.conversations.context(agent.session, agent.pruned) + [{"role": "user", "text": prompt}]
 
+    @staticmethod
+    def _producer(agent: Agent, model: Model, messages: list[dict[str, str]]) -> Callable[[], dict[str, Any]]:
         def produce() -> dict[str, Any]:
             try:
                 reply = model.complete(messages, system=agent.system_prompt, agent=agent.name)
             except ModelError as err:
-                raise StationPaused(f"model {model.name} failed for {agent.name}: {err}") from err
+                if err.kind == OVERFLOW:  # an answer like any other: recorded, and it ends the session
+                    return {"text": "", "overflow": str(err)}
+                raise
             return reply.to_payload()
+        return produce
 
-        payload = ctx.obtain(f"reply/{ctx.tick}/{agent.session}/{step}", "reply", agent.name, produce,
-                             request_hash(messages))
+    def _exchange(self, agent: Agent, step: int, prompt: str, model: Model, usage: TurnUsage) -> Reply:
+        """Send `prompt` after the agent's conversation; record and return the reply."""
+        ctx = self.ctx
+        messages = self._messages(agent, prompt)
+        payload = ctx.obtain(f"reply/{ctx.tick}/{agent.session}/{step}", "reply", agent.name,
+                             self._producer(agent, model, messages), request_hash(messages))
         reply = Reply.from_payload(payload)
+        usage.calls.append(reply)
+        if reply.overflow:
+            return reply
         ctx.conversations.append(agent.session, ctx.tick, "user", prompt)
         ctx.conversations.append(agent.session, ctx.tick, "assistant", reply.text)
         agent.tokens_spent += reply.usage.spent
         agent.context_tokens = reply.usage.context_tokens
+        # The provider's count of what was sent, against our estimate of it: the post-turn
+        # recount scales its estimate by this (pure function of the recorded reply).
+        estimate = model.count_tokens(messages, system=agent.system_prompt)
+        self._scale = reply.usage.input_tokens / estimate if reply.usage.input_tokens and estimate else 1.0
         return reply
 
-    def _internal(self, agent: Agent, log: TurnLog, model: Model) -> list[dict[str, str]]:
+    # -- concurrent turns -----------------------------------------------------------------
+    def _build_prompts(self) -> None:
+        """Every prompt of this tick, from the world as the tick starts (turns: concurrent)."""
+        ctx = self.ctx
+        for agent in ctx.agents.active():
+            if agent.session in self._done or agent.flags.get("end_requested") or \
+                    (agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age):
+                continue  # its turn ends it, or it has acted already
+            ctx.emit("turn_started", agent.name)
+            agent = ctx.agents.get(agent.name) or agent  # a hook may have changed it
+            prompt = compose(ctx, agent)
+            ctx.agents.save(agent)
+            self.store.execute("INSERT INTO turn_prompts(tick, session, prompt) VALUES(?,?,?)",
+                               (ctx.tick, agent.session, prompt))
+        self.store.set_meta("prompts_tick", ctx.tick)
+
+    def _prebuilt_prompt(self, agent: Agent) -> str | None:
+        if self.ctx.config.turns != "concurrent":
+            return None
+        return self.store.scalar("SELECT prompt FROM turn_prompts WHERE tick=? AND session=?",
+                                 (self.ctx.tick, agent.session))
+
+    def _prefetch(self) -> None:
+        """Ask every model for this tick's first replies at once, and record each answer."""
+        ctx = self.ctx
+        if ctx.replay_source is not None:
+            return  # a replay reads its replies from the source station
+        jobs = []
+        for row in self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,)):
+            key = f"reply/{ctx.tick}/{row['session']}/0"
+            agent = next((a for a in ctx.agents.active() if a.session == row["session"]), None)
+            if agent is None or self.store.get_input(key) is not None:
+                continue
+            messages = self._messages(agent, row["prompt"])
+            produce = self._producer(agent, ctx.models.get(agent.model), messages)
+            jobs.append((key, agent.name, produce, request_hash(messages)))
+        if not jobs:
+            return
+        failure: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="turn") as pool:
+            futures = [(job, time.perf_counter(), pool.submit(self._produce, job[1], job[2])) for job in jobs]
+            for (key, who, _, digest), began, future in futures:
+                try:
+                    payload = future.result()
+                except BaseException as err:  # noqa: BLE001 - keep the others' replies, then report
+                    failure = failure or err
+                    continue
+                self.store.record_input(key, "reply", ctx.tick, who, payload, digest,
+                                        time.perf_counter() - began)
+        if failure is not None:
+            raise failure
+
+    def _internal(self, agent: Agent, log: TurnLog, model: Model, usage: TurnUsage) -> list[dict[str, str]]:
         """Run the reply's exchange (codex reading, test answer, exit) to its end, in this turn."""
         ctx, handler, room = self.ctx, log.internal, log.internal_room or agent.location
         assert handler is not None
@@ -234,7 +362,11 @@ class Engine:
             if len(steps) >= limit:
                 log.log(room, f"The exchange was stopped after {limit} steps.")
                 break
-            reply = self._exchange(agent, len(steps) + 1, prompt, model)
+            reply = self._exchange(agent, len(steps) + 1, prompt, model, usage)
+            if reply.overflow:
+                log.log(room, "Your conversation no longer fits the model's context window; your session ended.")
+                lifecycle.end_session(ctx, agent, lifecycle.OVERFLOW)
+                break
             steps.append({"prompt": prompt, "reply": reply.text})
             if (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
                 log.log(room, "Your context passed the token limit during the exchange; your session ended.")

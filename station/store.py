@@ -101,6 +101,38 @@ CORE_MIGRATIONS: list[str] = [
         applied_input TEXT
     );
     """,
+    # v2: what each turn's model calls used, every call's spend, and concurrent turns' prompts.
+    """
+    ALTER TABLE turns ADD COLUMN input_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN cached_input_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN output_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN reasoning_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN latency_s REAL;
+    ALTER TABLE turns ADD COLUMN cost_usd REAL;
+    CREATE TABLE spend (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        tick INTEGER,
+        who TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        latency_s REAL,
+        retries INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX spend_who ON spend(who);
+    CREATE TABLE turn_prompts (
+        tick INTEGER NOT NULL,
+        session INTEGER NOT NULL,
+        prompt TEXT NOT NULL,
+        PRIMARY KEY (tick, session)
+    );
+    """,
 ]
 
 
@@ -276,7 +308,8 @@ def _split_sql(script: str) -> list[str]:
 def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
     """Every world table, rows in key order, minus wall-clock columns: equal worlds, equal dumps."""
     volatile = {"recorded_at", "started_at", "finished_at", "queued_at", "latency_s"}
-    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs"}  # bookkeeping, not world
+    # bookkeeping, not world: a replay spends nothing and runs nothing
+    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs", "spend"}
     out: dict[str, list[list[Any]]] = {}
     tables = [r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for table in tables:

@@ -9,6 +9,7 @@ from rooms import load_rooms
 
 from . import lifecycle
 from .agents import AgentRegistry
+from .budget import Ledger
 from .config import StationConfig, parse_config
 from .context import Context
 from .conversation import Conversations
@@ -39,7 +40,7 @@ class Station:
         self.ctx.hooks = load_hooks(config, rooms)
         for hook in self.ctx.hooks:
             store.migrate(f"hook:{hook.name}", hook.migrations)
-        self.ctx.models = ModelPool()
+        self.ctx.models = ModelPool(Ledger(store.dir, lambda: self.ctx.config))
 
     @property
     def dir(self) -> Path:
@@ -76,6 +77,7 @@ class Station:
                     lifecycle.create_agent(station.ctx, spec)
             station.ctx.emit("station_created")
             station.ctx.emit("tick_started")
+        station.ctx.models.close()
         store.close()
         for leftover in ("station.db-wal", "station.db-shm"):
             if (building / leftover).exists():
@@ -96,4 +98,5 @@ class Station:
     def close(self) -> None:
         for hook in self.ctx.hooks:  # background workers (reviewer, evaluator) stop with the station
             getattr(hook, "close", lambda: None)()
+        self.ctx.models.close()
         self.store.close()

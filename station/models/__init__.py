@@ -1,20 +1,22 @@
 """Model providers. The engine asks a ModelPool for the model of a config; it imports no SDK."""
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from ..config import ModelConfig
-from .base import Message, Model, ModelError, Reply, Usage
+from .base import BudgetExceeded, Message, Model, ModelError, Reply, Usage, estimate_conversation
 from .replay import ReplayModel
 from .scripted import ScriptedModel
 from .scripted_debugger import ScriptedDebugger
 from .scripted_grader import ScriptedGrader
 from .scripted_reviewer import ScriptedReviewer
 
-__all__ = ["Message", "Model", "ModelError", "ModelPool", "Reply", "Usage", "create_model"]
+__all__ = ["BudgetExceeded", "Message", "Model", "ModelError", "ModelPool", "Reply", "Usage", "create_model"]
 
 
-def create_model(config: ModelConfig) -> Model:
+def create_model(config: ModelConfig, *, stop: threading.Event | None = None,
+                 on_wait: Callable[[str], None] | None = None) -> Model:
     if config.provider == "scripted":
         if config.name.startswith("scripted-grader"):
             return ScriptedGrader(config.name)
@@ -25,18 +27,83 @@ def create_model(config: ModelConfig) -> Model:
         return ScriptedModel(config.name, config.seed)
     if config.provider == "replay":
         return ReplayModel(config.name, config.replay_file or "")
+    if config.provider == "anthropic":
+        from .anthropic_model import AnthropicModel
+        return AnthropicModel(config, stop=stop, on_wait=on_wait)
+    if config.provider == "openai":
+        from .openai_model import OpenAIModel
+        return OpenAIModel(config, stop=stop, on_wait=on_wait)
+    if config.provider == "gemini":
+        from .gemini_model import GeminiModel
+        return GeminiModel(config, stop=stop, on_wait=on_wait)
     raise ModelError(f"unknown model provider {config.provider!r}", permanent=True)
 
 
+class PooledModel:
+    """A model as the station uses it: made on first call, budget-checked before each call and
+    booked after. Made lazily so that a replay, or counting tokens, never needs a provider key.
+    """
+
+    def __init__(self, config: ModelConfig, ledger: Any, make: Callable[[], Model]) -> None:
+        self.config, self.ledger, self._make = config, ledger, make
+        self.name = config.name
+        self._inner: Model | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def inner(self) -> Model:
+        with self._lock:
+            if self._inner is None:
+                self._inner = self._make()
+            return self._inner
+
+    def count_tokens(self, messages: list[Message], *, system: str | None) -> int:
+        if self.config.remote:  # an estimate, scaled by the engine with what the provider reported
+            return estimate_conversation(messages, system)
+        return self.inner.count_tokens(messages, system=system)
+
+    def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+        inner = self.inner
+        reservation = self.ledger.reserve(agent, self.config, messages, system)
+        try:
+            reply = inner.complete(messages, system=system, agent=agent)
+        except BaseException:
+            self.ledger.settle(reservation, self.config, None)
+            raise
+        cost = self.ledger.settle(reservation, self.config, reply.usage, latency_s=reply.latency_s,
+                                  retries=reply.retries)
+        if self.config.remote or cost:
+            reply.cost_usd = round(cost, 8)
+        return reply
+
+    def check(self) -> str:
+        return getattr(self.inner, "check", lambda: "offline model: nothing to check")()
+
+
 class ModelPool:
-    """One model object per distinct config, shared by the agents that use it."""
+    """One model per distinct config, shared by the agents (and threads) that use it, with one
+    ledger that meters every call: budgets are checked before it and spend is booked after.
+    """
 
-    def __init__(self) -> None:
-        self._models: dict[str, Model] = {}
+    def __init__(self, ledger: Any = None, *, stop: threading.Event | None = None,
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        from ..budget import Ledger
+        from ..config import StationConfig
 
-    def get(self, config: ModelConfig | dict[str, Any]) -> Model:
+        self.ledger = ledger if ledger is not None else Ledger(None, StationConfig)
+        self.stop = stop or threading.Event()
+        self.on_wait = on_wait or (lambda text: None)
+        self._models: dict[str, PooledModel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, config: ModelConfig | dict[str, Any]) -> PooledModel:
         cfg = config if isinstance(config, ModelConfig) else ModelConfig.model_validate(config)
         key = cfg.model_dump_json()
-        if key not in self._models:
-            self._models[key] = create_model(cfg)
-        return self._models[key]
+        with self._lock:
+            if key not in self._models:
+                self._models[key] = PooledModel(cfg, self.ledger, lambda: create_model(
+                    cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text)))
+            return self._models[key]
+
+    def close(self) -> None:
+        self.ledger.close()

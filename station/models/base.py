@@ -11,8 +11,9 @@ Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
-    cached_input_tokens: int = 0
-    reasoning_tokens: int = 0
+    cached_input_tokens: int = 0  # part of input_tokens served from the provider's cache
+    reasoning_tokens: int = 0  # thinking: billed as output, never kept in the conversation
+    cache_write_tokens: int = 0  # part of input_tokens written to the cache (anthropic)
 
     @property
     def context_tokens(self) -> int:
@@ -29,23 +30,51 @@ class Reply:
     text: str
     usage: Usage = field(default_factory=Usage)
     thinking: str | None = None
+    latency_s: float | None = None  # of the successful request (retries not counted)
+    cost_usd: float | None = None  # set by the model pool from the price table
+    retries: int = 0
+    overflow: str | None = None  # the provider said the conversation is too long (no reply)
 
     def to_payload(self) -> dict[str, Any]:
-        """The recorded input: only what the world depends on (latency is kept beside it)."""
-        return {"text": self.text, "thinking": self.thinking, "usage": asdict(self.usage)}
+        """The recorded input. Usage, cost and latency are recorded too, so a replay shows them."""
+        payload: dict[str, Any] = {"text": self.text, "thinking": self.thinking, "usage": asdict(self.usage)}
+        for name in ("latency_s", "cost_usd"):
+            if getattr(self, name) is not None:
+                payload[name] = getattr(self, name)
+        if self.retries:
+            payload["retries"] = self.retries
+        return payload
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> "Reply":
         return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
-                   usage=Usage(**payload.get("usage", {})))
+                   usage=Usage(**payload.get("usage", {})), latency_s=payload.get("latency_s"),
+                   cost_usd=payload.get("cost_usd"), retries=payload.get("retries", 0),
+                   overflow=payload.get("overflow"))
+
+
+TRANSIENT, PERMANENT, OVERFLOW, INTERRUPTED = "transient", "permanent", "context_overflow", "interrupted"
 
 
 class ModelError(RuntimeError):
-    """A provider failure after retries. `permanent` ones (bad key, unknown model) need a human."""
+    """A provider failure that retrying did not cure.
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    kind: `transient` (still failing after every retry), `permanent` (bad key, unknown model,
+    bad request: a human must act), `context_overflow` (the conversation no longer fits), or
+    `interrupted` (the station was asked to stop while waiting to retry).
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False, kind: str | None = None) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.kind = kind or (PERMANENT if permanent else TRANSIENT)
+
+    @property
+    def permanent(self) -> bool:
+        return self.kind == PERMANENT
+
+
+class BudgetExceeded(RuntimeError):
+    """The next model call could cross a spending cap; the station must pause first."""
 
 
 class Model(Protocol):

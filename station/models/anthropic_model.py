@@ -1,0 +1,87 @@
+"""Claude through the official `anthropic` SDK (Messages API, streamed).
+
+Streaming keeps long replies (and long thinking) inside one healthy connection, which the
+SDK insists on for large `max_tokens`. Prompt caching: the system prompt and the last two
+station messages carry cache breakpoints, so each turn reads the conversation written to the
+cache by the turn before and writes its own extension.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import ModelConfig
+from .base import Message, ModelError, Reply, Usage, estimate_tokens
+from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+
+CACHE = {"type": "ephemeral"}
+
+
+def request_body(config: ModelConfig, messages: list[Message], system: str | None) -> dict[str, Any]:
+    wire: list[dict[str, Any]] = [
+        {"role": m["role"], "content": [{"type": "text", "text": m["text"]}]} for m in messages
+    ]
+    users = [i for i, m in enumerate(wire) if m["role"] == "user"]
+    for i in users[-2:]:
+        wire[i]["content"][-1]["cache_control"] = CACHE
+    body: dict[str, Any] = {"model": config.name, "max_tokens": config.max_output_tokens, "messages": wire}
+    if system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": CACHE}]
+    if config.thinking_budget:
+        # Anthropic refuses a temperature other than 1 with thinking on: leave it out.
+        body["thinking"] = {"type": "enabled", "budget_tokens": config.thinking_budget}
+    elif config.temperature is not None:
+        body["temperature"] = config.temperature
+    body.update(config.options)
+    return body
+
+
+def reply_from(message: Any) -> Reply:
+    text = "".join(b.text for b in message.content if b.type == "text")
+    thinking = "\n\n".join(b.thinking for b in message.content if b.type == "thinking") or None
+    u = message.usage
+    read = u.cache_read_input_tokens or 0
+    written = u.cache_creation_input_tokens or 0
+    details = getattr(u, "output_tokens_details", None)
+    reasoning = getattr(details, "thinking_tokens", None)
+    if reasoning is None:  # older answers do not split it out: estimate from the visible thinking
+        reasoning = min(u.output_tokens, estimate_tokens(thinking)) if thinking else 0
+    usage = Usage(input_tokens=u.input_tokens + read + written, cached_input_tokens=read,
+                  cache_write_tokens=written, output_tokens=u.output_tokens - reasoning,
+                  reasoning_tokens=reasoning)
+    return Reply(text=text, thinking=thinking, usage=usage)
+
+
+class AnthropicModel(RemoteModel):
+    provider = "anthropic"
+
+    def __init__(self, config: ModelConfig, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        import anthropic  # imported here: an offline station never needs the SDK
+
+        self._sdk = anthropic
+        key = api_key(config)
+        if key is None:
+            raise ModelError(missing_key_message(config), permanent=True)
+        self.client = anthropic.Anthropic(api_key=key, base_url=config.base_url, timeout=config.timeout_s,
+                                          max_retries=0)  # we retry, the same way for every provider
+
+    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
+        with self.client.messages.stream(**request_body(self.config, messages, system)) as stream:
+            return reply_from(stream.get_final_message())
+
+    def _classify(self, err: Exception) -> Failure:
+        sdk = self._sdk
+        if isinstance(err, sdk.APIStatusError):
+            return classify_status(err.status_code, _message(err), err.response.headers)
+        return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
+
+    def check(self) -> str:
+        info = self.client.models.retrieve(self.config.name)
+        return f"model {info.id} is available"
+
+
+def _message(err: Any) -> str:
+    body = getattr(err, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message") or err)
+    return str(err)

@@ -1,0 +1,109 @@
+"""GPT models through the official `openai` SDK: the Responses API, or Chat Completions for
+any OpenAI-compatible server (vLLM, Ollama, LM Studio, ...) reached with `base_url`.
+
+OpenAI caches long prompt prefixes on its own; the conversation only ever grows at its end,
+and `prompt_cache_key` (the agent's name) keeps one agent's requests on the same cache.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import ModelConfig
+from .base import Message, ModelError, Reply, Usage
+from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+
+
+def responses_body(config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": config.name, "max_output_tokens": config.max_output_tokens, "store": False,
+        "input": [{"role": m["role"], "content": m["text"]} for m in messages],
+        "prompt_cache_key": f"station-{agent}",
+    }
+    if system:
+        body["instructions"] = system
+    if config.reasoning_effort:
+        body["reasoning"] = {"effort": config.reasoning_effort, "summary": "auto"}
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
+    body.update(config.options)
+    return body
+
+
+def chat_body(config: ModelConfig, messages: list[Message], system: str | None) -> dict[str, Any]:
+    wire = ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": m["role"], "content": m["text"]} for m in messages]
+    body: dict[str, Any] = {"model": config.name, "messages": wire, "max_tokens": config.max_output_tokens}
+    if config.reasoning_effort:
+        body["reasoning_effort"] = config.reasoning_effort
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
+    body.update(config.options)
+    return body
+
+
+def _n(value: Any) -> int:
+    return int(value or 0)
+
+
+def reply_from_response(response: Any) -> Reply:
+    summaries = [part.text for item in response.output if item.type == "reasoning"
+                 for part in (item.summary or []) if getattr(part, "text", None)]
+    u = response.usage
+    reasoning = _n(getattr(u.output_tokens_details, "reasoning_tokens", 0)) if u else 0
+    usage = Usage(input_tokens=_n(u.input_tokens), output_tokens=_n(u.output_tokens) - reasoning,
+                  cached_input_tokens=_n(getattr(u.input_tokens_details, "cached_tokens", 0)),
+                  reasoning_tokens=reasoning) if u else Usage()
+    return Reply(text=response.output_text or "", thinking="\n\n".join(summaries) or None, usage=usage)
+
+
+def reply_from_chat(completion: Any) -> Reply:
+    if not completion.choices:
+        raise ValueError("the answer has no choices")
+    message = completion.choices[0].message
+    extra = message.model_extra or {}
+    thinking = extra.get("reasoning_content") or extra.get("reasoning")  # vLLM, DeepSeek, Ollama
+    u = completion.usage
+    usage = Usage()
+    if u is not None:
+        reasoning = _n(getattr(u.completion_tokens_details, "reasoning_tokens", 0))
+        usage = Usage(input_tokens=_n(u.prompt_tokens), output_tokens=_n(u.completion_tokens) - reasoning,
+                      cached_input_tokens=_n(getattr(u.prompt_tokens_details, "cached_tokens", 0)),
+                      reasoning_tokens=reasoning)
+    return Reply(text=message.content or "", thinking=str(thinking) if thinking else None, usage=usage)
+
+
+class OpenAIModel(RemoteModel):
+    provider = "openai"
+
+    def __init__(self, config: ModelConfig, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        import openai  # imported here: an offline station never needs the SDK
+
+        self._sdk = openai
+        key = api_key(config)
+        if key is None:
+            if config.base_url is None:
+                raise ModelError(missing_key_message(config), permanent=True)
+            key = "no-key"  # local servers usually need none, but the SDK wants a string
+        self.client = openai.OpenAI(api_key=key, base_url=config.base_url, timeout=config.timeout_s,
+                                    max_retries=0)  # we retry, the same way for every provider
+
+    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
+        if self.config.api == "chat":
+            return reply_from_chat(self.client.chat.completions.create(**chat_body(self.config, messages, system)))
+        return reply_from_response(self.client.responses.create(
+            **responses_body(self.config, messages, system, agent)))
+
+    def _classify(self, err: Exception) -> Failure:
+        sdk = self._sdk
+        if isinstance(err, sdk.APIStatusError):
+            code = err.code if isinstance(getattr(err, "code", None), str) else ""
+            message = f"{err.message} {code}".strip()
+            return classify_status(err.status_code, message, err.response.headers)
+        if isinstance(err, ValueError) and "no choices" in str(err):
+            return Failure("transient", str(err))
+        return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
+
+    def check(self) -> str:
+        info = self.client.models.retrieve(self.config.name)
+        return f"model {info.id} is available"

@@ -1,0 +1,182 @@
+"""What the three provider adapters share: keys, retries with backoff, error kinds, wire text.
+
+An adapter only turns (messages, system) into one request with its SDK and the answer into a
+`Reply`; everything about failing well lives here, so the three behave the same way:
+
+* rate limits, overload, 5xx, timeouts, dropped connections and malformed answers are
+  retried with exponential backoff and full jitter, honouring `retry-after`;
+* an empty reply is retried too, and accepted after the last retry;
+* a context-too-long answer is never retried (the engine ends the session);
+* anything else (bad key, unknown model, bad request) is permanent: the station pauses.
+"""
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..config import ModelConfig
+from .base import (INTERRUPTED, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply,
+                   estimate_conversation)
+
+DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
+LONGEST_RETRY_AFTER_S = 15 * 60  # a server asking for longer is treated as asking for this
+EMPTY_TEXT = "(empty reply)"  # what an empty turn looks like on the wire: providers refuse empty text
+
+OVERFLOW_PATTERN = re.compile(
+    r"prompt is too long|context[_ ]length|maximum context|context window|too many (input )?tokens|"
+    r"input token count|exceeds the maximum number of tokens|reduce the length", re.I)
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+
+
+@dataclass
+class Failure:
+    kind: str
+    message: str
+    retry_after: float | None = None
+
+
+def api_key(config: ModelConfig) -> str | None:
+    """The key from the environment (never from the config), or None for keyless local servers."""
+    env = config.api_key_env or DEFAULT_KEY_ENV[config.provider]
+    key = os.environ.get(env)
+    if not key and config.provider == "gemini" and not config.api_key_env:
+        key = os.environ.get("GOOGLE_API_KEY")
+    return key or None
+
+
+def missing_key_message(config: ModelConfig) -> str:
+    env = config.api_key_env or DEFAULT_KEY_ENV[config.provider]
+    extra = " (or GOOGLE_API_KEY)" if config.provider == "gemini" and not config.api_key_env else ""
+    return f"no API key for {config.provider} model {config.name}: set {env}{extra} in the environment"
+
+
+def wire_messages(messages: list[Message]) -> list[Message]:
+    """The conversation as providers accept it: no empty text anywhere."""
+    return [m if m["text"].strip() else {"role": m["role"], "text": EMPTY_TEXT} for m in messages]
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds a server asked us to wait (`retry-after-ms`, `retry-after` as seconds or a date)."""
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def classify_status(status: int | None, message: str, headers: Any = None) -> Failure:
+    """The kind of an HTTP error answer, the same rule for every provider."""
+    wait = retry_after(headers)
+    if status in (400, 413, 422) and OVERFLOW_PATTERN.search(message):
+        return Failure(OVERFLOW, message)
+    if status is None or status in RETRYABLE_STATUS or status >= 500:
+        return Failure(TRANSIENT, message, wait)
+    if status in (401, 403):
+        return Failure(PERMANENT, f"the key was refused ({status}): {message}")
+    if status == 404:
+        return Failure(PERMANENT, f"not found ({status}; is the model name right?): {message}")
+    return Failure(PERMANENT, f"the request was refused ({status}): {message}")
+
+
+def short(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+class RemoteModel:
+    """Base of the provider adapters. Subclasses implement `_request` and `_classify`."""
+
+    provider = "remote"
+
+    def __init__(self, config: ModelConfig, *, stop: threading.Event | None = None,
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        self.config, self.name = config, config.name
+        self.stop = stop or threading.Event()
+        self.on_wait = on_wait or (lambda text: None)
+        self._jitter = random.Random()
+
+    # -- what subclasses provide ----------------------------------------------------------
+    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
+        raise NotImplementedError
+
+    def _classify(self, err: Exception) -> Failure:
+        raise NotImplementedError
+
+    def check(self) -> str:
+        """A cheap call that proves key, endpoint and model work (for `station doctor`)."""
+        raise NotImplementedError
+
+    # -- the Model protocol ---------------------------------------------------------------
+    def count_tokens(self, messages: list[Message], *, system: str | None) -> int:
+        # An estimate; the engine scales it by what the provider reported for the last call.
+        return estimate_conversation(messages, system)
+
+    def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+        retries = self.config.max_retries
+        sent = wire_messages(messages)
+        for attempt in range(retries + 1):
+            began = time.monotonic()
+            try:
+                reply = self._request(sent, system, agent)
+            except Exception as err:  # noqa: BLE001 - every SDK failure is classified below
+                failure = self._classify(err)
+                if failure.kind != TRANSIENT:
+                    raise ModelError(f"{self.provider} {self.name}: {failure.message}", kind=failure.kind) from err
+                if attempt == retries:
+                    raise ModelError(f"{self.provider} {self.name}: still failing after {retries} retries: "
+                                     f"{failure.message}", kind=TRANSIENT) from err
+                self._wait(attempt, failure, agent)
+                continue
+            if not reply.text.strip() and attempt < retries:
+                self._wait(attempt, Failure(TRANSIENT, "empty reply"), agent)
+                continue
+            reply.latency_s = round(time.monotonic() - began, 3)
+            reply.retries = attempt
+            return reply
+        raise AssertionError("unreachable")
+
+    def _wait(self, attempt: int, failure: Failure, agent: str) -> None:
+        cfg = self.config
+        backoff = min(cfg.retry_max_s, cfg.retry_base_s * 2 ** attempt)
+        delay = self._jitter.uniform(backoff / 2, backoff)  # jitter spreads agents hit at once
+        if failure.retry_after is not None:
+            delay = max(delay, min(failure.retry_after, LONGEST_RETRY_AFTER_S))
+        self.on_wait(f"{agent}: {self.provider} {self.name} {short(failure.message, 80)}; "
+                     f"retry {attempt + 1}/{cfg.max_retries} in {delay:.1f} s")
+        if self.stop.wait(delay):
+            raise ModelError(f"{self.provider} {self.name}: stopped while waiting to retry ({failure.message})",
+                             kind=INTERRUPTED)
+
+
+def classify_transport(err: Exception) -> Failure | None:
+    """Failures below HTTP (timeouts, refused or dropped connections, unreadable bodies)."""
+    name = type(err).__name__
+    if isinstance(err, (TimeoutError, ConnectionError)) or "Timeout" in name:
+        return Failure(TRANSIENT, f"no answer in time ({name})")
+    if any(word in name for word in ("Connect", "Protocol", "ReadError", "NetworkError", "Closed")):
+        return Failure(TRANSIENT, f"the connection failed ({name}: {short(str(err), 120)})")
+    if isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)) or "Validation" in name or "Decod" in name:
+        return Failure(TRANSIENT, f"the answer could not be read ({name})")
+    return None
