@@ -114,10 +114,13 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
         engine.stop.set()  # the turn in flight finishes and commits first
     old = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     status = engine.on_progress
+    pause_file = station.dir / report.PAUSE_FILE
+    pause_file.unlink(missing_ok=True)
     try:
         why = engine.run(ticks=ticks, until_tick=until)
     except StationPaused as err:
-        print(f"\nstation paused: {err}\nfix the problem, then run it again to resume.", file=sys.stderr)
+        pause_file.write_text(f"{err}\n", encoding="utf-8")
+        print(f"\nstation paused at tick {station.ctx.tick}: {err}", file=sys.stderr)
         return 3
     finally:
         for s, handler in old.items():
@@ -203,6 +206,37 @@ def cmd_operator(args: argparse.Namespace) -> int:
     when = "now" if is_running(Path(args.dir)) else "when the station next runs"
     print(f"operator command #{number} ({args.op}) queued; it takes effect {when}")
     return 0
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    """Change a safe config value of a station (applied between turns if it is running)."""
+    import yaml
+
+    store = Store(args.dir)
+    try:
+        value = yaml.safe_load(args.value)
+    except yaml.YAMLError as err:
+        raise CliError(f"cannot read the value {args.value!r}: {err}") from None
+    command = commands.validate({"op": "set", "key": args.key, "value": value})
+    current = parse_config(store.get_meta("config"), f"{args.dir}/station.db")
+    commands.with_value(current, args.key, value)  # refuse a bad value now, not inside the run
+    number = commands.queue(store, command)
+    when = "now" if is_running(Path(args.dir)) else "when the station next runs"
+    print(f"{args.key} = {value!r} queued as operator command #{number}; it takes effect {when}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose, render
+
+    target = Path(args.target)
+    if target.is_dir():
+        config = parse_config(Store(target).get_meta("config"), f"{target}/station.db")
+    else:
+        config = load_config(target)
+    findings = diagnose(config, call=args.call)
+    print(render(findings), end="")
+    return 0 if all(f.ok for f in findings) else 1
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -297,6 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="override the task's time limit (seconds)")
     s.add_argument("--json", action="store_true", help="print the whole result as JSON")
     s.set_defaults(fn=cmd_evaluate)
+
+    s = sub.add_parser("doctor", help="check each configured model's key and endpoint, and say what works")
+    s.add_argument("target", help="a config file or a station directory")
+    s.add_argument("--call", action="store_true", help="also send each model one tiny prompt (costs a little)")
+    s.set_defaults(fn=cmd_doctor)
+
+    s = sub.add_parser("set", help="change a safe config value (budget.*, prices.*, turns, ...) of a station")
+    s.add_argument("dir")
+    s.add_argument("key", help="dotted key, e.g. budget.station_usd")
+    s.add_argument("value", help="a YAML value, e.g. 25, null, concurrent")
+    s.set_defaults(fn=cmd_set)
 
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")

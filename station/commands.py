@@ -6,6 +6,7 @@ Commands (JSON objects):
   {"op": "answer", "request": <id>, "text": ...}       answer an External Counter request
   {"op": "end_agent", "agent": ...}                    end a session at its next turn
   {"op": "pause"}                                      stop the running station cleanly
+  {"op": "set", "key": "budget.station_usd", "value": 5} change a safe config value
 """
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import json
 import time
 from typing import Any, Iterator
 
+from .config import ConfigError, StationConfig, parse_config
 from .context import Context
 from .store import Store, dumps
 
-OPS = ("message", "answer", "end_agent", "pause")
+OPS = ("message", "answer", "end_agent", "pause", "set")
+# Config values an operator may change on a live station: none of them reshapes the world.
+SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.")
 
 
 class CommandError(ValueError):
@@ -27,11 +31,34 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
     op = command.get("op")
     if op not in OPS:
         raise CommandError(f"unknown operator command {op!r}; known: {', '.join(OPS)}")
-    required = {"message": ("to", "text"), "answer": ("request", "text"), "end_agent": ("agent",), "pause": ()}[op]
+    required = {"message": ("to", "text"), "answer": ("request", "text"), "end_agent": ("agent",), "pause": (),
+                "set": ("key",)}[op]
     missing = [k for k in required if command.get(k) in (None, "")]
     if missing:
         raise CommandError(f"operator command '{op}' needs: {', '.join(missing)}")
+    if op == "set" and not any(command["key"] == k or command["key"].startswith(k) for k in SAFE_KEYS):
+        raise CommandError(f"'{command['key']}' cannot be changed on a station; changeable: "
+                           + ", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS))
     return command
+
+
+def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
+    """The config with one dotted key set (null removes a mapping entry); checked like a config file."""
+    data = config.model_dump(mode="json")
+    *path, last = key.split(".")
+    node = data
+    for part in path:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    if value is None and isinstance(node, dict) and path and path[0] == "prices":
+        node.pop(last, None)
+    else:
+        node[last] = value
+    try:
+        return parse_config(data, f"set {key}")
+    except ConfigError as err:
+        raise CommandError(str(err)) from None
 
 
 def queue(store: Store, command: dict[str, Any]) -> int:
@@ -90,6 +117,13 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
             answer_request(ctx, int(command["request"]), command["text"])
         except ValueError as err:
             ctx.emit("operator_alert", None, problem=str(err))
+    elif op == "set":
+        try:
+            ctx.config = with_value(ctx.config, command["key"], command.get("value"))
+        except CommandError as err:
+            ctx.emit("operator_alert", None, problem=str(err))
+        else:
+            ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))
     elif op == "end_agent":
         agent = ctx.agents.get(command["agent"])
         if agent is None or not agent.active:

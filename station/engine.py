@@ -60,13 +60,14 @@ class TurnUsage:
     """The model calls of one turn (the main reply and any exchange steps), added up."""
 
     calls: list[Reply] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # as measured live (a replay has none)
 
     def columns(self) -> tuple[Any, ...]:
         u = Usage()
         for r in self.calls:
             for name in ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens"):
                 setattr(u, name, getattr(u, name) + getattr(r.usage, name))
-        latency = [r.latency_s for r in self.calls if r.latency_s is not None]
+        latency = self.latencies
         costs = [r.cost_usd for r in self.calls if r.cost_usd is not None]
         return (u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens,
                 round(sum(latency), 3) if latency else None, round(sum(costs), 8) if costs else None)
@@ -283,10 +284,13 @@ class Engine:
         """Send `prompt` after the agent's conversation; record and return the reply."""
         ctx = self.ctx
         messages = self._messages(agent, prompt)
-        payload = ctx.obtain(f"reply/{ctx.tick}/{agent.session}/{step}", "reply", agent.name,
-                             self._producer(agent, model, messages), request_hash(messages))
+        key = f"reply/{ctx.tick}/{agent.session}/{step}"
+        payload = ctx.obtain(key, "reply", agent.name, self._producer(agent, model, messages), request_hash(messages))
         reply = Reply.from_payload(payload)
         usage.calls.append(reply)
+        latency = self.store.scalar("SELECT latency_s FROM inputs WHERE key=?", (key,))
+        if latency is not None:
+            usage.latencies.append(latency)
         if reply.overflow:
             return reply
         ctx.conversations.append(agent.session, ctx.tick, "user", prompt)
@@ -324,8 +328,6 @@ class Engine:
     def _prefetch(self) -> None:
         """Ask every model for this tick's first replies at once, and record each answer."""
         ctx = self.ctx
-        if ctx.replay_source is not None:
-            return  # a replay reads its replies from the source station
         jobs = []
         for row in self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,)):
             key = f"reply/{ctx.tick}/{row['session']}/0"
@@ -336,6 +338,11 @@ class Engine:
             produce = self._producer(agent, ctx.models.get(agent.model), messages)
             jobs.append((key, agent.name, produce, request_hash(messages)))
         if not jobs:
+            return
+        if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
+            for key, who, produce, digest in jobs:
+                with self.store.transaction():
+                    ctx.obtain(key, "reply", who, produce, digest)
             return
         failure: BaseException | None = None
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="turn") as pool:

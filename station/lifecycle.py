@@ -55,9 +55,13 @@ def respawn(ctx: Context, departed: Agent) -> Agent:
 
 
 def effective_limit(ctx: Context, agent: Agent) -> int:
-    if agent.is_guest:
-        return min(agent.token_budget, ctx.config.tokens.guest_ceiling)
-    return agent.token_budget
+    """Context tokens the agent may use: its budget (guests: capped by the ceiling), and never
+    more than the model's window minus room for one reply, so warnings come before overflow."""
+    limit = min(agent.token_budget, ctx.config.tokens.guest_ceiling) if agent.is_guest else agent.token_budget
+    window = agent.model.get("context_limit")
+    if window:
+        limit = min(limit, max(1, window - agent.model.get("max_output_tokens", 0)))
+    return limit
 
 
 def end_session(ctx: Context, agent: Agent, reason: str, *, respawn_wanted: bool | None = None) -> None:

@@ -18,9 +18,33 @@ CAPSULE_KINDS = ("private", "public", "archive", "mail")
 SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out")
 
 
+PAUSE_FILE = "paused.txt"  # why the last run stopped for the operator (removed when a run starts)
+
+
+def spend(station: Station) -> dict[str, Any]:
+    """Money and tokens of every model call this directory made, in total and by caller."""
+    rows = station.store.all(
+        "SELECT who, COUNT(*) AS calls, SUM(cost_usd) AS usd, SUM(input_tokens) AS input, "
+        "SUM(cached_input_tokens) AS cached, SUM(output_tokens) AS output, SUM(reasoning_tokens) AS reasoning, "
+        "SUM(retries) AS retries, AVG(latency_s) AS latency FROM spend GROUP BY who ORDER BY who")
+    by_caller = {r["who"]: {"calls": r["calls"], "usd": round(r["usd"] or 0.0, 6), "input_tokens": r["input"] or 0,
+                            "cached_input_tokens": r["cached"] or 0, "output_tokens": r["output"] or 0,
+                            "reasoning_tokens": r["reasoning"] or 0, "retries": r["retries"] or 0,
+                            "mean_latency_s": round(r["latency"], 3) if r["latency"] is not None else None}
+                 for r in rows}
+    total = {key: sum(c[key] for c in by_caller.values())
+             for key in ("calls", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens",
+                         "retries")}
+    total["usd"] = round(sum(c["usd"] for c in by_caller.values()), 6)
+    total["cached_share"] = round(total["cached_input_tokens"] / total["input_tokens"], 4) \
+        if total["input_tokens"] else None
+    return {**total, "by_caller": by_caller, "budget": station.config.budget.model_dump()}
+
+
 def status(station: Station, *, running: bool) -> dict[str, Any]:
     """The documented `station status --json` shape (docs/status.md). Later rooms add counts."""
     store, ctx = station.store, station.ctx
+    money = spend(station)
     agents = []
     for a in station.agents.active():
         agents.append({
@@ -28,6 +52,7 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
             "max_age": a.max_age, "mature": ctx.is_mature(a), "lineage": a.lineage,
             "generation": a.generation, "model": a.model["name"], "context_tokens": a.context_tokens,
             "tokens_spent": a.tokens_spent,
+            "spend_usd": money["by_caller"].get(a.name, {}).get("usd", 0.0),
         })
     counts: dict[str, Any] = {
         "turns": store.scalar("SELECT COUNT(*) FROM turns"),
@@ -45,15 +70,19 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
             for key, value in extra(ctx).items():
                 counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
     done = {r[0] for r in store.all("SELECT session FROM turns WHERE tick=?", (ctx.tick,))}
+    pause_file = station.dir / PAUSE_FILE
+    paused = not running and pause_file.exists()
     return {
         "schema": STATUS_SCHEMA,
         "station": {"name": station.config.name, "dir": str(station.dir), "codex": station.config.codex.set},
         "tick": ctx.tick,
         "turns_done_this_tick": len(done),
-        "state": "running" if running else "stopped",
+        "state": "running" if running else "paused" if paused else "stopped",
+        "pause_reason": pause_file.read_text(encoding="utf-8").strip() if paused else None,
         "station_status": store.get_meta("station_status", "Healthy"),
         "agents": agents,
         "counts": counts,
+        "spend": money,
     }
 
 
@@ -83,11 +112,26 @@ def status_text(data: dict[str, Any]) -> str:
         social += [f"best on task {task}: {b['score']} (evaluation #{b['evaluation']} by {b['author']}, "
                    f"tick {b['tick']})" for task, b in sorted(c["research_best"].items())]
     lines[-1:-1] = social
+    if data.get("pause_reason"):
+        lines[2:2] = [f"paused: {data['pause_reason']}"]
+    money = data["spend"]
+    if money["calls"]:
+        cached = f", {money['cached_share']:.0%} of input from cache" if money["cached_share"] is not None else ""
+        budget = ", ".join(f"{k} {v:,}" for k, v in money["budget"].items() if v is not None)
+        lines.insert(-1, f"spend: ${money['usd']:.4f} over {money['calls']:,} model calls "
+                     f"({money['input_tokens']:,} input, {money['output_tokens']:,} output, "
+                     f"{money['reasoning_tokens']:,} reasoning tokens{cached})"
+                     + (f"; budget: {budget}" if budget else ""))
+        roles = [f"{who} ${c['usd']:.4f}" for who, c in money["by_caller"].items()
+                 if who not in {a["name"] for a in data["agents"]}]
+        if roles:
+            lines.insert(-1, "  other callers: " + ", ".join(roles))
     for a in data["agents"]:
         lineage = f" gen {a['generation']}" if a["generation"] else ""
         tokens = f"{a['context_tokens']:,}" if a["context_tokens"] is not None else "-"
         lines.append(f"  {a['name']:<16} {a['kind']:<9} {a['room']:<17} age {a['age']:>4}{lineage:<7} "
-                     f"context {tokens:>9}  spent {a['tokens_spent']:,}")
+                     f"context {tokens:>9}  spent {a['tokens_spent']:,}"
+                     + (f"  ${a['spend_usd']:.4f}" if a["spend_usd"] else ""))
     return "\n".join(lines)
 
 

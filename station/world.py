@@ -26,7 +26,7 @@ class Station:
     """Everything a running (or inspected) station needs, wired together."""
 
     def __init__(self, store: Store, config: StationConfig) -> None:
-        self.store, self.config = store, config
+        self.store = store
         self.texts = Texts(config.codex.set, config.codex.texts)
         self.agents = AgentRegistry(store)
         self.conversations = Conversations(store, config.tokens.protected_keywords)
@@ -41,6 +41,10 @@ class Station:
         for hook in self.ctx.hooks:
             store.migrate(f"hook:{hook.name}", hook.migrations)
         self.ctx.models = ModelPool(Ledger(store.dir, lambda: self.ctx.config))
+
+    @property
+    def config(self) -> StationConfig:
+        return self.ctx.config  # the operator may change safe values while it runs
 
     @property
     def dir(self) -> Path:

@@ -11,7 +11,7 @@ import difflib
 import re
 from typing import Any, Callable
 
-from ..models import ModelError
+from ..models import BudgetExceeded, ModelError
 from .pipeline import Outcome
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -49,7 +49,7 @@ def propose(texts: Any, task: Any, so_far: Outcome, get_model: Callable[[], Any]
     try:
         model = get_model()
         reply = model.complete(messages, system=texts.render("debugger_system"), agent="debugger")
-    except ModelError as err:
+    except (ModelError, BudgetExceeded) as err:  # the evaluation is reported without a fix
         return {"text": None, "code": None, "model": None, "error": str(err) or type(err).__name__}
     code = extract_code(reply.text)
     previous = so_far.versions[-1].code

@@ -25,7 +25,7 @@ from rooms.research_store import open_evaluations
 
 from ..executors.base import Mount, RunResult, RunSpec
 from ..agents import AgentRegistry
-from ..models import create_model
+from ..models import ModelPool
 from ..store import Store
 from . import debugger
 from .pipeline import Outcome, walk
@@ -91,15 +91,15 @@ class _Stopped(Exception):
 
 class EvaluationWorker(threading.Thread):
     def __init__(self, directory: Path, config: Any, texts: Any, tasks: dict[str, Any],
-                 executor: Any | None = None) -> None:
+                 executor: Any | None = None, models: Any = None) -> None:
         super().__init__(name="evaluator", daemon=True)
+        self.models = models if models is not None else ModelPool()
         self.directory, self.config, self.texts, self.tasks = Path(directory), config, texts, tasks
         self.executor = executor
         self.stop, self.wake, self.recorded = threading.Event(), threading.Event(), threading.Event()
         self.inflight: dict[int, threading.Thread] = {}
         self.complete: set[int] = set()  # every input recorded; waiting for the engine to apply them
         self.error: str | None = None
-        self._models: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     # -- the scheduling loop --------------------------------------------------------------
@@ -215,10 +215,7 @@ class EvaluationWorker(threading.Thread):
         return debugger.propose(self.texts, task, so_far, self._debugger_model)
 
     def _debugger_model(self) -> Any:
-        with self._lock:
-            if "debugger" not in self._models:
-                self._models["debugger"] = create_model(self.config.debugger.model)
-            return self._models["debugger"]
+        return self.models.get(self.config.debugger.model)
 
     def _mark(self, store: Store, evaluation: int, version: int, state: str) -> None:
         now = time.time()

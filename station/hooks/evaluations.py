@@ -67,7 +67,7 @@ class Evaluations(Hook):
     def _ensure_worker(self, ctx: Context) -> None:
         if self.worker is not None and self.worker.is_alive():
             return
-        self.worker = EvaluationWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.tasks)
+        self.worker = EvaluationWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.tasks, models=ctx.models)
         self.worker.start()
 
     def close(self) -> None:

@@ -38,7 +38,8 @@ import yaml
 from ..agents import AgentRegistry
 from ..context import Context, Event, Hook, request_hash
 from ..conversation import Conversations
-from ..models import ModelError, create_model
+from ..models import ModelError
+from ..models.base import INTERRUPTED, PERMANENT
 from ..store import Store, dumps
 
 MIGRATIONS = [
@@ -423,6 +424,8 @@ def call_model(get_model: Callable[[], Any], system: str, messages: list[dict[st
         base["model"] = getattr(model, "name", None)
         reply = model.complete(messages, system=system, agent=AUTHOR_OF_CALLS)
     except ModelError as err:
+        if err.kind in (PERMANENT, INTERRUPTED):
+            raise  # a bad key or a stop: retrying later must not cost the paper one of its attempts
         return {**base, "text": None, "thinking": None, "error": str(err) or type(err).__name__}
     return {**base, **reply.to_payload(), "error": None}
 
@@ -511,7 +514,7 @@ class Reviewer(Hook):
     def _start_worker(self, ctx: Context) -> None:
         if self.worker is not None and self.worker.is_alive():
             return
-        self.worker = ReviewWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.rooms)
+        self.worker = ReviewWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.rooms, ctx.models)
         self.worker.start()
 
     def close(self) -> None:
@@ -618,9 +621,10 @@ class ReviewWorker(threading.Thread):
     inputs not recorded yet. The engine applies what is complete at the next tick end.
     """
 
-    def __init__(self, directory: Any, config: Any, texts: Any, rooms: dict[str, Any]) -> None:
+    def __init__(self, directory: Any, config: Any, texts: Any, rooms: dict[str, Any], models: Any) -> None:
         super().__init__(name="archive-reviewer", daemon=True)
         self.directory, self.config, self.texts, self.rooms = directory, config, texts, rooms
+        self.models = models  # the station's pool: budgets and spend cover the reviewer too
         self.stop, self.wake = threading.Event(), threading.Event()
         self.error: str | None = None  # the last unexpected failure of a round, for the operator
         self.calls = 0
@@ -633,12 +637,9 @@ class ReviewWorker(threading.Thread):
             return
         ctx = Context(store, self.config, self.texts, AgentRegistry(store), Conversations(store, []))
         ctx.rooms = self.rooms
-        models: dict[str, Any] = {}
 
-        def get_model() -> Any:  # made on first use, in this thread
-            if "model" not in models:
-                models["model"] = create_model(self.config.reviewer.model)
-            return models["model"]
+        def get_model() -> Any:
+            return self.models.get(self.config.reviewer.model)
 
         try:
             system = self.texts.render("reviewer_system")

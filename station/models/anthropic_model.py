@@ -27,10 +27,15 @@ def request_body(config: ModelConfig, messages: list[Message], system: str | Non
     if system:
         body["system"] = [{"type": "text", "text": system, "cache_control": CACHE}]
     if config.thinking_budget:
-        # Anthropic refuses a temperature other than 1 with thinking on: leave it out.
         body["thinking"] = {"type": "enabled", "budget_tokens": config.thinking_budget}
-    elif config.temperature is not None:
-        body["temperature"] = config.temperature
+    elif config.reasoning_effort:
+        body["thinking"] = {"type": "adaptive", "display": "summarized"}
+    if config.reasoning_effort:
+        body["output_config"] = {"effort": "low" if config.reasoning_effort == "minimal" else config.reasoning_effort}
+    if config.temperature not in (None, 1.0) and not body.get("thinking"):
+        # Recent Claude models take no temperature (the SDK has no argument for it): only an
+        # explicit non-default value is sent, as an extra field, for models that still accept it.
+        body["extra_body"] = {"temperature": config.temperature}
     body.update(config.options)
     return body
 
@@ -69,9 +74,11 @@ class AnthropicModel(RemoteModel):
         with self.client.messages.stream(**request_body(self.config, messages, system)) as stream:
             return reply_from(stream.get_final_message())
 
-    def _classify(self, err: Exception) -> Failure:
+    def classify(self, err: Exception) -> Failure:
         sdk = self._sdk
         if isinstance(err, sdk.APIStatusError):
+            if err.status_code < 400:  # an error event inside a stream that had begun well
+                return Failure("transient", f"the stream broke off: {_message(err)}")
             return classify_status(err.status_code, _message(err), err.response.headers)
         return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
 

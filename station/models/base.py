@@ -36,20 +36,17 @@ class Reply:
     overflow: str | None = None  # the provider said the conversation is too long (no reply)
 
     def to_payload(self) -> dict[str, Any]:
-        """The recorded input. Usage, cost and latency are recorded too, so a replay shows them."""
+        """The recorded input: what the world depends on. Latency and retries are facts of the
+        live call, not of the world: they go to the inputs' latency column and the spend table."""
         payload: dict[str, Any] = {"text": self.text, "thinking": self.thinking, "usage": asdict(self.usage)}
-        for name in ("latency_s", "cost_usd"):
-            if getattr(self, name) is not None:
-                payload[name] = getattr(self, name)
-        if self.retries:
-            payload["retries"] = self.retries
+        if self.cost_usd is not None:
+            payload["cost_usd"] = self.cost_usd
         return payload
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> "Reply":
         return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
-                   usage=Usage(**payload.get("usage", {})), latency_s=payload.get("latency_s"),
-                   cost_usd=payload.get("cost_usd"), retries=payload.get("retries", 0),
+                   usage=Usage(**payload.get("usage", {})), cost_usd=payload.get("cost_usd"),
                    overflow=payload.get("overflow"))
 
 

@@ -52,9 +52,13 @@ class GeminiModel(RemoteModel):
     def __init__(self, config: ModelConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         from google import genai  # imported here: an offline station never needs the SDK
-        from google.genai import errors
+        from google.genai import errors, types
 
-        self._errors = errors
+        self._errors, self._types = errors, types
+        try:
+            self._config(None)
+        except Exception as err:  # noqa: BLE001 - pydantic's message names the bad option
+            raise ModelError(f"gemini {config.name}: bad request settings: {err}", permanent=True) from None
         key = api_key(config)
         if key is None:
             raise ModelError(missing_key_message(config), permanent=True)
@@ -66,10 +70,16 @@ class GeminiModel(RemoteModel):
 
     def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
         response = self.client.models.generate_content(model=self.config.name, contents=contents(messages),
-                                                       config=request_config(self.config, system))
+                                                       config=self._config(system))
         return reply_from(response)
 
-    def _classify(self, err: Exception) -> Failure:
+    def _config(self, system: str | None) -> Any:
+        body = request_config(self.config, system)
+        if isinstance(body.get("thinking_config"), dict):  # the SDK converts nested fields only from its types
+            body["thinking_config"] = self._types.ThinkingConfig(**body["thinking_config"])
+        return self._types.GenerateContentConfig(**body)
+
+    def classify(self, err: Exception) -> Failure:
         if isinstance(err, self._errors.APIError):
             message = f"{err.status or ''} {err.message or err}".strip()
             headers = getattr(getattr(err, "response", None), "headers", None)

@@ -94,7 +94,7 @@ class OpenAIModel(RemoteModel):
         return reply_from_response(self.client.responses.create(
             **responses_body(self.config, messages, system, agent)))
 
-    def _classify(self, err: Exception) -> Failure:
+    def classify(self, err: Exception) -> Failure:
         sdk = self._sdk
         if isinstance(err, sdk.APIStatusError):
             code = err.code if isinstance(getattr(err, "code", None), str) else ""

@@ -106,7 +106,7 @@ def short(text: str, limit: int = 300) -> str:
 
 
 class RemoteModel:
-    """Base of the provider adapters. Subclasses implement `_request` and `_classify`."""
+    """Base of the provider adapters. Subclasses implement `_request`, `classify` and `check`."""
 
     provider = "remote"
 
@@ -121,7 +121,7 @@ class RemoteModel:
     def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
         raise NotImplementedError
 
-    def _classify(self, err: Exception) -> Failure:
+    def classify(self, err: Exception) -> Failure:
         raise NotImplementedError
 
     def check(self) -> str:
@@ -141,7 +141,7 @@ class RemoteModel:
             try:
                 reply = self._request(sent, system, agent)
             except Exception as err:  # noqa: BLE001 - every SDK failure is classified below
-                failure = self._classify(err)
+                failure = self.classify(err)
                 if failure.kind != TRANSIENT:
                     raise ModelError(f"{self.provider} {self.name}: {failure.message}", kind=failure.kind) from err
                 if attempt == retries:
