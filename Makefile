@@ -20,3 +20,4 @@ test: setup
 bench: setup
 	.venv/bin/python scripts/bench_engine.py
 	.venv/bin/python scripts/bench_eval.py
+	.venv/bin/python scripts/bench_turns.py

@@ -42,6 +42,8 @@ def check_model(config: ModelConfig, uses: str, *, call: bool, prices: dict) -> 
         return Finding(uses, config, "-", "offline model", "-", True)
     probe = config.model_copy(update={"max_retries": 0, "timeout_s": min(config.timeout_s, 30.0)})
     key = where_key(config)
+    if key.endswith("MISSING"):
+        return Finding(uses, config, key, "not tried: no key", "-", False)
     try:
         model = create_model(probe)
     except ModelError as err:

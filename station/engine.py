@@ -92,6 +92,7 @@ class Engine:
         self._done: set[int] = set()
         self._tick_just_ended = False
         self._scale = 1.0
+        self._prefetched = -1  # the tick whose concurrent replies were fetched by this process
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, *, ticks: int | None = None, until_tick: int | None = None) -> str:
@@ -121,9 +122,11 @@ class Engine:
         self._tick_just_ended = False
         agent = self._next_agent()
         if agent is not None:
-            if self.ctx.config.turns == "concurrent" and self.store.get_meta("prompts_tick") != self.ctx.tick:
-                self._unit(self._build_prompts)
-                self._prefetch()
+            if self.ctx.config.turns == "concurrent" and self._prefetched != self.ctx.tick:
+                if self.store.get_meta("prompts_tick") != self.ctx.tick:
+                    self._unit(self._build_prompts)
+                self._prefetch()  # also after a restart: the replies still missing
+                self._prefetched = self.ctx.tick
                 agent = self._next_agent()
                 if agent is None:
                     return True
@@ -320,8 +323,8 @@ class Engine:
         self.store.set_meta("prompts_tick", ctx.tick)
 
     def _prebuilt_prompt(self, agent: Agent) -> str | None:
-        if self.ctx.config.turns != "concurrent":
-            return None
+        # Looked up whatever the mode: if the operator switched to sequential mid-tick, a prompt
+        # already built (and perhaps answered) must still be the one this turn uses.
         return self.store.scalar("SELECT prompt FROM turn_prompts WHERE tick=? AND session=?",
                                  (self.ctx.tick, agent.session))
 

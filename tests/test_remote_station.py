@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from provider_server import Fault, ProviderServer
-from remote_world import AGENT_MODELS, KEY_ENV, remote_config, scripted_responder
+from remote_world import AGENT_MODELS, KEY_ENV, ROLE_MODELS, endpoint, remote_config, scripted_responder
 from station import cli
 from station.config import parse_config
 from station.engine import Engine, StationPaused
@@ -70,6 +70,7 @@ def test_a_killed_station_resumes_sending_the_conversations_an_uninterrupted_one
     assert whole.wait(timeout=300) == 0, whole.stderr.read()
     uninterrupted = agent_requests(server)
     assert len(uninterrupted) >= 50  # five agents, ten ticks, plus exchange steps
+    assert any(r.model == "grader-station-test" for r in server.requests)  # tests graded through a provider
     assert {json.loads(r)["model"] for r in uninterrupted} == {m["name"] for m in AGENT_MODELS}
 
     server.requests.clear()
@@ -264,6 +265,40 @@ def test_concurrent_prompts_are_built_from_the_world_at_the_start_of_the_tick(se
                                                                 (tick,))}
         assert len(built) == 5 and all(used[r["session"]] == r["prompt"] for r in built)
     st.close()
+
+
+def test_the_debugger_mends_a_crash_through_a_provider(server, tmp_path):
+    from evaluators.programs import program
+    from test_evaluations import station as research_station, submit
+
+    slip = program("grid", 4).replace("np.zeros(", "np.zeroes(", 1)
+    st = research_station(tmp_path, [submit(slip, "Grid with a slip")], n=4,
+                          debugger={"model": endpoint(server, ROLE_MODELS["debugger"])},
+                          prices={ROLE_MODELS["debugger"]["name"]: {"input": 1.0, "output": 1.0}})
+    try:
+        Engine(st).run(until_tick=4)
+        (row,) = st.store.all("SELECT * FROM evaluations")
+        assert row["status"] == "finished" and row["reported_version"] == 2
+        assert [r.model for r in server.requests if r.method == "POST"] == ["debugger-station-test"]
+        assert st.store.scalar("SELECT COUNT(*) FROM spend WHERE who='debugger' AND cost_usd > 0") == 1
+    finally:
+        st.close()
+
+
+def test_a_reviewer_provider_that_keeps_failing_costs_the_paper_attempts_not_the_station(server, tmp_path):
+    from test_reviewer import reviews, station as review_station, submissions, submit
+
+    cfg = {**endpoint(server, ROLE_MODELS["reviewer"]), "max_retries": 1}
+    st = review_station(tmp_path, [submit()], cfg, reviewer={"max_attempts": 2})
+    server.fail_next(*["server_error"] * 4)  # two attempts, each tried twice
+    try:
+        assert Engine(st).run(ticks=2) == "finished tick 2"
+        [sub] = submissions(st)
+        assert (sub["status"], sub["attempts"]) == ("failed", 2)
+        assert [r[3] for r in reviews(st)] == ["model_error", "model_error"]
+        assert len([r for r in server.requests if r.method == "POST"]) == 4
+    finally:
+        st.close()
 
 
 # -- operator tools ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import yaml
 
 from helpers import act, events, make_station, prompt_at, record_requests, recursive, replay_model, reply, \
     section, yaml_block
-from station.engine import Engine
+from station.engine import Engine, StationPaused
 from station.hooks.reviewer import Reviewer, parse_verdict
 from station.models.replay import ReplayModel
 from station.models.scripted_reviewer import ACK, ScriptedReviewer, score_paper
@@ -281,19 +281,15 @@ def test_a_reviewer_that_never_gives_a_score_fails_the_paper_without_holding_the
     assert {r[1] for r in states if r[0] is not None} == {"dropped"}
 
 
-def test_provider_errors_count_as_failed_attempts_and_no_review_is_sent_without_context(tmp_path: Path) -> None:
-    # An empty replay file: every call raises ModelError, the context call included.
+def test_a_reviewer_that_cannot_be_used_pauses_the_station_and_the_paper_waits(tmp_path: Path) -> None:
+    # An empty replay file: every call fails for good (like a refused key). That must not cost
+    # the paper its attempts: the station pauses, and nothing about the paper is recorded.
     st = station(tmp_path, [submit()], reviewer_replay(tmp_path, []), reviewer={"max_attempts": 2})
-    assert Engine(st).run(ticks=2) == "finished tick 2"
+    with pytest.raises(StationPaused, match="exhausted"):
+        Engine(st).run(ticks=2)
     [sub] = submissions(st)
-    assert (sub["status"], sub["attempts"]) == ("failed", 2)
-    assert reviews(st) == [("context", 1, "review-context/1/1", "model_error", "retry"),
-                           ("context", 2, "review-context/1/2", "model_error", "failed")]
-    keys = [r[0] for r in st.store.all("SELECT key FROM inputs WHERE kind LIKE 'review%' ORDER BY seq")]
-    assert keys == ["review-context/1/1", "review-context/1/2"]  # no paper was sent without an answered context
-    error = json.loads(st.store.scalar("SELECT payload FROM inputs WHERE key='review-context/1/1'"))["error"]
-    assert "exhausted" in error
-    assert len(events(st, "operator_alert")) == 1 and len(inbox(st, "Spiro I", "review")) == 1
+    assert (sub["status"], sub["attempts"]) == ("pending", 0)
+    assert st.store.scalar("SELECT COUNT(*) FROM inputs WHERE kind LIKE 'review%'") == 0
 
 
 def test_a_paper_whose_author_left_is_still_published_and_the_lineage_is_told(tmp_path: Path) -> None:
@@ -372,10 +368,11 @@ def test_replay_rebuilds_the_same_verdicts_without_asking_the_reviewer(tmp_path:
     src = tmp_path / "src"
     src.mkdir()
     author = [submit(content=SHORT), submit(title="Revised"), submit(title="Third")]
-    st = station(src, author, reviewer_replay(src, ["Understood.", verdict(3), "no verdict", verdict(8)]),
+    st = station(src, author, reviewer_replay(src, ["Understood.", verdict(3), "no verdict", verdict(8),
+                                                    *["no verdict"] * 6]),
                  archive={"cooldown_ticks": 0})
     Engine(st).run(ticks=3)
-    assert [s["status"] for s in submissions(st)] == ["rejected", "accepted", "failed"]  # the file ran out
+    assert [s["status"] for s in submissions(st)] == ["rejected", "accepted", "failed"]  # no usable verdict
     st.close()
 
     monkeypatch.setattr(ReplayModel, "complete", _no_calls)
