@@ -76,9 +76,6 @@ class PooledModel:
             reply.cost_usd = round(cost, 8)
         return reply
 
-    def check(self) -> str:
-        return getattr(self.inner, "check", lambda: "offline model: nothing to check")()
-
 
 class ModelPool:
     """One model per distinct config, shared by the agents (and threads) that use it, with one
