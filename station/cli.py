@@ -17,6 +17,7 @@ from .actions import parse_actions
 from .config import ConfigError, load_config, parse_config
 from .context import ReplayDiverged
 from .engine import Engine, Progress, StationPaused
+from .readers import add_reader_commands
 from .store import Store, StoreError
 from .texts import TextsError
 from .world import Station
@@ -239,6 +240,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if all(f.ok for f in findings) else 1
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .web.app import create_app
+    from .web.runner import StationRunner
+
+    runner = StationRunner(args.dir)
+    app = create_app(args.dir, host=args.host, token=args.token or os.environ.get("STATION_WEB_TOKEN"),
+                     runner=runner)
+    if args.run:
+        print(runner.resume(), file=sys.stderr)
+    print(f"serving {args.dir} on http://{args.host}:{args.port}/ (Ctrl-C stops the server"
+          + (" and the station, after its turn in flight)" if args.run else ")"), file=sys.stderr)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        runner.pause()
+        runner.wait(timeout=600)
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .config import ExecutorConfig
     from .evaluation.standalone import evaluate, resolve_task
@@ -310,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tick", type=int, help="only this tick")
     s.add_argument("--full", action="store_true", help="show whole prompts, not just their changes")
     s.set_defaults(fn=cmd_dialogue)
+    add_reader_commands(sub)
 
     s = sub.add_parser("replay", help="re-execute a station's recorded inputs into a new directory (a fork)")
     s.add_argument("source")
@@ -331,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="override the task's time limit (seconds)")
     s.add_argument("--json", action="store_true", help="print the whole result as JSON")
     s.set_defaults(fn=cmd_evaluate)
+
+    s = sub.add_parser("serve", help="the web viewer and operator console of a station")
+    s.add_argument("dir")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    s.add_argument("--port", type=int, default=8470)
+    s.add_argument("--token", help="operator token (required off loopback; or STATION_WEB_TOKEN)")
+    s.add_argument("--run", action="store_true", help="also run the station (pause and resume it from the page)")
+    s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("doctor", help="check each configured model's key and endpoint, and say what works")
     s.add_argument("target", help="a config file or a station directory")

@@ -7,6 +7,7 @@ Commands (JSON objects):
   {"op": "end_agent", "agent": ...}                    end a session at its next turn
   {"op": "pause"}                                      stop the running station cleanly
   {"op": "set", "key": "budget.station_usd", "value": 5} change a safe config value
+  {"op": "spawn", "agent": {<an agents: entry>}}        add one agent (it acts from the next turn)
 """
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import json
 import time
 from typing import Any, Iterator
 
-from .config import ConfigError, StationConfig, parse_config
+from pydantic import ValidationError
+
+from .config import AgentSpec, ConfigError, StationConfig, parse_config
 from .context import Context
 from .store import Store, dumps
 
-OPS = ("message", "answer", "end_agent", "pause", "set")
+OPS = ("message", "answer", "end_agent", "pause", "set", "spawn")
 # Config values an operator may change on a live station: none of them reshapes the world.
 SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.")
 
@@ -32,14 +35,26 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
     if op not in OPS:
         raise CommandError(f"unknown operator command {op!r}; known: {', '.join(OPS)}")
     required = {"message": ("to", "text"), "answer": ("request", "text"), "end_agent": ("agent",), "pause": (),
-                "set": ("key",)}[op]
+                "set": ("key",), "spawn": ("agent",)}[op]
     missing = [k for k in required if command.get(k) in (None, "")]
     if missing:
         raise CommandError(f"operator command '{op}' needs: {', '.join(missing)}")
     if op == "set" and not any(command["key"] == k or command["key"].startswith(k) for k in SAFE_KEYS):
         raise CommandError(f"'{command['key']}' cannot be changed on a station; changeable: "
                            + ", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS))
+    if op == "spawn":
+        try:
+            AgentSpec.model_validate({**command["agent"], "count": 1})
+        except (ValidationError, TypeError) as err:
+            raise CommandError(f"spawn: {_first_error(err)}") from None
     return command
+
+
+def _first_error(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        e = err.errors()[0]
+        return f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg']}"
+    return str(err)
 
 
 def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
@@ -124,6 +139,11 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
             ctx.emit("operator_alert", None, problem=str(err))
         else:
             ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))
+    elif op == "spawn":
+        from .lifecycle import create_agent
+
+        spec = AgentSpec.model_validate({**command["agent"], "count": 1})
+        create_agent(ctx, spec)  # announced by its agent_spawned event
     elif op == "end_agent":
         agent = ctx.agents.get(command["agent"])
         if agent is None or not agent.active:

@@ -1,0 +1,1 @@
+"""The web viewer and operator console (`station serve`) and the static export (`station export`)."""

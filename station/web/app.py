@@ -1,0 +1,277 @@
+"""`station serve`: the web viewer and operator console of one station directory.
+
+Pages are server-rendered templates; the only script is our own small `live.js`, which polls
+`/api/live` to refresh parts of a page while the station runs. Reading opens the database
+read-only; operating goes through the same queued, recorded operator commands as the CLI.
+
+Every operator action needs the server's token. On a loopback address the token is made up at
+start and handed to the browser in a SameSite=Strict cookie (so other sites cannot post to
+it); on any other address the operator must give it (`--token` or STATION_WEB_TOKEN) and
+type it once on the login page.
+"""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import secrets
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Form, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from .. import commands, report
+from ..config import AgentSpec
+from ..store import DB_NAME, Store
+from . import data, render
+from .runner import StationRunner
+
+HERE = Path(__file__).parent
+COOKIE = "station_token"
+MAX_ID = 2 ** 62  # larger ids cannot exist (SQLite integers) and get a 404
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Reader:
+    """One read-only connection and one opened Station per server thread."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self._local = threading.local()
+
+    def db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(f"file:{self.dir / DB_NAME}?mode=ro", uri=True, check_same_thread=False)
+            db.row_factory = sqlite3.Row
+            self._local.db = db
+        return db
+
+    def station(self) -> Any:
+        from ..world import Station
+
+        station = getattr(self._local, "station", None)
+        if station is None:
+            station = Station.open(self.dir)
+            self._local.station = station
+        station.agents.invalidate()
+        return station
+
+
+def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
+               runner: StationRunner | None = None) -> FastAPI:
+    directory = Path(directory)
+    if not Store.exists(directory):
+        raise ValueError(f"no station at {directory}")
+    if token is None and not is_loopback(host):
+        raise ValueError(f"serving on {host} (not a loopback address) needs a token: --token or STATION_WEB_TOKEN")
+    secret = token or secrets.token_urlsafe(24)
+    auto_cookie = token is None  # loopback without a given token: the browser gets it by cookie
+    reader, runner = Reader(directory), runner or StationRunner(directory)
+    app = FastAPI(title="Station", docs_url=None, redoc_url=None, openapi_url=None)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain)
+    app.state.runner, app.state.reader = runner, reader
+
+    def show(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        meta = reader.db().execute("SELECT value FROM meta WHERE key='config'").fetchone()
+        context.setdefault("station_name", json.loads(meta[0]).get("name", "station") if meta else "station")
+        response = templates.TemplateResponse(request, name, {"live": runner.describe(), **context},
+                                              status_code=status)
+        if auto_cookie and request.cookies.get(COOKIE) != secret:
+            response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
+        return response
+
+    def not_found(request: Request, what: str) -> HTMLResponse:
+        return show(request, "error.html", 404, title="Not found", message=what)
+
+    def authorised(request: Request, form_token: str | None) -> bool:
+        given = form_token or request.headers.get("x-station-token") or request.cookies.get(COOKIE) or ""
+        return hmac.compare_digest(given.encode(), secret.encode())
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, err: RequestValidationError) -> Response:
+        if request.method == "GET":  # a malformed id or page number: that page does not exist
+            return not_found(request, "No such page (the address has an id or number that cannot exist).")
+        return JSONResponse({"error": "bad form: " + "; ".join(e["msg"] for e in err.errors())}, status_code=400)
+
+    @app.exception_handler(404)
+    async def unknown(request: Request, err: Exception) -> Response:
+        return not_found(request, "No such page.")
+
+    # -- reading ----------------------------------------------------------------------------
+    @app.get("/", response_class=HTMLResponse)
+    def overview(request: Request) -> HTMLResponse:
+        station = reader.station()
+        status = report.status(station, running=runner.state().startswith("running"))
+        db = reader.db()
+        return show(request, "overview.html", st=status, events=data.recent_events(db),
+                    pending=data.pending_work(db))
+
+    @app.get("/agents/{name}", response_class=HTMLResponse)
+    def agent_page(request: Request, name: str, page: int = 0, tick: int | None = None) -> HTMLResponse:
+        db = reader.db()
+        who = data.agent(db, name)
+        if who is None:
+            return not_found(request, f"No agent named {name!r}.")
+        if tick is not None and abs(tick) < MAX_ID:
+            page = data.page_of_tick(db, who.session, tick)
+        page = page if 0 < page < MAX_ID else 10 ** 9  # default: the latest page
+        turns, pages = data.dialogue_page(db, who.session, page)
+        current = min(page, pages)
+        return show(request, "agent.html", agent=who, turns=turns, page=current, pages=pages)
+
+    @app.get("/papers", response_class=HTMLResponse)
+    def papers(request: Request) -> HTMLResponse:
+        return show(request, "papers.html", papers=data.papers(reader.db()))
+
+    @app.get("/papers/{number}", response_class=HTMLResponse)
+    def paper(request: Request, number: int) -> HTMLResponse:
+        found = data.capsule(reader.db(), "archive", number) if 0 < number < MAX_ID else None
+        if found is None or found["deleted"]:
+            return not_found(request, f"No paper {number} in the Archive.")
+        review = [m for m in found["messages"] if m["author"] == data.REVIEWER_NAME]
+        rest = [m for m in found["messages"][1:] if m["author"] != data.REVIEWER_NAME]
+        return show(request, "paper.html", paper=found, body=found["messages"][0], review=review, replies=rest)
+
+    @app.get("/forum", response_class=HTMLResponse)
+    def forum(request: Request) -> HTMLResponse:
+        return show(request, "threads.html", title="Public forum", threads=data.threads(reader.db(), "public"),
+                    link="forum")
+
+    @app.get("/mail", response_class=HTMLResponse)
+    def mail(request: Request) -> HTMLResponse:
+        return show(request, "threads.html", title="Mail", threads=data.threads(reader.db(), "mail"), link="mail")
+
+    @app.get("/forum/{capsule_id}", response_class=HTMLResponse)
+    def forum_thread(request: Request, capsule_id: int) -> HTMLResponse:
+        return thread(request, "forum", capsule_id)
+
+    @app.get("/mail/{capsule_id}", response_class=HTMLResponse)
+    def mail_thread(request: Request, capsule_id: int) -> HTMLResponse:
+        return thread(request, "mail", capsule_id)
+
+    def thread(request: Request, room: str, capsule_id: int) -> HTMLResponse:
+        found = data.capsule_by_id(reader.db(), capsule_id) if 0 < capsule_id < MAX_ID else None
+        wanted = "public" if room == "forum" else "mail"
+        if found is None or found["room"] != wanted or found["deleted"]:
+            return not_found(request, f"No such {room} thread.")
+        return show(request, "thread.html", thread=found, back=room)
+
+    @app.get("/research", response_class=HTMLResponse)
+    def research(request: Request) -> HTMLResponse:
+        db = reader.db()
+        return show(request, "research.html", board=data.leaderboard(db), plot=render.score_plot(data.score_points(db)))
+
+    @app.get("/research/{evaluation_id}", response_class=HTMLResponse)
+    def evaluation(request: Request, evaluation_id: int) -> HTMLResponse:
+        found = data.evaluation(reader.db(), evaluation_id) if 0 < evaluation_id < MAX_ID else None
+        if found is None:
+            return not_found(request, f"No evaluation #{evaluation_id}.")
+        return show(request, "evaluation.html", ev=found)
+
+    @app.get("/lineages", response_class=HTMLResponse)
+    def lineages(request: Request) -> HTMLResponse:
+        db = reader.db()
+        tick = json.loads(db.execute("SELECT value FROM meta WHERE key='tick'").fetchone()[0])
+        tree = data.lineage_tree(db, tick)
+        return show(request, "lineages.html", lineages=tree, first=1, last=tick, bar=render.lifespan_bar)
+
+    @app.get("/api/live")
+    def live(after: int = 0) -> JSONResponse:
+        db = reader.db()
+        tick = json.loads(db.execute("SELECT value FROM meta WHERE key='tick'").fetchone()[0])
+        events = data.recent_events(db, 25, after if 0 <= after < MAX_ID else 0)
+        return JSONResponse({"tick": tick, **runner.describe(), "events": events})
+
+    # -- operating --------------------------------------------------------------------------
+    @app.get("/operator", response_class=HTMLResponse)
+    def operator_page(request: Request, done: str | None = None) -> HTMLResponse:
+        db = reader.db()
+        agents = [a for a in data.all_agents(db) if a.active]
+        requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id") \
+            if data.has_table(db, "human_requests") else []
+        return show(request, "operator.html", agents=agents, requests=requests, done=done,
+                    needs_login=not auto_cookie and not authorised(request, None), safe_keys=commands.SAFE_KEYS)
+
+    @app.post("/login")
+    def login(request: Request, token: str = Form("")) -> Response:
+        if not hmac.compare_digest(token.encode(), secret.encode()):
+            return JSONResponse({"error": "wrong token"}, status_code=403)
+        response = RedirectResponse("/operator", status_code=303)
+        response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
+        return response
+
+    @app.post("/operator/{action}")
+    def operate(request: Request, action: str, token: str | None = Form(None), to: str = Form(""),
+                text: str = Form(""), request_id: int = Form(0), agent: str = Form(""), key: str = Form(""),
+                value: str = Form(""), spec: str = Form("")) -> Response:
+        if not authorised(request, token):
+            return JSONResponse({"error": "operator actions need the server's token"}, status_code=403)
+        try:
+            done = _operate(directory, runner, action, to=to, text=text, request_id=request_id, agent=agent,
+                            key=key, value=value, spec=spec)
+        except (commands.CommandError, ValueError) as err:
+            return JSONResponse({"error": str(err)}, status_code=400)
+        if "application/json" in request.headers.get("accept", ""):
+            return JSONResponse({"ok": True, "done": done})
+        return RedirectResponse(f"/operator?done={done}", status_code=303)
+
+    return app
+
+
+def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -> str:
+    import yaml
+
+    if action == "pause":
+        return runner.pause()
+    if action == "resume":
+        return runner.resume()
+    if action == "message":
+        command = {"op": "message", "to": form["to"] or "*", "text": form["text"]}
+    elif action == "answer":
+        command = {"op": "answer", "request": form["request_id"], "text": form["text"]}
+    elif action == "end_agent":
+        command = {"op": "end_agent", "agent": form["agent"]}
+    elif action == "spawn":
+        try:
+            spec = yaml.safe_load(form["spec"] or "{}")
+        except yaml.YAMLError as err:
+            raise ValueError(f"the agent spec is not valid YAML: {err}") from None
+        if not isinstance(spec, dict):
+            raise ValueError("the agent spec must be a mapping, like an entry of agents: in a config")
+        AgentSpec.model_validate({**spec, "count": 1})
+        command = {"op": "spawn", "agent": spec}
+    elif action == "set":
+        try:
+            value = yaml.safe_load(form["value"])
+        except yaml.YAMLError as err:
+            raise ValueError(f"cannot read the value: {err}") from None
+        command = {"op": "set", "key": form["key"], "value": value}
+    else:
+        raise ValueError(f"unknown operator action {action!r}")
+    commands.validate(command)
+    store = Store(directory)
+    try:
+        if action == "set":
+            from ..config import parse_config
+            commands.with_value(parse_config(store.get_meta("config")), command["key"], command["value"])
+        number = commands.queue(store, command)
+    finally:
+        store.close()
+    return f"operator command #{number} ({action}) queued"

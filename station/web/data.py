@@ -1,0 +1,165 @@
+"""Read-only queries behind the web pages: plain SQL over a station's database, plain dicts out.
+
+Every list is bounded (pages, limits), so a page of a 5,000-tick station reads only what it
+shows. Nothing here writes to the world.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from ..agents import Agent
+
+TURNS_PER_PAGE = 20
+REVIEWER_NAME = "Archive Review System"
+
+
+def rows(db: sqlite3.Connection, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+    return [dict(r) for r in db.execute(sql, params).fetchall()]
+
+
+def one(db: sqlite3.Connection, sql: str, params: tuple = ()) -> dict[str, Any] | None:
+    row = db.execute(sql, params).fetchone()
+    return dict(row) if row else None
+
+
+def has_table(db: sqlite3.Connection, name: str) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+# -- agents ---------------------------------------------------------------------------------
+def agent(db: sqlite3.Connection, name: str) -> Agent | None:
+    row = db.execute("SELECT data FROM agents WHERE name=?", (name,)).fetchone()
+    return Agent.from_json(row[0]) if row else None
+
+
+def all_agents(db: sqlite3.Connection) -> list[Agent]:
+    return [Agent.from_json(r[0]) for r in db.execute("SELECT data FROM agents ORDER BY position, name")]
+
+
+def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list[dict[str, Any]], int]:
+    """One page of a session's turns (oldest first) and the number of pages."""
+    total = db.execute("SELECT COUNT(*) FROM turns WHERE session=?", (session,)).fetchone()[0]
+    pages = max(1, -(-total // TURNS_PER_PAGE))
+    page = min(max(1, page), pages)
+    turns = rows(db, "SELECT * FROM turns WHERE session=? ORDER BY tick LIMIT ? OFFSET ?",
+                 (session, TURNS_PER_PAGE, (page - 1) * TURNS_PER_PAGE))
+    for turn in turns:
+        actions = json.loads(turn["actions"])
+        turn["parsed"] = actions.get("parsed", [])
+        turn["history"] = actions.get("history", [])
+        turn["steps"] = json.loads(turn["internal"])
+    return turns, pages
+
+
+def page_of_tick(db: sqlite3.Connection, session: int, tick: int) -> int:
+    before = db.execute("SELECT COUNT(*) FROM turns WHERE session=? AND tick<?", (session, tick)).fetchone()[0]
+    return before // TURNS_PER_PAGE + 1
+
+
+# -- the overview -----------------------------------------------------------------------------
+def recent_events(db: sqlite3.Connection, limit: int = 25, after: int = 0) -> list[dict[str, Any]]:
+    found = rows(db, "SELECT id, tick, kind, agent, payload FROM events WHERE id>? ORDER BY id DESC LIMIT ?",
+                 (after, limit))
+    for e in found:
+        e["payload"] = json.loads(e["payload"])
+    return found
+
+
+def pending_work(db: sqlite3.Connection) -> dict[str, int]:
+    out = {"evaluations": 0, "reviews": 0}
+    if has_table(db, "evaluations"):
+        out["evaluations"] = db.execute("SELECT COUNT(*) FROM evaluations WHERE status='queued'").fetchone()[0]
+    if has_table(db, "paper_submissions"):
+        out["reviews"] = db.execute("SELECT COUNT(*) FROM paper_submissions WHERE status='pending'").fetchone()[0]
+    return out
+
+
+# -- papers and threads ---------------------------------------------------------------------
+def papers(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    if not has_table(db, "capsules"):
+        return []
+    found = rows(db, "SELECT c.*, (SELECT score FROM paper_submissions s WHERE s.capsule_number=c.number) AS score "
+                     "FROM capsules c WHERE room='archive' AND deleted=0 ORDER BY number DESC LIMIT 500")
+    for p in found:
+        p["tags"] = json.loads(p["tags"])
+    return found
+
+
+def capsule(db: sqlite3.Connection, room: str, number: int, scope: str = "") -> dict[str, Any] | None:
+    if not has_table(db, "capsules"):
+        return None
+    found = one(db, "SELECT * FROM capsules WHERE room=? AND scope=? AND number=?", (room, scope, number))
+    if found is None:
+        return None
+    found["tags"] = json.loads(found["tags"])
+    found["recipients"] = json.loads(found["recipients"])
+    found["messages"] = rows(db, "SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k", (found["id"],))
+    return found
+
+
+def capsule_by_id(db: sqlite3.Connection, capsule_id: int) -> dict[str, Any] | None:
+    row = one(db, "SELECT room, scope, number FROM capsules WHERE id=?", (capsule_id,)) \
+        if has_table(db, "capsules") else None
+    return capsule(db, row["room"], row["number"], row["scope"]) if row else None
+
+
+def threads(db: sqlite3.Connection, room: str, limit: int = 200) -> list[dict[str, Any]]:
+    if not has_table(db, "capsules"):
+        return []
+    found = rows(db, "SELECT * FROM capsules WHERE room=? AND deleted=0 ORDER BY updated_tick DESC, id DESC "
+                     "LIMIT ?", (room, limit))
+    for t in found:
+        t["recipients"] = json.loads(t["recipients"])
+    return found
+
+
+# -- research --------------------------------------------------------------------------------
+def leaderboard(db: sqlite3.Connection, limit: int = 100) -> list[dict[str, Any]]:
+    if not has_table(db, "evaluations"):
+        return []
+    return rows(db, "SELECT id, task, author, lineage, tick, title, status, score, finished_tick FROM evaluations "
+                    "ORDER BY score IS NULL, score DESC, id LIMIT ?", (limit,))
+
+
+def score_points(db: sqlite3.Connection) -> list[tuple[int, float, str]]:
+    """(tick, score, task) of every scored evaluation, for the plot."""
+    if not has_table(db, "evaluations"):
+        return []
+    return [(r[0], r[1], r[2]) for r in db.execute(
+        "SELECT COALESCE(finished_tick, tick), score, task FROM evaluations WHERE score IS NOT NULL ORDER BY 1")]
+
+
+def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | None:
+    if not has_table(db, "evaluations"):
+        return None
+    found = one(db, "SELECT * FROM evaluations WHERE id=?", (evaluation_id,))
+    if found is None:
+        return None
+    found["tags"] = json.loads(found["tags"])
+    found["metrics"] = json.loads(found["metrics"]) if found["metrics"] else {}
+    found["versions"] = rows(db, "SELECT version, source, status, code FROM evaluation_versions "
+                                 "WHERE evaluation=? ORDER BY version", (evaluation_id,)) \
+        if has_table(db, "evaluation_versions") else []
+    return found
+
+
+# -- lineages ----------------------------------------------------------------------------------
+def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
+    """Each lineage with its generations in order, each with the guest it grew from and its life."""
+    agents = all_agents(db)
+    grew_from = {a.ascended_to: a for a in agents if a.ascended_to}
+    lineages: dict[str, list[dict[str, Any]]] = {}
+    for a in agents:
+        if a.lineage is None:
+            continue
+        guest = grew_from.get(a.name)
+        born = guest.birth_tick if guest else a.birth_tick
+        lineages.setdefault(a.lineage, []).append({
+            "name": a.name, "generation": a.generation or 0, "guest": guest.name if guest else None,
+            "born": born, "ascended": a.ascend_tick, "ended": a.exit_tick, "end": a.exit_tick or tick,
+            "reason": a.exit_reason, "active": a.active, "model": a.model.get("name"),
+        })
+    return [{"name": name, "members": sorted(members, key=lambda m: m["generation"])}
+            for name, members in sorted(lineages.items(), key=lambda kv: min(m["born"] for m in kv[1]))]

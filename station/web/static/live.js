@@ -1,0 +1,35 @@
+// Keeps a page current while the station runs: polls /api/live and updates the elements
+// marked data-live (state, progress, tick) and prepends new events. No library.
+(function () {
+  let lastEvent = 0;
+  const events = document.querySelector("[data-live=events]");
+  if (events && events.firstElementChild) lastEvent = Number(events.firstElementChild.dataset.id) || 0;
+  function set(name, text) {
+    document.querySelectorAll("[data-live=" + name + "]").forEach(function (el) { el.textContent = text; });
+  }
+  async function poll() {
+    try {
+      const answer = await fetch("/api/live?after=" + lastEvent, {headers: {accept: "application/json"}});
+      if (answer.ok) {
+        const live = await answer.json();
+        set("state", live.state);
+        set("tick", live.tick);
+        if (live.last) set("progress", "tick " + live.last.tick + (live.last.agent ? " · " + live.last.agent : ""));
+        if (events) {
+          live.events.slice().reverse().forEach(function (e) {
+            const li = document.createElement("li");
+            li.dataset.id = e.id;
+            li.textContent = "tick " + e.tick + " · " + e.kind + (e.agent ? " · " + e.agent : "");
+            events.prepend(li);
+            lastEvent = Math.max(lastEvent, e.id);
+          });
+          while (events.children.length > 60) events.lastElementChild.remove();
+        } else if (live.events.length) {
+          lastEvent = Math.max(lastEvent, live.events[0].id);
+        }
+      }
+    } catch (err) { /* the server may be restarting: try again later */ }
+    setTimeout(poll, 2000);
+  }
+  if (location.protocol !== "file:") setTimeout(poll, 2000);
+})();
