@@ -1,0 +1,156 @@
+"""The viewer in a real headless Chromium (Debian's chromium and chromedriver, installed by
+scripts/setup): pages render real data from a scripted 60-tick station, and Pause and Resume on
+the operator page change the running station's state. Screenshots go to test-artifacts/.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from conftest import ROOT, copy_station
+from station.store import Store
+from station.web.app import create_app
+from station.web.runner import StationRunner
+
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,1600"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def serve(app) -> tuple[str, uvicorn.Server, threading.Thread]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the web server did not start"
+    return f"http://127.0.0.1:{port}", server, thread
+
+
+@pytest.fixture(scope="module")
+def site(demo60: Path) -> Iterator[str]:
+    url, server, thread = serve(create_app(demo60))
+    yield url
+    server.should_exit = True
+    thread.join(10)
+
+
+def shot(driver: webdriver.Chrome, name: str) -> None:
+    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def wait_for(condition, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_overview_shows_agents_and_the_best_score(browser, site) -> None:
+    browser.get(site + "/")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#agents tr")
+    assert len(rows) >= 2
+    assert browser.find_element(By.ID, "tick").text == "61"
+    assert "Best on task 1" in browser.find_element(By.ID, "overview-cards").text
+    shot(browser, "overview")
+
+
+def test_an_agent_dialogue_with_collapsible_prompts(browser, site) -> None:
+    browser.get(site + "/agents/Guest_1?tick=1")
+    turn = browser.find_element(By.ID, "tick-1")
+    prompt = turn.find_element(By.CSS_SELECTOR, "details.prompt")
+    assert not prompt.find_element(By.CSS_SELECTOR, "h2, p, ul").is_displayed()  # collapsed
+    prompt.find_element(By.TAG_NAME, "summary").click()
+    assert "System Information" in prompt.text
+    actions = turn.find_elements(By.CSS_SELECTOR, "pre.reply .action")
+    assert actions and actions[0].text.startswith("/execute_action{")
+    shot(browser, "dialogue")
+
+
+def test_a_paper_with_its_review(browser, site, demo60) -> None:
+    store = Store(demo60)
+    number = store.scalar("SELECT MIN(number) FROM capsules WHERE room='archive' AND deleted=0")
+    store.close()
+    browser.get(f"{site}/papers/{number}")
+    assert browser.find_element(By.CSS_SELECTOR, "#paper h1").text
+    review = browser.find_element(By.ID, "review").text
+    assert "score" in review.lower()
+    shot(browser, "paper")
+
+
+def test_the_leaderboard_plot(browser, site) -> None:
+    browser.get(site + "/research")
+    plot = browser.find_element(By.ID, "score-plot")
+    assert plot.size["width"] > 300 and plot.size["height"] > 100
+    assert len(plot.find_elements(By.CSS_SELECTOR, "circle")) >= 5
+    assert plot.find_elements(By.CSS_SELECTOR, "path.best")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")) > 5
+    shot(browser, "leaderboard")
+
+
+def test_the_lineage_tree(browser, site) -> None:
+    browser.get(site + "/lineages")
+    lineages = browser.find_elements(By.CSS_SELECTOR, "#lineage-tree section.lineage")
+    assert len(lineages) >= 2
+    bars = browser.find_elements(By.CSS_SELECTOR, ".timeline .life")
+    assert bars and all(bar.size["width"] > 0 for bar in bars)
+    shot(browser, "lineages")
+
+
+def test_pause_and_resume_from_the_page_change_the_running_station(browser, demo60, tmp_path) -> None:
+    directory = copy_station(demo60, tmp_path / "st")
+    runner = StationRunner(directory)
+    url, server, thread = serve(create_app(directory, runner=runner))
+    try:
+        browser.get(url + "/operator")
+        assert browser.find_element(By.ID, "run-state").text == "stopped"
+        browser.find_element(By.ID, "resume").click()
+        wait_for(lambda: browser.find_element(By.ID, "run-state").text == "running", what="running")
+        wait_for(lambda: _tick(directory) >= 62, timeout=120, what="a tick to pass")
+        shot(browser, "operator-running")
+        browser.find_element(By.ID, "pause").click()
+        wait_for(lambda: not runner.running_here, timeout=120, what="the engine to stop")
+        browser.get(url + "/operator")
+        assert browser.find_element(By.ID, "run-state").text == "stopped"
+        shot(browser, "operator-paused")
+        assert _tick(directory) >= 62
+    finally:
+        runner.pause()
+        runner.wait(60)
+        server.should_exit = True
+        thread.join(10)
+
+
+def _tick(directory: Path) -> int:
+    store = Store(directory)
+    try:
+        return store.get_meta("tick")
+    finally:
+        store.close()
