@@ -261,6 +261,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .web.export import export
+
+    if not Store.exists(args.dir):
+        raise CliError(f"no station at {args.dir}")
+    tty = sys.stderr.isatty()
+
+    def show(count: int, url: str) -> None:
+        if tty:
+            sys.stderr.write(f"\r\x1b[K{count} pages · {url[:60]}")
+
+    pages = export(args.dir, args.out, progress=show)
+    if tty:
+        sys.stderr.write("\n")
+    print(f"exported {pages} pages of {args.dir} to {args.out}; open {Path(args.out) / 'index.html'}")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .config import ExecutorConfig
     from .evaluation.standalone import evaluate, resolve_task
@@ -362,6 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--token", help="operator token (required off loopback; or STATION_WEB_TOKEN)")
     s.add_argument("--run", action="store_true", help="also run the station (pause and resume it from the page)")
     s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("export", help="the whole station as a static HTML site, readable from disk")
+    s.add_argument("dir")
+    s.add_argument("--out", required=True, help="a new (or empty) folder for the site")
+    s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("doctor", help="check each configured model's key and endpoint, and say what works")
     s.add_argument("target", help="a config file or a station directory")

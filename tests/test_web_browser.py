@@ -4,11 +4,13 @@ the operator page change the running station's state. Screenshots go to test-art
 """
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote
 
 import pytest
 import uvicorn
@@ -154,3 +156,33 @@ def _tick(directory: Path) -> int:
         return store.get_meta("tick")
     finally:
         store.close()
+
+
+def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, tmp_path) -> None:
+    from station.web.export import export
+
+    site = tmp_path / "site"
+    pages = export(demo60, site)
+    assert pages > 40
+    # Every link of every page points at a file of the site.
+    broken = []
+    for page in site.rglob("*.html"):
+        for href in re.findall(r'href="([^"#]+)', page.read_text(encoding="utf-8")):
+            if not href.startswith(("http:", "https:")) and not (page.parent / unquote(href)).exists():
+                broken.append(f"{page.relative_to(site)} -> {href}")
+    assert not broken, broken[:5]
+    browser.get((site / "index.html").as_uri())
+    assert browser.find_element(By.ID, "tick").text == "61"
+    browser.find_element(By.LINK_TEXT, "Papers").click()
+    first = browser.find_element(By.CSS_SELECTOR, "#papers td a")
+    title = first.text
+    first.click()
+    assert browser.find_element(By.CSS_SELECTOR, "#paper h1").text == title
+    assert browser.current_url.startswith("file://")
+    browser.find_element(By.LINK_TEXT, "Agents").click()
+    browser.find_element(By.LINK_TEXT, "Guest_1").click()
+    assert browser.find_element(By.ID, "tick-1")
+    browser.find_element(By.LINK_TEXT, "Research").click()
+    assert browser.find_element(By.ID, "score-plot")
+    assert "Operator" not in browser.find_element(By.TAG_NAME, "nav").text
+    shot(browser, "export-research")

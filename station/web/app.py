@@ -73,7 +73,7 @@ class Reader:
 
 
 def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               runner: StationRunner | None = None) -> FastAPI:
+               runner: StationRunner | None = None, static_export: bool = False) -> FastAPI:
     directory = Path(directory)
     if not Store.exists(directory):
         raise ValueError(f"no station at {directory}")
@@ -85,7 +85,8 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     app = FastAPI(title="Station", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain)
+    templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain,
+                                 static_export=static_export)
     app.state.runner, app.state.reader = runner, reader
 
     def show(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -122,6 +123,10 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         db = reader.db()
         return show(request, "overview.html", st=status, events=data.recent_events(db),
                     pending=data.pending_work(db))
+
+    @app.get("/agents", response_class=HTMLResponse)
+    def agents_index(request: Request) -> HTMLResponse:
+        return show(request, "agents.html", agents=data.all_agents(reader.db()))
 
     @app.get("/agents/{name}", response_class=HTMLResponse)
     def agent_page(request: Request, name: str, page: int = 0, tick: int | None = None) -> HTMLResponse:
