@@ -123,3 +123,34 @@ def test_on_loopback_the_browser_gets_the_token_and_other_sites_cannot_post(demo
     assert refused.status_code == 400 and "cannot be changed" in refused.json()["error"]
     bad_spawn = stranger.post("/operator/spawn", data={"spec": "kind: wizard"})
     assert bad_spawn.status_code == 400
+
+
+def test_search_finds_what_agents_wrote_and_survives_odd_queries(client: TestClient, demo60: Path) -> None:
+    store = Store(demo60)
+    title = store.scalar("SELECT title FROM capsules WHERE room='archive' AND deleted=0 ORDER BY number")
+    store.close()
+    word = max(re.findall(r"[A-Za-z]{6,}", title), key=len)
+    found = client.get(f"/search?q={word}").text
+    assert "matches" in found or "match" in found
+    assert "<mark>" in found and "/papers/" in found
+    dialogue = client.get("/search?q=codex").text
+    assert "/agents/" in dialogue and "dialogue" in dialogue
+    for odd in ('"', "AND OR NOT", "*", "<script>alert(1)</script>", "x" * 5000, "NEAR(", ""):
+        answer = client.get("/search", params={"q": odd})
+        assert answer.status_code == 200 and "<script>alert(1)" not in answer.text
+
+
+def test_the_study_views_show_tokens_rooms_and_talk(client: TestClient) -> None:
+    page = client.get("/study").text
+    assert "id='token-plot'" in page and "id=\"room-actions\"" in page
+    assert "<path d='M" in page  # at least one agent's line
+    narrow = client.get("/study?first=1&last=5").text
+    assert "ticks 1–5" in narrow
+    assert client.get("/study?first=99999999999999999999&last=-4").status_code == 200
+
+
+def test_an_open_dialogue_page_can_fetch_the_turns_after_it(client: TestClient) -> None:
+    newer = client.get("/agents/Guest_1/turns?after=1").text
+    assert "id=\"tick-2\"" in newer and "id=\"tick-1\"" not in newer
+    assert client.get("/agents/Guest_1/turns?after=100000").text.strip() == ""
+    assert client.get("/agents/Nobody/turns?after=1").status_code == 404

@@ -29,8 +29,9 @@ from fastapi.templating import Jinja2Templates
 from .. import commands, report
 from ..config import AgentSpec
 from ..store import DB_NAME, Store
-from . import data, render
+from . import data, render, study
 from .runner import StationRunner
+from .search import SearchIndex
 
 HERE = Path(__file__).parent
 COOKIE = "station_token"
@@ -88,6 +89,10 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain,
                                  static_export=static_export)
     app.state.runner, app.state.reader = runner, reader
+    index = SearchIndex(directory)
+    if not static_export:  # build the search index in the background: the first search is then quick
+        threading.Thread(target=lambda: index.refresh(Reader(directory).db()), name="search-index",
+                         daemon=True).start()
 
     def show(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         meta = reader.db().execute("SELECT value FROM meta WHERE key='config'").fetchone()
@@ -140,6 +145,30 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         turns, pages = data.dialogue_page(db, who.session, page)
         current = min(page, pages)
         return show(request, "agent.html", agent=who, turns=turns, page=current, pages=pages)
+
+    @app.get("/agents/{name}/turns", response_class=HTMLResponse)
+    def new_turns(request: Request, name: str, after: int = 0) -> HTMLResponse:
+        """The agent's turns after a tick, as HTML to append to its open dialogue page (live)."""
+        db = reader.db()
+        who = data.agent(db, name)
+        if who is None or not 0 <= after < MAX_ID:
+            return HTMLResponse("", status_code=404)
+        turns = data.turns_after(db, who.session, after)
+        return templates.TemplateResponse(request, "turns.html", {"turns": turns})
+
+    @app.get("/search", response_class=HTMLResponse)
+    def search(request: Request, q: str = "", page: int = 1) -> HTMLResponse:
+        q = q[:200]
+        hits, total = [], 0
+        if q.strip():
+            index.refresh(reader.db())
+            hits, total = index.search(q, page if 0 < page < 10_000 else 1)
+        return show(request, "search.html", q=q, hits=hits, total=total, page=max(1, min(page, 10_000)))
+
+    @app.get("/study", response_class=HTMLResponse)
+    def study_page(request: Request, first: int | None = None, last: int | None = None) -> HTMLResponse:
+        bounded = [v if v is None or abs(v) < MAX_ID else None for v in (first, last)]
+        return show(request, "study.html", **study.study(reader.db(), *bounded))
 
     @app.get("/papers", response_class=HTMLResponse)
     def papers(request: Request) -> HTMLResponse:

@@ -46,11 +46,22 @@ def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list
     turns = rows(db, "SELECT * FROM turns WHERE session=? ORDER BY tick LIMIT ? OFFSET ?",
                  (session, TURNS_PER_PAGE, (page - 1) * TURNS_PER_PAGE))
     for turn in turns:
-        actions = json.loads(turn["actions"])
-        turn["parsed"] = actions.get("parsed", [])
-        turn["history"] = actions.get("history", [])
-        turn["steps"] = json.loads(turn["internal"])
+        _unpack(turn)
     return turns, pages
+
+
+def turns_after(db: sqlite3.Connection, session: int, tick: int, limit: int = TURNS_PER_PAGE) -> list[dict[str, Any]]:
+    turns = rows(db, "SELECT * FROM turns WHERE session=? AND tick>? ORDER BY tick LIMIT ?", (session, tick, limit))
+    for turn in turns:
+        _unpack(turn)
+    return turns
+
+
+def _unpack(turn: dict[str, Any]) -> None:
+    actions = json.loads(turn["actions"])
+    turn["parsed"] = actions.get("parsed", [])
+    turn["history"] = actions.get("history", [])
+    turn["steps"] = json.loads(turn["internal"])
 
 
 def page_of_tick(db: sqlite3.Connection, session: int, tick: int) -> int:

@@ -1,5 +1,6 @@
 // Keeps a page current while the station runs: polls /api/live and updates the elements
-// marked data-live (state, progress, tick) and prepends new events. No library.
+// marked data-live (state, progress, tick), prepends new events, and appends an open dialogue's
+// new turns. No library.
 (function () {
   let lastEvent = 0;
   const events = document.querySelector("[data-live=events]");
@@ -26,6 +27,17 @@
           while (events.children.length > 60) events.lastElementChild.remove();
         } else if (live.events.length) {
           lastEvent = Math.max(lastEvent, live.events[0].id);
+        }
+      }
+      const dialogue = document.querySelector("[data-live-append]");
+      if (dialogue) {
+        const more = await fetch(dialogue.dataset.liveAppend + "?after=" + dialogue.dataset.after);
+        const html = more.ok ? await more.text() : "";
+        if (html.trim()) {
+          dialogue.querySelectorAll(".empty").forEach(function (el) { el.remove(); });
+          dialogue.insertAdjacentHTML("beforeend", html);
+          const turns = dialogue.querySelectorAll("article.turn");
+          dialogue.dataset.after = turns[turns.length - 1].id.replace("tick-", "");
         }
       }
     } catch (err) { /* the server may be restarting: try again later */ }
