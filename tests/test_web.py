@@ -154,3 +154,37 @@ def test_an_open_dialogue_page_can_fetch_the_turns_after_it(client: TestClient) 
     assert "id=\"tick-2\"" in newer and "id=\"tick-1\"" not in newer
     assert client.get("/agents/Guest_1/turns?after=100000").text.strip() == ""
     assert client.get("/agents/Nobody/turns?after=1").status_code == 404
+
+
+def test_operator_forms_reach_the_running_world(demo60: Path, tmp_path: Path) -> None:
+    from station.engine import Engine
+    from station.world import Station
+
+    directory = copy_station(demo60, tmp_path / "st")
+    client = TestClient(create_app(directory))
+    client.get("/operator")  # the browser's token cookie
+    store = Store(directory)
+    request = store.one("SELECT id, agent FROM human_requests WHERE resolved_tick IS NULL ORDER BY id")
+    target = store.one("SELECT name FROM agents WHERE state='active' ORDER BY position")["name"]
+    store.close()
+    json_accept = {"accept": "application/json"}
+    forms = [("message", {"to": target, "text": "A word from the operator."}),
+             ("spawn", {"spec": "kind: guest\nmodel: {provider: scripted, name: scripted-newcomer}\nnote: by hand"}),
+             ("end_agent", {"agent": target})]
+    if request:
+        forms.append(("answer", {"request_id": str(request["id"]), "text": "Here is your answer."}))
+    for action, form in forms:
+        answer = client.post(f"/operator/{action}", data=form, headers=json_accept)
+        assert answer.status_code == 200, answer.text
+    station = Station.open(directory)
+    try:
+        Engine(station).run(ticks=1)
+        assert [a for a in station.agents.all() if a.note == "by hand"]  # the spawned guest
+        assert station.ctx.agents.get(target).state == "ended"
+        texts = [r["text"] for r in station.store.all("SELECT text FROM messages WHERE agent=?", (target,))]
+        assert any("A word from the operator." in t for t in texts)
+        if request:
+            assert station.store.scalar("SELECT response FROM human_requests WHERE id=?",
+                                        (request["id"],)) == "Here is your answer."
+    finally:
+        station.close()
