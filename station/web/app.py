@@ -131,7 +131,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
 
     @app.get("/agents", response_class=HTMLResponse)
     def agents_index(request: Request) -> HTMLResponse:
-        return show(request, "agents.html", agents=data.all_agents(reader.db()))
+        return show(request, "agents.html", agents=data.agent_summaries(reader.db()))
 
     @app.get("/agents/{name}", response_class=HTMLResponse)
     def agent_page(request: Request, name: str, page: int = 0, tick: int | None = None) -> HTMLResponse:
@@ -237,7 +237,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     @app.get("/operator", response_class=HTMLResponse)
     def operator_page(request: Request, done: str | None = None) -> HTMLResponse:
         db = reader.db()
-        agents = [a for a in data.all_agents(db) if a.active]
+        agents = [a for a in data.agent_summaries(db) if a["state"] == "active"]
         requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id") \
             if data.has_table(db, "human_requests") else []
         return show(request, "operator.html", agents=agents, requests=requests, done=done,

@@ -34,8 +34,14 @@ def agent(db: sqlite3.Connection, name: str) -> Agent | None:
     return Agent.from_json(row[0]) if row else None
 
 
-def all_agents(db: sqlite3.Connection) -> list[Agent]:
-    return [Agent.from_json(r[0]) for r in db.execute("SELECT data FROM agents ORDER BY position, name")]
+AGENT_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "ascended_to", "ascend_tick", "location")
+
+
+def agent_summaries(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every agent's headline fields, read inside SQLite (a long station has thousands of records)."""
+    extracted = ", ".join(f"json_extract(data, '$.{f}') AS {f}" for f in AGENT_FIELDS)
+    return rows(db, f"SELECT name, session, state, kind, lineage, model_name, {extracted} FROM agents "
+                    "ORDER BY position, name")
 
 
 def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list[dict[str, Any]], int]:
@@ -159,18 +165,18 @@ def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | N
 # -- lineages ----------------------------------------------------------------------------------
 def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
     """Each lineage with its generations in order, each with the guest it grew from and its life."""
-    agents = all_agents(db)
-    grew_from = {a.ascended_to: a for a in agents if a.ascended_to}
+    agents = agent_summaries(db)
+    grew_from = {a["ascended_to"]: a for a in agents if a["ascended_to"]}
     lineages: dict[str, list[dict[str, Any]]] = {}
     for a in agents:
-        if a.lineage is None:
+        if a["lineage"] is None:
             continue
-        guest = grew_from.get(a.name)
-        born = guest.birth_tick if guest else a.birth_tick
-        lineages.setdefault(a.lineage, []).append({
-            "name": a.name, "generation": a.generation or 0, "guest": guest.name if guest else None,
-            "born": born, "ascended": a.ascend_tick, "ended": a.exit_tick, "end": a.exit_tick or tick,
-            "reason": a.exit_reason, "active": a.active, "model": a.model.get("name"),
+        guest = grew_from.get(a["name"])
+        born = guest["birth_tick"] if guest else a["birth_tick"]
+        lineages.setdefault(a["lineage"], []).append({
+            "name": a["name"], "generation": a["generation"] or 0, "guest": guest["name"] if guest else None,
+            "born": born, "ascended": a["ascend_tick"], "ended": a["exit_tick"], "end": a["exit_tick"] or tick,
+            "reason": a["exit_reason"], "active": a["state"] == "active", "model": a["model_name"],
         })
     return [{"name": name, "members": sorted(members, key=lambda m: m["generation"])}
             for name, members in sorted(lineages.items(), key=lambda kv: min(m["born"] for m in kv[1]))]
