@@ -42,8 +42,17 @@ def test_every_page_renders_the_stations_data(client: TestClient, demo60: Path) 
     assert "id='score-plot'" in research and best["title"] in research
     assert best["title"] in client.get(f"/research/{best['id']}").text
     assert founder["name"] in client.get("/lineages").text
-    for path in ("/forum", "/mail", "/operator"):
+    for path in ("/mail", "/operator", "/agents"):
         assert client.get(path).status_code == 200
+    store = Store(demo60)
+    thread = store.one("SELECT id, title FROM capsules WHERE room='public_memory' AND deleted=0 ORDER BY id")
+    mail = store.one("SELECT id, title FROM capsules WHERE room='mail' AND deleted=0 ORDER BY id")
+    store.close()
+    assert thread and mail, "the demo station has forum threads and mail by tick 60"
+    assert f"/forum/{thread['id']}" in client.get("/forum").text
+    assert thread["title"] in client.get(f"/forum/{thread['id']}").text
+    assert mail["title"] in client.get(f"/mail/{mail['id']}").text
+    assert client.get(f"/mail/{thread['id']}").status_code == 404  # a forum thread is not a mail
 
 
 def test_a_dialogue_is_paged_and_jumps_to_a_tick(client: TestClient) -> None:

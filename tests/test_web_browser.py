@@ -88,7 +88,7 @@ def test_an_agent_dialogue_with_collapsible_prompts(browser, site) -> None:
     browser.get(site + "/agents/Guest_1?tick=1")
     turn = browser.find_element(By.ID, "tick-1")
     prompt = turn.find_element(By.CSS_SELECTOR, "details.prompt")
-    assert not prompt.find_element(By.CSS_SELECTOR, "h2, p, ul").is_displayed()  # collapsed
+    assert not prompt.find_element(By.TAG_NAME, "pre").is_displayed()  # collapsed
     prompt.find_element(By.TAG_NAME, "summary").click()
     assert "System Information" in prompt.text
     actions = turn.find_elements(By.CSS_SELECTOR, "pre.reply .action")

@@ -130,8 +130,14 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
                     pending=data.pending_work(db))
 
     @app.get("/agents", response_class=HTMLResponse)
-    def agents_index(request: Request) -> HTMLResponse:
-        return show(request, "agents.html", agents=data.agent_summaries(reader.db()))
+    def agents_index(request: Request, page: int = 1) -> HTMLResponse:
+        db = reader.db()
+        total = db.execute("SELECT COUNT(*) FROM agents").fetchone()[0]
+        pages = max(1, -(-total // data.AGENTS_PER_PAGE))
+        page = min(max(1, page), pages) if abs(page) < MAX_ID else 1
+        agents = data.agent_summaries(db, limit=data.AGENTS_PER_PAGE, offset=(page - 1) * data.AGENTS_PER_PAGE,
+                                      newest_first=True)
+        return show(request, "agents.html", agents=agents, page=page, pages=pages, total=total)
 
     @app.get("/agents/{name}", response_class=HTMLResponse)
     def agent_page(request: Request, name: str, page: int = 0, tick: int | None = None) -> HTMLResponse:
@@ -185,7 +191,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
 
     @app.get("/forum", response_class=HTMLResponse)
     def forum(request: Request) -> HTMLResponse:
-        return show(request, "threads.html", title="Public forum", threads=data.threads(reader.db(), "public"),
+        return show(request, "threads.html", title="Public forum", threads=data.threads(reader.db(), "public_memory"),
                     link="forum")
 
     @app.get("/mail", response_class=HTMLResponse)
@@ -202,7 +208,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
 
     def thread(request: Request, room: str, capsule_id: int) -> HTMLResponse:
         found = data.capsule_by_id(reader.db(), capsule_id) if 0 < capsule_id < MAX_ID else None
-        wanted = "public" if room == "forum" else "mail"
+        wanted = "public_memory" if room == "forum" else "mail"
         if found is None or found["room"] != wanted or found["deleted"]:
             return not_found(request, f"No such {room} thread.")
         return show(request, "thread.html", thread=found, back=room)
@@ -237,10 +243,13 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     @app.get("/operator", response_class=HTMLResponse)
     def operator_page(request: Request, done: str | None = None) -> HTMLResponse:
         db = reader.db()
-        agents = [a for a in data.agent_summaries(db) if a["state"] == "active"]
-        requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id") \
-            if data.has_table(db, "human_requests") else []
-        return show(request, "operator.html", agents=agents, requests=requests, done=done,
+        agents = data.agent_summaries(db, "state='active'")
+        requests, waiting = [], 0
+        if data.has_table(db, "human_requests"):
+            waiting = db.execute("SELECT COUNT(*) FROM human_requests WHERE resolved_tick IS NULL").fetchone()[0]
+            requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id DESC "
+                                     "LIMIT 50")
+        return show(request, "operator.html", agents=agents, requests=requests, waiting=waiting, done=done,
                     needs_login=not auto_cookie and not authorised(request, None), safe_keys=commands.SAFE_KEYS)
 
     @app.post("/login")

@@ -12,6 +12,8 @@ from typing import Any
 from ..agents import Agent
 
 TURNS_PER_PAGE = 20
+AGENTS_PER_PAGE = 100
+GENERATIONS_SHOWN = 12  # per lineage on the lineage page (the latest ones)
 REVIEWER_NAME = "Archive Review System"
 
 
@@ -37,11 +39,13 @@ def agent(db: sqlite3.Connection, name: str) -> Agent | None:
 AGENT_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "ascended_to", "ascend_tick", "location")
 
 
-def agent_summaries(db: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every agent's headline fields, read inside SQLite (a long station has thousands of records)."""
+def agent_summaries(db: sqlite3.Connection, where: str = "1", params: tuple = (), *, limit: int = -1,
+                    offset: int = 0, newest_first: bool = False) -> list[dict[str, Any]]:
+    """Agents' headline fields, read inside SQLite (a long station has thousands of records)."""
     extracted = ", ".join(f"json_extract(data, '$.{f}') AS {f}" for f in AGENT_FIELDS)
+    order = "position DESC, name DESC" if newest_first else "position, name"
     return rows(db, f"SELECT name, session, state, kind, lineage, model_name, {extracted} FROM agents "
-                    "ORDER BY position, name")
+                    f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", (*params, limit, offset))
 
 
 def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list[dict[str, Any]], int]:
@@ -97,8 +101,9 @@ def pending_work(db: sqlite3.Connection) -> dict[str, int]:
 def papers(db: sqlite3.Connection) -> list[dict[str, Any]]:
     if not has_table(db, "capsules"):
         return []
-    found = rows(db, "SELECT c.*, (SELECT score FROM paper_submissions s WHERE s.capsule_number=c.number) AS score "
-                     "FROM capsules c WHERE room='archive' AND deleted=0 ORDER BY number DESC LIMIT 500")
+    found = rows(db, "SELECT c.*, s.score FROM capsules c LEFT JOIN (SELECT capsule_number, MAX(score) AS score "
+                     "FROM paper_submissions WHERE capsule_number IS NOT NULL GROUP BY capsule_number) s "
+                     "ON s.capsule_number=c.number WHERE c.room='archive' AND c.deleted=0 ORDER BY c.number DESC LIMIT 500")
     for p in found:
         p["tags"] = json.loads(p["tags"])
     return found
@@ -165,7 +170,7 @@ def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | N
 # -- lineages ----------------------------------------------------------------------------------
 def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
     """Each lineage with its generations in order, each with the guest it grew from and its life."""
-    agents = agent_summaries(db)
+    agents = agent_summaries(db, "lineage IS NOT NULL OR json_extract(data, '$.ascended_to') IS NOT NULL")
     grew_from = {a["ascended_to"]: a for a in agents if a["ascended_to"]}
     lineages: dict[str, list[dict[str, Any]]] = {}
     for a in agents:
@@ -178,5 +183,9 @@ def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
             "born": born, "ascended": a["ascend_tick"], "ended": a["exit_tick"], "end": a["exit_tick"] or tick,
             "reason": a["exit_reason"], "active": a["state"] == "active", "model": a["model_name"],
         })
-    return [{"name": name, "members": sorted(members, key=lambda m: m["generation"])}
-            for name, members in sorted(lineages.items(), key=lambda kv: min(m["born"] for m in kv[1]))]
+    tree = []
+    for name, members in sorted(lineages.items(), key=lambda kv: min(m["born"] for m in kv[1])):
+        members.sort(key=lambda m: m["generation"])
+        tree.append({"name": name, "members": members[-GENERATIONS_SHOWN:],
+                     "earlier": max(0, len(members) - GENERATIONS_SHOWN)})
+    return tree

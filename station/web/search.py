@@ -83,7 +83,7 @@ class SearchIndex:
         fingerprint += "/" + str(world.execute("SELECT SUM(deleted) FROM capsules").fetchone()[0])
         if self._mark(db, "capsules") == fingerprint:
             return
-        db.execute("DELETE FROM docs WHERE kind IN ('public', 'mail', 'archive', 'private')")
+        db.execute("DELETE FROM docs WHERE kind IN ('public_memory', 'mail', 'archive', 'private_memory')")
         rows = world.execute(
             "SELECT c.id, c.room, c.number, c.title, m.author, m.tick, m.content FROM capsule_messages m "
             "JOIN capsules c ON c.id=m.capsule WHERE m.deleted=0 AND c.deleted=0").fetchall()

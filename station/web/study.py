@@ -56,7 +56,7 @@ def talk_edges(db: sqlite3.Connection, first: int, last: int) -> Counter:
                 "SELECT c.room, m.author, c.recipients, c.author, "
                 "(SELECT json_group_array(DISTINCT p.author) FROM capsule_messages p WHERE p.capsule=c.id AND p.k<m.k) "
                 "FROM capsule_messages m JOIN capsules c ON c.id=m.capsule "
-                "WHERE c.room IN ('mail', 'public') AND m.tick BETWEEN ? AND ?", (first, last)):
+                "WHERE c.room IN ('mail', 'public_memory') AND m.tick BETWEEN ? AND ?", (first, last)):
             listeners = set(json.loads(recipients)) | {starter} if room == "mail" else set(json.loads(writers))
             for listener in listeners - {author}:
                 edges[(author, listener)] += 1
