@@ -21,3 +21,4 @@ bench: setup
 	.venv/bin/python scripts/bench_engine.py
 	.venv/bin/python scripts/bench_eval.py
 	.venv/bin/python scripts/bench_turns.py
+	.venv/bin/python scripts/bench_web.py
