@@ -197,3 +197,21 @@ def test_operator_forms_reach_the_running_world(demo60: Path, tmp_path: Path) ->
                                         (request["id"],)) == "Here is your answer."
     finally:
         station.close()
+
+
+def test_serving_off_loopback_without_a_token_is_refused_at_start(demo60: Path, capsys, monkeypatch) -> None:
+    from station import cli
+
+    monkeypatch.delenv("STATION_WEB_TOKEN", raising=False)
+    assert cli.main(["serve", str(demo60), "--host", "0.0.0.0"]) == 2
+    assert "needs a token" in capsys.readouterr().err
+
+
+def test_export_refuses_a_folder_that_is_not_empty(demo60: Path, tmp_path: Path, capsys) -> None:
+    from station import cli
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "keep.txt").write_text("mine")
+    assert cli.main(["export", str(demo60), "--out", str(tmp_path / "site")]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (tmp_path / "site" / "keep.txt").read_text() == "mine"
