@@ -10,9 +10,10 @@ import io
 import math
 import tokenize
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal
 
-from station.executors.base import RunResult
+from station.executors.base import Mount, RunResult, RunSpec
 
 
 @dataclass
@@ -81,6 +82,25 @@ class Task:
     def env(self) -> dict[str, str]:
         """Trusted environment variables the run needs (never secrets)."""
         return {}
+
+    def data_mounts(self) -> list[Mount]:
+        """Read-only task data shown to every run (e.g. a dataset under storage/system/)."""
+        return []
+
+    def private_paths(self) -> list[Path]:
+        """Host paths submitted code must never see (held-out labels, test data)."""
+        return []
+
+    def program(self, code: str) -> str:
+        """The program actually run: the submission, plus whatever driver the task appends."""
+        return code
+
+    def run_spec(self, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False) -> RunSpec:
+        """How one submission runs: the task's entry, limits and data, with the caller's storage mounts."""
+        return RunSpec(code=self.program(code), mode=self.mode, entry=self.entry, filename=self.filename,
+                       mounts=[*mounts, *self.data_mounts()], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                       max_processes=self.max_processes, num_cpus=self.num_cpus,
+                       num_gpus=0.0 if cpu_only else self.num_gpus, env=self.env(), label=label)
 
 
 TASKS: dict[str, Callable[..., Task]] = {}

@@ -293,7 +293,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         code = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CliError(f"cannot read {path}: {err}") from None
-    executor = create_executor(executor_config or ExecutorConfig(kind=args.executor))
+    executor = create_executor(executor_config or ExecutorConfig(kind=args.executor), hide=task.private_paths())
     try:
         print(f"evaluating {path} on '{task.title}' ({executor.describe()}) ...", file=sys.stderr)
         result = evaluate(task, code, executor)

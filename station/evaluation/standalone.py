@@ -12,7 +12,7 @@ from typing import Any
 from evaluators.base import Task, create_task, has_real_code
 
 from ..config import ConfigError, load_config
-from ..executors.base import Mount, RunSpec
+from ..executors.base import Mount
 from ..tasks import load_tasks
 from .worker import run_payload
 
@@ -61,8 +61,5 @@ def evaluate(task: Task, code: str, executor: Any, storage: Path | None = None) 
         for area in ("shared", "system", "lineage"):
             (root / area).mkdir(parents=True, exist_ok=True)
             mounts.append(Mount(root / area, f"storage/{area}", writable=area != "system"))
-        spec = RunSpec(code=code, mode=task.mode, entry=task.entry, filename=task.filename, mounts=mounts,
-                       timeout_s=task.timeout_s, memory_mb=task.memory_mb, max_processes=task.max_processes,
-                       num_cpus=task.num_cpus, num_gpus=task.num_gpus, env=task.env(), label="evaluate")
-        result = executor.run(spec)
+        result = executor.run(task.run_spec(code, mounts=mounts, label="evaluate"))
     return run_payload(task, result, executor.name)

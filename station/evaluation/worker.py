@@ -23,7 +23,7 @@ from typing import Any, Callable
 from rooms.research import clip_log
 from rooms.research_store import open_evaluations
 
-from ..executors.base import Mount, RunResult, RunSpec
+from ..executors.base import Mount, RunResult
 from ..agents import AgentRegistry
 from ..models import ModelPool
 from ..store import Store
@@ -112,7 +112,8 @@ class EvaluationWorker(threading.Thread):
         try:
             if self.executor is None:
                 from ..executors import create_executor  # the executors load Ray etc. only when used
-                self.executor = create_executor(self.config.research.executor, hide=[self.directory])
+                hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
+                self.executor = create_executor(self.config.research.executor, hide=hidden)
             while not self.stop.is_set():
                 self._schedule(store)
                 self.wake.wait(POLL_SECONDS)
@@ -195,12 +196,8 @@ class EvaluationWorker(threading.Thread):
             return refused_payload(problem)
         assert self.executor is not None
         others = sees_other_lineages(store, self.config, row["author"])
-        spec = RunSpec(
-            code=code, mode=task.mode, entry=task.entry, filename=task.filename,
-            mounts=storage_mounts(self.directory, row["lineage"], others),
-            timeout_s=task.timeout_s, memory_mb=task.memory_mb, max_processes=task.max_processes,
-            num_cpus=task.num_cpus, num_gpus=0.0 if row["cpu_only"] else task.num_gpus, env=task.env(),
-            label=f"eval-{row['id']}-v{version}")
+        spec = task.run_spec(code, mounts=storage_mounts(self.directory, row["lineage"], others),
+                             label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"]))
         self._mark(store, row["id"], version, "running")
         try:
             result = self.executor.run(spec)
