@@ -4,7 +4,8 @@ On circle packing the policy climbs a ladder of real algorithms (evaluators/prog
 square grid, then a hexagonal layout, then scipy-optimised centres and radii, searching
 harder with each further submission and as the station ages, so the leaderboard improves over time. Now and then it
 submits with a misspelt name, as people do, which the debugger can repair. On the general
-Python task it runs small scripts. It keeps at most two evaluations open (the room's limit),
+Python task it runs small scripts; on batch integration it climbs from plain PCA through ComBat to a
+batch-balanced kNN graph, varying their settings. It keeps at most two evaluations open (the room's limit),
 counting its submissions and the result messages it has received.
 """
 from __future__ import annotations
@@ -73,6 +74,8 @@ def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] 
         return _circle_submission(int(circles.group(1)), s, rng)
     if "General Purpose" in title:
         return _general_submission(s, rng)
+    if "Batch Integration" in title:
+        return _integration_submission(s, rng)
     return None
 
 
@@ -105,6 +108,33 @@ def _circle_submission(n: int, s: Situation, rng: random.Random) -> dict[str, st
     if rng.random() < TYPO_RATE and "np.zeros(" in code:
         code = code.replace("np.zeros(", "np.zeroes(", 1)  # a slip the debugger can mend
     return {"title": title, "tags": tags, "abstract": abstract, "content": code}
+
+
+INTEGRATION_LADDER = [
+    ("no_integration.py", "PCA of the normalized data ({pcs} components)", "pca, reference",
+     "No correction: the principal components of the normalized expression, to see the batch effect."),
+    ("combat.py", "ComBat, then PCA ({pcs} components)", "combat, linear-model",
+     "Empirical-Bayes ComBat on the genes removes per-batch location and scale; then principal components."),
+    ("bbknn_style.py", "Batch-balanced kNN, {k} neighbours per batch, {pcs} PCs", "bbknn, graph",
+     "Every cell takes its nearest neighbours in each batch separately, so the graph mixes batches."),
+]
+
+
+def _integration_submission(s: Situation, rng: random.Random) -> dict[str, str]:
+    from pathlib import Path
+
+    import evaluators.scrna as scrna
+
+    level = min(s.notes.get("bi_level", 0), len(INTEGRATION_LADDER) - 1)
+    s.notes["bi_level"] = level + 1
+    name, title, tags, abstract = INTEGRATION_LADDER[level]
+    pcs, k = rng.choice([20, 30, 40, 50]), rng.randint(3, 8)
+    code = (Path(scrna.__file__).parent / "baselines" / name).read_text(encoding="utf-8")
+    code = code.replace("n_comps=50", f"n_comps={pcs}").replace("NEIGHBOURS_PER_BATCH = 4",
+                                                                 f"NEIGHBOURS_PER_BATCH = {k}")
+    if rng.random() < TYPO_RATE:
+        code = code.replace('adata.obsm["X_emb"]', 'adata.obsmm["X_emb"]', 1)  # a slip the debugger can mend
+    return {"title": title.format(pcs=pcs, k=k), "tags": tags, "abstract": abstract, "content": code}
 
 
 def _general_submission(s: Situation, rng: random.Random) -> dict[str, str]:

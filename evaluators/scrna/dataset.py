@@ -1,0 +1,225 @@
+"""One batch-integration dataset on disk: made on first use, split into what runs may read
+(`input/`) and what only the scorer reads (`private/`: labels, the held-out test draw, and the
+normalization bounds of the control methods).
+
+    python -m evaluators.scrna.dataset [--size default|small] [--seed 0] [--h5ad FILE]
+
+prepares one ahead of time (generation, then the control methods' bounds), with progress.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import shutil
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+GENERATOR = "sim-v1"
+PLANNED = {"default": (16_000, 2_000), "small": (2_000, 500)}  # cells, genes (train)
+CONTROLS = ("no_integration", "random_embedding", "perfect_embedding")
+
+
+class Dataset:
+    def __init__(self, root: Path, *, size: str = "default", seed: int = 0, h5ad: str | None = None,
+                 batch_key: str = "batch", label_key: str = "cell_type") -> None:
+        self.size, self.seed, self.h5ad = size, seed, h5ad
+        self.batch_key, self.label_key = batch_key, label_key
+        if h5ad:
+            source = Path(h5ad).expanduser().resolve()
+            self.source = source
+            key = f"file-{source.stem}-{batch_key}-{label_key}"
+            self.name = f"{source.name}"
+        else:
+            self.source = None
+            key = f"{GENERATOR}-{size}-seed{seed}"
+            self.name = f"Simulated dataset ({size}, seed {seed})"
+        self.dir = Path(root) / key
+        self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
+        self._lock = threading.Lock()
+        self._solution: Any = None
+        self._bounds: dict[str, tuple[float, float]] | None = None
+
+    # -- on disk --------------------------------------------------------------------------------
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # one process prepares; the others wait and reuse
+            yield
+
+    def ready(self) -> bool:
+        return (self.input_dir / "train_input.h5ad").exists() and (self.private_dir / "train_solution.h5ad").exists()
+
+    def ensure(self) -> "Dataset":
+        if self.ready():
+            return self
+        with self._exclusive():
+            if self.ready():
+                return self
+            building = self.dir / "building"
+            shutil.rmtree(building, ignore_errors=True)
+            building.mkdir(parents=True)
+            if self.source is not None:
+                self._from_file(building)
+            else:
+                from .simulate import make_datasets
+                make_datasets(building, size=self.size, seed=self.seed)
+            self.input_dir.mkdir(exist_ok=True)
+            (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+            building.replace(self.private_dir)
+            (self.input_dir).chmod(0o755)
+            (self.input_dir / "train_input.h5ad").chmod(0o644)
+        return self
+
+    def _from_file(self, out: Path) -> None:
+        from .simulate import load_h5ad, split_for_task
+
+        if not self.source.exists():
+            raise ValueError(f"batch_integration: no file {self.source}")
+        full = load_h5ad(self.source, batch_key=self.batch_key, label_key=self.label_key)
+        task_input, solution = split_for_task(full)
+        task_input.write_h5ad(out / "train_input.h5ad")
+        solution.write_h5ad(out / "train_solution.h5ad")
+        (out / "dataset.json").write_text(json.dumps({"source": str(self.source), "cells": int(full.n_obs),
+                                                      "genes": int(full.n_vars)}))
+
+    def info(self) -> dict[str, Any]:
+        path = self.private_dir / "dataset.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def n_cells(self) -> int:
+        return int(self.solution().n_obs)
+
+    def describe(self) -> str:
+        if self.source is not None:
+            return f"A user-supplied dataset ({self.source.name}), restricted to batch-aware highly variable genes."
+        cells, genes = PLANNED[self.size]
+        return (f"A simulated human-tissue-like dataset: about {cells:,} cells × {genes:,} genes from 4 batches "
+                "(experiments with different depth, dropout and gene-wise biases), about 15 cell types of very "
+                "different abundance (some rare, some missing from some batches), and cycling cells.")
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def solution(self) -> Any:
+        with self._lock:
+            if self._solution is None:
+                import anndata as ad
+                self.ensure()
+                self._solution = ad.read_h5ad(self.private_dir / "train_solution.h5ad")
+            return self._solution
+
+    def score_arrays(self, value: dict[str, Any], *, timings: dict[str, float] | None = None
+                     ) -> tuple[dict[str, float], dict[str, str]]:
+        """The raw metrics of a run's returned arrays, put back on the solution's cells."""
+        import anndata as ad
+        import scipy.sparse as sp
+
+        solution = self.solution()
+        n = solution.n_obs
+        if value.get("n_obs") != n:
+            raise ValueError(f"the result has {value.get('n_obs')} cells; the data has {n}")
+        result = ad.AnnData(obs=solution.obs[["batch"]].copy())
+        result.obs_names = solution.obs_names
+        if "X_emb" in value:
+            emb = np.asarray(value["X_emb"], dtype=np.float32)
+            if emb.ndim != 2 or emb.shape[0] != n:
+                raise ValueError(f"X_emb has shape {emb.shape}; expected ({n}, dimensions)")
+            if not np.isfinite(emb).all():
+                raise ValueError(f"obsm['X_emb'] has {int((~np.isfinite(emb)).sum()):,} NaN or infinite values")
+            result.obsm["X_emb"] = emb
+        if "connectivities_data" in value:
+            for name in ("connectivities", "distances"):
+                parts = [np.asarray(value[f"{name}_{p}"]) for p in ("data", "indices", "indptr")]
+                if len(parts[2]) != n + 1 or (len(parts[1]) and (parts[1].min() < 0 or parts[1].max() >= n)) or \
+                        parts[2][0] != 0 or parts[2][-1] != len(parts[1]) or len(parts[0]) != len(parts[1]) or \
+                        np.any(np.diff(parts[2]) < 0):
+                    raise ValueError(f"obsp['{name}'] is not a valid {n} x {n} sparse matrix")
+                if not np.isfinite(parts[0]).all() or (parts[0] < 0).any():
+                    raise ValueError(f"obsp['{name}'] has NaN, infinite or negative values")
+                result.obsp[name] = sp.csr_matrix(tuple(parts), shape=(n, n))
+        return self._metrics(result, timings)
+
+    def _metrics(self, result: Any, timings: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, str]]:
+        from .metrics import compute_metrics
+        from .simulate import G2M_GENES, S_GENES
+
+        genes = set(self.solution().var["feature_name"])
+        cycle = (S_GENES, G2M_GENES) if set(S_GENES) <= genes else None
+        return compute_metrics(result, self.solution(), cell_cycle_genes=cycle, timings=timings)
+
+    def bounds(self) -> dict[str, tuple[float, float]]:
+        """Per metric (min, max) over the control methods on this data, computed once and stored."""
+        with self._lock:
+            if self._bounds is not None:
+                return self._bounds
+        path = self.private_dir / "bounds.json"
+        if not path.exists():
+            with self._exclusive():
+                if not path.exists():
+                    path.write_text(json.dumps(self._control_bounds(), indent=2))
+        stored = json.loads(path.read_text())
+        with self._lock:
+            self._bounds = {m: (float(v["min"]), float(v["max"])) for m, v in stored["bounds"].items()}
+            return self._bounds
+
+    def _control_bounds(self, progress: Any = None) -> dict[str, Any]:
+        import anndata as ad
+
+        solution = self.solution()
+        runs: dict[str, dict[str, float]] = {}
+        for control in CONTROLS:
+            if progress:
+                progress(f"control method: {control}")
+            result = ad.AnnData(obs=solution.obs[["batch"]].copy())
+            result.obs_names = solution.obs_names
+            result.obsm["X_emb"] = control_embedding(control, solution, self.seed)
+            runs[control], _ = self._metrics(result)
+        bounds = {}
+        for metric in runs[CONTROLS[0]]:
+            values = [runs[c][metric] for c in CONTROLS if math.isfinite(runs[c].get(metric, math.nan))]
+            bounds[metric] = {"min": min(values) if values else 0.0, "max": max(values) if values else 1.0}
+        return {"controls": runs, "bounds": bounds}
+
+
+def control_embedding(control: str, solution: Any, seed: int) -> np.ndarray:
+    """The embeddings of the control methods, as OpenProblems defines them."""
+    import scanpy as sc
+
+    rng = np.random.default_rng(seed)
+    if control == "random_embedding":
+        return rng.normal(size=(solution.n_obs, 50)).astype(np.float32)
+    if control == "perfect_embedding":  # each cell type its own corner, a little noise so ties break
+        types = solution.obs["cell_type"].astype("category").cat.codes.to_numpy()
+        onehot = np.eye(types.max() + 1, dtype=np.float32)[types]
+        return onehot + rng.normal(scale=1e-3, size=onehot.shape).astype(np.float32)
+    work = solution.copy()
+    work.X = work.layers["normalized"].copy()
+    sc.pp.pca(work, n_comps=min(50, min(work.shape) - 1), svd_solver="arpack", random_state=0)
+    return work.obsm["X_pca"].astype(np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Prepare a batch-integration dataset and its bounds.")
+    parser.add_argument("--size", default="default", choices=sorted(PLANNED))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--h5ad", help="a CELLxGENE-style file instead of the simulation")
+    args = parser.parse_args()
+    from .task import data_root
+
+    dataset = Dataset(data_root(), size=args.size, seed=args.seed, h5ad=args.h5ad)
+    print(f"preparing {dataset.name} in {dataset.dir} ...", flush=True)
+    dataset.ensure()
+    print(json.dumps(dataset.info(), indent=2))
+    for metric, (low, high) in dataset.bounds().items():
+        print(f"{metric:>24}: {low:.6f} .. {high:.6f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The scRNA-seq batch-integration task (spec research §3.2), on our simulated data or a user's.
+
+A submission defines `eliminate_batch_effect_fn(adata) -> AnnData`. It runs in the sandbox on
+the task input (raw counts, normalized layer, batches; no cell types), through the driver the
+station appends (`driver.py`). Scoring happens here, in the trusted parent: the returned
+embedding and/or graph is put back on the labelled solution's cells, the ten metrics are
+computed (`metrics.py`), each is normalized with the bounds of the control methods on the same
+data (`bounds.py`), and the primary score is their mean.
+
+Data lives outside everything a run can see: `~/.cache/station/scrna/<dataset>/` (or
+`$STATION_SCRNA_DATA`), whose `input/` folder alone is mounted read-only into runs; labels
+(`private/`) are in the executors' hide list.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from station.executors.base import Mount, RunResult
+
+from ..base import Baseline, Task, Verdict, register
+from .driver import DRIVER, INPUT_DIR
+
+METRICS = ("asw_batch", "asw_label", "ari", "nmi", "graph_connectivity", "kbet", "ilisi", "clisi", "pcr",
+           "cell_cycle_conservation")
+LABELS = {"asw_batch": "ASW_batch", "asw_label": "ASW_label", "ari": "ARI", "nmi": "NMI",
+          "graph_connectivity": "Graph_conn", "kbet": "kBET", "ilisi": "iLISI", "clisi": "cLISI", "pcr": "PCR",
+          "cell_cycle_conservation": "Cell_cycle"}
+BASELINES = {"no_integration.py": ("No Integration Baseline", ("baseline", "pca"),
+                                   "The normalized expression's 50 principal components, with no correction."),
+             "combat.py": ("ComBat Baseline", ("baseline", "combat", "linear-model"),
+                           "Empirical-Bayes ComBat on the genes, then 50 principal components."),
+             "bbknn_style.py": ("Batch-Balanced kNN Baseline", ("baseline", "bbknn", "graph"),
+                                "A kNN graph with the same number of neighbours from every batch; "
+                                "the embedding is left as plain PCA.")}
+
+
+def data_root() -> Path:
+    return Path(os.environ.get("STATION_SCRNA_DATA") or Path.home() / ".cache" / "station" / "scrna")
+
+
+def normalise(raw: dict[str, float], bounds: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """clamp((raw - min) / (max - min), 0, 1); a missing or NaN value is 0; min == max gives 1."""
+    out = {}
+    for name in METRICS:
+        value = raw.get(name)
+        low, high = bounds[name]
+        if value is None or not math.isfinite(value):
+            out[name] = 0.0
+        elif high == low:
+            out[name] = 1.0
+        else:
+            out[name] = min(1.0, max(0.0, (value - low) / (high - low)))
+    return out
+
+
+@register("batch_integration")
+class BatchIntegration(Task):
+    title = "scRNA-seq Batch Integration"
+    description = "Remove batch effects from single-cell RNA-seq data while keeping the biology."
+    mode = "function"
+    entry = "_station_integrate"
+    filename = "submission.py"
+    timeout_s = 1800.0
+    memory_mb = 16384
+    max_processes = 256
+    num_cpus = 2.0
+    display_precision = 4
+    metric_formats = {label: ".3f" for label in LABELS.values()}
+
+    def __init__(self, size: str = "default", seed: int = 0, h5ad: str | None = None, batch_key: str = "batch",
+                 label_key: str = "cell_type", memory_mb: int | None = 16384) -> None:
+        from .dataset import Dataset
+
+        if size not in ("default", "small"):
+            raise ValueError("size must be 'default' or 'small'")
+        self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key,
+                               label_key=label_key)
+        self.memory_mb = memory_mb
+
+    # -- what agents read -------------------------------------------------------------------
+    def spec(self) -> str:
+        d = self.dataset.describe()
+        return f"""# {self.title}
+
+Single-cell RNA-seq profiles from several batches (experiments) differ for technical reasons as
+well as biological ones. Your task: **remove the batch effects while keeping the biology** —
+cells of the same type should mix across batches, and different cell types should stay apart.
+
+## Data
+{d}
+
+Your function receives an `AnnData` with:
+- `X`: raw counts (cells × genes); the same counts in `layers['counts']`;
+- `layers['normalized']`: counts normalized to 10,000 per cell and log1p-transformed;
+- `obs['batch']`: the batch of each cell (and `obs['observation_joinid']`, a cell id);
+- `var['feature_name']`: gene names; `var['batch_hvg']`: batch-aware highly variable genes.
+Cell types are **not** given to you: they are held out and used only for scoring.
+
+## What to submit
+`submission.py` defining `eliminate_batch_effect_fn(adata) -> AnnData`. Return the same cells in the
+same order, with at least one of:
+- `obsm['X_emb']`: an integrated embedding (cells × dimensions), and/or
+- `obsp['connectivities']` **and** `obsp['distances']`: an integrated kNN graph (sparse, cells × cells).
+Several metrics need `X_emb` and count 0 without it. A `layers['corrected_counts']` matrix alone is
+also accepted: its 50 principal components become the embedding.
+
+Available: numpy, scipy, scikit-learn, pandas, scanpy, anndata. CPU only, {self.timeout_s / 60:g} minutes,
+{(self.memory_mb or 0) / 1024:g} GB of memory. A function that defines `test()` instead is run in test mode
+(no score), for probing the data.
+
+## Score
+Ten metrics, each normalized to [0, 1] with bounds from control methods on this data (no integration,
+a random embedding, a perfect cell-type embedding), so 0 is as bad as a control and 1 as good as the
+best control:
+- batch removal: **ASW_batch**, **iLISI**, **kBET**, **PCR** (batch variance removed), **Graph_conn**;
+- biology kept: **ASW_label**, **cLISI**, **ARI**, **NMI** (Leiden clusters vs cell types),
+  **Cell_cycle** (cell-cycle variance kept).
+The score is the mean of the ten. Higher is better. The details of each result list the raw values too.
+"""
+
+    def baselines(self) -> list[Baseline]:
+        folder = Path(__file__).parent / "baselines"
+        return [Baseline(title, tags, abstract, (folder / name).read_text(encoding="utf-8"))
+                for name, (title, tags, abstract) in BASELINES.items()]
+
+    # -- how a run is made ------------------------------------------------------------------
+    def program(self, code: str) -> str:
+        return code.rstrip("\n") + "\n" + DRIVER
+
+    def data_mounts(self) -> list[Mount]:
+        return [Mount(self.dataset.ensure().input_dir, INPUT_DIR)]
+
+    def private_paths(self) -> list[Path]:
+        return [self.dataset.private_dir]
+
+    def env(self) -> dict[str, str]:
+        return {"NUMBA_CACHE_DIR": "/tmp/numba", "MPLCONFIGDIR": "/tmp/mpl"}
+
+    # -- scoring ------------------------------------------------------------------------------
+    def score(self, result: RunResult) -> Verdict:
+        value: Any = result.value
+        if not isinstance(value, dict):
+            return Verdict(False, details="The run returned nothing the station could read.")
+        if value.get("test_mode"):
+            return Verdict(False, details="Test mode - no scoring")
+        if value.get("contract_error"):
+            return Verdict(False, details=f"ERROR: {value['contract_error']}")
+        try:
+            raw, problems = self.dataset.score_arrays(value)
+        except ValueError as err:
+            return Verdict(False, details=f"ERROR: {err}")
+        normal = normalise(raw, self.dataset.bounds())
+        score = sum(normal.values()) / len(normal)
+        lines = [f"{self.dataset.name} ({self.dataset.n_cells:,} cells)",
+                 "Normalized: " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[:4]),
+                 "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[4:7]),
+                 "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[7:]),
+                 "Raw: " + ", ".join(f"{LABELS[m]} {_fmt(raw.get(m))}" for m in METRICS)]
+        lines += [f"{LABELS[m]} could not be computed: {why}" for m, why in problems.items()]
+        return Verdict(True, score, "\n".join(lines), metrics={LABELS[m]: normal[m] for m in METRICS})
+
+
+def _fmt(value: float | None) -> str:
+    return "n.a." if value is None or not math.isfinite(value) else f"{value:.6f}"

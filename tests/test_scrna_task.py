@@ -1,0 +1,127 @@
+"""The batch-integration task through the real sandbox, on the small simulated dataset: the
+baselines score in a sensible order, hostile or broken submissions get clear errors (never a
+crash of the station), the held-out labels cannot be read, and a scripted 40-tick station
+runs on the task end to end.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from evaluators.base import create_task
+from evaluators.scrna.task import METRICS, normalise
+from station.config import ExecutorConfig
+from station.executors import create_executor
+
+HEAD = "import numpy as np\nimport scanpy as sc\n\n"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("scrna")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STATION_SCRNA_DATA", str(root))
+    yield root
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def task(cache: Path):
+    return create_task("batch_integration", {"size": "small", "memory_mb": 8192})
+
+
+@pytest.fixture(scope="module")
+def run(task):
+    executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+
+    def evaluate(code: str):
+        result = executor.run(task.run_spec(code, mounts=[], label="test-scrna"))
+        return result, (task.score(result) if result.status == "ok" else None)
+    yield evaluate
+    executor.close()
+
+
+def test_normalisation_clamps_and_treats_missing_as_zero() -> None:
+    bounds = {m: (0.2, 0.8) for m in METRICS}
+    raw = {m: 0.5 for m in METRICS} | {"ari": 0.9, "nmi": -1.0, "kbet": float("nan")}
+    del raw["pcr"]
+    normal = normalise(raw, bounds | {"clisi": (0.3, 0.3)})
+    assert normal["asw_batch"] == pytest.approx(0.5)
+    assert normal["ari"] == 1.0 and normal["nmi"] == 0.0 and normal["kbet"] == 0.0 and normal["pcr"] == 0.0
+    assert normal["clisi"] == 1.0  # min == max
+
+
+def test_the_baselines_score_in_a_sensible_order(task, run) -> None:
+    scores = {}
+    for baseline in task.baselines():
+        result, verdict = run(baseline.code)
+        assert result.status == "ok", result.stderr[-2000:]
+        assert verdict.success, verdict.details
+        assert 0.0 <= verdict.score <= 1.0
+        assert set(verdict.metrics) == {"ASW_batch", "ASW_label", "ARI", "NMI", "Graph_conn", "kBET", "iLISI",
+                                        "cLISI", "PCR", "Cell_cycle"}
+        assert "Raw:" in verdict.details
+        scores[baseline.title] = verdict
+    plain, combat = scores["No Integration Baseline"], scores["ComBat Baseline"]
+    bbknn = scores["Batch-Balanced kNN Baseline"]
+    assert combat.metrics["iLISI"] > plain.metrics["iLISI"]  # integration mixes batches better
+    assert bbknn.metrics["iLISI"] > plain.metrics["iLISI"]
+    assert combat.score > plain.score
+
+
+def test_a_perfect_cell_type_embedding_scores_near_one_on_biology(task, run, cache) -> None:
+    # The labels are private: the test (like the scorer) reads them, the sandboxed code cannot.
+    labels = task.dataset.solution().obs["cell_type"].astype(str).tolist()
+    code = HEAD + f"LABELS = {labels!r}\n\n" + (
+        "def eliminate_batch_effect_fn(adata):\n"
+        "    kinds = sorted(set(LABELS))\n"
+        "    onehot = np.eye(len(kinds))[[kinds.index(x) for x in LABELS]]\n"
+        "    adata.obsm['X_emb'] = onehot + np.random.default_rng(0).normal(scale=1e-3, size=onehot.shape)\n"
+        "    return adata\n")
+    result, verdict = run(code)
+    assert verdict.success
+    for bio in ("ASW_label", "cLISI", "ARI", "NMI", "Graph_conn"):
+        assert verdict.metrics[bio] > 0.9, (bio, verdict.details)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("    return adata.X\n", "must return an AnnData"),
+    ("    return adata[::-1].copy()\n", "reordered"),
+    ("    return adata[:10].copy()\n", "keep every cell"),
+    ("    return adata\n", "neither obsm['X_emb']"),
+    ("    adata.obsm['X_emb'] = np.full((adata.n_obs, 5), np.nan)\n    return adata\n", "NaN"),
+    ("    adata.obsm['X_emb'] = np.zeros((adata.n_obs, 0))\n    return adata\n", "must be cells x dimensions"),
+])
+def test_contract_violations_are_clear_failures(run, body: str, message: str) -> None:
+    result, verdict = run(HEAD + "def eliminate_batch_effect_fn(adata):\n" + body)
+    assert result.status == "ok"  # the code ran; the contract failed
+    assert not verdict.success and verdict.score is None
+    assert message in verdict.details
+
+
+def test_a_missing_function_and_test_mode(run) -> None:
+    _, verdict = run(HEAD + "def integrate(adata):\n    return adata\n")
+    assert not verdict.success and "must define eliminate_batch_effect_fn" in verdict.details
+    result, verdict = run(HEAD + "def test():\n    print('probing', 1 + 1)\n")
+    assert verdict.details == "Test mode - no scoring" and "=== Test Mode Detected ===" in result.stdout
+
+
+def test_an_exception_inside_the_function_is_a_crash_the_debugger_may_fix(run) -> None:
+    result, verdict = run(HEAD + "def eliminate_batch_effect_fn(adata):\n    return adata.obsmm['X']\n")
+    assert result.status == "error" and result.crashed and verdict is None
+    assert "Did you mean: 'obsm'" in (result.traceback or result.stderr)
+
+
+def test_the_held_out_labels_cannot_be_read(task, run) -> None:
+    private = task.dataset.private_dir / "train_solution.h5ad"
+    assert private.exists()
+    probe = (HEAD + "def eliminate_batch_effect_fn(adata):\n"
+             f"    import anndata as ad\n    labels = ad.read_h5ad({str(private)!r})\n"
+             "    adata.obsm['X_emb'] = np.zeros((adata.n_obs, 2))\n    return adata\n")
+    result, _ = run(probe)
+    assert result.status == "error"
+    assert "No such file" in result.stderr + (result.traceback or "") or "FileNotFoundError" in (result.error or "")
+    listing = run(HEAD + "import os\n\ndef test():\n    print(sorted(os.listdir('task_data/batch_integration')))\n")[0]
+    assert "train_input.h5ad" in listing.stdout and "solution" not in listing.stdout
