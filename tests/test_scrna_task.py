@@ -125,3 +125,27 @@ def test_the_held_out_labels_cannot_be_read(task, run) -> None:
     assert "No such file" in result.stderr + (result.traceback or "") or "FileNotFoundError" in (result.error or "")
     listing = run(HEAD + "import os\n\ndef test():\n    print(sorted(os.listdir('task_data/batch_integration')))\n")[0]
     assert "train_input.h5ad" in listing.stdout and "solution" not in listing.stdout
+
+
+def test_a_scripted_40_tick_station_researches_batch_integration(cache, tmp_path) -> None:
+    from helpers import demo_config
+    from station.config import parse_config
+    from station.engine import Engine
+    from station.world import Station
+
+    config = demo_config(name="scrna-station", research={
+        "tasks": [{"evaluator": "batch_integration", "params": {"size": "small", "memory_mb": 8192}}],
+        "executor": {"max_parallel": 2}})
+    station = Station.create(tmp_path / "st", parse_config(config))
+    try:
+        Engine(station).run(until_tick=40)
+        rows = station.store.all("SELECT author, status, score, title FROM evaluations ORDER BY id")
+    finally:
+        station.close()
+    system = [r for r in rows if r["author"] == "System"]
+    agents = [r for r in rows if r["author"] != "System"]
+    assert [r["title"] for r in system] == ["No Integration Baseline", "ComBat Baseline",
+                                            "Batch-Balanced kNN Baseline"]
+    assert all(r["status"] == "finished" and 0 <= r["score"] <= 1 for r in system)
+    assert len(agents) >= 3 and sum(r["status"] == "finished" for r in agents) >= 2
+    assert {r["status"] for r in rows} <= {"finished", "failed", "queued"}
