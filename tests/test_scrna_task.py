@@ -149,3 +149,17 @@ def test_a_scripted_40_tick_station_researches_batch_integration(cache, tmp_path
     assert all(r["status"] == "finished" and 0 <= r["score"] <= 1 for r in system)
     assert len(agents) >= 3 and sum(r["status"] == "finished" for r in agents) >= 2
     assert {r["status"] for r in rows} <= {"finished", "failed", "queued"}
+
+
+def test_a_baseline_scores_the_same_on_ray(task, run) -> None:
+    """The same sandbox in a Ray task (a local Ray instance) gives the same verdict."""
+    baseline = next(b for b in task.baselines() if b.title == "ComBat Baseline")
+    _, local = run(baseline.code)
+    ray = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2), hide=task.private_paths())
+    try:
+        result = ray.run(task.run_spec(baseline.code, mounts=[], label="test-scrna-ray"))
+    finally:
+        ray.close()
+    assert result.status == "ok", result.stderr[-2000:]
+    verdict = task.score(result)
+    assert verdict.success and verdict.score == pytest.approx(local.score, abs=1e-6)
