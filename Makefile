@@ -21,4 +21,5 @@ bench: setup
 	.venv/bin/python scripts/bench_engine.py
 	.venv/bin/python scripts/bench_eval.py
 	.venv/bin/python scripts/bench_turns.py
+	.venv/bin/python scripts/bench_scrna.py
 	.venv/bin/python scripts/bench_web.py

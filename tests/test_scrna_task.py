@@ -163,3 +163,27 @@ def test_a_baseline_scores_the_same_on_ray(task, run) -> None:
     assert result.status == "ok", result.stderr[-2000:]
     verdict = task.score(result)
     assert verdict.success and verdict.score == pytest.approx(local.score, abs=1e-6)
+
+
+def test_a_users_h5ad_becomes_the_task_data(cache, tmp_path, run) -> None:
+    """A CELLxGENE-style file (other column names, counts in a layer) is loaded, split and scored."""
+    from evaluators.scrna.simulate import simulate
+
+    full = simulate(n_cells=600, n_genes=300, n_types=5, seed=3)
+    full.obs = full.obs.rename(columns={"batch": "donor_id", "cell_type": "author_cell_type"})
+    path = tmp_path / "atlas.h5ad"
+    full.write_h5ad(path)
+    mine = create_task("batch_integration", {"h5ad": str(path), "batch_key": "donor_id",
+                                             "label_key": "author_cell_type", "memory_mb": 8192})
+    assert mine.dataset.ensure().ready()
+    executor = create_executor(ExecutorConfig(kind="local"), hide=mine.private_paths())
+    try:
+        baseline = next(b for b in mine.baselines() if b.title == "No Integration Baseline")
+        result = executor.run(mine.run_spec(baseline.code, mounts=[], label="test-h5ad"))
+    finally:
+        executor.close()
+    assert result.status == "ok", result.stderr[-2000:]
+    verdict = mine.score(result)
+    assert verdict.success and "atlas.h5ad" in verdict.details
+    with pytest.raises(ValueError, match="no_such_column|column"):
+        create_task("batch_integration", {"h5ad": str(path), "batch_key": "no_such_column"}).dataset.ensure()

@@ -32,6 +32,8 @@ class Dataset:
         self.batch_key, self.label_key = batch_key, label_key
         if h5ad:
             source = Path(h5ad).expanduser().resolve()
+            if not source.is_file():
+                raise ValueError(f"batch_integration: no file {source} (params.h5ad)")
             self.source = source
             key = f"file-{source.stem}-{batch_key}-{label_key}"
             self.name = f"{source.name}"
