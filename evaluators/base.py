@@ -97,8 +97,11 @@ class Task:
 
     def run_spec(self, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False) -> RunSpec:
         """How one submission runs: the task's entry, limits and data, with the caller's storage mounts."""
+        # CPU time adds up over threads: a run may use all its cores for the whole wall-clock limit.
+        cpu_seconds = math.ceil(self.timeout_s * max(1.0, self.num_cpus))
         return RunSpec(code=self.program(code), mode=self.mode, entry=self.entry, filename=self.filename,
-                       mounts=[*mounts, *self.data_mounts()], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                       mounts=[*mounts, *self.data_mounts()], timeout_s=self.timeout_s, cpu_seconds=cpu_seconds,
+                       memory_mb=self.memory_mb,
                        max_processes=self.max_processes, num_cpus=self.num_cpus,
                        num_gpus=0.0 if cpu_only else self.num_gpus, env=self.env(), label=label)
 
