@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
 from conftest import ROOT, copy_station
@@ -35,6 +36,7 @@ def browser() -> Iterator[webdriver.Chrome]:
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
     driver.set_page_load_timeout(30)
+    driver.implicitly_wait(5)  # elements of a page still loading after a click are waited for
     ARTIFACTS.mkdir(exist_ok=True)
     yield driver
     driver.quit()
@@ -69,8 +71,11 @@ def shot(driver: webdriver.Chrome, name: str) -> None:
 def wait_for(condition, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():
-            return
+        try:
+            if condition():
+                return
+        except WebDriverException:  # the page is being replaced (a form's redirect): look again
+            pass
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -140,7 +145,7 @@ def test_pause_and_resume_from_the_page_change_the_running_station(browser, demo
         browser.find_element(By.ID, "pause").click()
         wait_for(lambda: not runner.running_here, timeout=120, what="the engine to stop")
         browser.get(url + "/operator")
-        assert browser.find_element(By.ID, "run-state").text == "stopped"
+        wait_for(lambda: browser.find_element(By.ID, "run-state").text == "stopped", what="stopped")
         shot(browser, "operator-paused")
         assert _tick(directory) >= 62
     finally:
