@@ -204,27 +204,22 @@ def cmd_operator(args: argparse.Namespace) -> int:
     elif args.op == "end_agent":
         command.update(agent=args.agent)
     number = commands.queue(store, command)
-    when = "now" if is_running(Path(args.dir)) else "when the station next runs"
-    print(f"operator command #{number} ({args.op}) queued; it takes effect {when}")
+    print(f"operator command #{number} ({args.op}) queued; it takes effect {_when(args.dir)}")
     return 0
 
 
 def cmd_set(args: argparse.Namespace) -> int:
     """Change a safe config value of a station (applied between turns if it is running)."""
-    import yaml
-
     store = Store(args.dir)
-    try:
-        value = yaml.safe_load(args.value)
-    except yaml.YAMLError as err:
-        raise CliError(f"cannot read the value {args.value!r}: {err}") from None
-    command = commands.validate({"op": "set", "key": args.key, "value": value})
-    current = parse_config(store.get_meta("config"), f"{args.dir}/station.db")
-    commands.with_value(current, args.key, value)  # refuse a bad value now, not inside the run
+    command = commands.set_command(store, args.key, args.value)
     number = commands.queue(store, command)
-    when = "now" if is_running(Path(args.dir)) else "when the station next runs"
-    print(f"{args.key} = {value!r} queued as operator command #{number}; it takes effect {when}")
+    print(f"{args.key} = {command['value']!r} queued as operator command #{number}; it takes effect "
+          f"{_when(args.dir)}")
     return 0
+
+
+def _when(directory: str) -> str:
+    return "now" if is_running(Path(directory)) else "when the station next runs"
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -57,6 +57,20 @@ def _first_error(err: Exception) -> str:
     return str(err)
 
 
+def set_command(store: Store, key: str, text: str) -> dict[str, Any]:
+    """A checked `set` command from a key and a YAML value as typed: a bad key or value is refused
+    now, against the station's stored config, not later inside the run."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise CommandError(f"cannot read the value {text!r}: {err}") from None
+    command = validate({"op": "set", "key": key, "value": value})
+    with_value(parse_config(store.get_meta("config"), f"{store.dir}/station.db"), key, value)
+    return command
+
+
 def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
     """The config with one dotted key set (null removes a mapping entry); checked like a config file."""
     data = config.model_dump(mode="json")

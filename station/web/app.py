@@ -27,7 +27,6 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from .. import commands, report
-from ..config import AgentSpec
 from ..store import DB_NAME, Store
 from . import data, render, study
 from .runner import StationRunner
@@ -298,22 +297,13 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
             raise ValueError(f"the agent spec is not valid YAML: {err}") from None
         if not isinstance(spec, dict):
             raise ValueError("the agent spec must be a mapping, like an entry of agents: in a config")
-        AgentSpec.model_validate({**spec, "count": 1})
-        command = {"op": "spawn", "agent": spec}
-    elif action == "set":
-        try:
-            value = yaml.safe_load(form["value"])
-        except yaml.YAMLError as err:
-            raise ValueError(f"cannot read the value: {err}") from None
-        command = {"op": "set", "key": form["key"], "value": value}
-    else:
+        command = {"op": "spawn", "agent": spec}  # checked by commands.validate
+    elif action != "set":
         raise ValueError(f"unknown operator action {action!r}")
-    commands.validate(command)
     store = Store(directory)
     try:
-        if action == "set":
-            from ..config import parse_config
-            commands.with_value(parse_config(store.get_meta("config")), command["key"], command["value"])
+        command = commands.set_command(store, form["key"], form["value"]) if action == "set" \
+            else commands.validate(command)
         number = commands.queue(store, command)
     finally:
         store.close()
