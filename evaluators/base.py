@@ -105,6 +105,11 @@ class Task:
                        max_processes=self.max_processes, num_cpus=self.num_cpus,
                        num_gpus=0.0 if cpu_only else self.num_gpus, env=self.env(), label=label)
 
+    def execute(self, executor: Any, code: str, *, mounts: list[Mount], label: str,
+                cpu_only: bool = False) -> RunResult:
+        """Run one submission to its end: one sandboxed run here; training tasks run several."""
+        return executor.run(self.run_spec(code, mounts=mounts, label=label, cpu_only=cpu_only))
+
 
 TASKS: dict[str, Callable[..., Task]] = {}
 

@@ -61,5 +61,5 @@ def evaluate(task: Task, code: str, executor: Any, storage: Path | None = None) 
         for area in ("shared", "system", "lineage"):
             (root / area).mkdir(parents=True, exist_ok=True)
             mounts.append(Mount(root / area, f"storage/{area}", writable=area != "system"))
-        result = executor.run(task.run_spec(code, mounts=mounts, label="evaluate"))
+        result = task.execute(executor, code, mounts=mounts, label="evaluate")
     return run_payload(task, result, executor.name)

@@ -196,11 +196,11 @@ class EvaluationWorker(threading.Thread):
             return refused_payload(problem)
         assert self.executor is not None
         others = sees_other_lineages(store, self.config, row["author"])
-        spec = task.run_spec(code, mounts=storage_mounts(self.directory, row["lineage"], others),
-                             label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"]))
+        mounts = storage_mounts(self.directory, row["lineage"], others)
         self._mark(store, row["id"], version, "running")
         try:
-            result = self.executor.run(spec)
+            result = task.execute(self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}",
+                                  cpu_only=bool(row["cpu_only"]))
         except Exception as err:  # noqa: BLE001 - the executor broke, not the code
             log.exception("executor failed on evaluation %s", row["id"])
             result = RunResult(status="system_error", error=f"Evaluation system error: {err}")

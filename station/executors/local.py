@@ -113,6 +113,13 @@ class LocalExecutor:
         user = ["--user", "--map-root-user"] if mode == "userns" else []
         return [*user, "--fork", "--kill-child", "--mount-proc", *NAMESPACE_FLAGS]
 
+    def gpu_count(self) -> int:
+        """NVIDIA GPUs the kernel driver knows on this host (0 without a driver)."""
+        try:
+            return len(os.listdir("/proc/driver/nvidia/gpus"))
+        except OSError:
+            return 0
+
     def describe(self) -> str:
         layers = {"namespaces": "pid/net/mount/ipc/uts namespaces, read-only host, per-run uid",
                   "userns": "user+pid/net/mount/ipc/uts namespaces, read-only host, no capabilities",

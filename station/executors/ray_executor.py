@@ -101,6 +101,11 @@ class RayExecutor:
         if err is not None:
             raise err
 
+    def gpu_count(self) -> int:
+        """GPUs in the Ray cluster (trials then ask Ray for one each)."""
+        ray, _ = self._ray()
+        return int(ray.cluster_resources().get("GPU", 0))
+
     def describe(self) -> str:
         where = f"cluster at {self.address}" if self.address else "a local Ray instance"
         return f"ray: sandboxed runs (the local sandbox on each worker) on {where}"

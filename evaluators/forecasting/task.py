@@ -1,0 +1,173 @@
+"""Neural-activity forecasting (spec research §3.4): the ZAPBench interface on our simulated data or the real arrays.
+
+Agents supply hooks (`create_network`, optionally `compute_loss`, `create_optimizer`,
+`_define_hyperparameters`, `complete`, `BASE_SEED`, `BATCH_SIZE`); the harness trains 3 seeds.
+Each trial returns its best epoch's predictions for the scored validation windows, and the
+score is measured here from those predictions against the station's own copy of the data:
+−mean(val MAE over seeds), with the MAE at horizons 1, 4, 8, 16 and 32 as secondary metrics.
+The test split stays in the dataset's private folder, which no run can see.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..base import Baseline, register
+from ..jaxtrain.station_jax.windows import HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
+from ..jaxtrain.task import JaxTrainingTask
+from .dataset import ForecastDataset, data_root
+
+MAX_SCORED_VALUES = 16_000_000  # predictions a trial sends back (windows x 32 x neurons), at most 64 MB
+MAX_SCORED_NEURONS = 2048
+METRICS = tuple(f"Val_MAE_{h}" for h in HORIZONS_REPORTED)
+
+
+@register("forecasting")
+class Forecasting(JaxTrainingTask):
+    title = "Neural Activity Forecasting"
+    description = "Forecast 32 future frames of whole-brain neural activity from the 4 frames before."
+    harness_module = "forecast"
+    data_target = "task_data/forecasting"
+    display_precision = 6
+    metric_formats = {name: ".4f" for name in METRICS}
+
+    def __init__(self, size: str = "default", seed: int = 0, path: str | None = None, trials: int = 3,
+                 trial_budget_s: float = 300.0, max_epochs: int = 120, patience: int = 20,
+                 trial_cpus: float = 1.0, gpus_per_trial: float | None = None, grace_s: float = 240.0,
+                 memory_mb: int | None = 6144) -> None:
+        super().__init__(trials=trials, trial_budget_s=trial_budget_s, trial_cpus=trial_cpus,
+                         gpus_per_trial=gpus_per_trial, grace_s=grace_s, memory_mb=memory_mb)
+        if max_epochs < 1 or patience < 1:
+            raise ValueError("max_epochs and patience must be at least 1")
+        self.max_epochs, self.patience = max_epochs, patience
+        self.dataset = ForecastDataset(data_root(), size=size, seed=seed, path=path)
+        self._scored: tuple[np.ndarray, np.ndarray | None] | None = None
+
+    # -- data ----------------------------------------------------------------------------------------------
+    def data_dir(self) -> Path:
+        return self.dataset.ensure().input_dir
+
+    def private_paths(self) -> list[Path]:
+        return [self.dataset.private_dir]
+
+    def scored_windows(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The validation windows and neurons the station scores (all of them when they fit)."""
+        if self._scored is None:
+            folder = self.dataset.ensure().input_dir
+            val = np.load(folder / "val_data.npy", mmap_mode="r")
+            starts = self.all_val_starts()
+            n_neurons = val.shape[1]
+            neurons = None
+            if n_neurons > MAX_SCORED_NEURONS:  # the real ZAPBench: a fixed random subset, same for everyone
+                picked = np.random.default_rng([self.dataset.seed, 7]).choice(n_neurons, MAX_SCORED_NEURONS,
+                                                                               replace=False)
+                neurons = np.sort(picked)
+            width = n_neurons if neurons is None else len(neurons)
+            room = max(16, MAX_SCORED_VALUES // (HORIZON * width))
+            if len(starts) > room:
+                starts = starts[np.linspace(0, len(starts) - 1, room).round().astype(np.int64)]
+            self._scored = (starts, neurons)
+        return self._scored
+
+    def all_val_starts(self) -> np.ndarray:
+        return window_starts(np.load(self.dataset.ensure().input_dir / "val_condition_labels.npy"))
+
+    def trial_settings(self) -> dict[str, Any]:
+        starts, neurons = self.scored_windows()
+        return {"max_epochs": self.max_epochs, "patience": self.patience, "score_starts": starts.tolist(),
+                "score_neurons": None if neurons is None else neurons.tolist()}
+
+    # -- what agents read ---------------------------------------------------------------------------------
+    def spec(self) -> str:
+        return SPEC.format(data=self.dataset.describe(), trials=self.trials, budget=self.trial_budget_s / 60,
+                           epochs=self.max_epochs, patience=self.patience, target=self.data_target)
+
+    def baselines(self) -> list[Baseline]:
+        code = (Path(__file__).parent / "baselines" / "shared_mlp.py").read_text(encoding="utf-8")
+        return [Baseline("Shared-Neuron MLP", ("baseline", "mlp", "shared-weights"),
+                         "One small MLP shared by every neuron maps its last 4 frames to the next 32 "
+                         "(4 -> 64 -> 32, BatchNorm, dropout 0.1), trained with MAE.", code)]
+
+    # -- scoring --------------------------------------------------------------------------------------------
+    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
+        starts, neurons = self.scored_windows()
+        pred = value.get("val_pred")
+        width = self.dataset.n_neurons if neurons is None else len(neurons)
+        expected = (len(starts), HORIZON, width)
+        if not isinstance(pred, np.ndarray) or pred.shape != expected:
+            raise ValueError(f"predictions of shape {getattr(pred, 'shape', None)}, expected {expected}")
+        if not np.isfinite(pred).all():
+            raise ValueError("the predictions hold NaN or infinite values")
+        val = np.load(self.dataset.input_dir / "val_data.npy", mmap_mode="r")
+        by_horizon = np.zeros(HORIZON)
+        for i in range(0, len(starts), 64):  # bounded memory on the real data
+            _, target = gather(val, starts[i:i + 64])
+            if neurons is not None:
+                target = target[:, :, neurons]
+            by_horizon += mae_by_horizon(pred[i:i + 64].astype(np.float64), target) * len(target)
+        by_horizon /= len(starts)
+        mae = float(by_horizon.mean())
+        metrics = {f"Val_MAE_{h}": float(by_horizon[h - 1]) for h in HORIZONS_REPORTED}
+        line = (f"val MAE {mae:.6f} (horizon 1: {metrics['Val_MAE_1']:.4f}, 32: {metrics['Val_MAE_32']:.4f}); "
+                f"best epoch {value.get('best_epoch')} of {value.get('epochs')}, stopped by "
+                f"{value.get('stop')}, {value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}")
+        return {"score": -mae, "mae": mae, "metrics": metrics, "line": line}
+
+    def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
+        mae = float(np.mean([s["mae"] for s in scored]))
+        metrics = {name: float(np.mean([s["metrics"][name] for s in scored])) for name in METRICS}
+        refs = self.dataset.references()
+        lines = ["Naive predictors on the whole validation split (MAE, lower is better): "
+                 + ", ".join(f"{name.replace('_', ' ')} {ref['mae']:.6f}" for name, ref in refs.items())]
+        starts, neurons = self.scored_windows()
+        if neurons is not None or len(starts) < len(self.all_val_starts()):
+            lines.append(f"Scored on a fixed subset of the validation split: {len(starts):,} windows x "
+                         f"{self.dataset.n_neurons if neurons is None else len(neurons):,} neurons.")
+        return -mae, metrics, lines
+
+
+SPEC = """# Neural Activity Forecasting
+
+Forecast whole-brain neural activity: from the last **4 frames** of every neuron's activity,
+predict the next **32 frames** of every neuron (the ZAPBench setting).
+
+## Data
+{data}
+
+Inside a run the data are in `{target}/` (read-only): `train_data.npy` and `val_data.npy`
+(frames x neurons, float32) with `train_condition_labels.npy` and `val_condition_labels.npy`
+(the experimental condition of each frame). A window is 36 consecutive frames of one
+condition: 4 inputs, 32 targets. The test split is held out and never reachable.
+
+## What to submit
+`submission.py` with hooks; the station's harness owns the training loop (it is in the
+read-only package `station_jax/`, which you may read: `station_jax/forecast.py`).
+- `create_network(hparams)` (required): an object with `init(rng, x)` and
+  `apply(params, x, training=False)` mapping x of shape (batch, 4, neurons) to (batch, 32, neurons).
+  A Flax `linen` Module works as it is (BatchNorm statistics and a `dropout` RNG are handled).
+- `compute_loss(predictions, targets, params, x)` (optional; default: mean absolute error).
+- `create_optimizer(learning_rate)` (optional; default: `optax.adam(learning_rate, eps=1e-8)`).
+- `_define_hyperparameters()` (optional): a dict; plain values are fixed, and
+  `station_jax.hooks.choice([...])`, `uniform(a, b)`, `loguniform(a, b)`, `randint(a, b)` are drawn
+  once per trial. `learning_rate` (default 1e-3) is passed to `create_optimizer`.
+- `complete(params, opt_state, info)` (optional): called with the best parameters at the end.
+- `BASE_SEED` (default 0) and `BATCH_SIZE` (default 32).
+Defining your own training loop, or changing the harness's functions, is refused.
+
+## How it is trained
+{trials} trials with seeds `BASE_SEED + trial`, in parallel, each with {budget:g} minutes of
+training: shuffled training windows each epoch, at most {epochs} epochs, early stopping after
+{patience} epochs without a better validation MAE; the best epoch's parameters are kept. A trial
+whose loss becomes NaN, that crashes or that runs out of time is reported and the others still
+count. A quick check (build, one forward pass, one training step on the CPU) runs first.
+A submission that defines `test()` runs it instead (no score), for probing.
+
+## Score
+The best epoch's predictions are scored by the station: mean absolute error over every scored
+validation window and neuron. **Score = −(mean validation MAE over the trials)**: higher is
+better. Secondary: `Val_MAE_1`, `Val_MAE_4`, `Val_MAE_8`, `Val_MAE_16`, `Val_MAE_32`, the MAE at
+those forecast steps. The details compare with naive predictors (copy the last frame, the mean
+of the 4 inputs, each neuron's training mean).
+"""

@@ -1,0 +1,1 @@
+"""Code the station mounts read-only into every JAX training run (importable there as `station_jax`)."""

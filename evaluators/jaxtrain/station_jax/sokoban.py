@@ -1,0 +1,305 @@
+"""One Sokoban RL trial: model-free training on generated levels, then held-out levels played once.
+
+The harness owns the rollouts (`n_envs` environments stepped `unroll` steps per update,
+auto-reset onto random training levels), the budget (environment steps or training time,
+whichever ends first) and the evaluation (one episode per held-out level, actions sampled
+from the policy). Agents supply the network and may replace the update itself:
+
+    training_step(network, optimizer, params, opt_state, batch, hparams) -> (params, opt_state)
+
+(six arguments). `batch` holds, batch-major (B environments x T steps): observations
+(B,T,H,W,8), actions, rewards, dones (the episode ended after that step), starts (the
+observation began an episode: the `done` flag the network was given), values, log_probs,
+final_values (B,), initial_rnn_states and rnn_states. The trial returns the evaluation's
+action sequences: the station replays them on its own copy of the levels to count solves.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from . import sokoban_env as env
+from . import hooks as common
+from .hooks import (Clock, ContractError, device_names, hyperparameters, load_hooks, plain, require_finite,
+                    run_phase, seal)
+from .model import count_parameters
+
+DEFAULTS = {"learning_rate": 4e-4, "entropy_coef": 0.01, "value_coef": 0.5, "gamma": 0.97, "gae_lambda": 0.97}
+
+
+def default_optimizer(learning_rate: float):
+    import optax
+
+    return optax.adam(learning_rate, eps=1e-5)
+
+
+def main(ns: dict[str, Any]) -> dict[str, Any]:
+    return run_phase(ns, run)
+
+
+def call_network(network, params, obs, starts, rnn_state):
+    """(logits, value, new rnn state or None): two outputs are accepted for stateless networks."""
+    out = network.apply(params, obs, starts, rnn_state)
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        raise ContractError("apply(params, obs, done, rnn_state) must return (logits, value) or "
+                            f"(logits, value, rnn_state), got {type(out).__name__}")
+    return (out[0], out[1], out[2] if len(out) == 3 else None)
+
+
+def gae(rewards, values, dones, final_values, gamma, lam):
+    """Generalised advantage estimates and returns, batch-major (B, T)."""
+    import jax
+    import jax.numpy as jnp
+
+    def back(carry, t):
+        advantage, next_value = carry
+        alive = 1.0 - dones[:, t]
+        delta = rewards[:, t] + gamma * next_value * alive - values[:, t]
+        advantage = delta + gamma * lam * alive * advantage
+        return (advantage, values[:, t]), advantage
+
+    steps = rewards.shape[1]
+    _, advantages = jax.lax.scan(back, (jnp.zeros_like(final_values), final_values), jnp.arange(steps)[::-1])
+    advantages = jnp.swapaxes(advantages[::-1], 0, 1)
+    return advantages, advantages + values
+
+
+def default_training_step(network, optimizer, params, opt_state, batch, hparams):
+    """A2C: policy gradient on GAE advantages + value regression − entropy bonus."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    hp = {**DEFAULTS, **hparams}
+    advantages, returns = gae(batch["rewards"], batch["values"], batch["dones"].astype(jnp.float32),
+                              batch["final_values"], hp["gamma"], hp["gae_lambda"])
+    advantages = jax.lax.stop_gradient(advantages)
+
+    def replay(params):
+        obs, starts = batch["observations"], batch["starts"]
+        if batch["initial_rnn_states"] is None:  # stateless: one call over every step at once
+            n, t = obs.shape[:2]
+            logits, values, _ = call_network(network, params, obs.reshape((n * t,) + obs.shape[2:]),
+                                             starts.reshape(n * t), None)
+            return logits.reshape(n, t, -1), values.reshape(n, t)
+
+        def one(state, k):  # recurrent: re-run the unroll from the stored initial state
+            logits, values, state = call_network(network, params, obs[:, k], starts[:, k], state)
+            return state, (logits, values)
+
+        _, (logits, values) = jax.lax.scan(one, batch["initial_rnn_states"], jnp.arange(obs.shape[1]))
+        return jnp.swapaxes(logits, 0, 1), jnp.swapaxes(values, 0, 1)
+
+    def loss_fn(params):
+        logits, values = replay(params)
+        log_probs = jax.nn.log_softmax(logits)
+        taken = jnp.take_along_axis(log_probs, batch["actions"][..., None].astype(jnp.int32), axis=-1)[..., 0]
+        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        policy = -jnp.mean(taken * advantages)
+        value = jnp.mean((returns - values) ** 2)
+        return policy + 0.5 * hp["value_coef"] * value - hp["entropy_coef"] * entropy
+
+    grads = jax.grad(loss_fn)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+
+class Levels:
+    def __init__(self, folder: str) -> None:
+        import numpy as np
+
+        def load(name):
+            path = os.path.join(folder, name)
+            if not os.path.exists(path):
+                raise ContractError(f"the task data is missing {name}")
+            return np.load(path)
+
+        self.train, self.eval = load("train_levels.npy"), load("eval_levels.npy")
+        self.shape = tuple(int(v) for v in self.train.shape[1:])
+
+
+def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+
+    hooks = load_hooks(ns, default_batch=int(cfg.get("n_envs", 64)),
+                       overridable={"training_step": default_training_step},
+                       forbidden={"train": "the training loop belongs to the harness; override training_step"})
+    if hooks.create_optimizer is common.default_optimizer:  # not overridden: this task's default
+        hooks.create_optimizer = default_optimizer
+    seed = hooks.base_seed + int(cfg["trial"])
+    hparams = {**DEFAULTS, **hyperparameters(hooks, seed)}
+    levels = Levels(cfg["data"])
+    max_steps, n_envs, unroll = int(cfg["max_steps"]), int(cfg.get("n_envs", 64)), int(cfg.get("unroll", 20))
+    network = hooks.create_network(hparams)
+    key = jax.random.PRNGKey(seed)
+    key, init_key = jax.random.split(key)
+    states = jax.vmap(env.reset)(jnp.asarray(levels.train[:2]))
+    obs = jax.vmap(lambda s: env.observe(s, max_steps))(states)
+    starts = jnp.ones(obs.shape[0], bool)
+    params = network.init(init_key, obs, starts)
+    logits, value, rnn = call_network(network, params, obs, starts, None)
+    if getattr(logits, "shape", None) != (obs.shape[0], 4) or getattr(value, "shape", None) != (obs.shape[0],):
+        raise ContractError(f"apply must return logits of shape (batch, 4) and value of shape (batch,); got "
+                            f"{getattr(logits, 'shape', None)} and {getattr(value, 'shape', None)}")
+    optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
+    opt_state = optimizer.init(params)
+    report = {"trial": int(cfg["trial"]), "seed": seed, "hparams": plain(hparams),
+              "n_parameters": count_parameters(params), "device": device_names(), "recurrent": rnn is not None}
+    learner = Learner(network, optimizer, hooks.extra["training_step"], hparams, levels, max_steps, n_envs, unroll)
+    if cfg["phase"] == "check":
+        learner.n_envs, learner.unroll = 2, 2
+        carry = learner.start(jax.random.PRNGKey(seed), params)
+        params, opt_state, carry, stats = learner.update(params, opt_state, carry)
+        require_finite(float(stats["reward"]), "the reward of one update")
+        if hooks.complete:
+            hooks.complete(params, opt_state, {"phase": "check", **report})
+        return {"checked": True, **report}
+    return {**report, **train(cfg, hooks, learner, params, opt_state, key)}
+
+
+class Learner:
+    """The jitted update (rollout + training_step) and the jitted evaluation."""
+
+    def __init__(self, network, optimizer, training_step, hparams, levels: Levels, max_steps: int, n_envs: int,
+                 unroll: int) -> None:
+        self.network, self.optimizer, self.training_step, self.hparams = network, optimizer, training_step, hparams
+        self.levels, self.max_steps, self.n_envs, self.unroll = levels, max_steps, n_envs, unroll
+        self._update = self._evaluate = None
+
+    def start(self, key, params):
+        import jax
+        import jax.numpy as jnp
+
+        key, pick = jax.random.split(key)
+        train = jnp.asarray(self.levels.train)
+        states = jax.vmap(env.reset)(train[jax.random.randint(pick, (self.n_envs,), 0, len(train))])
+        obs = jax.vmap(lambda s: env.observe(s, self.max_steps))(states)
+        starts = jnp.ones(self.n_envs, bool)
+        _, _, rnn = call_network(self.network, params, obs, starts, None)
+        return {"states": states, "obs": obs, "starts": starts, "rnn": rnn, "key": key}
+
+    def update(self, params, opt_state, carry):
+        import jax
+
+        if self._update is None:
+            self._update = jax.jit(self._make_update())
+        return self._update(params, opt_state, carry)
+
+    def _make_update(self):
+        import jax
+        import jax.numpy as jnp
+
+        train, max_steps = jnp.asarray(self.levels.train), self.max_steps
+
+        def act(carry, _):
+            params = carry["params"]
+            key, sample, pick = jax.random.split(carry["key"], 3)
+            logits, value, rnn = call_network(self.network, params, carry["obs"], carry["starts"], carry["rnn"])
+            action = jax.random.categorical(sample, logits)
+            log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+            nxt = train[jax.random.randint(pick, (action.shape[0],), 0, len(train))]
+            states, obs, reward, done = jax.vmap(lambda s, a, l: env.step_autoreset(s, a, max_steps, l))(
+                carry["states"], action, nxt)
+            record = {"observations": carry["obs"], "starts": carry["starts"], "actions": action,
+                      "rewards": reward, "dones": done, "values": value, "log_probs": log_prob,
+                      "rnn_states": carry["rnn"], "solved": done & (reward > 5.0)}
+            new = {**carry, "states": states, "obs": obs, "starts": done, "rnn": rnn, "key": key}
+            return new, record
+
+        def update(params, opt_state, carry):
+            initial_rnn = carry["rnn"]
+            carry, steps = jax.lax.scan(act, {**carry, "params": params}, None, length=self.unroll)
+            carry.pop("params")
+            batch = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), steps)  # batch-major
+            _, final_values, _ = call_network(self.network, params, carry["obs"], carry["starts"], carry["rnn"])
+            batch["final_values"], batch["initial_rnn_states"] = final_values, initial_rnn
+            stats = {"reward": jnp.mean(batch["rewards"]), "episodes": jnp.sum(batch["dones"]),
+                     "solved": jnp.sum(batch.pop("solved"))}
+            params, opt_state = self.training_step(self.network, self.optimizer, params, opt_state, batch,
+                                                   self.hparams)
+            return params, opt_state, carry, stats
+
+        return update
+
+    def evaluate(self, params, key, chunk: int = 256):
+        """(actions (E, max_steps) int8, solved (E,) bool): one sampled episode per held-out level."""
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        if self._evaluate is None:
+            max_steps = self.max_steps
+
+            def play(params, levels, key):
+                states = jax.vmap(env.reset)(levels)
+                obs = jax.vmap(lambda s: env.observe(s, max_steps))(states)
+                starts = jnp.ones(levels.shape[0], bool)
+                _, _, rnn = call_network(self.network, params, obs, starts, None)
+
+                def one(carry, _):
+                    states, obs, starts, rnn, key, solved = carry
+                    key, sample = jax.random.split(key)
+                    logits, _, rnn = call_network(self.network, params, obs, starts, rnn)
+                    action = jax.random.categorical(sample, logits)
+                    states, reward, done = jax.vmap(lambda s, a: env.step(s, a, max_steps))(states, action)
+                    solved = solved | (done & (reward > 5.0))
+                    obs = jax.vmap(lambda s: env.observe(s, max_steps))(states)
+                    return (states, obs, jnp.zeros_like(starts), rnn, key, solved), action
+
+                carry = (states, obs, starts, rnn, key, jnp.zeros(levels.shape[0], bool))
+                carry, actions = jax.lax.scan(one, carry, None, length=max_steps)
+                return jnp.swapaxes(actions, 0, 1).astype(jnp.int8), carry[-1]
+
+            self._evaluate = jax.jit(play)
+        actions, solved = [], []
+        for i in range(0, len(self.levels.eval), chunk):
+            key, sub = jax.random.split(key)
+            a, s = self._evaluate(params, jnp.asarray(self.levels.eval[i:i + chunk]), sub)
+            actions.append(np.asarray(a))
+            solved.append(np.asarray(s))
+        return np.concatenate(actions), np.concatenate(solved)
+
+
+def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any]:
+    import jax
+
+    clock = Clock(float(cfg["budget_s"]))
+    key, start_key, eval_key = jax.random.split(key, 3)
+    carry = learner.start(start_key, params)
+    per_update = learner.n_envs * learner.unroll
+    limit = int(cfg["env_steps"]) // per_update
+    updates, episodes, solved, curve, window = 0, 0, 0, [], {"episodes": 0, "solved": 0}
+    began, stop = time.monotonic(), "step-budget"
+    while updates < limit:
+        params, opt_state, carry, stats = learner.update(params, opt_state, carry)
+        updates += 1
+        if updates % 50 == 0 or updates == limit:
+            stats = jax.device_get(stats)
+            require_finite(float(stats["reward"]), f"the mean reward (update {updates})")
+            window["episodes"] += int(stats["episodes"])
+            window["solved"] += int(stats["solved"])
+            if updates % 500 == 0:
+                rate = window["solved"] / max(window["episodes"], 1)
+                curve.append([updates * per_update, round(rate, 4)])
+                print(f"update {updates}: {updates * per_update:,} env steps, training solve rate "
+                      f"{rate:.3f} ({clock.elapsed():.0f} s)", flush=True)
+                episodes, solved = episodes + window["episodes"], solved + window["solved"]
+                window = {"episodes": 0, "solved": 0}
+            if clock.spent():
+                stop = "time-budget"
+                break
+    seconds = time.monotonic() - began
+    check = jax.tree_util.tree_leaves(params)
+    if not all(bool(jax.numpy.isfinite(leaf).all()) for leaf in check if hasattr(leaf, "dtype")):
+        raise ContractError("the parameters became NaN or infinite: training diverged")
+    actions, eval_solved = learner.evaluate(params, eval_key)
+    if hooks.complete:
+        hooks.complete(params, opt_state, {"updates": updates})
+    return {"updates": updates, "env_steps": updates * per_update, "stop": stop, "seconds": round(seconds, 2),
+            "steps_per_second": round(updates * per_update / max(seconds, 1e-9), 1), "curve": curve,
+            "claimed_solved": int(eval_solved.sum()), "eval_actions": actions}
+
+
+seal(globals())

@@ -1,0 +1,172 @@
+"""JAX training tasks: one evaluation = a quick check run, then several seeded trials in parallel.
+
+The harness (`station_jax/`, mounted read-only into every run) owns the training loop; the
+agent's submission supplies hooks. Here, in the trusted parent:
+- a **check** run on the CPU builds the network and takes one step: a crash there is an
+  ordinary crash (the debugger may fix it) and no trial is started;
+- then `trials` **trial** runs with seeds BASE_SEED + trial, all submitted at once to the
+  executor (on Ray each is a task with its own `num_cpus`/`num_gpus`, so they spread over the
+  cluster; locally they are parallel sandboxes). Each has a training budget (the harness stops
+  training and reports) and a hard wall clock (the sandbox is killed);
+- the trials' results are scored by the task from the data they returned (predictions,
+  action sequences), never from numbers they printed. A trial that crashed, timed out or broke
+  the contract is reported; the others still count.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from station.executors.base import Mount, RunResult
+
+from ..base import Task, Verdict
+
+HARNESS_DIR = Path(__file__).resolve().parent / "station_jax"
+HARNESS_TARGET = "station_jax"  # `import station_jax` works in the run: its working dir is on sys.path
+CHECK_TIMEOUT_S = 600.0
+
+DRIVER = '''
+
+# ---- appended by the station: hands your hooks to the training harness (not part of your code) ----
+def _station_trial():
+    import station_jax.%(module)s as _harness
+    return _harness.main(globals())
+'''
+
+
+class JaxTrainingTask(Task):
+    mode = "function"
+    entry = "_station_trial"
+    harness_module = ""  # "forecast" or "sokoban"
+    data_target = ""  # where the task's data folder appears in the run, e.g. "task_data/forecasting"
+    max_processes = 256  # XLA's and Ray's threads
+
+    def __init__(self, *, trials: int, trial_budget_s: float, trial_cpus: float, gpus_per_trial: float | None,
+                 grace_s: float, memory_mb: int | None) -> None:
+        if not 1 <= trials <= 64:
+            raise ValueError("trials must be between 1 and 64")
+        if trial_budget_s <= 0 or grace_s <= 0:
+            raise ValueError("trial_budget_s and grace_s must be positive")
+        if gpus_per_trial is not None and gpus_per_trial < 0:
+            raise ValueError("gpus_per_trial must be >= 0 (or null: one per trial when the executor has GPUs)")
+        self.trials, self.trial_budget_s, self.grace_s = trials, float(trial_budget_s), float(grace_s)
+        self.num_cpus, self.gpus_per_trial, self.memory_mb = float(trial_cpus), gpus_per_trial, memory_mb
+        self.timeout_s = self.trial_budget_s + self.grace_s  # per trial; a config's timeout_s overrides it
+
+    # -- what a run sees -------------------------------------------------------------------------------
+    def program(self, code: str) -> str:
+        return code.rstrip("\n") + "\n" + DRIVER % {"module": self.harness_module}
+
+    def data_dir(self) -> Path:
+        raise NotImplementedError
+
+    def data_mounts(self) -> list[Mount]:
+        return [Mount(HARNESS_DIR, HARNESS_TARGET), Mount(self.data_dir(), self.data_target)]
+
+    def trial_settings(self) -> dict[str, Any]:
+        """Task-specific settings every trial gets (budgets, score windows, ...)."""
+        return {}
+
+    def env(self) -> dict[str, str]:
+        # several trials may share one GPU: no process takes most of its memory up front
+        return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    # -- running ------------------------------------------------------------------------------------------
+    def execute(self, executor: Any, code: str, *, mounts: list[Mount], label: str,
+                cpu_only: bool = False) -> RunResult:
+        base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
+        check = executor.run(self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s)))
+        if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
+            return check  # a crash, a timeout, test mode or a contract error: reported as it is
+        gpus = 0.0 if cpu_only else self._gpus_per_trial(executor)
+        specs = [self._trial_spec(base, "train", n, gpus, self.timeout_s) for n in range(self.trials)]
+        with ThreadPoolExecutor(len(specs), thread_name_prefix=f"{label}-trial") as pool:
+            results = list(pool.map(executor.run, specs))
+        return combine(check, results)
+
+    def _trial_spec(self, base, phase: str, trial: int, gpus: float, timeout_s: float):
+        settings = {"phase": phase, "trial": trial, "data": self.data_target, "budget_s": self.trial_budget_s,
+                    **self.trial_settings()}
+        # RLIMIT_AS breaks CUDA: a GPU trial runs without a memory cap (the GPU's own memory bounds it)
+        return replace(base, num_gpus=gpus, timeout_s=timeout_s, memory_mb=None if gpus else self.memory_mb,
+                       cpu_seconds=math.ceil(timeout_s * max(1.0, self.num_cpus)),
+                       env={**base.env, "STATION_TRIAL": json.dumps(settings)},
+                       label=f"{base.label}-{phase}{trial if phase == 'train' else ''}")
+
+    def _gpus_per_trial(self, executor: Any) -> float:
+        if self.gpus_per_trial is not None:
+            return self.gpus_per_trial
+        count = getattr(executor, "gpu_count", lambda: 0)()
+        return 1.0 if count else 0.0
+
+    # -- scoring ------------------------------------------------------------------------------------------
+    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
+        """The station's own measurement of one trial: {"score": float, "metrics": {...}, "line": str}.
+        Raises ValueError when the trial's data do not hold up."""
+        raise NotImplementedError
+
+    def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
+        """(primary score, secondary metrics, extra detail lines) from the scored trials."""
+        raise NotImplementedError
+
+    def score(self, result: RunResult) -> Verdict:
+        value = result.value if isinstance(result.value, dict) else {}
+        if value.get("test_mode"):
+            return Verdict(False, details="Test mode - no scoring")
+        if value.get("contract_error"):
+            return Verdict(False, details=f"ERROR: {value['contract_error']}")
+        trials = value.get("trials")
+        if not isinstance(trials, list) or not trials:
+            return Verdict(False, details="The run returned nothing the station could read.")
+        scored, lines = [], []
+        for trial in trials:
+            head = f"Trial {trial['trial']}" + (f" (seed {trial['seed']})" if trial.get("seed") is not None else "")
+            inner = trial.get("value") if isinstance(trial.get("value"), dict) else {}
+            if trial["status"] != "ok":
+                lines.append(f"{head}: {trial['status']}: {trial.get('error') or 'no result'}")
+            elif inner.get("contract_error"):
+                lines.append(f"{head}: ERROR: {inner['contract_error']}")
+            else:
+                try:
+                    one = self.score_trial(inner)
+                except (ValueError, KeyError, TypeError) as err:
+                    lines.append(f"{head}: its result was refused: {err}")
+                    continue
+                scored.append({**one, "trial": trial["trial"], "value": inner})
+                lines.append(f"{head}: {one['line']}")
+        if not scored:
+            return Verdict(False, details="No trial produced a usable result.\n" + "\n".join(lines))
+        score, metrics, extra = self.summary(scored)
+        failed = len(trials) - len(scored)
+        head = (f"{len(scored)} of {len(trials)} trials counted" + (f" ({failed} failed, listed below)" if failed else "")
+                + f"; score {score:.{self.display_precision}f}")
+        best = max(scored, key=lambda s: s["score"])
+        spread = statistics.pstdev([s["score"] for s in scored]) if len(scored) > 1 else 0.0
+        tail = [f"Spread over seeds: std {spread:.{self.display_precision}f}",
+                f"Best trial {best['trial']}: hyperparameters {json.dumps(best['value'].get('hparams', {}))}"]
+        return Verdict(True, score, "\n".join([head, *lines, *extra, *tail]), metrics=metrics)
+
+
+def combine(check: RunResult, trials: list[RunResult]) -> RunResult:
+    """One RunResult for the evaluation: every trial's outcome as data, the logs one after another."""
+    listed = [{"trial": n, "status": r.status, "error": r.error, "duration_s": round(r.duration_s, 2),
+               "seed": (r.value or {}).get("seed") if isinstance(r.value, dict) else None,
+               "value": r.value if isinstance(r.value, dict) else None} for n, r in enumerate(trials)]
+    usable = [r for r in trials if r.status == "ok"]
+    if usable:
+        status, error, trace, code = "ok", None, None, 0
+    else:  # nothing to score: the evaluation fails like a single run would (a crash may be debugged)
+        first = next((r for r in trials if r.status == "error"), trials[0])
+        status, error, trace, code = first.status, first.error, first.traceback, first.exit_code
+    logs = [("check", check)] + [(f"trial {n}", r) for n, r in enumerate(trials)]
+    return RunResult(status=status, value={"check": check.value, "trials": listed},
+                     stdout="\n".join(f"=== {name} ===\n{r.stdout}" for name, r in logs if r.stdout),
+                     stderr="\n".join(f"=== {name} ===\n{r.stderr}" for name, r in logs if r.stderr),
+                     exit_code=code, error=error, traceback=trace,
+                     duration_s=check.duration_s + max(r.duration_s for r in trials),
+                     isolation=trials[0].isolation)

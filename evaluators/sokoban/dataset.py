@@ -1,0 +1,139 @@
+"""One Sokoban level set on disk: training levels and held-out evaluation levels, made once.
+
+    python -m evaluators.sokoban.dataset [--grid 6] [--boxes 2] [--train 20000] [--eval 500] [--seed 0]
+
+Levels come from our reverse-play generator (levels.py), so each is solvable by construction.
+Training and evaluation levels are drawn from different seed streams, and any evaluation level
+that also occurs among the training levels is replaced, so the evaluation set is truly held
+out. Runs see both files (the policy must play the evaluation levels); the station keeps no
+secret here because it scores by replaying the returned actions on its own copy.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .levels import make_level_set, replay
+
+GENERATOR = "reverse-play-v1"
+RANDOM_EPISODES_SEED = 99  # the random policy's reference score uses its own fixed stream
+
+
+def data_root() -> Path:
+    return Path(os.environ.get("STATION_SOKOBAN_DATA") or Path.home() / ".cache" / "station" / "sokoban")
+
+
+class LevelSet:
+    def __init__(self, root: Path, *, grid: int = 6, boxes: int = 2, train: int = 20_000, eval: int = 500,
+                 seed: int = 0) -> None:
+        if not 4 <= grid <= 12:
+            raise ValueError("grid must be between 4 and 12")
+        if not 1 <= boxes <= 6 or boxes * 4 > grid * grid:
+            raise ValueError("boxes must be between 1 and 6 and fit the grid")
+        if train < 1 or eval < 1:
+            raise ValueError("train and eval level counts must be positive")
+        self.grid, self.boxes, self.n_train, self.n_eval, self.seed = grid, boxes, train, eval, seed
+        self.dir = Path(root) / f"{GENERATOR}-{grid}x{grid}-{boxes}b-seed{seed}-{train}-{eval}"
+        self.input_dir = self.dir / "input"
+        self._eval: np.ndarray | None = None
+
+    def ready(self) -> bool:
+        return (self.input_dir / "eval_levels.npy").exists()
+
+    def ensure(self, progress: Any = None) -> "LevelSet":
+        if self.ready():
+            return self
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # one process generates; the others wait and reuse
+            if self.ready():
+                return self
+            building = self.dir / "building"
+            shutil.rmtree(building, ignore_errors=True)
+            building.mkdir()
+            began = time.monotonic()
+            shape = (self.grid, self.grid, self.boxes)
+            train = make_level_set(self.seed * 2, self.n_train, *shape)
+            held = self._held_out(train, shape)
+            np.save(building / "train_levels.npy", train)
+            np.save(building / "eval_levels.npy", held)
+            (building / "meta.json").write_text(json.dumps(
+                {"generator": GENERATOR, "grid": self.grid, "boxes": self.boxes, "train": self.n_train,
+                 "eval": self.n_eval, "seed": self.seed, "seconds": round(time.monotonic() - began, 1)}))
+            for path in building.iterdir():
+                path.chmod(0o644)
+            building.chmod(0o755)
+            shutil.rmtree(self.input_dir, ignore_errors=True)
+            building.replace(self.input_dir)
+        return self
+
+    def _held_out(self, train: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+        seen = {level.tobytes() for level in train}
+        kept: list[np.ndarray] = []
+        batch = 0
+        while len(kept) < self.n_eval:  # a second seed stream; duplicates of training levels are dropped
+            for level in make_level_set(self.seed * 2 + 1 + 1000 * batch, self.n_eval, *shape):
+                if level.tobytes() not in seen and len(kept) < self.n_eval:
+                    seen.add(level.tobytes())
+                    kept.append(level)
+            batch += 1
+        return np.stack(kept)
+
+    def eval_levels(self) -> np.ndarray:
+        if self._eval is None:
+            self._eval = np.load(self.ensure().input_dir / "eval_levels.npy")
+        return self._eval
+
+    def solved(self, actions: np.ndarray, max_steps: int) -> np.ndarray:
+        """Which held-out levels the action sequences solve, replayed under the trusted rules."""
+        levels = self.eval_levels()
+        if not isinstance(actions, np.ndarray) or actions.ndim != 2 or actions.shape[0] != len(levels):
+            raise ValueError(f"action sequences of shape {getattr(actions, 'shape', None)}, "
+                             f"expected ({len(levels)}, steps)")
+        if actions.size and (actions.min() < 0 or actions.max() > 3):
+            raise ValueError("actions must be 0 (up), 1 (right), 2 (down) or 3 (left)")
+        return np.array([replay(level, seq, max_steps)["solved"] for level, seq in zip(levels, actions)])
+
+    def random_solve_rate(self, max_steps: int) -> float:
+        """The reference: a uniformly random policy, one episode per held-out level (cached)."""
+        path = self.dir / f"random-{max_steps}.json"
+        if path.exists():
+            return json.loads(path.read_text())["solve_rate"]
+        rng = np.random.default_rng(RANDOM_EPISODES_SEED)
+        actions = rng.integers(0, 4, size=(len(self.eval_levels()), max_steps), dtype=np.int8)
+        rate = float(self.solved(actions, max_steps).mean())
+        path.write_text(json.dumps({"solve_rate": rate}))
+        return rate
+
+    def describe(self) -> str:
+        return (f"{self.n_train:,} training levels and {self.n_eval:,} held-out evaluation levels, "
+                f"{self.grid}x{self.grid} inside an outer wall, {self.boxes} box{'es' if self.boxes > 1 else ''} "
+                f"each, generated by reverse play (so every level is solvable).")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="prepare a Sokoban level set ahead of time")
+    parser.add_argument("--grid", type=int, default=6)
+    parser.add_argument("--boxes", type=int, default=2)
+    parser.add_argument("--train", type=int, default=20_000)
+    parser.add_argument("--eval", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, default=80)
+    args = parser.parse_args()
+    began = time.monotonic()
+    levels = LevelSet(data_root(), grid=args.grid, boxes=args.boxes, train=args.train, eval=args.eval,
+                      seed=args.seed).ensure()
+    print(f"{levels.describe()}\nin {levels.input_dir} ({time.monotonic() - began:.1f} s)")
+    print(f"random policy solves {levels.random_solve_rate(args.max_steps):.1%} within {args.max_steps} steps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Sokoban RL (spec research §3.3), model-free, on our generated levels at a size this machine can train.
+
+Agents supply a network (and may replace the update with `training_step`); the harness trains
+`trials` seeds for a fixed budget of environment steps or time, then plays each held-out level
+once with actions sampled from the policy. The trials return their action sequences and the
+station replays them on its own copy of the levels with the trusted rules (levels.replay):
+the solve rate cannot be claimed, only shown. Primary score: mean solve rate x 100.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..base import Baseline, register
+from ..jaxtrain.task import JaxTrainingTask
+from .dataset import LevelSet, data_root
+
+
+@register("sokoban")
+class Sokoban(JaxTrainingTask):
+    title = "Sokoban Reinforcement Learning"
+    description = "Train a model-free agent that solves unseen Sokoban levels."
+    harness_module = "sokoban"
+    data_target = "task_data/sokoban"
+    display_precision = 1
+
+    def __init__(self, grid: int = 6, boxes: int = 2, train_levels: int = 20_000, eval_levels: int = 500,
+                 seed: int = 0, max_steps: int = 80, n_envs: int = 64, unroll: int = 20,
+                 env_steps: int = 50_000_000, trials: int = 4, trial_budget_s: float = 600.0,
+                 trial_cpus: float = 1.0, gpus_per_trial: float | None = None, grace_s: float = 300.0,
+                 memory_mb: int | None = 6144) -> None:
+        super().__init__(trials=trials, trial_budget_s=trial_budget_s, trial_cpus=trial_cpus,
+                         gpus_per_trial=gpus_per_trial, grace_s=grace_s, memory_mb=memory_mb)
+        if not 8 <= max_steps <= 1000 or not 1 <= n_envs <= 4096 or not 1 <= unroll <= 256 or env_steps < 1:
+            raise ValueError("sokoban: max_steps 8..1000, n_envs 1..4096, unroll 1..256, env_steps >= 1")
+        self.levels = LevelSet(data_root(), grid=grid, boxes=boxes, train=train_levels, eval=eval_levels, seed=seed)
+        self.max_steps, self.n_envs, self.unroll, self.env_steps = max_steps, n_envs, unroll, env_steps
+
+    def data_dir(self) -> Path:
+        return self.levels.ensure().input_dir
+
+    def trial_settings(self) -> dict[str, Any]:
+        return {"max_steps": self.max_steps, "n_envs": self.n_envs, "unroll": self.unroll,
+                "env_steps": self.env_steps}
+
+    def spec(self) -> str:
+        return SPEC.format(levels=self.levels.describe(), grid=self.levels.grid, steps=self.max_steps,
+                           trials=self.trials, budget=self.trial_budget_s / 60, env_steps=self.env_steps,
+                           n_envs=self.n_envs, unroll=self.unroll, n_eval=self.levels.n_eval,
+                           target=self.data_target)
+
+    def baselines(self) -> list[Baseline]:
+        code = (Path(__file__).parent / "baselines" / "cnn_pg.py").read_text(encoding="utf-8")
+        return [Baseline("CNN + Policy Gradient", ("baseline", "cnn", "a2c"),
+                         "A small convolutional actor-critic trained with the harness's default "
+                         "advantage actor-critic update (GAE, entropy bonus).", code)]
+
+    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
+        solved = self.levels.solved(value.get("eval_actions"), self.max_steps)
+        rate = float(solved.mean())
+        claimed = value.get("claimed_solved")
+        note = "" if claimed == int(solved.sum()) else f" (the trial claimed {claimed})"
+        line = (f"solved {int(solved.sum())} of {len(solved)} held-out levels{note}: {rate:.1%}; "
+                f"{value.get('env_steps', 0):,} env steps, stopped by {value.get('stop')}, "
+                f"{value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}")
+        return {"score": rate * 100.0, "rate": rate, "metrics": {}, "line": line}
+
+    def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
+        mean = float(np.mean([s["rate"] for s in scored])) * 100.0
+        random = self.levels.random_solve_rate(self.max_steps) * 100.0
+        return round(mean, 1), {}, [f"A uniformly random policy solves {random:.1f}% of the same levels."]
+
+
+SPEC = """# Sokoban Reinforcement Learning
+
+Train a **model-free** agent that solves Sokoban levels it has never seen: push every box onto
+a target. {levels}
+
+## Environment
+- Observation: a ({grid}, {grid}, 8) float array per environment: a one-hot over 7 cell types
+  (0 floor, 1 wall, 2 target, 3 agent, 4 box, 5 agent on target, 6 box on target) plus channel
+  7 = time step / {steps}. Outside the grid is wall.
+- Actions: 0 up, 1 right, 2 down, 3 left. A box is pushed if the cell beyond it is free.
+- Reward per step: −0.01; +1 for a box pushed onto a target, −1 for one pushed off; +10 when
+  every box is on a target (the episode ends). Episodes end after {steps} steps.
+- The environment and the training loop are in the read-only package `station_jax/`
+  (`station_jax/sokoban_env.py`, `station_jax/sokoban.py`); levels are in `{target}/`.
+
+## What to submit
+`submission.py` with hooks; the harness runs the rollouts and the evaluation.
+- `create_network(hparams)` (required): an object with `init(key, obs, done)` and
+  `apply(params, obs, done, rnn_state=None)` returning `(logits (B, 4), value (B,), new_rnn_state)`
+  (or just `(logits, value)` without memory). `done` (B,) marks the first observation of an
+  episode, so a recurrent network can reset its state. With `rnn_state=None` a recurrent network
+  starts from its initial state.
+- `training_step(network, optimizer, params, opt_state, batch, hparams)` -> `(params, opt_state)`
+  (optional; six arguments; default: advantage actor-critic with GAE, γ = λ = 0.97). `batch` is
+  batch-major: `observations` (B, T, ...), `actions`, `rewards`, `dones`, `starts`, `values`,
+  `log_probs`, `final_values` (B,), `initial_rnn_states`, `rnn_states`.
+- `create_optimizer(learning_rate)` (optional; default Adam, eps 1e-5), `_define_hyperparameters()`
+  (defaults: learning_rate 4e-4, entropy_coef 0.01, value_coef 0.5, gamma 0.97, gae_lambda 0.97;
+  `station_jax.hooks.choice/uniform/loguniform/randint` are drawn per trial), `complete(...)`,
+  `BASE_SEED` (default 0).
+Rules: choose one track (architecture or algorithm). No pretrained models, imitation learning,
+offline RL, explicit model-based planning or Sokoban-specific heuristics; the training loop is
+the harness's.
+
+## Training and score
+{trials} trials with seeds `BASE_SEED + trial`, in parallel; each trains on {n_envs} environments
+x {unroll} steps per update for at most {env_steps:,} environment steps or {budget:g} minutes.
+Then each of the {n_eval} held-out levels is played once with actions sampled from the policy.
+The station replays the actions itself to count solved levels. **Score = mean solve rate x 100**
+over the trials (higher is better); the details give each trial's rate and a random policy's.
+A trial that diverges (NaN), crashes or runs out of time is reported and the others count.
+A submission that defines `test()` runs it instead (no score).
+"""

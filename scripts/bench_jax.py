@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The JAX training tasks at their configured budgets: each baseline is evaluated exactly as a
+station evaluates it (the check run, then the seeds in parallel on the config's executor, a
+local Ray instance by default), next to the naive references. Prints one table per task and
+saves the learning curves as a plot in bench-results/.
+
+    scripts/bench_jax.py [--task forecasting|sokoban|all] [--budget SECONDS] [--gpu]
+
+--budget overrides the training budget per trial (the configs: 5 min forecasting, 10 min
+Sokoban on a CPU); --gpu uses configs/*_gpu.yaml instead. The data are generated on first use.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from station.evaluation.standalone import resolve_task  # noqa: E402
+from station.executors import create_executor  # noqa: E402
+
+OUT = Console(width=110)
+ERR = Console(stderr=True)
+PLOTS = ROOT / "bench-results"
+
+
+def evaluate(task, executor_config, code: str, what: str):
+    """Run one baseline like the station does, with a live elapsed-time line."""
+    executor = create_executor(executor_config, hide=task.private_paths())
+    done = threading.Event()
+    began = time.monotonic()
+    try:
+        with ERR.status(f"{what}: starting ...") as status:
+            def tick() -> None:
+                while not done.wait(1.0):
+                    status.update(f"{what}: check run, then {task.trials} trials of up to "
+                                  f"{task.trial_budget_s:g} s in parallel ({executor.name}) - "
+                                  f"{time.monotonic() - began:.0f} s")
+            threading.Thread(target=tick, daemon=True).start()
+            result = task.execute(executor, code, mounts=[], label="bench-jax")
+            verdict = task.score(result) if result.status == "ok" else None
+    finally:
+        done.set()
+        executor.close()
+    if verdict is None or not verdict.success:
+        OUT.print(f"[red]{what} failed: {result.status} {result.error}[/]\n"
+                  f"{verdict.details if verdict else result.stderr[-3000:]}")
+        raise SystemExit(1)
+    return result, verdict, time.monotonic() - began
+
+
+def bench_forecasting(config: Path, budget: float | None) -> None:
+    task, executor_config = resolve_task(str(config))
+    if budget:
+        task.trial_budget_s = budget
+    with ERR.status("forecasting: preparing the data (generated on first use) ..."):
+        task.dataset.ensure()
+        refs = task.dataset.references()
+    result, verdict, seconds = evaluate(task, executor_config, task.baselines()[0].code, "forecasting")
+    trials = [t["value"] for t in result.value["trials"] if t["status"] == "ok"]
+    table = Table(title=f"Forecasting: validation MAE, {task.dataset.name} "
+                        f"({task.trials} seeds, {task.trial_budget_s:g} s each, {seconds:.0f} s wall)")
+    for column in ("predictor", "val MAE", "h=1", "h=4", "h=8", "h=16", "h=32"):
+        table.add_column(column, justify="left" if column == "predictor" else "right")
+    for name, ref in refs.items():
+        table.add_row(name.replace("_", " "), f"{ref['mae']:.4f}",
+                      *(f"{ref['horizons'][str(h)]:.4f}" for h in (1, 4, 8, 16, 32)))
+    for trial in trials:
+        by = trial["val_mae_by_horizon"]
+        table.add_row(f"shared MLP, seed {trial['seed']} (epochs {trial['epochs']}, best {trial['best_epoch']})",
+                      f"{trial['val_mae']:.4f}", *(f"{by[str(h)]:.4f}" for h in (1, 4, 8, 16, 32)))
+    table.add_row("[bold]shared MLP, station score[/]", f"[bold]{-verdict.score:.4f}[/]",
+                  *(f"{verdict.metrics[f'Val_MAE_{h}']:.4f}" for h in (1, 4, 8, 16, 32)))
+    OUT.print(table)
+    plot_forecasting(trials, refs)
+
+
+def bench_sokoban(config: Path, budget: float | None) -> None:
+    task, executor_config = resolve_task(str(config))
+    if budget:
+        task.trial_budget_s = budget
+    with ERR.status("sokoban: generating the levels (first use) ..."):
+        task.levels.ensure()
+        random = task.levels.random_solve_rate(task.max_steps)
+    result, verdict, seconds = evaluate(task, executor_config, task.baselines()[0].code, "sokoban")
+    trials = [t["value"] for t in result.value["trials"] if t["status"] == "ok"]
+    table = Table(title=f"Sokoban: solve rate on {task.levels.n_eval} held-out levels "
+                        f"({task.levels.grid}x{task.levels.grid}, {task.levels.boxes} boxes, {task.max_steps} steps; "
+                        f"{task.trials} seeds, {task.trial_budget_s:g} s each, {seconds:.0f} s wall)")
+    for column in ("policy", "solve rate", "env steps", "steps/s", "stopped by"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    table.add_row("uniformly random", f"{random:.1%}", "-", "-", "-")
+    for trial in trials:
+        solved = task.levels.solved(trial["eval_actions"], task.max_steps).mean()
+        table.add_row(f"CNN + PG, seed {trial['seed']}", f"{solved:.1%}", f"{trial['env_steps']:,}",
+                      f"{trial['steps_per_second']:,.0f}", trial["stop"])
+    table.add_row("[bold]CNN + PG, station score[/]", f"[bold]{verdict.score:.1f}%[/]", "", "", "")
+    OUT.print(table)
+    plot_sokoban(trials, random)
+
+
+def plot_forecasting(trials, refs) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for trial in trials:
+        ax.plot(range(1, len(trial["curve"]) + 1), trial["curve"], marker=".", label=f"shared MLP, seed {trial['seed']}")
+    for name, ref in refs.items():
+        ax.axhline(ref["mae"], linestyle="--", linewidth=1, color="grey")
+        ax.annotate(name.replace("_", " "), (1, ref["mae"]), fontsize=8, color="grey", va="bottom")
+    ax.set(xlabel="epoch", ylabel="validation MAE", title="Forecasting: validation MAE per epoch")
+    ax.legend(fontsize=8)
+    save(fig, "jax_forecasting.png")
+
+
+def plot_sokoban(trials, random: float) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for trial in trials:
+        if trial["curve"]:
+            steps, rates = zip(*trial["curve"])
+            ax.plot(steps, rates, label=f"training levels, seed {trial['seed']}")
+    ax.axhline(random, linestyle="--", color="grey", label="random policy (held-out levels)")
+    ax.set(xlabel="environment steps", ylabel="share of episodes solved", title="Sokoban: CNN + policy gradient")
+    ax.legend(fontsize=8)
+    save(fig, "jax_sokoban.png")
+
+
+def save(fig, name: str) -> None:
+    PLOTS.mkdir(exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(PLOTS / name, dpi=120)
+    ERR.print(f"plot: {PLOTS / name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=("forecasting", "sokoban", "all"), default="all")
+    parser.add_argument("--budget", type=float, help="training seconds per trial (default: the config's)")
+    parser.add_argument("--gpu", action="store_true", help="use configs/*_gpu.yaml")
+    args = parser.parse_args()
+    suffix = "_gpu" if args.gpu else ""
+    if args.task in ("forecasting", "all"):
+        bench_forecasting(ROOT / "configs" / f"forecasting{suffix}.yaml", args.budget)
+    if args.task in ("sokoban", "all"):
+        bench_sokoban(ROOT / "configs" / f"sokoban{suffix}.yaml", args.budget)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""The forecasting task through the real sandbox on the small simulated data, with tiny budgets:
+the baseline trains and is scored by the station from its predictions; a trial that diverges,
+crashes or hangs is reported while the others count; contract violations and harness tampering
+are refused clearly; the test split is never visible; seeds and hyperparameter draws are stable;
+three seeds run in parallel on a real local Ray instance.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from evaluators.base import create_task
+from evaluators.jaxtrain.station_jax import hooks
+from station.config import ExecutorConfig
+from station.executors import create_executor
+from station.executors.base import RunResult
+
+TINY = {"size": "small", "trials": 2, "trial_budget_s": 3, "max_epochs": 3, "patience": 2, "grace_s": 90}
+HEAD = '''import json, os
+import jax.numpy as jnp
+import flax.linen as nn
+SETTINGS = json.loads(os.environ.get("STATION_TRIAL", '{"trial": 0, "phase": "check"}'))
+TRAINING = SETTINGS["phase"] == "train"
+TRIAL = SETTINGS["trial"]
+
+
+class Linear(nn.Module):
+    @nn.compact
+    def __call__(self, x, training=False):
+        h = nn.Dense(32)(jnp.swapaxes(x, 1, 2))
+        return jnp.swapaxes(h, 1, 2)
+
+
+def create_network(hparams):
+    return Linear()
+'''
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("forecast")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STATION_FORECAST_DATA", str(root))
+    yield root
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def local(cache: Path):
+    task = create_task("forecasting", TINY)
+    executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+    yield executor
+    executor.close()
+
+
+def evaluate(executor, code: str, **params):
+    task = create_task("forecasting", {**TINY, **params})
+    result = task.execute(executor, code, mounts=[], label="test-forecast")
+    return task, result, (task.score(result) if result.status == "ok" else None)
+
+
+def test_the_baseline_trains_and_the_station_scores_its_predictions(local) -> None:
+    task = create_task("forecasting", TINY)
+    code = task.baselines()[0].code
+    _, result, verdict = evaluate(local, code)
+    assert result.status == "ok", result.stderr[-3000:]
+    assert verdict.success, verdict.details
+    assert -0.5 < verdict.score < 0  # minus a mean absolute error
+    assert set(verdict.metrics) == {"Val_MAE_1", "Val_MAE_4", "Val_MAE_8", "Val_MAE_16", "Val_MAE_32"}
+    first = result.value["trials"][0]["value"]
+    assert len(first["curve"]) == first["epochs"] and 1 <= first["best_epoch"] <= first["epochs"]
+    assert first["stop"] in ("time-budget", "max-epochs", "early-stopping")
+    assert "2 of 2 trials counted" in verdict.details and "persistence" in verdict.details
+    trials = result.value["trials"]
+    assert [t["seed"] for t in trials] == [0, 1]  # BASE_SEED 0 + trial
+    assert "=== trial 1 ===" in result.stdout and "val MAE" in result.stdout
+
+
+def test_the_score_is_measured_by_the_station_from_the_predictions(local) -> None:
+    """A network that copies the last frame scores exactly the persistence predictor's MAE,
+    which the dataset computes independently, whatever the trial itself claims."""
+    code = HEAD + '''
+
+class Persistence(nn.Module):
+    @nn.compact
+    def __call__(self, x, training=False):
+        unused = self.param("unused", nn.initializers.zeros, (1,))
+        return jnp.repeat(x[:, -1:, :], 32, axis=1) + 0.0 * unused
+
+
+def create_network(hparams):
+    return Persistence()
+'''
+    task, result, verdict = evaluate(local, code, trials=1)
+    assert verdict is not None and verdict.success, result.stderr[-3000:]
+    persistence = task.dataset.references()["persistence"]
+    assert -verdict.score == pytest.approx(persistence["mae"], rel=1e-5)
+
+
+def test_a_diverging_a_crashing_and_a_hanging_trial_are_reported_and_the_others_count(local) -> None:
+    code = HEAD + '''
+import time
+
+def compute_loss(predictions, targets, params, x):
+    loss = jnp.mean(jnp.abs(predictions - targets))
+    return loss * jnp.nan if TRAINING and TRIAL == 1 else loss
+
+
+def create_network(hparams):
+    if TRAINING and TRIAL == 2:
+        raise RuntimeError("trial two breaks")
+    if TRAINING and TRIAL == 3:
+        time.sleep(600)
+    return Linear()
+'''
+    task, result, verdict = evaluate(local, code, trials=4, grace_s=25)
+    assert result.status == "ok"
+    statuses = [t["status"] for t in result.value["trials"]]
+    assert statuses == ["ok", "ok", "error", "timeout"]
+    assert verdict.success and "1 of 4 trials counted (3 failed" in verdict.details
+    assert "Trial 1: ERROR: the training loss (epoch 1) is not finite" in verdict.details and "not finite" in verdict.details
+    assert "Trial 2" in verdict.details and "trial two breaks" in verdict.details
+    assert "Trial 3" in verdict.details and "timed out" in verdict.details
+    assert result.value["trials"][3]["duration_s"] < 3 + 25 + 20  # killed at its own hard limit
+
+
+def test_when_every_trial_crashes_the_evaluation_fails_like_a_crash(local) -> None:
+    code = HEAD + '''
+def create_network(hparams):
+    if TRAINING:
+        raise ValueError("only in training")
+    return Linear()
+'''
+    _, result, _ = evaluate(local, code)
+    assert result.status == "error" and "only in training" in result.error
+    assert result.traceback and "create_network" in result.traceback
+
+
+def test_a_crash_in_the_check_stops_before_any_trial(local) -> None:
+    code = HEAD + '''
+def create_network(hparams):
+    return Linear(features=3)
+'''
+    _, result, _ = evaluate(local, code)
+    assert result.status == "error" and "features" in result.error
+    assert "trials" not in (result.value or {})
+
+
+@pytest.mark.parametrize("body, message", [
+    ('''
+class Wrong(nn.Module):
+    @nn.compact
+    def __call__(self, x, training=False):
+        return nn.Dense(8)(x)
+
+
+def create_network(hparams):
+    return Wrong()
+''', "must map (batch, 4, 64) to (batch, 32, 64)"),
+    ('''
+import station_jax.forecast
+station_jax.forecast.train = lambda *a, **k: {"val_mae": 0.0}
+''', "replaced the harness's station_jax.forecast.train"),
+    ('''
+def training_loop():
+    pass
+''', "defines training_loop()"),
+    ('BASE_SEED = "seven"\n', "BASE_SEED must be an int"),
+])
+def test_contract_violations_are_reported_clearly(local, body: str, message: str) -> None:
+    _, result, verdict = evaluate(local, HEAD + body, trials=1)
+    assert verdict is not None and not verdict.success and verdict.score is None
+    assert message in verdict.details, verdict.details
+
+
+def test_test_mode_probes_the_data_and_the_test_split_is_out_of_reach(local, cache: Path) -> None:
+    task = create_task("forecasting", TINY)
+    private = task.dataset.ensure().private_dir
+    code = HEAD + f'''
+def test():
+    import os
+    print("LISTING", sorted(os.listdir("task_data/forecasting")))
+    print("HARNESS", sorted(n for n in os.listdir("station_jax") if n.endswith(".py")))
+    try:
+        print("PRIVATE", os.listdir({str(private)!r}))
+    except OSError as err:
+        print("PRIVATE refused", type(err).__name__)
+    try:
+        open("station_jax/forecast.py", "a").write("# changed")
+    except OSError as err:
+        print("HARNESS read-only", type(err).__name__)
+'''
+    _, result, verdict = evaluate(local, code)
+    assert not verdict.success and verdict.details == "Test mode - no scoring"
+    listing = next(line for line in result.stdout.splitlines() if line.startswith("LISTING"))
+    assert "train_data.npy" in listing and "val_data.npy" in listing and "test" not in listing
+    assert "forecast.py" in result.stdout and "HARNESS read-only" in result.stdout
+    assert "test_data.npy" not in result.stdout.split("LISTING")[1]
+    assert (private / "test_data.npy").exists()
+
+
+def test_hyperparameter_draws_and_seeds_are_stable() -> None:
+    space = {"learning_rate": hooks.loguniform(1e-4, 1e-2), "hidden": hooks.choice([32, 64, 128]),
+             "depth": hooks.randint(1, 4), "dropout": hooks.uniform(0.0, 0.5), "fixed": [1, 2]}
+    first = hooks.sample_hyperparameters(space, 5)
+    assert first == hooks.sample_hyperparameters(dict(reversed(list(space.items()))), 5)  # order-free
+    assert first["fixed"] == [1, 2] and first["hidden"] in (32, 64, 128) and 1 <= first["depth"] < 4
+    assert 1e-4 <= first["learning_rate"] <= 1e-2
+    draws = {json.dumps(hooks.sample_hyperparameters(space, seed), sort_keys=True) for seed in range(8)}
+    assert len(draws) > 4
+    with pytest.raises(hooks.ContractError):
+        hooks.sample_hyperparameters(["not", "a", "dict"], 0)
+
+
+class RecordingExecutor:
+    """Our own executor protocol, recording the specs (to see GPU placement without a GPU)."""
+
+    name = "recording"
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus, self.specs = gpus, []
+
+    def gpu_count(self) -> int:
+        return self.gpus
+
+    def run(self, spec):
+        self.specs.append(spec)
+        settings = json.loads(spec.env["STATION_TRIAL"])
+        value = {"checked": True} if settings["phase"] == "check" else {"contract_error": "recorded only"}
+        return RunResult(status="ok", value=value)
+
+
+def test_trials_ask_for_a_gpu_each_when_the_executor_has_gpus(cache: Path) -> None:
+    task = create_task("forecasting", TINY)
+    with_gpu, without = RecordingExecutor(gpus=1), RecordingExecutor(gpus=0)
+    task.execute(with_gpu, "x = 1", mounts=[], label="gpu")
+    task.execute(without, "x = 1", mounts=[], label="cpu")
+    check, *trials = with_gpu.specs
+    assert check.num_gpus == 0 and json.loads(check.env["STATION_TRIAL"])["phase"] == "check"
+    assert [s.num_gpus for s in trials] == [1.0, 1.0] and all(s.memory_mb is None for s in trials)
+    assert all(s.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" for s in trials)
+    assert [s.num_gpus for s in without.specs[1:]] == [0.0, 0.0]
+    assert all(s.memory_mb == task.memory_mb for s in without.specs[1:])
+    cpu_only = RecordingExecutor(gpus=1)
+    task.execute(cpu_only, "x = 1", mounts=[], label="cpu-only", cpu_only=True)
+    assert [s.num_gpus for s in cpu_only.specs[1:]] == [0.0, 0.0]
+
+
+def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path) -> None:
+    pytest.importorskip("ray")
+    task = create_task("forecasting", {**TINY, "trials": 3, "trial_budget_s": 6, "trial_cpus": 0.5})
+    ray = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2), hide=task.private_paths())
+    try:
+        result = task.execute(ray, task.baselines()[0].code, mounts=[], label="test-forecast-ray")
+    finally:
+        ray.close()
+    assert result.status == "ok", result.stderr[-3000:]
+    verdict = task.score(result)
+    assert verdict.success and "3 of 3 trials counted" in verdict.details
+    durations = [t["duration_s"] for t in result.value["trials"]]
+    check = result.value["check"]
+    assert check["checked"]
+    # in parallel: the evaluation took about one trial's time, not three
+    assert result.duration_s < sum(durations) - min(durations), (result.duration_s, durations)

@@ -1,0 +1,164 @@
+"""The Sokoban task through the real sandbox with tiny budgets: the baseline trains and its
+solve rate is counted by the station replaying the returned actions (a trial cannot claim
+solves); the six-argument training_step hook and recurrent networks work; a diverging trial
+and a broken network are reported clearly while the other trials count.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from evaluators.base import create_task
+from station.config import ExecutorConfig
+from station.executors import create_executor
+from station.executors.base import RunResult
+
+TINY = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,
+        "unroll": 8, "env_steps": 4000, "trials": 2, "trial_budget_s": 20, "grace_s": 120}
+HEAD = '''import json, os
+import jax, jax.numpy as jnp
+import flax.linen as nn
+SETTINGS = json.loads(os.environ.get("STATION_TRIAL", '{"trial": 0, "phase": "check"}'))
+TRAINING, TRIAL = SETTINGS["phase"] == "train", SETTINGS["trial"]
+
+
+class Small(nn.Module):
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        x = nn.relu(nn.Dense(32)(obs.reshape((obs.shape[0], -1))))
+        return nn.Dense(4)(x), nn.Dense(1)(x)[:, 0]
+
+
+def create_network(hparams):
+    return Small()
+'''
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STATION_SOKOBAN_DATA", str(tmp_path_factory.mktemp("sokoban")))
+    executor = create_executor(ExecutorConfig(kind="local"))
+    yield executor
+    executor.close()
+    patch.undo()
+
+
+def evaluate(executor, code: str, **params):
+    task = create_task("sokoban", {**TINY, **params})
+    result = task.execute(executor, code, mounts=[], label="test-sokoban")
+    return task, result, (task.score(result) if result.status == "ok" else None)
+
+
+def test_the_baseline_trains_and_its_solves_are_counted_by_replay(local) -> None:
+    task = create_task("sokoban", TINY)
+    task, result, verdict = evaluate(local, task.baselines()[0].code)
+    assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
+    trials = [t["value"] for t in result.value["trials"]]
+    assert [t["seed"] for t in trials] == [0, 1] and all(t["stop"] == "step-budget" for t in trials)
+    rates = [task.levels.solved(t["eval_actions"], task.max_steps).mean() for t in trials]
+    assert verdict.score == pytest.approx(round(100 * float(np.mean(rates)), 1))
+    assert all(t["claimed_solved"] == int(round(r * 40)) for t, r in zip(trials, rates))
+    assert "A uniformly random policy solves" in verdict.details and "held-out levels" in verdict.details
+
+
+def test_a_trial_cannot_claim_solves_it_did_not_make(local) -> None:
+    task = create_task("sokoban", TINY)
+    levels = task.levels.ensure().eval_levels()
+    idle = np.zeros((len(levels), task.max_steps), np.int8)  # walking up into the wall: solves nothing
+    forged = {"trials": [{"trial": 0, "status": "ok", "seed": 0, "value": {
+        "seed": 0, "eval_actions": idle, "claimed_solved": len(levels), "env_steps": 1, "stop": "step-budget"}},
+        {"trial": 1, "status": "ok", "seed": 1, "value": {"seed": 1, "eval_actions": idle[:3]}}]}
+    verdict = task.score(RunResult(status="ok", value=forged))
+    assert verdict.success and verdict.score == pytest.approx(100 * task.levels.solved(idle, 30).mean())
+    assert f"(the trial claimed {len(levels)})" in verdict.details
+    assert "Trial 1 (seed 1): its result was refused: action sequences of shape (3, 30)" in verdict.details
+
+
+def test_a_custom_training_step_and_a_recurrent_network_are_used(local) -> None:
+    code = HEAD + '''
+
+class Recurrent(nn.Module):
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        if rnn_state is None:
+            rnn_state = jnp.zeros((obs.shape[0], 16))
+        rnn_state = jnp.where(done[:, None], 0.0, rnn_state)
+        x = nn.Dense(16)(obs.reshape((obs.shape[0], -1)))
+        rnn_state = jnp.tanh(x + nn.Dense(16)(rnn_state))
+        return nn.Dense(4)(rnn_state), nn.Dense(1)(rnn_state)[:, 0], rnn_state
+
+
+def create_network(hparams):
+    return Recurrent()
+
+
+def training_step(network, optimizer, params, opt_state, batch, hparams):
+    from station_jax.sokoban import default_training_step
+    print("CUSTOM STEP", batch["observations"].shape, batch["initial_rnn_states"].shape)
+    return default_training_step(network, optimizer, params, opt_state, batch, hparams)
+'''
+    _, result, verdict = evaluate(local, code, trials=1)
+    assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
+    assert "CUSTOM STEP (16, 8, 5, 5, 8) (16, 16)" in result.stdout
+    assert result.value["trials"][0]["value"]["recurrent"] is True
+
+
+def test_a_diverging_trial_is_reported_and_the_other_counts(local) -> None:
+    code = HEAD + '''
+
+def training_step(network, optimizer, params, opt_state, batch, hparams):
+    from station_jax.sokoban import default_training_step
+    params, opt_state = default_training_step(network, optimizer, params, opt_state, batch, hparams)
+    if TRAINING and TRIAL == 1:
+        params = jax.tree_util.tree_map(lambda p: p * jnp.nan, params)
+    return params, opt_state
+'''
+    _, result, verdict = evaluate(local, code)
+    assert verdict is not None and verdict.success
+    assert "1 of 2 trials counted (1 failed" in verdict.details
+    assert "Trial 1: ERROR:" in verdict.details and "diverged" in verdict.details
+
+
+@pytest.mark.parametrize("body, message", [
+    ('''
+class Wrong(nn.Module):
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        return nn.Dense(5)(obs.reshape((obs.shape[0], -1))), jnp.zeros((obs.shape[0], 2))
+
+
+def create_network(hparams):
+    return Wrong()
+''', "apply must return logits of shape (batch, 4) and value of shape (batch,)"),
+    ('''
+class Three(nn.Module):
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        return nn.Dense(4)(obs.reshape((obs.shape[0], -1)))
+
+
+def create_network(hparams):
+    return Three()
+''', "must return (logits, value) or (logits, value, rnn_state)"),
+])
+def test_a_broken_network_is_a_clear_contract_error(local, body: str, message: str) -> None:
+    _, result, verdict = evaluate(local, HEAD + body, trials=1)
+    assert verdict is not None and not verdict.success
+    assert message in verdict.details, verdict.details
+
+
+def test_the_level_set_is_held_out_and_reused(local, tmp_path: Path) -> None:
+    task = create_task("sokoban", TINY)
+    levels = task.levels.ensure()
+    train = np.load(levels.input_dir / "train_levels.npy")
+    held = levels.eval_levels()
+    assert train.shape == (300, 5, 5) and held.shape == (40, 5, 5)
+    assert not {lv.tobytes() for lv in train} & {lv.tobytes() for lv in held}
+    stamp = (levels.input_dir / "train_levels.npy").stat().st_mtime_ns
+    assert create_task("sokoban", TINY).levels.ensure().input_dir == levels.input_dir
+    assert (levels.input_dir / "train_levels.npy").stat().st_mtime_ns == stamp
+    assert 0.0 <= levels.random_solve_rate(30) < 1.0
