@@ -22,4 +22,5 @@ bench: setup
 	.venv/bin/python scripts/bench_eval.py
 	.venv/bin/python scripts/bench_turns.py
 	.venv/bin/python scripts/bench_scrna.py
+	.venv/bin/python scripts/bench_jax.py
 	.venv/bin/python scripts/bench_web.py

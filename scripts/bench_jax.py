@@ -92,7 +92,7 @@ def bench_sokoban(config: Path, budget: float | None) -> None:
     result, verdict, seconds = evaluate(task, executor_config, task.baselines()[0].code, "sokoban")
     trials = [t["value"] for t in result.value["trials"] if t["status"] == "ok"]
     table = Table(title=f"Sokoban: solve rate on {task.levels.n_eval} held-out levels "
-                        f"({task.levels.grid}x{task.levels.grid}, {task.levels.boxes} boxes, {task.max_steps} steps; "
+                        f"({task.levels.grid}x{task.levels.grid}, {task.levels.boxes} box(es), {task.max_steps} steps; "
                         f"{task.trials} seeds, {task.trial_budget_s:g} s each, {seconds:.0f} s wall)")
     for column in ("policy", "solve rate", "env steps", "steps/s", "stopped by"):
         table.add_column(column, justify="left" if column == "policy" else "right")

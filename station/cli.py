@@ -274,6 +274,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def elapsed_line(what: str):
+    """A live "what: N s" line on a terminal while a long call runs (nothing when piped)."""
+    import threading
+
+    if not sys.stderr.isatty():
+        yield
+        return
+    done, began = threading.Event(), time.monotonic()
+
+    def show() -> None:
+        while not done.wait(1.0):
+            sys.stderr.write(f"\r{what}: {time.monotonic() - began:.0f} s ")
+            sys.stderr.flush()
+    thread = threading.Thread(target=show, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        sys.stderr.write("\r\033[K")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .config import ExecutorConfig
     from .evaluation.standalone import evaluate, resolve_task
@@ -291,7 +315,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     executor = create_executor(executor_config or ExecutorConfig(kind=args.executor), hide=task.private_paths())
     try:
         print(f"evaluating {path} on '{task.title}' ({executor.describe()}) ...", file=sys.stderr)
-        result = evaluate(task, code, executor)
+        with elapsed_line("evaluating"):
+            result = evaluate(task, code, executor)
     finally:
         executor.close()
     if args.json:

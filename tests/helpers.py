@@ -172,3 +172,15 @@ def record_requests(monkeypatch: Any) -> list[tuple[str, list[dict[str, str]]]]:
 
     monkeypatch.setattr(ReplayModel, "complete", complete)
     return sent
+
+
+def research_station_evaluations(directory: Path, name: str, research: dict[str, Any], ticks: int) -> list:
+    """Run the scripted demo station on `research` for `ticks` ticks; its evaluation rows."""
+    from station.engine import Engine
+
+    station = Station.create(directory, parse_config(demo_config(name=name, research=research)))
+    try:
+        Engine(station).run(until_tick=ticks)
+        return station.store.all("SELECT author, status, score, title FROM evaluations ORDER BY id")
+    finally:
+        station.close()

@@ -265,3 +265,18 @@ def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path) -> N
     assert check["checked"]
     # in parallel: the evaluation took about one trial's time, not three
     assert result.duration_s < sum(durations) - min(durations), (result.duration_s, durations)
+
+
+def test_a_scripted_station_researches_forecasting_end_to_end(cache: Path, tmp_path: Path) -> None:
+    """Scripted agents submit variants of the MLP; each is checked, trained and scored."""
+    from helpers import research_station_evaluations
+
+    rows = research_station_evaluations(tmp_path / "st", "forecast-station", {
+        "tasks": [{"evaluator": "forecasting", "params": {**TINY, "trials": 1, "trial_budget_s": 2}}],
+        "executor": {"max_parallel": 1}}, ticks=30)
+    system = [r for r in rows if r["author"] == "System"]
+    agents = [r for r in rows if r["author"] != "System"]
+    assert [r["title"] for r in system] == ["Shared-Neuron MLP"] and system[0]["status"] == "finished"
+    assert system[0]["score"] < 0
+    assert len(agents) >= 2 and sum(r["status"] == "finished" and r["score"] < 0 for r in agents) >= 2
+    assert any("persistence" in r["title"] for r in agents)

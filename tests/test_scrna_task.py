@@ -128,20 +128,11 @@ def test_the_held_out_labels_cannot_be_read(task, run) -> None:
 
 
 def test_a_scripted_40_tick_station_researches_batch_integration(cache, tmp_path) -> None:
-    from helpers import demo_config
-    from station.config import parse_config
-    from station.engine import Engine
-    from station.world import Station
+    from helpers import research_station_evaluations
 
-    config = demo_config(name="scrna-station", research={
+    rows = research_station_evaluations(tmp_path / "st", "scrna-station", {
         "tasks": [{"evaluator": "batch_integration", "params": {"size": "small", "memory_mb": 8192}}],
-        "executor": {"max_parallel": 2}})
-    station = Station.create(tmp_path / "st", parse_config(config))
-    try:
-        Engine(station).run(until_tick=40)
-        rows = station.store.all("SELECT author, status, score, title FROM evaluations ORDER BY id")
-    finally:
-        station.close()
+        "executor": {"max_parallel": 2}}, ticks=40)
     system = [r for r in rows if r["author"] == "System"]
     agents = [r for r in rows if r["author"] != "System"]
     assert [r["title"] for r in system] == ["No Integration Baseline", "ComBat Baseline",

@@ -5,7 +5,8 @@ square grid, then a hexagonal layout, then scipy-optimised centres and radii, se
 harder with each further submission and as the station ages, so the leaderboard improves over time. Now and then it
 submits with a misspelt name, as people do, which the debugger can repair. On the general
 Python task it runs small scripts; on batch integration it climbs from plain PCA through ComBat to a
-batch-balanced kNN graph, varying their settings. It keeps at most two evaluations open (the room's limit),
+batch-balanced kNN graph, varying their settings; on forecasting it tunes the shared MLP, then makes
+it predict the change from the last frame; on Sokoban it tunes the actor-critic. It keeps at most two evaluations open (the room's limit),
 counting its submissions and the result messages it has received.
 """
 from __future__ import annotations
@@ -76,6 +77,10 @@ def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] 
         return _general_submission(s, rng)
     if "Batch Integration" in title:
         return _integration_submission(s, rng)
+    if "Forecasting" in title:
+        return _forecasting_submission(s, rng)
+    if "Sokoban" in title:
+        return _sokoban_submission(s, rng)
     return None
 
 
@@ -135,6 +140,40 @@ def _integration_submission(s: Situation, rng: random.Random) -> dict[str, str]:
     if rng.random() < TYPO_RATE:
         code = code.replace('adata.obsm["X_emb"]', 'adata.obsmm["X_emb"]', 1)  # a slip the debugger can mend
     return {"title": title.format(pcs=pcs, k=k), "tags": tags, "abstract": abstract, "content": code}
+
+
+def _forecasting_submission(s: Situation, rng: random.Random) -> dict[str, str]:
+    from pathlib import Path
+
+    import evaluators.forecasting as forecasting
+
+    level = s.notes["fc_level"] = s.notes.get("fc_level", 0) + 1
+    hidden, lr = rng.choice([32, 64, 128]), rng.choice([3e-4, 1e-3, 3e-3])
+    code = (Path(forecasting.__file__).parent / "baselines" / "shared_mlp.py").read_text(encoding="utf-8")
+    code = code.replace('{"learning_rate": 1e-3, "hidden": 64}', f'{{"learning_rate": {lr}, "hidden": {hidden}}}')
+    if level > 1:  # from the second try on: predict the change from the last frame, not the frames
+        code = code.replace("return jnp.swapaxes(h, 1, 2)  # (batch, 32, neurons)",
+                            "return jnp.swapaxes(h, 1, 2) + x[:, -1:, :]  # the change from the last frame")
+        title, tags = f"Shared MLP on top of persistence ({hidden} units, lr {lr:g})", "mlp, residual"
+        abstract = "The shared-neuron MLP predicts the change from each neuron's last frame instead of the frames."
+    else:
+        title, tags = f"Shared-neuron MLP, {hidden} units, lr {lr:g}", "mlp, baseline-variant"
+        abstract = "The baseline's per-neuron MLP with a different width and learning rate."
+    return {"title": title, "tags": tags, "abstract": abstract, "content": code}
+
+
+def _sokoban_submission(s: Situation, rng: random.Random) -> dict[str, str]:
+    from pathlib import Path
+
+    import evaluators.sokoban as sokoban
+
+    lr, entropy = rng.choice([2e-4, 4e-4, 8e-4]), rng.choice([0.005, 0.01, 0.02])
+    code = (Path(sokoban.__file__).parent / "baselines" / "cnn_pg.py").read_text(encoding="utf-8")
+    code = code.replace('{"learning_rate": 4e-4, "entropy_coef": 0.01, "value_coef": 0.5}',
+                        f'{{"learning_rate": {lr}, "entropy_coef": {entropy}, "value_coef": 0.5}}')
+    return {"title": f"CNN actor-critic, lr {lr:g}, entropy {entropy:g}", "tags": "cnn, a2c, tuning",
+            "abstract": "The convolutional actor-critic with another learning rate and entropy bonus.",
+            "content": code}
 
 
 def _general_submission(s: Situation, rng: random.Random) -> dict[str, str]:
