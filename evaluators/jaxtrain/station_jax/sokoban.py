@@ -280,11 +280,12 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
             require_finite(float(stats["reward"]), f"the mean reward (update {updates})")
             window["episodes"] += int(stats["episodes"])
             window["solved"] += int(stats["solved"])
-            if updates % 500 == 0:
+            if updates % 100 == 0:
                 rate = window["solved"] / max(window["episodes"], 1)
                 curve.append([updates * per_update, round(rate, 4)])
-                print(f"update {updates}: {updates * per_update:,} env steps, training solve rate "
-                      f"{rate:.3f} ({clock.elapsed():.0f} s)", flush=True)
+                if updates % 500 == 0:
+                    print(f"update {updates}: {updates * per_update:,} env steps, training solve rate "
+                          f"{rate:.3f} ({clock.elapsed():.0f} s)", flush=True)
                 episodes, solved = episodes + window["episodes"], solved + window["solved"]
                 window = {"episodes": 0, "solved": 0}
             if clock.spent():
