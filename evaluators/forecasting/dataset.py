@@ -12,15 +12,13 @@ prepares one ahead of time and prints its description and the reference scores.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +26,7 @@ from evaluators.jaxtrain.station_jax.windows import (
     CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts,
 )
 
+from ..cache import exclusive, fresh_building
 from .simulate import SIZES, SPLITS, simulate
 
 GENERATOR = "sim-v1"
@@ -61,13 +60,6 @@ class ForecastDataset:
         self._info: dict[str, Any] | None = None
 
     # -- on disk --------------------------------------------------------------------------------
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # one process builds; the others wait and reuse
-            yield
-
     def ready(self) -> bool:
         # dataset.json is moved into place last, so it marks a finished build
         return (self.private_dir / "dataset.json").exists() and all((self.input_dir / f).exists() for f in INPUT_FILES)
@@ -75,12 +67,11 @@ class ForecastDataset:
     def ensure(self) -> "ForecastDataset":
         if self.ready():
             return self
-        with self._exclusive():
+        with exclusive(self.dir):
             if self.ready():
                 return self
-            building = self.dir / "building"
-            shutil.rmtree(building, ignore_errors=True)
-            (building / "input").mkdir(parents=True)
+            building = fresh_building(self.dir)
+            (building / "input").mkdir()
             (building / "private").mkdir()
             try:
                 if self.source is not None:
@@ -161,7 +152,7 @@ class ForecastDataset:
         path = self.private_dir / "references.json"
         if not path.exists():
             self.ensure()
-            with self._exclusive():
+            with exclusive(self.dir):
                 if not path.exists():
                     train, _ = self.load("train")
                     scores = reference_scores(train, *self.load("val"))

@@ -9,16 +9,16 @@ prepares one ahead of time (generation, then the control methods' bounds), with 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import math
 import shutil
 import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
+
+from ..cache import exclusive, fresh_building
 
 GENERATOR = "sim-v1"
 PLANNED = {"default": (16_000, 2_000), "small": (2_000, 500)}  # cells, genes (train)
@@ -48,25 +48,16 @@ class Dataset:
         self._bounds: dict[str, tuple[float, float]] | None = None
 
     # -- on disk --------------------------------------------------------------------------------
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # one process prepares; the others wait and reuse
-            yield
-
     def ready(self) -> bool:
         return (self.input_dir / "train_input.h5ad").exists() and (self.private_dir / "train_solution.h5ad").exists()
 
     def ensure(self) -> "Dataset":
         if self.ready():
             return self
-        with self._exclusive():
+        with exclusive(self.dir):
             if self.ready():
                 return self
-            building = self.dir / "building"
-            shutil.rmtree(building, ignore_errors=True)
-            building.mkdir(parents=True)
+            building = fresh_building(self.dir)
             if self.source is not None:
                 self._from_file(building)
             else:
@@ -163,7 +154,7 @@ class Dataset:
                 return self._bounds
         path = self.private_dir / "bounds.json"
         if not path.exists():
-            with self._exclusive():
+            with exclusive(self.dir):
                 if not path.exists():
                     path.write_text(json.dumps(self._control_bounds(), indent=2))
         stored = json.loads(path.read_text())

@@ -11,7 +11,6 @@ secret here because it scores by replaying the returned actions on its own copy.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..cache import exclusive, fresh_building
 
 from .levels import make_level_set, replay
 
@@ -51,14 +52,10 @@ class LevelSet:
     def ensure(self, progress: Any = None) -> "LevelSet":
         if self.ready():
             return self
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # one process generates; the others wait and reuse
+        with exclusive(self.dir):
             if self.ready():
                 return self
-            building = self.dir / "building"
-            shutil.rmtree(building, ignore_errors=True)
-            building.mkdir()
+            building = fresh_building(self.dir)
             began = time.monotonic()
             shape = (self.grid, self.grid, self.boxes)
             train = make_level_set(self.seed * 2, self.n_train, *shape)
