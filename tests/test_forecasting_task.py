@@ -16,7 +16,7 @@ from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax import hooks
 from station.config import ExecutorConfig
 from station.executors import create_executor
-from station.executors.base import RunResult
+from station.executors.base import Mount, RunResult
 
 TINY = {"size": "small", "trials": 2, "trial_budget_s": 3, "max_epochs": 3, "patience": 2, "grace_s": 90}
 HEAD = '''import json, os
@@ -249,22 +249,44 @@ def test_trials_ask_for_a_gpu_each_when_the_executor_has_gpus(cache: Path) -> No
     assert [s.num_gpus for s in cpu_only.specs[1:]] == [0.0, 0.0]
 
 
-def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path) -> None:
+BARRIER = '''
+
+# test only: each training trial waits until all three have started, which only trials that run
+# side by side can do (one after another, the first would wait in vain)
+import json as _json, os as _os, time as _time
+_create = create_network
+
+
+def create_network(hparams):
+    trial = _json.loads(_os.environ["STATION_TRIAL"])
+    if trial["phase"] == "train":
+        open(f"barrier/{trial['trial']}", "w").close()
+        deadline = _time.monotonic() + 120
+        while len(_os.listdir("barrier")) < 3:
+            if _time.monotonic() > deadline:
+                raise RuntimeError("the other trials never started alongside this one")
+            _time.sleep(0.05)
+    return _create(hparams)
+'''
+
+
+def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_path: Path) -> None:
     pytest.importorskip("ray")
     task = create_task("forecasting", {**TINY, "trials": 3, "trial_budget_s": 6, "trial_cpus": 0.5})
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     ray = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2), hide=task.private_paths())
     try:
-        result = task.execute(ray, task.baselines()[0].code, mounts=[], label="test-forecast-ray")
+        result = task.execute(ray, task.baselines()[0].code + BARRIER, label="test-forecast-ray",
+                              mounts=[Mount(barrier, "barrier", writable=True)])
     finally:
         ray.close()
     assert result.status == "ok", result.stderr[-3000:]
+    assert result.value["check"]["checked"]
+    assert sorted(p.name for p in barrier.iterdir()) == ["0", "1", "2"]
     verdict = task.score(result)
-    assert verdict.success and "3 of 3 trials counted" in verdict.details
-    durations = [t["duration_s"] for t in result.value["trials"]]
-    check = result.value["check"]
-    assert check["checked"]
-    # in parallel: the evaluation took about one trial's time, not three
-    assert result.duration_s < sum(durations) - min(durations), (result.duration_s, durations)
+    assert verdict.success and "3 of 3 trials counted" in verdict.details, verdict.details
+    assert [t["seed"] for t in result.value["trials"]] == [0, 1, 2]
 
 
 def test_a_scripted_station_researches_forecasting_end_to_end(cache: Path, tmp_path: Path) -> None:

@@ -78,6 +78,21 @@ def test_a_trial_cannot_claim_solves_it_did_not_make(local) -> None:
     assert "Trial 1 (seed 1): its result was refused: action sequences of shape (3, 30)" in verdict.details
 
 
+@pytest.mark.parametrize("gpus, devices, warned", [
+    (1.0, ["cpu"], True),                      # a GPU was scheduled, but JAX has no CUDA build there
+    (1.0, ["gpu (NVIDIA H100 80GB HBM3)"], False),
+    (0.0, ["cpu"], False),
+])
+def test_a_gpu_that_jax_did_not_use_is_pointed_out(local, gpus: float, devices: list[str], warned: bool) -> None:
+    task = create_task("sokoban", TINY)
+    idle = np.zeros((len(task.levels.ensure().eval_levels()), task.max_steps), np.int8)
+    value = {"gpus_per_trial": gpus, "trials": [
+        {"trial": 0, "status": "ok", "seed": 0, "value": {"seed": 0, "eval_actions": idle, "device": devices}}]}
+    verdict = task.score(RunResult(status="ok", value=value))
+    assert verdict.success
+    assert ("JAX saw only the CPU" in verdict.details) is warned, verdict.details
+
+
 def test_a_custom_training_step_and_a_recurrent_network_are_used(local) -> None:
     code = HEAD + '''
 

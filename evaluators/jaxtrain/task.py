@@ -87,7 +87,7 @@ class JaxTrainingTask(Task):
         specs = [self._trial_spec(base, "train", n, gpus, self.timeout_s) for n in range(self.trials)]
         with ThreadPoolExecutor(len(specs), thread_name_prefix=f"{label}-trial") as pool:
             results = list(pool.map(executor.run, specs))
-        return combine(check, results)
+        return combine(check, results, gpus)
 
     def _trial_spec(self, base, phase: str, trial: int, gpus: float, timeout_s: float):
         settings = {"phase": phase, "trial": trial, "data": self.data_target, "budget_s": self.trial_budget_s,
@@ -145,6 +145,9 @@ class JaxTrainingTask(Task):
         failed = len(trials) - len(scored)
         head = (f"{len(scored)} of {len(trials)} trials counted" + (f" ({failed} failed, listed below)" if failed else "")
                 + f"; score {score:.{self.display_precision}f}")
+        if value.get("gpus_per_trial") and not any(gpu_device(s["value"]) for s in scored):
+            extra = [*extra, "Warning: each trial was given a GPU, but JAX saw only the CPU: install JAX's CUDA "
+                             "build where the trials run (pip install -e '.[gpu]')."]
         best = max(scored, key=lambda s: s["score"])
         spread = statistics.pstdev([s["score"] for s in scored]) if len(scored) > 1 else 0.0
         tail = [f"Spread over seeds: std {spread:.{self.display_precision}f}",
@@ -152,7 +155,7 @@ class JaxTrainingTask(Task):
         return Verdict(True, score, "\n".join([head, *lines, *extra, *tail]), metrics=metrics)
 
 
-def combine(check: RunResult, trials: list[RunResult]) -> RunResult:
+def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0.0) -> RunResult:
     """One RunResult for the evaluation: every trial's outcome as data, the logs one after another."""
     listed = [{"trial": n, "status": r.status, "error": r.error, "duration_s": round(r.duration_s, 2),
                "seed": (r.value or {}).get("seed") if isinstance(r.value, dict) else None,
@@ -164,9 +167,15 @@ def combine(check: RunResult, trials: list[RunResult]) -> RunResult:
         first = next((r for r in trials if r.status == "error"), trials[0])
         status, error, trace, code = first.status, first.error, first.traceback, first.exit_code
     logs = [("check", check)] + [(f"trial {n}", r) for n, r in enumerate(trials)]
-    return RunResult(status=status, value={"check": check.value, "trials": listed},
+    return RunResult(status=status,
+                     value={"check": check.value, "trials": listed, "gpus_per_trial": gpus_per_trial},
                      stdout="\n".join(f"=== {name} ===\n{r.stdout}" for name, r in logs if r.stdout),
                      stderr="\n".join(f"=== {name} ===\n{r.stderr}" for name, r in logs if r.stderr),
                      exit_code=code, error=error, traceback=trace,
                      duration_s=check.duration_s + max(r.duration_s for r in trials),
                      isolation=trials[0].isolation)
+
+
+def gpu_device(trial: dict[str, Any]) -> bool:
+    """Did the trial's JAX run on an accelerator (its reported devices are not all CPUs)?"""
+    return any(not str(name).startswith("cpu") for name in trial.get("device") or [])
