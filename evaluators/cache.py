@@ -6,7 +6,7 @@ import fcntl
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 @contextmanager
@@ -24,3 +24,14 @@ def fresh_building(directory: Path) -> Path:
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
     return building
+
+
+def build_once(directory: Path, ready: Callable[[], bool], build: Callable[[Path], None]) -> None:
+    """Unless `ready()`, run `build(building)` under the lock; `ready` is asked again once the lock
+    is held, so a process that waited for another's build reuses it instead of building again.
+    `build` moves what it made out of `building` into place."""
+    if ready():
+        return
+    with exclusive(directory):
+        if not ready():
+            build(fresh_building(directory))

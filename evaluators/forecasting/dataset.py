@@ -26,7 +26,7 @@ from evaluators.jaxtrain.station_jax.windows import (
     CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts,
 )
 
-from ..cache import exclusive, fresh_building
+from ..cache import build_once, exclusive
 from .simulate import SIZES, SPLITS, simulate
 
 GENERATOR = "sim-v1"
@@ -65,31 +65,28 @@ class ForecastDataset:
         return (self.private_dir / "dataset.json").exists() and all((self.input_dir / f).exists() for f in INPUT_FILES)
 
     def ensure(self) -> "ForecastDataset":
-        if self.ready():
-            return self
-        with exclusive(self.dir):
-            if self.ready():
-                return self
-            building = fresh_building(self.dir)
-            (building / "input").mkdir()
-            (building / "private").mkdir()
-            try:
-                if self.source is not None:
-                    info = import_arrays(self.source, building / "input", building / "private")
-                else:
-                    info = self._simulate(building / "input", building / "private")
-                info.update(summarise(building / "input", building / "private"))
-                (building / "private" / "dataset.json").write_text(json.dumps(info, indent=2))
-                for file in INPUT_FILES:
-                    (building / "input" / file).chmod(0o644)
-                (building / "input").chmod(0o755)
-                shutil.rmtree(self.input_dir, ignore_errors=True)
-                shutil.rmtree(self.private_dir, ignore_errors=True)
-                (building / "input").replace(self.input_dir)
-                (building / "private").replace(self.private_dir)
-            finally:
-                shutil.rmtree(building, ignore_errors=True)
+        build_once(self.dir, self.ready, self._build)
         return self
+
+    def _build(self, building: Path) -> None:
+        (building / "input").mkdir()
+        (building / "private").mkdir()
+        try:
+            if self.source is not None:
+                info = import_arrays(self.source, building / "input", building / "private")
+            else:
+                info = self._simulate(building / "input", building / "private")
+            info.update(summarise(building / "input", building / "private"))
+            (building / "private" / "dataset.json").write_text(json.dumps(info, indent=2))
+            for file in INPUT_FILES:
+                (building / "input" / file).chmod(0o644)
+            (building / "input").chmod(0o755)
+            shutil.rmtree(self.input_dir, ignore_errors=True)
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+            (building / "input").replace(self.input_dir)
+            (building / "private").replace(self.private_dir)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
 
     def _simulate(self, input_dir: Path, private_dir: Path) -> dict[str, Any]:
         arrays = simulate(self.seed, **SIZES[self.size])

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import exclusive, fresh_building
+from ..cache import build_once, exclusive
 
 GENERATOR = "sim-v1"
 PLANNED = {"default": (16_000, 2_000), "small": (2_000, 500)}  # cells, genes (train)
@@ -52,24 +52,21 @@ class Dataset:
         return (self.input_dir / "train_input.h5ad").exists() and (self.private_dir / "train_solution.h5ad").exists()
 
     def ensure(self) -> "Dataset":
-        if self.ready():
-            return self
-        with exclusive(self.dir):
-            if self.ready():
-                return self
-            building = fresh_building(self.dir)
-            if self.source is not None:
-                self._from_file(building)
-            else:
-                from .simulate import make_datasets
-                make_datasets(building, size=self.size, seed=self.seed)
-            self.input_dir.mkdir(exist_ok=True)
-            (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
-            shutil.rmtree(self.private_dir, ignore_errors=True)
-            building.replace(self.private_dir)
-            (self.input_dir).chmod(0o755)
-            (self.input_dir / "train_input.h5ad").chmod(0o644)
+        build_once(self.dir, self.ready, self._build)
         return self
+
+    def _build(self, building: Path) -> None:
+        if self.source is not None:
+            self._from_file(building)
+        else:
+            from .simulate import make_datasets
+            make_datasets(building, size=self.size, seed=self.seed)
+        self.input_dir.mkdir(exist_ok=True)
+        (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+        building.replace(self.private_dir)
+        self.input_dir.chmod(0o755)
+        (self.input_dir / "train_input.h5ad").chmod(0o644)
 
     def _from_file(self, out: Path) -> None:
         from .simulate import load_h5ad, split_for_task

@@ -16,11 +16,10 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ..cache import exclusive, fresh_building
+from ..cache import build_once
 
 from .levels import make_level_set, replay
 
@@ -49,28 +48,25 @@ class LevelSet:
     def ready(self) -> bool:
         return (self.input_dir / "eval_levels.npy").exists()
 
-    def ensure(self, progress: Any = None) -> "LevelSet":
-        if self.ready():
-            return self
-        with exclusive(self.dir):
-            if self.ready():
-                return self
-            building = fresh_building(self.dir)
-            began = time.monotonic()
-            shape = (self.grid, self.grid, self.boxes)
-            train = make_level_set(self.seed * 2, self.n_train, *shape)
-            held = self._held_out(train, shape)
-            np.save(building / "train_levels.npy", train)
-            np.save(building / "eval_levels.npy", held)
-            (building / "meta.json").write_text(json.dumps(
-                {"generator": GENERATOR, "grid": self.grid, "boxes": self.boxes, "train": self.n_train,
-                 "eval": self.n_eval, "seed": self.seed, "seconds": round(time.monotonic() - began, 1)}))
-            for path in building.iterdir():
-                path.chmod(0o644)
-            building.chmod(0o755)
-            shutil.rmtree(self.input_dir, ignore_errors=True)
-            building.replace(self.input_dir)
+    def ensure(self) -> "LevelSet":
+        build_once(self.dir, self.ready, self._build)
         return self
+
+    def _build(self, building: Path) -> None:
+        began = time.monotonic()
+        shape = (self.grid, self.grid, self.boxes)
+        train = make_level_set(self.seed * 2, self.n_train, *shape)
+        held = self._held_out(train, shape)
+        np.save(building / "train_levels.npy", train)
+        np.save(building / "eval_levels.npy", held)
+        (building / "meta.json").write_text(json.dumps(
+            {"generator": GENERATOR, "grid": self.grid, "boxes": self.boxes, "train": self.n_train,
+             "eval": self.n_eval, "seed": self.seed, "seconds": round(time.monotonic() - began, 1)}))
+        for path in building.iterdir():
+            path.chmod(0o644)
+        building.chmod(0o755)
+        shutil.rmtree(self.input_dir, ignore_errors=True)
+        building.replace(self.input_dir)
 
     def _held_out(self, train: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
         seen = {level.tobytes() for level in train}
