@@ -29,9 +29,14 @@ def fresh_building(directory: Path) -> Path:
 def build_once(directory: Path, ready: Callable[[], bool], build: Callable[[Path], None]) -> None:
     """Unless `ready()`, run `build(building)` under the lock; `ready` is asked again once the lock
     is held, so a process that waited for another's build reuses it instead of building again.
-    `build` moves what it made out of `building` into place."""
+    `build` moves what it made out of `building` into place; a failed build leaves nothing behind."""
     if ready():
         return
     with exclusive(directory):
-        if not ready():
-            build(fresh_building(directory))
+        if ready():
+            return
+        building = fresh_building(directory)
+        try:
+            build(building)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)

@@ -71,22 +71,19 @@ class ForecastDataset:
     def _build(self, building: Path) -> None:
         (building / "input").mkdir()
         (building / "private").mkdir()
-        try:
-            if self.source is not None:
-                info = import_arrays(self.source, building / "input", building / "private")
-            else:
-                info = self._simulate(building / "input", building / "private")
-            info.update(summarise(building / "input", building / "private"))
-            (building / "private" / "dataset.json").write_text(json.dumps(info, indent=2))
-            for file in INPUT_FILES:
-                (building / "input" / file).chmod(0o644)
-            (building / "input").chmod(0o755)
-            shutil.rmtree(self.input_dir, ignore_errors=True)
-            shutil.rmtree(self.private_dir, ignore_errors=True)
-            (building / "input").replace(self.input_dir)
-            (building / "private").replace(self.private_dir)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
+        if self.source is not None:
+            info = import_arrays(self.source, building / "input", building / "private")
+        else:
+            info = self._simulate(building / "input", building / "private")
+        info.update(summarise(building / "input", building / "private"))
+        (building / "private" / "dataset.json").write_text(json.dumps(info, indent=2))
+        for file in INPUT_FILES:
+            (building / "input" / file).chmod(0o644)
+        (building / "input").chmod(0o755)
+        shutil.rmtree(self.input_dir, ignore_errors=True)
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+        (building / "input").replace(self.input_dir)
+        (building / "private").replace(self.private_dir)
 
     def _simulate(self, input_dir: Path, private_dir: Path) -> dict[str, Any]:
         arrays = simulate(self.seed, **SIZES[self.size])
