@@ -66,7 +66,7 @@ MIGRATIONS = [
     CREATE TABLE evaluation_runs (            -- the background evaluator's bookkeeping (not world state)
         evaluation INTEGER NOT NULL,
         version INTEGER NOT NULL,
-        state TEXT NOT NULL,                   -- running / done
+        state TEXT NOT NULL,                   -- running / done / abandoned (its process ended)
         started_at REAL NOT NULL,
         finished_at REAL,
         executor TEXT NOT NULL,
@@ -84,6 +84,10 @@ MIGRATIONS = [
     # v2: the Research Counter counts and lists one agent's evaluations by session.
     """
     CREATE INDEX evaluations_session ON evaluations(session, status, id);
+    """,
+    # v3: what a training run last reported (epoch, step), for the status displays.
+    """
+    ALTER TABLE evaluation_runs ADD COLUMN progress TEXT;
     """,
 ]
 

@@ -10,17 +10,16 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from . import commands, report
-from .actions import parse_actions
-from .config import ConfigError, load_config, parse_config
-from .context import ReplayDiverged
-from .engine import Engine, Progress, StationPaused
-from .readers import add_reader_commands
+# Only light modules here: `station --help` and argument errors must answer at once. Each command
+# imports the heavy ones (pydantic config, rich, the engine, the rooms) it needs.
+from .readers_cli import add_reader_commands
 from .store import Store, StoreError
-from .texts import TextsError
-from .world import Station
+
+if TYPE_CHECKING:
+    from .engine import Engine, Progress
+    from .world import Station
 
 
 class CliError(Exception):
@@ -60,9 +59,14 @@ def is_running(directory: Path) -> bool:
 class StatusLine:
     """A live one-line progress display (rewritten in place on a terminal, one line a tick otherwise)."""
 
-    def __init__(self, stream: Any = sys.stderr) -> None:
+    RECENT_TICKS = 20  # failures are counted over this many ticks
+
+    def __init__(self, station: Any = None, stream: Any = sys.stderr) -> None:
         self.stream, self.tty = stream, stream.isatty()
         self.start, self.turns = time.monotonic(), 0
+        research = station is not None and "research" in station.ctx.rooms
+        self.store = station.store if research else None  # read in the engine's thread, between units
+        self._evals, self._evals_at = "", -1.0
 
     def __call__(self, p: Progress) -> None:
         if p.kind == "turn":
@@ -75,12 +79,26 @@ class StatusLine:
             return
         rate = self.turns / elapsed if elapsed > 0 else 0.0
         where = f"{p.agent} in {p.room}" if p.agent else f"tick {p.tick} finished"
-        line = f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
+        line = (f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
+                + self._evaluations(p.tick))
         if self.tty:
             self.stream.write("\r\x1b[K" + line)
             self.stream.flush()
         elif p.kind == "tick":
             self.stream.write(line + "\n")
+
+    def _evaluations(self, tick: int) -> str:
+        """Evaluation counts, refreshed at most once a second (they take a few queries)."""
+        if self.store is None:
+            return ""
+        if time.monotonic() - self._evals_at >= 1.0:
+            from .evaluation import states
+
+            self._evals_at = time.monotonic()
+            c = states.counts(self.store, live=True, recent_ticks=self.RECENT_TICKS, tick=tick)
+            self._evals = (f" | evals: {c['running']} running, {c['queued']} queued, "
+                           f"{c['failed']} failed in {self.RECENT_TICKS} ticks")
+        return self._evals
 
     def done(self) -> None:
         if self.tty:
@@ -89,6 +107,9 @@ class StatusLine:
 
 # -- commands ---------------------------------------------------------------------------
 def cmd_init(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .world import Station
+
     config = load_config(args.config)
     station = Station.create(args.dir, config)
     print(f"created station '{config.name}' at {args.dir} with {len(station.agents.active())} agents")
@@ -96,6 +117,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .engine import Engine
+    from .runlog import station_log
+    from .world import Station
+
     directory = Path(args.dir)
     if Store.exists(directory):
         if args.config:
@@ -105,12 +131,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         Station.create(directory, load_config(args.config)).close()
     else:
         raise CliError(f"no station at {directory}; give a config file to create one")
-    with run_lock(directory):
+    with run_lock(directory), station_log(directory) as terminal:
         station = Station.open(directory)
-        return _drive(Engine(station, on_progress=StatusLine()), station, args.ticks, args.until_tick)
+        try:
+            engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
+            return _drive(engine, station, args.ticks, args.until_tick)
+        finally:
+            station.close()  # stops the evaluator: runs in flight are killed and run again on resume
 
 
 def _drive(engine: Engine, station: Station, ticks: int | None, until: int | None) -> int:
+    from . import report
+    from .engine import StationPaused
+
     def request_stop(signum: int, frame: Any) -> None:
         engine.stop.set()  # the turn in flight finishes and commits first
     old = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -130,13 +163,29 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
             status.done()
     print(f"{why}; the station is at tick {station.ctx.tick} ({station.dir})")
     if "research" in station.ctx.rooms:
-        still = station.store.scalar("SELECT COUNT(*) FROM evaluations WHERE status='queued'")
-        if still:
-            print(f"{still} evaluation(s) not delivered yet; they go on when the station runs again")
+        _say_what_evaluations_wait(station)
     return 0
 
 
+def _say_what_evaluations_wait(station: Station) -> None:
+    from .evaluation import states
+
+    done = dict(station.store.all("SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status"))
+    print(f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
+          f"{done.get('timed_out', 0)} timed out (`station status` and the web viewer show each one)")
+    found = states.open_evaluations(station.store, live=True)
+    for e in found:
+        if e.state == "running":
+            print(f"evaluation #{e.id} is running ({e.elapsed_s:.0f} s): it is stopped now and runs again from "
+                  "the start when the station runs again")
+    if found:
+        print(f"{len(found)} evaluation(s) not delivered yet; they go on when the station runs again")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    from . import report
+    from .world import Station
+
     station = Station.open(args.dir)
     data = report.status(station, running=is_running(Path(args.dir)))
     print(json.dumps(data, indent=2) if args.json else report.status_text(data))
@@ -144,16 +193,28 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
-    print(report.agents_table(Station.open(args.dir), include_ended=args.all))
+    from . import report
+    from .world import Station
+
+    print(report.agents_table(Station.open(args.dir), include_ended=args.all), end="")  # it ends in a newline
     return 0
 
 
 def cmd_dialogue(args: argparse.Namespace) -> int:
-    report.print_dialogue(Station.open(args.dir), args.agent, tick=args.tick, full=args.full)
+    from . import report
+    from .world import Station
+
+    report.print_dialogue(Station.open(args.dir), args.agent, tick=args.tick, full=args.full,
+                          console=report.Terminal())
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from .config import parse_config
+    from .context import ReplayDiverged
+    from .engine import Engine
+    from .world import Station
+
     source_dir, out = Path(args.source), Path(args.out)
     source = Store(source_dir)
     if Store.exists(out):
@@ -168,7 +229,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             code = _drive(engine, station, None, until)
         except ReplayDiverged as err:
             raise CliError(f"replay diverged: {err}") from None
-    print(f"replayed {source_dir} up to tick {until} into {out}; `station run {out}` continues it on its own")
+        finally:
+            station.close()
+    print(f"replayed {source_dir} up to tick {until} into {out}; "
+          f"`station run --dir {out}` continues it on its own")
     return code
 
 
@@ -184,8 +248,15 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    sources = [(name, Path(name).read_text(encoding="utf-8", errors="replace")) for name in args.files] \
-        or [("-", sys.stdin.read())]
+    from .actions import parse_actions
+
+    def read(name: str) -> str:
+        try:
+            return Path(name).read_text(encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise CliError(f"cannot read {name}: {err.strerror or err}") from None
+
+    sources = [(name, read(name)) for name in args.files] or [("-", sys.stdin.read())]
     for name, text in sources:
         actions = [a.to_json() for a in parse_actions(text)]
         print(json.dumps({"file": name, "actions": actions}, ensure_ascii=False))
@@ -193,6 +264,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
+    from . import commands
+
     store = Store(args.dir)
     if args.op == "pause" and not is_running(Path(args.dir)):
         raise CliError(f"station {args.dir} is not running; there is nothing to pause")
@@ -203,6 +276,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
         command.update(request=args.request, text=args.text)
     elif args.op == "end_agent":
         command.update(agent=args.agent)
+    commands.validate(command)
+    commands.check_target(store, command)  # reads the store only: fine while the station runs
     number = commands.queue(store, command)
     print(f"operator command #{number} ({args.op}) queued; it takes effect {_when(args.dir)}")
     return 0
@@ -210,6 +285,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 def cmd_set(args: argparse.Namespace) -> int:
     """Change a safe config value of a station (applied between turns if it is running)."""
+    from . import commands
+
     store = Store(args.dir)
     command = commands.set_command(store, args.key, args.value)
     number = commands.queue(store, command)
@@ -223,6 +300,7 @@ def _when(directory: str) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from .config import load_config, parse_config
     from .doctor import diagnose, render
 
     target = Path(args.target)
@@ -267,7 +345,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if tty:
             sys.stderr.write(f"\r\x1b[K{count} pages · {url[:60]}")
 
-    pages = export(args.dir, args.out, progress=show)
+    pages = export(args.dir, args.out, force=args.force, progress=show)
     if tty:
         sys.stderr.write("\n")
     print(f"exported {pages} pages of {args.dir} to {args.out}; open {Path(args.out) / 'index.html'}")
@@ -299,10 +377,12 @@ def elapsed_line(what: str):
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from rooms.research import clip_log
+
     from .config import ExecutorConfig
     from .evaluation.standalone import evaluate, resolve_task
-    from rooms.research import clip_log
     from .executors import create_executor
+    from .report import shown
 
     task, executor_config = resolve_task(args.task, args.task_id)
     if args.timeout is not None:
@@ -326,7 +406,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         lines = [f"task:      {task.title}", f"status:    {result['status']}"
                  + (f" ({result['error']})" if result.get("error") else ""),
                  f"score:     {score}"]
-        lines += [f"  {name}: {value}" for name, value in sorted(result["metrics"].items())]
+        lines += [f"  {name}: {shown(value, task.metric_formats.get(name))}"
+                  for name, value in sorted(result["metrics"].items())]
         lines += [f"details:   {result['details'] or '-'}", f"duration:  {result['duration_s']:.2f} s",
                   f"sandbox:   {', '.join(result['isolation']) or 'none'}"]
         for stream in ("stdout", "stderr"):
@@ -404,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="the whole station as a static HTML site, readable from disk")
     s.add_argument("dir")
     s.add_argument("--out", required=True, help="a new (or empty) folder for the site")
+    s.add_argument("--force", action="store_true", help="replace the site of an earlier export in --out")
     s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("doctor", help="check each configured model's key and endpoint, and say what works")
@@ -440,10 +522,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a reader that went away shows up here, not in a message as Python exits
+    except BrokenPipeError:
+        # `station status DIR | head -1`: the reader has what it wanted. Stop quietly, as Unix tools do when
+        # SIGPIPE ends them (the shell shows 128 + SIGPIPE = 141); stdout goes to devnull so that nothing is
+        # left to fail when Python flushes it at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    for name in ("dir", "source", "out"):  # resolved once: below the CLI nothing depends on the cwd
+        if isinstance(getattr(args, name, None), str):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
     try:
         return args.fn(args)
-    except (CliError, ConfigError, StoreError, TextsError, commands.CommandError, ValueError) as err:
+    except (CliError, StoreError, ValueError) as err:  # ConfigError, TextsError, CommandError are ValueErrors
         print(f"station: {err}", file=sys.stderr)
         return 2
 

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
+from .agents import ACTIVE
 from .config import AgentSpec, ConfigError, StationConfig, parse_config
 from .context import Context
 from .store import Store, dumps
@@ -88,6 +89,28 @@ def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
         return parse_config(data, f"set {key}")
     except ConfigError as err:
         raise CommandError(str(err)) from None
+
+
+def check_target(store: Store, command: dict[str, Any]) -> None:
+    """Refuse now a message, end_agent or answer for an agent or request the station does not have:
+    once queued, it would only be dropped with an alert when the station applies it."""
+    op = command["op"]
+    if op == "end_agent" or op == "message" and command["to"] != "*":
+        name = command["agent"] if op == "end_agent" else command["to"]
+        row = store.one("SELECT state FROM agents WHERE name=?", (name,))
+        if row is None or row["state"] != ACTIVE:
+            gone = f" ({name} has {row['state']})" if row is not None else ""
+            raise CommandError(f"no active agent named {name!r}{gone}; see `station agents DIR`")
+    elif op == "answer":
+        number = int(command["request"])
+        if not store.one("SELECT 1 FROM sqlite_master WHERE type='table' AND name='human_requests'"):
+            raise CommandError("this station has no External Counter, so no requests to answer")
+        row = store.one("SELECT resolved_tick FROM human_requests WHERE id=?", (number,))
+        if row is None:
+            waiting = [f"#{r[0]}" for r in store.all("SELECT id FROM human_requests WHERE resolved_tick IS NULL")]
+            raise CommandError(f"no request #{number} ({'open: ' + ', '.join(waiting) if waiting else 'none is open'})")
+        if row["resolved_tick"] is not None:
+            raise CommandError(f"request #{number} was already answered at tick {row['resolved_tick']}")
 
 
 def queue(store: Store, command: dict[str, Any]) -> int:

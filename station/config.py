@@ -226,6 +226,8 @@ class TaskConfig(Section):
 class ExecutorConfig(Section):
     kind: Literal["local", "ray"] = "local"
     max_parallel: int = Field(2, ge=1, le=256, description="evaluations running at once")
+    scratch_dir: str | None = Field(None, description="where each run's scratch folder is made (on every "
+                                    "worker host); null: the system's temp dir")
     ray_address: str | None = Field(None, description="join this Ray cluster (e.g. ray://host:10001 or auto); "
                                     "null starts a local instance")
     ray_num_cpus: int | None = Field(None, gt=0, description="CPUs of a local Ray instance (default: all)")

@@ -43,6 +43,10 @@ class WaitInterrupted(RuntimeError):
     """The station was asked to stop while a unit waited for an outside input (e.g. an evaluation)."""
 
 
+class StationPaused(RuntimeError):
+    """The station cannot go on without an operator (a model's permanent error, a broken sandbox)."""
+
+
 @dataclass(frozen=True)
 class Event:
     kind: str

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from . import commands, lifecycle
 from .agents import Agent
-from .context import NeedInput, WaitInterrupted, request_hash
+from .context import NeedInput, StationPaused, WaitInterrupted, request_hash
 from .models import BudgetExceeded, Model, ModelError, Reply, Usage
 from .models.base import INTERRUPTED, OVERFLOW
 from .prompt import compose
@@ -36,10 +36,6 @@ class Progress:
     agent: str | None = None
     room: str | None = None
     note: str | None = None  # kind "wait": what the station is waiting for
-
-
-class StationPaused(RuntimeError):
-    """The station cannot go on without an operator (e.g. a model's permanent error)."""
 
 
 def pause_message(who: str | None, err: Exception) -> str:

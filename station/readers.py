@@ -1,6 +1,7 @@
 """Terminal readers for what agents wrote: the Archive's papers, one paper or submission, one capsule thread.
 
-`station papers DIR`, `station paper DIR N` (or `s:N` for a submission) and `station thread DIR N`.
+`station papers DIR`, `station paper DIR N` (or `s:N` for a submission) and `station thread DIR N`
+(their arguments and command functions are in readers_cli.py).
 The query functions return plain dicts and lists read from the store; the render functions print
 them with rich. Everything agents (or the reviewing model) wrote is untrusted: it is cleaned of
 terminal control sequences and only ever printed as `Text` or `Markdown`, so rich markup inside
@@ -8,7 +9,6 @@ it (`[bold red]`) is shown as written, never interpreted.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from typing import Any
@@ -22,8 +22,8 @@ from rich.text import Text
 from rooms.archive import REVIEWER
 from rooms.capsule_store import lineage_key
 
+from .readers_cli import PAPER_STATES, ROOMS
 from .store import Store
-from .world import Station
 
 # -- cleaning untrusted text -------------------------------------------------------------------
 _ESCAPE_SEQUENCES = re.compile(
@@ -68,9 +68,7 @@ def markdown(value: Any, *, limit: int = MAX_TEXT_CHARS) -> Markdown:
 
 
 # -- small helpers ----------------------------------------------------------------------------
-ROOMS = {"public": "public_memory", "mail": "mail", "private": "private_memory", "archive": "archive"}
 THING = {"public_memory": "forum thread", "mail": "mail", "private_memory": "private note", "archive": "paper"}
-PAPER_STATES = ("accepted", "rejected", "pending", "failed")
 SCORE_LINE = re.compile(r"score\s*:\s*\**\s*(10|[1-9])\s*/\s*10", re.IGNORECASE)
 
 
@@ -464,69 +462,3 @@ def _print_message(console: Console, number: int, m: dict[str, Any]) -> None:
     style = "green" if m["author"]["name"] == REVIEWER.name else "cyan"
     console.print(Panel(markdown(m["content"]), title=plain(head, limit=500), title_align="left",
                         border_style=style))
-
-
-# -- the commands -------------------------------------------------------------------------------
-def _open(directory: str) -> Station:
-    return Station.open(directory)
-
-
-def cmd_papers(args: argparse.Namespace) -> int:
-    station = _open(args.dir)
-    try:
-        data = list_papers(station.store, include_unpublished=args.all, status=args.status)
-    finally:
-        station.close()
-    data["filtered"] = args.status is not None
-    render_papers(data)
-    return 0
-
-
-def cmd_paper(args: argparse.Namespace) -> int:
-    kind, number = parse_paper_id(args.id, args.submission)
-    station = _open(args.dir)
-    try:
-        if kind == "paper":
-            paper = get_paper(station.store, number)
-        else:
-            sub = get_submission(station.store, number)
-    finally:
-        station.close()
-    if kind == "paper":
-        render_paper(paper)
-    else:
-        render_submission(sub)
-    return 0
-
-
-def cmd_thread(args: argparse.Namespace) -> int:
-    station = _open(args.dir)
-    try:
-        thread = get_thread(station.store, args.room, args.id, lineage=args.lineage)
-    finally:
-        station.close()
-    render_thread(thread)
-    return 0
-
-
-def add_reader_commands(sub: Any) -> None:
-    """Register `papers`, `paper` and `thread` on the `station` command's subparsers."""
-    s = sub.add_parser("papers", help="the Archive's papers (and with --all the unpublished submissions)")
-    s.add_argument("dir")
-    s.add_argument("--all", action="store_true", help="also list submissions that were not published")
-    s.add_argument("--status", choices=PAPER_STATES,
-                   help="only submissions with this status (accepted = the published papers)")
-    s.set_defaults(fn=cmd_papers)
-
-    s = sub.add_parser("paper", help="one Archive paper with its review and replies (s:N: a submission)")
-    s.add_argument("dir")
-    s.add_argument("id", nargs="?", help="the paper's number in the Archive, or s:N for submission N")
-    s.add_argument("--submission", type=int, metavar="N", help="show submission N and its reviewer dialogue")
-    s.set_defaults(fn=cmd_paper)
-
-    s = sub.add_parser("thread", help="one capsule thread: forum, mail, private note or paper")
-    s.add_argument("dir")
-    s.add_argument("id", type=int, help="the capsule's number in its room")
-    s.add_argument("--room", choices=tuple(ROOMS), default="public", help="which room (default: public, the forum)")
-    s.add_argument("--lineage", help="for private notes: whose (needed when several lineages have that number)")
-    s.set_defaults(fn=cmd_thread)

@@ -21,6 +21,37 @@ SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out")
 PAUSE_FILE = "paused.txt"  # why the last run stopped for the operator (removed when a run starts)
 
 
+class Terminal(Console):
+    """The commands' rich output. Rich exits on its own when the reader of a pipe goes away
+    (`| head`); this leaves it to `station.cli.main`, which handles it the same for every command."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def shown(value: Any, spec: str | None = None) -> str:
+    """A score or metric for people: in the task's format if it has one, else 6 significant digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return format(value, spec or (".6g" if isinstance(value, float) else "d"))
+        except ValueError:  # a task's format that does not fit this value
+            pass
+    return str(value)
+
+
+def natural_order(value: Any) -> tuple:
+    """A sort key: numbers, also when written as text (task ids: 2 before 10), then other text, None last."""
+    if value is None:
+        return (2, 0.0, "")
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
+
+
 def spend(station: Station) -> dict[str, Any]:
     """Money and tokens of every model call this directory made, in total and by caller."""
     rows = station.store.all(
@@ -69,6 +100,13 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         if extra:
             for key, value in extra(ctx).items():
                 counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
+    open_evaluations = []
+    if "research" in ctx.rooms:  # honest states: nothing runs in a station no process runs
+        from .evaluation import states
+
+        open_evaluations = [e.to_json() for e in states.open_evaluations(store, live=running)]
+        for state in ("queued", "running", "undelivered"):
+            counts["submissions"][state] = sum(1 for e in open_evaluations if e["state"] == state)
     done = {r[0] for r in store.all("SELECT session FROM turns WHERE tick=?", (ctx.tick,))}
     pause_file = station.dir / PAUSE_FILE
     paused = not running and pause_file.exists()
@@ -82,6 +120,7 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         "station_status": store.get_meta("station_status", "Healthy"),
         "agents": agents,
         "counts": counts,
+        "evaluations": open_evaluations,
         "spend": money,
     }
 
@@ -108,9 +147,13 @@ def status_text(data: dict[str, Any]) -> str:
     if "research_best" in c:
         sub = c["submissions"]
         social.append(f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
-                      f"{sub['failed']} failed, {sub['timed_out']} timed out")
-        social += [f"best on task {task}: {b['score']} (evaluation #{b['evaluation']} by {b['author']}, "
-                   f"tick {b['tick']})" for task, b in sorted(c["research_best"].items())]
+                      f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out")
+        social += [f"  #{e['id']} {e['state']}" + (f" {e['elapsed_s']:.0f} s" if e["elapsed_s"] is not None else "")
+                   + (f" ({e['progress']})" if e["progress"] else "") + f": {e['title']!r} by {e['author']}"
+                   for e in data.get("evaluations", []) if e["state"] == "running"]
+        best = sorted(c["research_best"].items(), key=lambda item: natural_order(item[0]))
+        social += [f"best on task {task}: {shown(b['score'])} (evaluation #{b['evaluation']} by {b['author']}, "
+                   f"tick {b['tick']})" for task, b in best]
     lines[-1:-1] = social
     if data.get("pause_reason"):
         lines[2:2] = [f"paused: {data['pause_reason']}"]
@@ -122,10 +165,16 @@ def status_text(data: dict[str, Any]) -> str:
                      f"({money['input_tokens']:,} input, {money['output_tokens']:,} output, "
                      f"{money['reasoning_tokens']:,} reasoning tokens{cached})"
                      + (f"; budget: {budget}" if budget else ""))
-        roles = [f"{who} ${c['usd']:.4f}" for who, c in money["by_caller"].items()
-                 if who not in {a["name"] for a in data["agents"]}]
-        if roles:
-            lines.insert(-1, "  other callers: " + ", ".join(roles))
+        # callers other than the active agents: roles (reviewer, grader) and agents who left, often
+        # many and mostly free (scripted or cached), so only those who spent are named
+        others = [(who, c["usd"]) for who, c in money["by_caller"].items()
+                  if who not in {a["name"] for a in data["agents"]}]
+        paid = [f"{who} ${usd:.4f}" for who, usd in others if usd > 0]
+        free = len(others) - len(paid)
+        if paid:
+            lines.insert(-1, "  other callers: " + ", ".join(paid) + (f"; {free} more with no spend" if free else ""))
+        elif free:
+            lines.insert(-1, f"  other callers: {free} (no spend)")
     for a in data["agents"]:
         lineage = f" gen {a['generation']}" if a["generation"] else ""
         tokens = f"{a['context_tokens']:,}" if a["context_tokens"] is not None else "-"
@@ -136,7 +185,6 @@ def status_text(data: dict[str, Any]) -> str:
 
 
 def agents_table(station: Station, *, include_ended: bool) -> str:
-    console = Console(record=True, width=120)
     table = Table("name", "kind", "state", "room", "born", "left", "age", "lineage", "model", "context", "note")
     tick = station.ctx.tick
     for a in station.agents.all():
@@ -149,6 +197,9 @@ def agents_table(station: Station, *, include_ended: bool) -> str:
                       f"{a.lineage} {a.generation}" if a.lineage else "", a.model["name"],
                       f"{a.context_tokens:,}" if a.context_tokens is not None else "-",
                       a.ascended_to and f"-> {a.ascended_to}" or a.succeeded_by and f"heir: {a.succeeded_by}" or "")
+    console = Console()  # on a terminal: its own width
+    if not console.is_terminal:
+        console.width = 100_000  # piped: one line per agent (the table takes only the width it needs)
     with console.capture() as cap:
         console.print(table)
     return cap.get()
@@ -165,8 +216,12 @@ def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
         raise ValueError(f"no agent named {name!r}; see `station agents DIR --all`")
     sql = "SELECT * FROM turns WHERE session=?" + (" AND tick=?" if tick is not None else "") + " ORDER BY tick"
     rows = station.store.all(sql, (agent.session, tick) if tick is not None else (agent.session,))
+    if not rows and tick is not None:
+        span = station.store.one("SELECT MIN(tick), MAX(tick) FROM turns WHERE session=?", (agent.session,))
+        has = f"its turns are at ticks {span[0]}-{span[1]}" if span[0] is not None else "it has no turns yet"
+        raise ValueError(f"{name} has no turn at tick {tick}; {has}")
     if not rows:
-        console.print(f"[yellow]{name} has no turns{' at tick %d' % tick if tick is not None else ''}.[/]")
+        console.print(f"[yellow]{name} has no turns yet.[/]")
     for row in rows:
         console.rule(f"[bold]tick {row['tick']}[/] · {row['agent']} · ends in {row['room']} · "
                      f"context {row['context_tokens'] or 0:,} tokens")

@@ -9,6 +9,7 @@ tables without the engine knowing them.  All writes of one agent turn happen ins
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -140,6 +141,12 @@ class StoreError(RuntimeError):
     pass
 
 
+def absolute(directory: str | Path) -> Path:
+    """A station directory as an absolute path, fixed once when it is opened: everything below
+    (the sandbox's mounts, the evaluator's threads, the web runner) may run with another cwd."""
+    return Path(os.path.abspath(directory))
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON: sorted keys, so equal worlds give equal bytes."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -149,7 +156,7 @@ class Store:
     """One open station database. Not thread-safe: one Store per thread."""
 
     def __init__(self, directory: str | Path, *, durability: str = "normal") -> None:
-        self.dir = Path(directory)
+        self.dir = absolute(directory)
         self.files = self.dir / FILES_DIR
         db_path = self.dir / DB_NAME
         if not db_path.exists():

@@ -15,7 +15,7 @@ from .context import Context
 from .conversation import Conversations
 from .hooks import load_hooks
 from .models import ModelPool
-from .store import CORE_MIGRATIONS, Store, StoreError
+from .store import CORE_MIGRATIONS, Store, StoreError, absolute
 from .tasks import load_tasks
 from .texts import Texts
 
@@ -58,7 +58,7 @@ class Station:
         creation never leaves a half-made station behind.
         """
         Texts(config.codex.set, config.codex.texts)  # fail on a bad codex before creating files
-        final = Path(directory)
+        final = absolute(directory)
         if Store.exists(final):
             raise StoreError(f"a station already exists at {final}")
         if final.exists() and any(final.iterdir()):

@@ -1,4 +1,4 @@
-"""Small shared helpers for tests/test_bad_input.py and tests/test_engine.py.
+"""Small shared helpers for the tests that drive a station (in-process or as a subprocess).
 
 They drive a real station in-process (Station + Engine on a temporary directory) and read
 what happened back from its database: turn rows (prompts, replies, actions), agent records,
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -184,3 +186,22 @@ def research_station_evaluations(directory: Path, name: str, research: dict[str,
         return station.store.all("SELECT author, status, score, title FROM evaluations ORDER BY id")
     finally:
         station.close()
+
+
+def read(directory: Path, sql: str) -> list[tuple]:
+    """Rows of a station that another process is running (or creating): read-only, never blocking it."""
+    if not (directory / "station.db").exists():
+        return []  # still being created
+    db = sqlite3.connect(f"file:{directory / 'station.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        return db.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []  # tables not created yet
+    finally:
+        db.close()
+
+
+def sandboxes_alive(marker: str) -> list[str]:
+    """Processes whose command line holds `marker` (submitted code marks itself with a comment)."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -10,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from conftest import copy_station
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "social_demo.yaml"
@@ -161,3 +164,146 @@ def test_pause_stops_a_running_station_and_is_refused_when_stopped(tmp_path: Pat
     assert station("pause", str(d)).returncode == 0
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "paused by the operator" in out
+
+
+# -- CLI polish: what a user sees ---------------------------------------------------------------
+def test_a_reader_that_goes_away_ends_any_command_quietly(demo60: Path) -> None:
+    for args in (["status", str(demo60)], ["status", str(demo60), "--json"], ["agents", str(demo60), "--all"],
+                 ["dialogue", str(demo60), "Guest_1"], ["papers", str(demo60)], ["paper", str(demo60), "1"],
+                 ["parse", str(ROOT / "README.md")]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # like `| head -1` that has already exited
+        try:
+            done = subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, stdout=write_end,
+                                  stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(write_end)
+        assert (done.returncode, done.stderr) == (141, ""), args  # no traceback, no "Exception ignored"
+
+
+def test_status_names_only_the_other_callers_who_spent(demo60: Path, tmp_path: Path) -> None:
+    data = json.loads(station("status", str(demo60), "--json").stdout)
+    active = {a["name"] for a in data["agents"]}
+    others = [who for who in data["spend"]["by_caller"] if who not in active]
+    assert len(others) > 5 and all(data["spend"]["by_caller"][w]["usd"] == 0 for w in others)
+    text = station("status", str(demo60)).stdout
+    assert f"  other callers: {len(others)} (no spend)\n" in text and "$0.0000," not in text
+
+    paid = copy_station(demo60, tmp_path / "paid")
+    db = sqlite3.connect(paid / "station.db")
+    db.execute("INSERT INTO spend(at, tick, who, model, provider, input_tokens, cached_input_tokens, "
+               "cache_write_tokens, output_tokens, reasoning_tokens, cost_usd) "
+               "VALUES(0, 1, 'reviewer', 'm', 'p', 10, 0, 0, 10, 0, 0.25)")
+    db.commit()
+    db.close()
+    line = next(x for x in station("status", str(paid)).stdout.splitlines() if "other callers" in x)
+    assert line == f"  other callers: reviewer $0.2500; {len(others) - 1} more with no spend"
+    again = json.loads(station("status", str(paid), "--json").stdout)
+    assert set(again["spend"]["by_caller"]) == set(data["spend"]["by_caller"])  # the JSON keeps every caller
+
+
+def test_operator_commands_refuse_unknown_agents_and_requests(demo60: Path, tmp_path: Path) -> None:
+    d = copy_station(demo60, tmp_path / "s")
+    db = sqlite3.connect(d / "station.db")
+    ended = db.execute("SELECT name, state FROM agents WHERE state!='active' ORDER BY name").fetchone()
+    waiting = db.execute("SELECT id FROM human_requests WHERE resolved_tick IS NULL ORDER BY id").fetchone()
+    queued = lambda: db.execute("SELECT COUNT(*) FROM operator_queue").fetchone()[0]  # noqa: E731
+    before = queued()
+    for args in (["message", str(d), "Nobody", "hi"], ["end-agent", str(d), "Nobody"]):
+        refused = station(*args)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr == "station: no active agent named 'Nobody'; see `station agents DIR`\n"
+    refused = station("message", str(d), ended[0], "hi")
+    assert refused.returncode == 2 and f"({ended[0]} has {ended[1]})" in refused.stderr
+    assert station("end-agent", str(d), "*").returncode == 2  # * means everyone only for a message
+    unknown = station("answer", str(d), "999", "an answer")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("station: no request #999 (")
+    assert queued() == before
+    assert station("message", str(d), "*", "hello all").returncode == 0
+    assert station("message", str(d), json.loads(station("status", str(d), "--json").stdout)["agents"][0]["name"],
+                   "hello you").returncode == 0
+    assert waiting is not None, "the demo has an open External Counter request"
+    assert station("answer", str(d), str(waiting[0]), "here you are").returncode == 0
+    assert queued() == before + 3
+
+
+def test_dialogue_at_a_tick_without_a_turn_says_which_ticks_there_are(demo60: Path) -> None:
+    db = sqlite3.connect(demo60 / "station.db")
+    # the dialogue follows the session: Guest_1's turns and, after it ascended, its new name's
+    first, last = db.execute("SELECT MIN(tick), MAX(tick) FROM turns WHERE session="
+                             "(SELECT session FROM agents WHERE name='Guest_1')").fetchone()
+    missing = station("dialogue", str(demo60), "Guest_1", "--tick", "999")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr == f"station: Guest_1 has no turn at tick 999; its turns are at ticks {first}-{last}\n"
+    unknown = station("dialogue", str(demo60), "Nobody", "--tick", "1")
+    assert unknown.returncode == 2 and "no agent named 'Nobody'" in unknown.stderr
+
+
+def test_parse_refuses_what_it_cannot_read_in_one_line(tmp_path: Path) -> None:
+    unreadable = tmp_path / "secret.txt"
+    unreadable.write_text("/execute_action{goto mail}\n")
+    unreadable.chmod(0)
+    cases = {"/nonexistent": "No such file or directory", str(tmp_path): "Is a directory"}
+    if not os.access(unreadable, os.R_OK):  # root reads it anyway
+        cases[str(unreadable)] = "Permission denied"
+    for name, why in cases.items():
+        done = station("parse", str(ROOT / "README.md"), name)
+        assert done.returncode == 2 and done.stdout == ""  # nothing printed before the error either
+        assert done.stderr == f"station: cannot read {name}: {why}\n"
+
+
+def test_agents_table_keeps_each_agent_on_one_line_when_piped(demo60: Path) -> None:
+    db = sqlite3.connect(demo60 / "station.db")
+    names = [n for (n,) in db.execute("SELECT name FROM agents")]
+    table = station("agents", str(demo60), "--all", env={**os.environ, "COLUMNS": "60"}).stdout
+    lines = table.splitlines()
+    for name in names:
+        row = [x for x in lines if f"│ {name} " in x]
+        assert len(row) == 1 and "…" not in row[0], name  # whole, and not wrapped onto a second line
+    assert len(lines) == len(names) + 4  # the rows, the header and the borders
+
+
+def test_status_shows_scores_with_six_significant_digits(demo60: Path) -> None:
+    best = json.loads(station("status", str(demo60), "--json").stdout)["counts"]["research_best"]["1"]
+    line = next(x for x in station("status", str(demo60)).stdout.splitlines() if x.startswith("best on task 1:"))
+    assert line.startswith(f"best on task 1: {best['score']:.6g} (evaluation #{best['evaluation']}")
+    assert len(str(best["score"])) > 10  # the stored score has many more digits
+
+
+def test_status_lists_tasks_in_numeric_order(demo60: Path) -> None:
+    from station.report import status_text
+
+    data = json.loads(station("status", str(demo60), "--json").stdout)
+    best = data["counts"]["research_best"]["1"]
+    data["counts"]["research_best"] = {"10": best, "2": {**best, "score": 7}, "1": best}
+    shown = [x.split(":")[0] for x in status_text(data).splitlines() if x.startswith("best on task")]
+    assert shown == ["best on task 1", "best on task 2", "best on task 10"]
+
+
+def test_export_force_refreshes_an_earlier_export_and_nothing_else(demo60: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    assert station("export", str(demo60), "--out", str(site)).returncode == 0
+    marker = json.loads((site / ".station-export").read_text())
+    assert marker["station"] == str(demo60.resolve()) and marker["exported_at"]
+    (site / "stale.html").write_text("from an older export")
+    again = station("export", str(demo60), "--out", str(site))
+    assert again.returncode == 2 and "--force" in again.stderr
+    refreshed = station("export", str(demo60), "--out", str(site), "--force")
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert (site / "index.html").exists() and not (site / "stale.html").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    refused = station("export", str(demo60), "--out", str(mine), "--force")
+    assert refused.returncode == 2 and "is not an earlier export" in refused.stderr
+    assert [p.name for p in mine.iterdir()] == ["keep.txt"]
+
+
+def test_help_imports_no_heavy_module() -> None:
+    loaded = subprocess.run([sys.executable, "-c", "import sys; from station.cli import build_parser; "
+                             "build_parser(); print(' '.join(sorted(sys.modules)))"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.split()
+    heavy = [m for m in loaded if m.split(".")[0] in ("pydantic", "rich", "numpy", "rooms", "yaml", "fastapi")
+             or m in ("station.engine", "station.world", "station.config", "station.readers", "station.report")]
+    assert "station.cli" in loaded and heavy == []
+    assert station("--help").returncode == 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers import act, reply, yaml_block
+from helpers import act, read, reply, sandboxes_alive, yaml_block
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOW = ("import time\n\ndef construct_packing():\n    time.sleep({seconds})  # marker-{marker}\n"
@@ -48,23 +47,6 @@ def write_config(tmp_path: Path) -> Path:
     path = tmp_path / "crash.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def read(directory: Path, sql: str) -> list[tuple]:
-    if not (directory / "station.db").exists():
-        return []  # still being created
-    db = sqlite3.connect(f"file:{directory / 'station.db'}?mode=ro", uri=True, timeout=30)
-    try:
-        return db.execute(sql).fetchall()
-    except sqlite3.OperationalError:
-        return []  # tables not created yet
-    finally:
-        db.close()
-
-
-def sandboxes_alive(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
 
 
 def test_kill_9_with_queued_and_running_evaluations_then_every_one_is_delivered_once(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -158,7 +159,9 @@ def test_a_fork_at_tick_30_continues_on_its_own(source: Path, tmp_path: Path) ->
     assert rows(forked, "turns") == rows(forked, "turns", until_tick=FORK_AT)  # nothing past the fork point
     assert rows(forked, "inputs") == rows(forked, "inputs", until_tick=FORK_AT)
 
-    cont = station("run", "--dir", str(fork), "--ticks", "10")
+    hint = re.search(r"`station (run [^`]*)` continues it", done.stdout)  # the command it prints, as printed
+    assert hint and hint.group(1).split() == ["run", "--dir", str(fork)]
+    cont = station(*hint.group(1).split(), "--ticks", "10")
     assert cont.returncode == 0, cont.stderr
     assert f"finished tick {FORK_AT + 10}" in cont.stdout
     assert meta_tick(fork) == FORK_AT + 11

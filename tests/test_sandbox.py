@@ -549,3 +549,32 @@ class Boom:
 
     def __reduce__(self):
         return (os.system, (f"touch {self.canary}",))
+
+
+def test_training_progress_is_reported_as_plain_short_text(executor, station):
+    """What a harness writes to STATION_PROGRESS reaches the status displays, cleaned and capped; a
+    link planted in its place is not followed."""
+    seen: list[tuple[str, str]] = []
+    executor.on_progress = lambda label, text: seen.append((label, text))
+    try:
+        r = run(executor, station, """
+            import os, time
+            def main():
+                path = os.environ["STATION_PROGRESS"]
+                for text in ["epoch 1/3", "epoch 2/3\\x1b]52;c;evil\\x07" + "x" * 500]:
+                    open(path + ".new", "w").write(text)
+                    os.replace(path + ".new", path)
+                    time.sleep(2.5)
+                os.remove(path)
+                os.symlink("/etc/passwd", path)
+                time.sleep(2.5)
+                return 1
+        """, timeout_s=30, label="eval-7-v1-train0")
+    finally:
+        executor.on_progress = None
+    assert r.status == "ok", r
+    texts = [text for label, text in seen]
+    assert all(label == "eval-7-v1-train0" for label, _ in seen)
+    assert texts[0] == "epoch 1/3"
+    assert texts[1].startswith("epoch 2/3]52;c;evil") and len(texts[1]) <= 120 and "\x1b" not in texts[1]
+    assert not any("root:" in t for t in texts)

@@ -161,7 +161,10 @@ def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0
                "seed": (r.value or {}).get("seed") if isinstance(r.value, dict) else None,
                "value": r.value if isinstance(r.value, dict) else None} for n, r in enumerate(trials)]
     usable = [r for r in trials if r.status == "ok"]
-    if usable:
+    broken = next((r for r in trials if r.status == "system_error"), None)
+    if broken is not None:  # the machinery failed, not the code: no partial score is charged to anyone
+        status, error, trace, code = "system_error", broken.error, None, None
+    elif usable:
         status, error, trace, code = "ok", None, None, 0
     else:  # nothing to score: the evaluation fails like a single run would (a crash may be debugged)
         first = next((r for r in trials if r.status == "error"), trials[0])

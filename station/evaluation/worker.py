@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -26,12 +27,13 @@ from rooms.research_store import open_evaluations
 from ..executors.base import Mount, RunResult
 from ..agents import AgentRegistry
 from ..models import ModelPool
-from ..store import Store
+from ..store import Store, absolute
 from . import debugger
 from .pipeline import Outcome, walk
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
+RUN_LABEL = re.compile(r"eval-(\d+)-v(\d+)(?:-(\w+))?")  # the labels _run gives (a training task adds -train0, ...)
 STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
 
 
@@ -89,18 +91,32 @@ class _Stopped(Exception):
     pass
 
 
+class SystemFailure(Exception):
+    """The machinery failed (the sandbox could not be set up, the executor broke): not the code's fault.
+
+    Such a result is never recorded, so it is charged to nobody: the worker stops taking work, the
+    station pauses with the reason, and the evaluation runs again when the station is run again."""
+
+    def __init__(self, evaluation: int, error: str) -> None:
+        super().__init__(f"evaluation #{evaluation} could not be run: {error}")
+        self.evaluation, self.error = evaluation, error
+
+
 class EvaluationWorker(threading.Thread):
     def __init__(self, directory: Path, config: Any, texts: Any, tasks: dict[str, Any],
                  executor: Any | None = None, models: Any = None) -> None:
         super().__init__(name="evaluator", daemon=True)
         self.models = models if models is not None else ModelPool()
-        self.directory, self.config, self.texts, self.tasks = Path(directory), config, texts, tasks
+        self.directory, self.config, self.texts, self.tasks = absolute(directory), config, texts, tasks
         self.executor = executor
         self.stop, self.wake, self.recorded = threading.Event(), threading.Event(), threading.Event()
         self.inflight: dict[int, threading.Thread] = {}
         self.complete: set[int] = set()  # every input recorded; waiting for the engine to apply them
         self.error: str | None = None
+        self.system_failure: SystemFailure | None = None  # set once; no new work is taken after it
         self._lock = threading.Lock()
+        self._progress: dict[str, str] = {}  # run label -> what its harness last reported
+        self._progress_changed = False
 
     # -- the scheduling loop --------------------------------------------------------------
     def run(self) -> None:
@@ -110,12 +126,17 @@ class EvaluationWorker(threading.Thread):
             self.error = repr(err)
             return
         try:
+            # Runs left 'running' by an earlier process died with it (one engine per station).
+            store.execute("UPDATE evaluation_runs SET state='abandoned' WHERE state='running'")
             if self.executor is None:
                 from ..executors import create_executor  # the executors load Ray etc. only when used
                 hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
-                self.executor = create_executor(self.config.research.executor, hide=hidden)
+                config = self.config.research.executor
+                self.executor = create_executor(config, hide=hidden, scratch_base=config.scratch_dir)
+            self.executor.on_progress = self._on_progress
             while not self.stop.is_set():
                 self._schedule(store)
+                self._save_progress(store)
                 self.wake.wait(POLL_SECONDS)
                 self.wake.clear()
         except Exception as err:  # noqa: BLE001 - report it; the hook starts a new worker
@@ -129,6 +150,8 @@ class EvaluationWorker(threading.Thread):
         with self._lock:
             for number in [n for n, t in self.inflight.items() if not t.is_alive()]:
                 del self.inflight[number]
+        if self.system_failure is not None:
+            return
         for row in open_evaluations(store):
             if len(self.inflight) >= limit:
                 break
@@ -162,13 +185,23 @@ class EvaluationWorker(threading.Thread):
             self.complete.add(row["id"])
         except _Stopped:
             pass
-        except Exception as err:  # noqa: BLE001 - keep serving the others; retried on the next round
-            log.exception("evaluation %s failed in the evaluator", row["id"])
-            self.error = repr(err)
-            time.sleep(POLL_SECONDS)
+        except Exception as err:  # noqa: BLE001 - the machinery broke: as loud as a broken sandbox
+            if self.stop.is_set():
+                pass  # cut short by the shutdown: not a result; it runs again on resume
+            elif isinstance(err, SystemFailure):
+                self._fail(err)
+            else:
+                log.exception("evaluation %s failed in the evaluator", row["id"])
+                self.error = repr(err)
+                self._fail(SystemFailure(row["id"], f"the evaluator failed: {type(err).__name__}: {err}"))
         finally:
             store.close()
             self.wake.set()
+
+    def _fail(self, failure: SystemFailure) -> None:
+        log.error("%s", failure)
+        self.system_failure = self.system_failure or failure
+        self.recorded.set()  # wakes the engine if it waits on this evaluation
 
     def _fetcher(self, store: Store, row: dict[str, Any]) -> Callable:
         def fetch(key: str, kind: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -206,6 +239,8 @@ class EvaluationWorker(threading.Thread):
             result = RunResult(status="system_error", error=f"Evaluation system error: {err}")
         finally:
             self._mark(store, row["id"], version, "done")
+        if result.status == "system_error" and not self.stop.is_set():
+            raise SystemFailure(row["id"], result.error or "the executor failed")
         return run_payload(task, result, self.executor.name)
 
     def _debug(self, task: Any, so_far: Outcome) -> dict[str, Any]:
@@ -213,6 +248,30 @@ class EvaluationWorker(threading.Thread):
 
     def _debugger_model(self) -> Any:
         return self.models.get(self.config.debugger.model)
+
+    # -- progress of training runs, for the status displays ----------------------------------
+    def _on_progress(self, label: str, text: str) -> None:
+        """Called from the executor's threads: only noted here, saved by the scheduling loop."""
+        with self._lock:
+            self._progress[label] = text
+            self._progress_changed = True
+
+    def _save_progress(self, store: Store) -> None:
+        with self._lock:
+            if not self._progress_changed:
+                return
+            self._progress_changed = False
+            reports = dict(self._progress)
+        by_run: dict[tuple[int, int], list[str]] = {}
+        for label, text in sorted(reports.items()):
+            found = RUN_LABEL.fullmatch(label)
+            if found:
+                part = found.group(3)
+                by_run.setdefault((int(found.group(1)), int(found.group(2))), []).append(
+                    f"{part.replace('train', 'trial ')}: {text}" if part else text)
+        for (evaluation, version), parts in by_run.items():
+            store.execute("UPDATE evaluation_runs SET progress=? WHERE evaluation=? AND version=? AND state='running'",
+                          ("; ".join(parts), evaluation, version))
 
     def _mark(self, store: Store, evaluation: int, version: int, state: str) -> None:
         now = time.time()
@@ -223,3 +282,7 @@ class EvaluationWorker(threading.Thread):
         else:
             store.execute("UPDATE evaluation_runs SET state=?, finished_at=? WHERE evaluation=? AND version=?",
                           (state, now, evaluation, version))
+            prefix = f"eval-{evaluation}-v{version}"
+            with self._lock:  # a finished run reports nothing more
+                for label in [k for k in self._progress if k == prefix or k.startswith(prefix + "-")]:
+                    del self._progress[label]

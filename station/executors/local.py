@@ -35,7 +35,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 from .base import RunResult, RunSpec
 from .results import ResultRefused, StreamCapture, load_result, read_status
@@ -52,6 +52,7 @@ FULL = NAMESPACES + ["read-only-root", "private-tmp", "uid", "no-capabilities", 
 STALE_AFTER_S = 60  # an unlocked run dir this old belongs to a dead station
 PIPE_GRACE_S = 2.0  # reading what is left in the pipes after the process ended or was killed
 TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+PROGRESS_FILE, PROGRESS_POLL_S, PROGRESS_MAX_BYTES = "progress.txt", 1.0, 120  # a harness's "epoch 3/120"
 Isolation = Literal["auto", "userns", "process"]
 
 
@@ -73,6 +74,10 @@ class LocalExecutor:
         self.setpriv = shutil.which("setpriv", path=TOOL_PATH)
         self.unshare = shutil.which("unshare", path=TOOL_PATH)
         self.mode = self._choose_mode(isolation)
+        self.on_progress: Callable[[str, str], None] | None = None  # (run label, what its harness reported)
+        self._live: set[subprocess.Popen] = set()  # runs in flight, killed by close()
+        self._live_lock = threading.Lock()
+        self._closed = False
         self._sweep()
 
     def _sweep(self) -> None:
@@ -127,7 +132,12 @@ class LocalExecutor:
         return f"local sandbox: {layers}, rlimits, scrubbed environment; scratch in {self.scratch_base}"
 
     def close(self) -> None:
-        pass  # nothing held between runs
+        """Kill every run in flight (a stopping station re-runs them when it resumes); no new runs start."""
+        with self._live_lock:
+            self._closed = True
+            live = list(self._live)
+        for proc in live:
+            _kill(proc)
 
     # -- one run ---------------------------------------------------------------------------------
     def run(self, spec: RunSpec) -> RunResult:
@@ -200,9 +210,13 @@ class LocalExecutor:
 
     def _launch(self, spec: RunSpec, run_dir: Path) -> RunResult:
         captures = StreamCapture(spec.max_output_bytes), StreamCapture(spec.max_output_bytes)
-        proc = subprocess.Popen(self._command(run_dir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=environment(spec, run_dir / "work"), cwd=run_dir,
-                                start_new_session=True)
+        with self._live_lock:
+            if self._closed:
+                raise SandboxError("the executor was closed: the station is stopping")
+            env = {**environment(spec, run_dir / "work"), "STATION_PROGRESS": str(run_dir / "out" / PROGRESS_FILE)}
+            proc = subprocess.Popen(self._command(run_dir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env, cwd=run_dir, start_new_session=True)
+            self._live.add(proc)
         readers = [threading.Thread(target=_pump, args=(stream, capture), daemon=True)
                    for stream, capture in zip((proc.stdout, proc.stderr), captures)]
         for reader in readers:
@@ -210,17 +224,32 @@ class LocalExecutor:
         try:  # a pidfd wakes us the moment it exits (Popen.wait(timeout) polls, up to 50 ms late)
             pidfd = os.pidfd_open(proc.pid)
             try:
-                timed_out = not select.select([pidfd], [], [], spec.timeout_s)[0]
+                timed_out = not self._wait_reporting(pidfd, spec, run_dir / "out" / PROGRESS_FILE)
             finally:
                 os.close(pidfd)
         finally:
             if proc.poll() is None:
                 _kill(proc)
             proc.wait()
+            with self._live_lock:
+                self._live.discard(proc)
         for reader in readers:
             reader.join(PIPE_GRACE_S)
         result = RunResult(status="ok", stdout=captures[0].text(), stderr=captures[1].text())
         return self._outcome(spec, run_dir, proc.returncode, timed_out, result)
+
+    def _wait_reporting(self, pidfd: int, spec: RunSpec, progress: Path) -> bool:
+        """Wait for the run to end (True) or its time to run out (False), passing on what a training
+        harness reports about its progress meanwhile."""
+        deadline = time.monotonic() + spec.timeout_s
+        last = None
+        while (left := deadline - time.monotonic()) > 0:
+            if select.select([pidfd], [], [], min(left, PROGRESS_POLL_S))[0]:
+                return True
+            if self.on_progress is not None and (text := read_progress(progress)) and text != last:
+                last = text
+                self.on_progress(spec.label, text)
+        return False
 
     def _outcome(self, spec: RunSpec, run_dir: Path, returncode: int, timed_out: bool,
                  result: RunResult) -> RunResult:
@@ -229,7 +258,11 @@ class LocalExecutor:
         if timed_out:
             result.status, result.error = "timeout", f"Execution timed out after {spec.timeout_s:g} seconds"
             return result
-        if status is None or "setup_error" in status:  # the code never ran
+        if status is None and returncode < 0 and self.mode == "process":
+            # Without namespaces the code runs as the supervisor's user and can kill it: its fault.
+            result.status, result.error = "error", f"{exit_message(returncode)}: the run's supervisor was killed"
+            return result
+        if status is None or "setup_error" in status:  # the code never ran: a system error
             last_line = (result.stderr.strip().splitlines() or [""])[-1]
             why = status["setup_error"] if status else f"it did not start (exit code {returncode}) {last_line}"
             result.status, result.error = "system_error", f"Sandbox error: {why.strip()}"
@@ -276,6 +309,25 @@ def environment(spec: RunSpec, scratch: Path) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(spec.env)
     return env
+
+
+def read_progress(path: Path) -> str | None:
+    """What the run's harness last reported: untrusted bytes from the sandbox, so short, decoded
+    leniently and stripped of control characters before anyone displays them."""
+    try:  # never follow a link the code planted, never block on a FIFO, read only a regular file
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, PROGRESS_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    text = "".join(c for c in raw.decode("utf-8", errors="replace") if c.isprintable())
+    return text.strip() or None
 
 
 def exit_message(code: int | None) -> str:

@@ -20,17 +20,21 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .base import RunResult, RunSpec
 from .local import LocalExecutor
 
 MARGIN_S = 30.0  # beyond the run's own timeout, which the sandbox on the worker enforces itself
+log = logging.getLogger(__name__)
+WAIT_SLICE_S = 0.5  # how often a wait looks whether the station is stopping
+CLOSE_WAIT_S = 2.0  # at most this long for the runs' threads to leave Ray before it shuts down
 _worker_executors: dict[tuple, LocalExecutor] = {}  # per worker process: probing the modes once
 
 
 def _run_on_worker(spec: RunSpec, options: tuple):
-    """Ray task body (streaming): "started", then the RunResult as a plain dict."""
+    """Ray task body (streaming): "started", then {"progress": text} whenever the run's harness
+    reports some, then {"result": the RunResult as a plain dict}."""
     yield "started"
     import ray
 
@@ -40,8 +44,28 @@ def _run_on_worker(spec: RunSpec, options: tuple):
     if spec.num_gpus > 0:  # Ray chose the GPUs; the sandbox's environment is built from nothing
         ids = ",".join(str(i) for i in ray.get_gpu_ids())
         spec = dataclasses.replace(spec, env={"CUDA_VISIBLE_DEVICES": ids, **spec.env})
-    result = executor.run(spec)
-    yield {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    reports: queue.Queue = queue.Queue()
+    executor.on_progress = lambda label, text: reports.put(text)
+    outcome: dict[str, RunResult] = {}
+    running = threading.Thread(target=lambda: outcome.update(result=executor.run(spec)), daemon=True)
+    running.start()
+    while running.is_alive() or not reports.empty():
+        try:
+            yield {"progress": reports.get(timeout=1.0)}
+        except queue.Empty:
+            pass
+    result = outcome["result"]
+    yield {"result": {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}}
+
+
+def _route_ray_logging() -> None:
+    """Ray's logger writes to the terminal by itself; hand its records to the station's logging
+    instead (station/runlog.py sends them to the station's log file)."""
+    ray_log = logging.getLogger("ray")
+    for handler in list(ray_log.handlers):
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            ray_log.removeHandler(handler)
+    ray_log.propagate = True
 
 
 class RayExecutor:
@@ -56,16 +80,24 @@ class RayExecutor:
         self.queue_timeout_s = queue_timeout_s
         self.init_seconds: float | None = None  # how long connecting or starting Ray took
         self._lock = threading.Lock()
+        self._init_lock = threading.Lock()
+        self._users_changed = threading.Condition(self._lock)
+        self._users = 0  # threads inside run()
         self._task = None
         self._initialized_here = False
         self._release = threading.Event()  # lets the thread that called ray.init end
         self._owner: threading.Thread | None = None
+        self.on_progress: Callable[[str, str], None] | None = None  # (run label, what its harness reported)
+        self._closing = threading.Event()  # close() was called: waits end, runs in flight are cancelled
+        self._inflight: set = set()  # the streaming refs of runs in flight
 
     def _ray(self):
         """Ray, initialised once per process (thread-safe), and the remote task."""
         import ray
 
-        with self._lock:
+        with self._init_lock:  # not self._lock: close() must not wait for a slow ray.init
+            if self._closing.is_set():  # never start Ray again once closed
+                raise RuntimeError("the executor was closed (the station is stopping)")
             if self._task is None:
                 began = time.monotonic()
                 if not ray.is_initialized():
@@ -82,6 +114,7 @@ class RayExecutor:
         outcome: queue.Queue = queue.Queue()
 
         def own() -> None:
+            _route_ray_logging()
             try:
                 common = {"log_to_driver": False, "logging_level": logging.WARNING}
                 if self.address:
@@ -112,33 +145,77 @@ class RayExecutor:
 
     def run(self, spec: RunSpec) -> RunResult:
         began = time.monotonic()
+        runs = None
+        with self._users_changed:
+            if self._closing.is_set():
+                return RunResult(status="system_error", error="Ray error: the executor was closed (the station "
+                                                              "is stopping)")
+            self._users += 1  # close() shuts Ray down only when no thread is inside a Ray call
         try:
             ray, task = self._ray()
             runs = task.options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, name=spec.label).remote(
                 spec, self.options)
+            with self._lock:
+                self._inflight.add(runs)
             result = self._follow(ray, runs, spec)
         except Exception as err:  # noqa: BLE001 - Ray itself failed (worker died, cluster gone, ...)
             result = RunResult(status="system_error", error=f"Ray error: {type(err).__name__}: {err}")
+        finally:
+            with self._users_changed:
+                self._inflight.discard(runs)
+                self._users -= 1
+                self._users_changed.notify_all()
         result.duration_s = time.monotonic() - began
         return result
 
+    def _wait(self, ray, runs, timeout: float | None) -> bool:
+        """ray.wait in short slices, so that close() ends it within a second; True when ready."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closing.is_set():
+            left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            if ray.wait([runs], timeout=left)[0]:
+                return True
+        raise RuntimeError("the executor was closed: the station is stopping")
+
     def _follow(self, ray, runs, spec: RunSpec) -> RunResult:
-        ready, _ = ray.wait([runs], timeout=self.queue_timeout_s)
-        if not ready:
+        if not self._wait(ray, runs, self.queue_timeout_s):
             ray.cancel(runs, force=True)
             return RunResult(status="system_error",
                              error=f"Ray error: no worker took the run within {self.queue_timeout_s:g} seconds")
         ray.get(next(runs))  # "started"
-        ready, _ = ray.wait([runs], timeout=spec.timeout_s + MARGIN_S)
-        if not ready:
-            ray.cancel(runs, force=True)
-            return RunResult(status="timeout", error=f"Execution timed out after {spec.timeout_s:g} seconds "
-                                                     "(the Ray task did not finish and was cancelled)")
-        return RunResult(**ray.get(next(runs)))
+        deadline = time.monotonic() + spec.timeout_s + MARGIN_S
+        while True:
+            if not self._wait(ray, runs, deadline - time.monotonic()):
+                ray.cancel(runs, force=True)
+                return RunResult(status="timeout", error=f"Execution timed out after {spec.timeout_s:g} seconds "
+                                                         "(the Ray task did not finish and was cancelled)")
+            item = ray.get(next(runs))
+            if "result" in item:
+                return RunResult(**item["result"])
+            if self.on_progress is not None:
+                self.on_progress(spec.label, item["progress"])
 
     def close(self) -> None:
-        """Disconnect from (or stop) Ray if this executor initialised it; leave it alone otherwise."""
-        with self._lock:
+        """Cancel the runs in flight (they run again when the station resumes), then disconnect from
+        (or stop) Ray if this executor initialised it; leave it alone otherwise."""
+        with self._users_changed:
+            self._closing.set()
+            if self._task is not None:
+                import ray
+
+                for runs in self._inflight:
+                    try:
+                        ray.cancel(runs, force=True)
+                    except Exception:  # noqa: BLE001 - already finished, or the cluster is gone
+                        pass
+            # Ray ends the whole process when a thread calls into it after shutdown: wait (a wait
+            # slice or so) for the runs' threads to leave their Ray calls. A thread still inside
+            # (Ray still starting) keeps Ray up; a local instance then ends with this process.
+            if not self._users_changed.wait_for(lambda: self._users == 0, timeout=CLOSE_WAIT_S):
+                log.warning("Ray was still starting or busy when the station stopped; not shut down")
+                return
             if self._initialized_here:
                 import ray
 

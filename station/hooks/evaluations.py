@@ -21,8 +21,8 @@ from typing import Any, Callable
 from rooms.research import clip_log
 from rooms.research_store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
 
-from ..context import Context, Event, Hook, WaitInterrupted
-from ..evaluation import debugger
+from ..context import Context, Event, Hook, StationPaused, WaitInterrupted
+from ..evaluation import debugger, states
 from ..evaluation.pipeline import Outcome, walk
 from ..evaluation.worker import EvaluationWorker
 from ..store import dumps
@@ -46,6 +46,7 @@ class Evaluations(Hook):
             return
         if ctx.replay_source is None:
             self._ensure_worker(ctx)
+            self._pause_on_system_failure()
             self.worker.wake.set()  # type: ignore[union-attr]
         if event.kind == "evaluation_submitted":
             return
@@ -70,6 +71,13 @@ class Evaluations(Hook):
         self.worker = EvaluationWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.tasks, models=ctx.models)
         self.worker.start()
 
+    def _pause_on_system_failure(self) -> None:
+        failure = self.worker.system_failure if self.worker is not None else None
+        if failure is not None:
+            raise StationPaused(
+                f"{failure}. This is a fault of the station's machine, not of the agent's code: nothing was "
+                "charged to anyone, and the evaluation runs again when the station runs again.")
+
     def close(self) -> None:
         if self.worker is not None:
             self.worker.shutdown()
@@ -78,6 +86,7 @@ class Evaluations(Hook):
     def _wait_until_ready(self, ctx: Context, rows: list[Any], hold: list[Any]) -> list[int]:
         """Ids of the complete evaluations; first waits (outside any transaction) for those in `hold`."""
         began = time.monotonic()
+        shown = began - 1.0
         while True:
             ready = [r["id"] for r in rows if complete(ctx, r)]
             missing = [r["id"] for r in hold if r["id"] not in ready]
@@ -87,8 +96,11 @@ class Evaluations(Hook):
             if stop is not None and stop.is_set():
                 raise WaitInterrupted(f"stopped while the tick waited for evaluation(s) {missing}")
             self._ensure_worker(ctx)
-            ctx.report_wait(f"waiting for evaluation(s) {', '.join(f'#{n}' for n in missing)} "
-                            f"({time.monotonic() - began:.0f}s)")
+            self._pause_on_system_failure()
+            if time.monotonic() - shown >= 1.0:  # the states take a few queries: once a second is enough
+                shown = time.monotonic()
+                ctx.report_wait(f"waiting {shown - began:.0f}s for evaluation(s) "
+                                f"{', '.join(f'#{n}' for n in missing)} | {states.summary(ctx.store, live=True)}")
             assert self.worker is not None
             self.worker.recorded.wait(WAIT_POLL_SECONDS)
             self.worker.recorded.clear()

@@ -125,23 +125,45 @@ def _play_archive(s: Situation, rng: random.Random) -> list[str]:
         return ["/execute_action{preview all}"] if s.mature else []
     s.notes["paper_at"] = s.tick
     topic = rng.choice(TOPICS)
-    content = _careful_paper(topic, rng) if rng.random() < 0.7 else f"Some thoughts on {topic}. It seems to help."
-    return ["/execute_action{create}", _yaml_block({
-        "title": f"Effect of {topic} on packing quality", "tags": f"{topic}, experiments",
-        "abstract": f"We measure how {topic} changes the score against a simple baseline.", "content": content})]
+    careful = rng.random() < 0.7
+    scores = s.notes.get("scores") or []
+    title, abstract = f"Effect of {topic} on the score", f"We measure how {topic} changes the score against a baseline."
+    if not careful:
+        content = f"Some thoughts on {topic}. It seems to help."
+    elif len(scores) >= 2:
+        content = _results_paper(topic, scores)
+    else:
+        title, abstract = f"A plan to measure {topic}", f"How to measure the effect of {topic} against a baseline."
+        content = _proposal_paper(topic)
+    return ["/execute_action{create}", _yaml_block({"title": title, "tags": f"{topic}, experiments",
+                                                     "abstract": abstract, "content": content})]
 
 
-def _careful_paper(topic: str, rng: random.Random) -> str:
-    runs = [(rng.randint(10, 99), round(rng.uniform(2.0, 2.7), 4)) for _ in range(6)]
-    table = "; ".join(f"evaluation {eid}: score {score}" for eid, score in runs)
-    base = round(min(score for _, score in runs) - 0.05, 4)
-    return (f"We study {topic} in a series of six experiments. Method: starting from a random layout, we vary "
-            f"{topic} while keeping every other setting fixed, and compare with a baseline that uses the default "
-            f"setting (score {base}). Each run is identified by its evaluation id. Results: {table}. "
-            f"The best setting improves on the baseline by {round(max(s for _, s in runs) - base, 4)}. "
-            "We repeated the comparison in two settings (small and large instances) and the ordering held. "
+def _results_paper(topic: str, scores: list[list]) -> str:
+    """A careful paper on the author's own evaluations: every id and score cited is one it was sent."""
+    runs = sorted(scores, key=lambda r: r[1])
+    (base_id, base), (best_id, best) = runs[0], runs[-1]
+    table = "; ".join(f"evaluation {eid}: score {score:.4f}" for eid, score in runs)
+    return (f"We study {topic} in a series of {len(runs)} of our own experiments. Method: starting from a simple "
+            f"layout, we vary {topic} while keeping every other setting fixed, and compare with our weakest run as "
+            f"the baseline (evaluation {base_id}, score {base:.4f}). Each run is identified by its evaluation id. "
+            f"Results: {table}. The best run (evaluation {best_id}) improves on the baseline by {best - base:.4f}. "
             "Procedure in pseudocode: for each candidate value, run the optimiser for a fixed budget, record the "
-            "score, keep the best. Limitations: six runs are few, and the effect may depend on the instance "
+            f"score, keep the best. Limitations: {len(runs)} runs are few, and the effect may depend on the instance "
             "size; a wider sweep is the natural next step. Definitions: the score is the quantity the task "
-            "defines, higher is better. We conclude that tuning " + topic + " is worthwhile and cheap, and we "
-            "list the exact values used so that others can reproduce the runs and extend the comparison.")
+            f"defines, higher is better. We conclude that tuning {topic} is worthwhile, and we list the evaluation "
+            "ids so that others can read the exact code of each run and extend the comparison.")
+
+
+def _proposal_paper(topic: str) -> str:
+    """A careful plan, for an author with no results of its own yet: it claims no measurement."""
+    return (f"We propose a study of {topic}. No experiment of ours has reported back yet, so this paper "
+            "reports no results; it sets out a plan that anyone in the station can carry out and check. Method: "
+            f"fix every setting but {topic}, and run 3 variants for each of 4 values, 12 runs in all, each with "
+            "the same time budget of 60 seconds. The baseline is the default setting, run 3 times as well, so "
+            "that the spread between repeated runs is known before any difference is claimed. A difference "
+            "counts only if it exceeds twice that spread. Each run will be cited by its evaluation id so that "
+            "its code can be read. Limitations: 4 values may miss a narrow optimum, and a budget of 60 seconds "
+            "favours fast methods; a second round with 2 times the budget would show whether the ordering holds. "
+            "We will publish the results, good or bad, in a follow-up paper, and we invite others to run the "
+            "plan in parallel and compare.")

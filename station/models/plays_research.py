@@ -19,6 +19,8 @@ from .scripted import Situation, _yaml_block, room_call, room_play
 TASK_ROW = re.compile(r"^\| (\d+) \| (.+?) \|$", re.MULTILINE)
 CIRCLES = re.compile(r"Circle Packing.*?n = (\d+)")
 RESULT = re.compile(r"\*\*Evaluation #(\d+) ")
+SCORED = re.compile(r"\*\*Evaluation #(\d+) has a result\*\*[^\n]*\n+Score: (-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+KEEP_SCORES = 6
 MAX_OPEN = 2
 TYPO_RATE = 0.12
 
@@ -34,11 +36,21 @@ def _remember_tasks(s: Situation) -> dict[str, str]:
     return tasks
 
 
-def _open_count(s: Situation) -> int:
-    """Own evaluations without a result message yet (each submission gets exactly one)."""
+def remember_results(s: Situation) -> None:
+    """Note the result messages of this turn, wherever the agent is: which evaluations answered, and
+    the scores of the successful ones (the last few, which its papers cite)."""
     seen = s.notes.setdefault("results_seen", [])
     seen.extend(n for n in dict.fromkeys(RESULT.findall(s.messages)) if n not in seen)
-    return max(0, s.notes.get("submitted", 0) - len(seen))
+    scores = s.notes.setdefault("scores", [])
+    for number, score in SCORED.findall(s.messages):
+        if all(n != int(number) for n, _ in scores):
+            scores.append([int(number), float(score)])
+    del scores[:-KEEP_SCORES]
+
+
+def _open_count(s: Situation) -> int:
+    """Own evaluations without a result message yet (each submission gets exactly one)."""
+    return max(0, s.notes.get("submitted", 0) - len(s.notes.get("results_seen", [])))
 
 
 @room_call("research")

@@ -179,6 +179,9 @@ class ScriptedModel:
         return [*_goto(s.in_room("test")), f"/execute_action{{take {test_id}}}"]
 
     def _recursive_actions(self, s: Situation, notes: dict, rng: random.Random) -> list[str]:
+        from .plays_research import remember_results  # the plays import this module
+
+        remember_results(s)
         if "leave_at" not in notes:
             # Some leave on their own before the end, others stay to the last tick.
             span = s.max_age or 300

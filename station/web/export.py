@@ -3,13 +3,16 @@
 It renders the viewer's own pages (through the app, in-process) starting from the overview
 and following every internal link, saves each as a file, and rewrites links to relative file
 paths, so the site opens with file:// and can be published as it is. The operator page and
-forms are left out; the live updates switch themselves off on file://.
+forms are left out; the live updates switch themselves off on file://. A marker file says the
+folder is an export, so that `--force` may replace it with a fresh one, and nothing else.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 from urllib.parse import quote, unquote, urljoin, urlsplit
@@ -20,6 +23,7 @@ from .app import HERE, create_app
 
 LINK = re.compile(r"""(href|src)=(["'])([^"']*)\2""")
 SKIP = ("/operator", "/login", "/api/", "/search")  # they need a live server
+MARKER = ".station-export"
 
 
 def file_for(url: str) -> str:
@@ -31,13 +35,25 @@ def file_for(url: str) -> str:
     return f"{safe}/{query}.html" if query else f"{safe}.html"
 
 
-def export(directory: str | Path, out: str | Path, *, limit: int = 100_000,
+def export(directory: str | Path, out: str | Path, *, force: bool = False, limit: int = 100_000,
            progress: Callable[[int, str], None] = lambda n, url: None) -> int:
+    """Write the site into `out`, a new or empty folder, or with `force` the folder of an earlier export."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise ValueError(f"{out} exists and is not empty; choose a new folder")
+        if not force:
+            raise ValueError(f"{out} exists and is not empty; choose a new folder "
+                             "(or refresh an earlier export there with --force)")
+        if not (out / MARKER).is_file():
+            raise ValueError(f"{out} is not an earlier export (it has no {MARKER} file); --force replaces only "
+                             "those, so choose a new folder")
     client = TestClient(create_app(directory, static_export=True))
+    if force and out.exists():
+        shutil.rmtree(out)  # pages of the old site that the new one lacks must not stay behind
     out.mkdir(parents=True, exist_ok=True)
+    # written first: an export cut short can be replaced with --force too
+    (out / MARKER).write_text(json.dumps({"station": str(Path(directory).resolve()),
+                                          "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n",
+                              encoding="utf-8")
     shutil.copytree(HERE / "static", out / "static", dirs_exist_ok=True)
     queue, seen = ["/"], {"/"}
     written = 0

@@ -13,8 +13,8 @@ import os
 import time
 from typing import Any
 
-from .hooks import (Clock, ContractError, device_names, hyperparameters, load_hooks, plain, require_finite,
-                    run_phase, seal)
+from .hooks import (Clock, ContractError, device_names, hyperparameters, load_hooks, plain, report_progress,
+                    require_finite, run_phase, seal)
 from .model import Model, count_parameters
 from .windows import CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
 
@@ -143,6 +143,7 @@ def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest,
         curve.append(round(mae, 6))
         train_curve.append(round(mean_loss, 6))
         print(f"epoch {epoch}: train loss {mean_loss:.5f}, val MAE {mae:.5f} ({clock.elapsed():.0f} s)", flush=True)
+        report_progress(f"epoch {epoch}/{int(cfg['max_epochs'])}")
         if mae < best["mae"]:
             best.update(mae=mae, epoch=epoch, horizons=by_horizon, trained=trained, rest=rest)
         if clock.spent():

@@ -151,6 +151,20 @@ def trial_settings() -> dict[str, Any]:
     return json.loads(text)
 
 
+def report_progress(text: str) -> None:
+    """Tell the station how far training is ("epoch 3/120"), for its status displays only: the file
+    named by STATION_PROGRESS is replaced whole, and the station reads it as untrusted text."""
+    path = os.environ.get("STATION_PROGRESS")
+    if not path:
+        return
+    try:
+        with open(path + ".new", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".new", path)
+    except OSError:
+        pass  # a display aid: never a reason for a trial to fail
+
+
 class Clock:
     """The trial's training budget: the harness stops training when it is spent, then reports."""
 

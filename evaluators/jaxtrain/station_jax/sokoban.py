@@ -278,6 +278,7 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
         if updates % 50 == 0 or updates == limit:
             stats = jax.device_get(stats)
             require_finite(float(stats["reward"]), f"the mean reward (update {updates})")
+            common.report_progress(f"update {updates}/{limit}")
             window["episodes"] += int(stats["episodes"])
             window["solved"] += int(stats["solved"])
             if updates % 100 == 0:

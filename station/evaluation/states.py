@@ -1,0 +1,117 @@
+"""Where every open evaluation honestly is, for people: queued, running, or finished but not delivered.
+
+An evaluation is *open* while its row says 'queued' (the engine has not applied its result). Within
+that, this module tells apart:
+
+    queued       waiting for a free slot (or for a station that is not running)
+    running      a sandbox run (or a debugger call) in flight now, with its elapsed time and,
+                 for training tasks, the progress the harness last reported
+    undelivered  every input recorded; the engine delivers it at the author's next turn
+
+`evaluation_runs` is the background evaluator's bookkeeping. When no process runs the station,
+a row it left 'running' is stale (the run died with the process and starts again on resume), so
+a stopped station never shows anything running.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .pipeline import walk
+
+RECENT_EVALUATIONS = 20  # the failure rate is over this many delivered evaluations
+
+
+@dataclass
+class OpenEvaluation:
+    id: int
+    task: str
+    author: str
+    title: str
+    submitted_tick: int
+    state: str  # queued / running / undelivered
+    elapsed_s: float | None = None  # running: since its current run started
+    progress: str | None = None  # running: what the harness last reported ("epoch 3", "step 1200")
+    version: int | None = None  # running: 1 the author's code, 2... a debugger version
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.state == "running":
+            what = f"#{self.id} running {self.elapsed_s or 0:.0f}s"
+            return what + (f" ({self.progress})" if self.progress else "")
+        return f"#{self.id} {'finished, not delivered yet' if self.state == 'undelivered' else 'queued'}"
+
+
+def _debugger_settings(store: Any) -> dict[str, Any]:
+    cfg = (store.get_meta("config") or {}).get("debugger") or {}
+    return {"debugger_enabled": bool(cfg.get("enabled", True)), "max_attempts": int(cfg.get("max_attempts", 1))}
+
+
+def open_evaluations(store: Any, *, live: bool, now: float | None = None) -> list[OpenEvaluation]:
+    """Every undelivered evaluation, oldest first. `live`: a process is running the station now."""
+    if not _has_table(store, "evaluations"):
+        return []
+    now = time.time() if now is None else now
+    rows = store.all("SELECT * FROM evaluations WHERE status='queued' ORDER BY id")
+    runs: dict[int, Any] = {}
+    if live and rows:
+        for run in store.all("SELECT * FROM evaluation_runs WHERE state='running' ORDER BY started_at"):
+            runs.setdefault(run["evaluation"], run)
+    settings = _debugger_settings(store) if rows else {}
+    found = []
+    for row in rows:
+        entry = OpenEvaluation(row["id"], row["task"], row["author"], row["title"], row["tick"], "queued")
+        run = runs.get(row["id"])
+        if run is not None:
+            entry.state, entry.version = "running", run["version"]
+            entry.elapsed_s = round(max(0.0, now - run["started_at"]), 1)
+            entry.progress = run["progress"] if "progress" in run.keys() else None
+        elif walk(row, lambda key, kind, make: store.get_input(key), run_code=None, debug=None,
+                  **settings) is not None:
+            entry.state = "undelivered"
+        found.append(entry)
+    return found
+
+
+def counts(store: Any, *, live: bool, recent_ticks: int | None = None, tick: int | None = None) -> dict[str, int]:
+    """queued / running / undelivered now, and delivered failures (failed or timed out) overall or
+    over the last `recent_ticks` ticks before `tick`."""
+    found = open_evaluations(store, live=live)
+    out = {state: sum(1 for e in found if e.state == state) for state in ("queued", "running", "undelivered")}
+    if not _has_table(store, "evaluations"):
+        return {**out, "failed": 0}
+    sql = "SELECT COUNT(*) FROM evaluations WHERE status IN ('failed','timed_out')"
+    params: tuple = ()
+    if recent_ticks is not None and tick is not None:
+        sql += " AND finished_tick > ?"
+        params = (tick - recent_ticks,)
+    out["failed"] = store.scalar(sql, params) or 0
+    return out
+
+
+def recent_failure_rate(store: Any, last: int = RECENT_EVALUATIONS) -> tuple[int, int]:
+    """(failed or timed out, delivered) among the last `last` delivered evaluations by agents."""
+    if not _has_table(store, "evaluations"):
+        return 0, 0
+    rows = store.all("SELECT status FROM evaluations WHERE status != 'queued' AND author != 'System' "
+                     "ORDER BY finished_tick DESC, id DESC LIMIT ?", (last,))
+    return sum(1 for r in rows if r["status"] != "finished"), len(rows)
+
+
+def summary(store: Any, *, live: bool) -> str:
+    """One short line for the live status display, e.g. "evals: #3 running 41s (epoch 2), 2 queued"."""
+    found = open_evaluations(store, live=live)
+    if not found:
+        return ""
+    running = [e.describe() for e in found if e.state == "running"]
+    queued = sum(1 for e in found if e.state == "queued")
+    waiting = sum(1 for e in found if e.state == "undelivered")
+    parts = running + ([f"{queued} queued"] if queued else []) + ([f"{waiting} to deliver"] if waiting else [])
+    return "evals: " + ", ".join(parts)
+
+
+def _has_table(store: Any, name: str) -> bool:
+    return store.one("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)) is not None
