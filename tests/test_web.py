@@ -5,13 +5,16 @@ operator actions need the token when the server is reachable from other machines
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import copy_station
+from conftest import ROOT, copy_station
 from station.store import Store
 from station.web.app import create_app
 
@@ -55,10 +58,15 @@ def test_every_page_renders_the_stations_data(client: TestClient, demo60: Path) 
     assert client.get(f"/mail/{thread['id']}").status_code == 404  # a forum thread is not a mail
 
 
-def test_a_dialogue_is_paged_and_jumps_to_a_tick(client: TestClient) -> None:
+def test_a_dialogue_is_paged_and_jumps_to_a_tick(client: TestClient, demo60: Path) -> None:
     page = client.get("/agents/Guest_1?tick=3").text
     assert "id=\"tick-3\"" in page
-    latest = client.get("/agents/Noema%20I").text
+    store = Store(demo60)
+    try:  # the longest dialogue opens at its latest page
+        name = store.scalar("SELECT agent FROM turns GROUP BY agent ORDER BY COUNT(*) DESC, agent LIMIT 1")
+    finally:
+        store.close()
+    latest = client.get(f"/agents/{name.replace(' ', '%20')}").text
     pages = int(first(r"Page (\d+) of", latest))
     assert first(r"Page \d+ of (\d+)", latest) == str(pages)
     assert latest.count("class=\"turn\"") <= 20
@@ -122,16 +130,19 @@ def test_operator_actions_need_the_token_off_loopback(demo60: Path, tmp_path: Pa
 def test_on_loopback_the_browser_gets_the_token_and_other_sites_cannot_post(demo60: Path, tmp_path: Path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
     stranger = TestClient(create_app(directory))
-    assert stranger.post("/operator/set", data={"key": "turns", "value": "concurrent"}).status_code == 403
+    refused = stranger.post("/operator/set", data={"key": "turns", "value": "concurrent"})
+    assert refused.status_code == 403  # refused; its page, like any page, hands out the cookie
+    stranger.cookies.clear()
     page = stranger.get("/operator")  # a page load hands out the SameSite=Strict cookie
     assert "samesite=strict" in page.headers["set-cookie"].lower()
     done = stranger.post("/operator/set", data={"key": "turns", "value": "concurrent"},
                          headers={"accept": "application/json"})
     assert done.status_code == 200
-    refused = stranger.post("/operator/set", data={"key": "lifecycle.max_age", "value": "3"})
+    refused = stranger.post("/operator/set", data={"key": "lifecycle.max_age", "value": "3"},
+                            headers={"accept": "application/json"})
     assert refused.status_code == 400 and "cannot be changed" in refused.json()["error"]
-    bad_spawn = stranger.post("/operator/spawn", data={"spec": "kind: wizard"})
-    assert bad_spawn.status_code == 400
+    bad_spawn = stranger.post("/operator/spawn", data={"spec": "kind: wizard"}, headers={"accept": "application/json"})
+    assert bad_spawn.status_code == 400 and "spawn" in bad_spawn.json()["error"]
 
 
 def test_search_finds_what_agents_wrote_and_survives_odd_queries(client: TestClient, demo60: Path) -> None:
@@ -215,3 +226,212 @@ def test_export_refuses_a_folder_that_is_not_empty(demo60: Path, tmp_path: Path,
     assert cli.main(["export", str(demo60), "--out", str(tmp_path / "site")]) == 2
     assert "not empty" in capsys.readouterr().err
     assert (tmp_path / "site" / "keep.txt").read_text() == "mine"
+
+
+# -- the operator page's forms -------------------------------------------------------------------
+def banner(kind: str, html: str) -> str | None:
+    """The text of the page's success ("done") or error banner, or None."""
+    found = re.search(rf'<p class="{kind}" id="{kind}"[^>]*>(.*?)</p>', html, re.S)
+    return found.group(1) if found else None
+
+
+def test_a_refused_form_comes_back_to_the_page_with_its_message(demo60: Path, tmp_path: Path) -> None:
+    directory = copy_station(demo60, tmp_path / "st")
+    client = TestClient(create_app(directory))
+    client.get("/operator")  # the browser's token cookie
+    refused = client.post("/operator/set", data={"key": "lifecycle.<b>max_age</b>", "value": "3"})
+    assert refused.status_code == 400
+    assert "cannot be changed" in banner("error", refused.text) and "&lt;b&gt;max_age" in refused.text
+    assert 'value="lifecycle.&lt;b&gt;max_age&lt;/b&gt;"' in refused.text  # what was typed is kept, escaped
+    assert "<b>max_age" not in refused.text and banner("done", refused.text) is None
+    for spec, says in (("kind: [wizard", "not valid YAML"), ("- a list", "must be a mapping"),
+                       ("kind: <script>x()</script>", "spawn:")):
+        answer = client.post("/operator/spawn", data={"spec": spec})
+        assert answer.status_code == 400 and says in banner("error", answer.text), spec
+        assert "<script>x()" not in answer.text
+    assert "bad form" in banner("error", client.post("/operator/answer", data={"request_id": "x"}).text)
+    # The same refusals stay JSON for API clients.
+    api = client.post("/operator/set", data={"key": "lifecycle.max_age", "value": "3"},
+                      headers={"accept": "application/json"})
+    assert api.status_code == 400 and "cannot be changed" in api.json()["error"]
+
+
+def test_a_done_form_shows_its_whole_outcome_once_without_text_in_the_address(demo60: Path, tmp_path: Path) -> None:
+    directory = copy_station(demo60, tmp_path / "st")
+    client = TestClient(create_app(directory))
+    client.get("/operator")
+    answer = client.post("/operator/set", data={"key": "turns", "value": "concurrent"}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/operator"
+    page = client.get("/operator")
+    assert re.fullmatch(r"operator command #\d+ \(set\) queued", banner("done", page.text))
+    assert banner("done", client.get("/operator").text) is None  # shown once
+
+
+def test_a_wrong_token_or_none_is_told_on_the_page(demo60: Path, tmp_path: Path) -> None:
+    directory = copy_station(demo60, tmp_path / "st")
+    client = TestClient(create_app(directory, host="0.0.0.0", token="s3cret-token"))
+    wrong = client.post("/login", data={"token": "nope"})
+    assert wrong.status_code == 403 and "Wrong token" in banner("error", wrong.text)
+    assert 'action="/login"' in wrong.text  # the login form is still there
+    locked = client.post("/operator/message", data={"to": "*", "text": "hi"})
+    assert locked.status_code == 403 and "log in" in banner("error", locked.text)
+    assert client.post("/login", data={"token": "nope"}, headers={"accept": "application/json"}).json() \
+        == {"error": "Wrong token: operator actions stay locked."}
+    client.post("/login", data={"token": "s3cret-token"})
+    assert client.post("/operator/message", data={"to": "*", "text": "hi"}).status_code == 200
+
+
+# -- Resume with a tick limit --------------------------------------------------------------------
+def test_resume_runs_until_the_tick_limit_and_stops(demo60: Path, tmp_path: Path) -> None:
+    from station.web.runner import StationRunner
+
+    directory = copy_station(demo60, tmp_path / "st")
+    runner = StationRunner(directory)
+    client = TestClient(create_app(directory, runner=runner))
+    page = client.get("/operator").text
+    assert 'placeholder="no limit"' in page and "no tick limit" in page
+    for typed, says in (("sixty", "whole number"), ("60", "at least the current tick, 61"), ("1.5", "whole number")):
+        answer = client.post("/operator/resume", data={"until_tick": typed})
+        assert answer.status_code == 400 and says in banner("error", answer.text), typed
+        assert f'value="{typed}"' in answer.text
+    assert not runner.running_here
+    try:
+        done = client.post("/operator/resume", data={"until_tick": "61"})
+        assert banner("done", done.text) == "the station is running until the end of tick 61"
+        deadline = time.monotonic() + 300
+        while runner.running_here and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not runner.running_here, "the run did not stop at its tick limit"
+    finally:
+        runner.pause()
+        runner.wait(60)
+    store = Store(directory)
+    assert runner.why == "finished tick 61" and store.get_meta("tick") == 62
+    store.close()
+    assert first(r'id="run-limit">([^<]*)<', client.get("/operator").text) == ""
+
+
+def test_the_run_section_shows_the_active_tick_limit(demo60: Path, tmp_path: Path, monkeypatch) -> None:
+    from station.web.runner import StationRunner
+
+    directory = copy_station(demo60, tmp_path / "st")
+    runner, hold = StationRunner(directory), threading.Event()
+    monkeypatch.setattr(runner, "_run", lambda until_tick: hold.wait(60))  # a run that lasts until released
+    client = TestClient(create_app(directory, runner=runner))
+    client.get("/operator")
+    for typed, shown in (("120", "running until the end of tick 120"), ("", "running with no tick limit")):
+        hold.clear()
+        try:
+            page = client.post("/operator/resume", data={"until_tick": typed}).text
+            assert first(r'id="run-limit">([^<]*)<', page) == shown
+            assert client.get("/api/live").json()["limit"] == shown
+        finally:
+            hold.set()
+            runner.wait(10)
+
+
+# -- the overview's evaluation banners -----------------------------------------------------------
+def research_station(directory: Path) -> Path:
+    """A fresh research station (the demo config, task 1 has a 120 s time limit), no tick run."""
+    from station.config import load_config
+    from station.world import Station
+
+    Station.create(directory, load_config(ROOT / "configs" / "demo.yaml")).close()
+    return directory
+
+
+def add_evaluation(store: Store, *, author: str = "Guest_1", status: str = "queued", finished_tick: int | None = None,
+                   title: str = "An idea") -> int:
+    from rooms.research_store import insert_evaluation
+
+    session = store.scalar("SELECT session FROM agents WHERE name=?", (author,))
+    with store.transaction():
+        number = insert_evaluation(store, task="1", author=author, session=session, lineage=None, tick=1,
+                                   title=title, tags=["x"], abstract="a", code="pass")
+        store.execute("UPDATE evaluations SET status=?, finished_tick=? WHERE id=?", (status, finished_tick, number))
+    return number
+
+
+def alerts_of(client: TestClient) -> str:
+    return first(r'(?s)<div id="alerts"[^>]*>(.*?)</div>', client.get("/").text)
+
+
+def test_the_overview_warns_when_most_recent_evaluations_failed(tmp_path: Path) -> None:
+    directory = research_station(tmp_path / "st")
+    client, store = TestClient(create_app(directory)), Store(directory)
+    try:
+        for _ in range(4):
+            add_evaluation(store, status="failed", finished_tick=1)
+        assert "failure-rate" not in alerts_of(client)  # 4 of 4: too few to judge by
+        add_evaluation(store, status="timed_out", finished_tick=1)
+        assert "5 of the last 5 evaluations failed" in alerts_of(client)
+        finished = [add_evaluation(store, status="finished", finished_tick=2) for _ in range(15)]
+        assert "failure-rate" not in alerts_of(client)  # 5 of the last 20
+        with store.transaction():
+            store.execute(f"UPDATE evaluations SET status='failed' WHERE id IN ({','.join('?' * 5)})",
+                          tuple(finished[:5]))
+        assert "failure-rate" not in alerts_of(client)  # 10 of 20 is not more than half
+        with store.transaction():
+            store.execute("UPDATE evaluations SET status='failed' WHERE id=?", (finished[5],))
+        alerts = alerts_of(client)
+        assert "11 of the last 20 evaluations failed" in alerts and 'href="/research"' in alerts
+        live = client.get("/api/live?html=alerts,evaluations").json()["html"]
+        assert "11 of the last 20 evaluations failed" in live["alerts"] and "evaluations" in live
+        assert "html" not in client.get("/api/live").json()  # only pages that show live parts ask for them
+    finally:
+        store.close()
+
+
+def test_the_overview_shows_each_open_evaluation_honestly(tmp_path: Path) -> None:
+    from station.cli import run_lock
+
+    directory = research_station(tmp_path / "st")
+    client, store = TestClient(create_app(directory)), Store(directory)
+    now = time.time()
+    try:
+        baseline = store.scalar("SELECT MIN(id) FROM evaluations")  # the System baseline, never run
+        running = add_evaluation(store, title="<script>bad()</script>")
+        stuck, waiting, done = (add_evaluation(store) for _ in range(3))
+        with store.transaction():
+            for number, started, state in ((running, now - 41, "running"), (stuck, now - 500, "running"),
+                                           (waiting, now - 100, "done")):
+                store.execute("INSERT INTO evaluation_runs(evaluation, version, state, started_at, finished_at, "
+                              "executor, progress) VALUES(?, 1, ?, ?, ?, 'local', 'epoch 3')",
+                              (number, state, started, started + 90 if state == "done" else None))
+            store.put_input(f"eval-run/{done}/1", "eval_run", 1, None, {"status": "ok", "score": 1.0})
+        # A stopped station runs nothing: a run left 'running' died with its process.
+        page = client.get("/").text
+        for number in (running, stuck, waiting):
+            assert f'<a href="/research/{number}">#{number}</a> queued' in page
+        assert f'<a href="/research/{done}">#{done}</a> finished, not delivered yet' in page
+        assert "overdue" not in page and "waiting" not in alerts_of(client)
+        assert "&lt;script&gt;bad()" in page and "<script>bad()" not in page
+        with run_lock(directory):  # now a process runs the station; it started 1000 s ago
+            os.utime(directory / "run.lock", (now - 1000, now - 1000))
+            page = client.get("/").text
+            elapsed = int(first(rf'<a href="/research/{running}">#{running}</a> running (\d+) s \(epoch 3\)', page))
+            assert 41 <= elapsed < 120
+            alerts = alerts_of(client)
+            assert re.search(rf"#{stuck}</a> has been running \d+ min, longer than its task's time limit of 2 min",
+                             alerts)
+            assert f"#{running}</a> has been running" not in alerts
+            # the baseline has waited the whole run (1000 s > 2 x 120 s); the other one since its last run ended
+            assert re.search(rf"#{baseline}</a> has waited \d+ min in the queue of the running station", alerts)
+            assert f"#{waiting}</a> has waited" not in alerts
+            live = client.get("/api/live?html=evaluations").json()
+            assert live["state"] == "running elsewhere"
+            assert re.search(rf"#{stuck}</a> running \d+ min", live["html"]["evaluations"])
+    finally:
+        store.close()
+
+
+def test_the_overview_says_why_the_station_is_paused(tmp_path: Path) -> None:
+    from station import report
+
+    directory = research_station(tmp_path / "st")
+    client = TestClient(create_app(directory))
+    assert "pause-reason" not in client.get("/").text
+    (directory / report.PAUSE_FILE).write_text("the budget <b>ran out</b>\n", encoding="utf-8")
+    alerts = alerts_of(client)
+    assert 'id="pause-reason"' in alerts and "the budget &lt;b&gt;ran out&lt;/b&gt;" in alerts
+    assert "pause-reason" in client.get("/api/live?html=alerts").json()["html"]["alerts"]

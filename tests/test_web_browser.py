@@ -140,6 +140,7 @@ def test_pause_and_resume_from_the_page_change_the_running_station(browser, demo
         assert browser.find_element(By.ID, "run-state").text == "stopped"
         browser.find_element(By.ID, "resume").click()
         wait_for(lambda: browser.find_element(By.ID, "run-state").text == "running", what="running")
+        assert browser.find_element(By.ID, "run-limit").text == "running with no tick limit"
         wait_for(lambda: _tick(directory) >= 62, timeout=120, what="a tick to pass")
         shot(browser, "operator-running")
         browser.find_element(By.ID, "pause").click()
@@ -151,6 +152,31 @@ def test_pause_and_resume_from_the_page_change_the_running_station(browser, demo
     finally:
         runner.pause()
         runner.wait(60)
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_bad_setting_shows_its_error_and_a_good_one_its_whole_outcome(browser, demo60, tmp_path) -> None:
+    directory = copy_station(demo60, tmp_path / "st")
+    url, server, thread = serve(create_app(directory))
+    try:
+        browser.get(url + "/operator")
+        browser.find_element(By.ID, "set-key").send_keys("lifecycle.max_age")
+        browser.find_element(By.ID, "set-value").send_keys("3")
+        browser.find_element(By.ID, "set").click()
+        wait_for(lambda: "cannot be changed" in browser.find_element(By.ID, "error").text, what="the error banner")
+        assert browser.find_element(By.ID, "set-key").get_attribute("value") == "lifecycle.max_age"
+        assert not browser.find_elements(By.ID, "done")
+        shot(browser, "operator-refused")
+        for field, text in (("set-key", "turns"), ("set-value", "concurrent")):
+            browser.find_element(By.ID, field).clear()
+            browser.find_element(By.ID, field).send_keys(text)
+        browser.find_element(By.ID, "set").click()
+        wait_for(lambda: browser.find_elements(By.ID, "done"), what="the success banner")
+        assert re.fullmatch(r"operator command #\d+ \(set\) queued", browser.find_element(By.ID, "done").text)
+        assert browser.current_url == url + "/operator" and not browser.find_elements(By.ID, "error")
+        shot(browser, "operator-done")
+    finally:
         server.should_exit = True
         thread.join(10)
 

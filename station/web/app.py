@@ -4,6 +4,10 @@ Pages are server-rendered templates; the only script is our own small `live.js`,
 `/api/live` to refresh parts of a page while the station runs. Reading opens the database
 read-only; operating goes through the same queued, recorded operator commands as the CLI.
 
+A form posted from the operator page comes back to that page: the outcome as a banner (carried
+by a one-time cookie, so no text travels in the address), a refusal with what was typed kept.
+Requests that accept JSON get JSON answers instead.
+
 Every operator action needs the server's token. On a loopback address the token is made up at
 start and handed to the browser in a SameSite=Strict cookie (so other sites cannot post to
 it); on any other address the operator must give it (`--token` or STATION_WEB_TOKEN) and
@@ -19,6 +23,7 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from fastapi import FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +39,8 @@ from .search import SearchIndex
 
 HERE = Path(__file__).parent
 COOKIE = "station_token"
+FLASH = "station_done"  # the outcome of the last operator form, shown once on the operator page
+LIVE_PARTS = {"alerts": "alerts.html", "evaluations": "open_evaluations.html"}  # refreshed by /api/live
 MAX_ID = 2 ** 62  # larger ids cannot exist (SQLite integers) and get a 404
 
 
@@ -86,7 +93,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain,
-                                 static_export=static_export)
+                                 duration=render.duration, static_export=static_export)
     app.state.runner, app.state.reader = runner, reader
     index = SearchIndex(directory)
     if not static_export:  # build the search index in the background: the first search is then quick
@@ -109,11 +116,18 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         given = form_token or request.headers.get("x-station-token") or request.cookies.get(COOKIE) or ""
         return hmac.compare_digest(given.encode(), secret.encode())
 
+    def refuse(request: Request, status: int, message: str, action: str | None = None,
+               typed: dict[str, str] | None = None) -> Response:
+        """A refused post: JSON for API clients; for the page's forms, the page with the message."""
+        if wants_json(request):
+            return JSONResponse({"error": message}, status_code=status)
+        return operator_view(request, status, error=message, failed=action, typed=typed or {})
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, err: RequestValidationError) -> Response:
         if request.method == "GET":  # a malformed id or page number: that page does not exist
             return not_found(request, "No such page (the address has an id or number that cannot exist).")
-        return JSONResponse({"error": "bad form: " + "; ".join(e["msg"] for e in err.errors())}, status_code=400)
+        return refuse(request, 400, "bad form: " + "; ".join(e["msg"] for e in err.errors()))
 
     @app.exception_handler(404)
     async def unknown(request: Request, err: Exception) -> Response:
@@ -126,7 +140,16 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         status = report.status(station, running=runner.state().startswith("running"))
         db = reader.db()
         return show(request, "overview.html", st=status, events=data.recent_events(db),
-                    pending=data.pending_work(db))
+                    reviews=data.pending_reviews(db), **alerts())
+
+    def alerts() -> dict[str, Any]:
+        """What the overview's banners and list of open evaluations show (also live, through /api/live)."""
+        tasks = reader.station().ctx.tasks
+        watch = data.evaluation_watch(reader.db(), live=runner.state().startswith("running"),
+                                      timeouts={tid: task.timeout_s for tid, task in tasks.items()},
+                                      run_started=runner.started_at())
+        return {"watch": watch, "research": bool(tasks), "pause_reason": runner.pause_reason(),
+                "queue_patience": data.QUEUE_PATIENCE}
 
     @app.get("/agents", response_class=HTMLResponse)
     def agents_index(request: Request, page: int = 1) -> HTMLResponse:
@@ -227,20 +250,30 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     @app.get("/lineages", response_class=HTMLResponse)
     def lineages(request: Request) -> HTMLResponse:
         db = reader.db()
-        tick = json.loads(db.execute("SELECT value FROM meta WHERE key='tick'").fetchone()[0])
+        tick = data.meta(db, "tick")
         tree = data.lineage_tree(db, tick)
         return show(request, "lineages.html", lineages=tree, first=1, last=tick, bar=render.lifespan_bar)
 
     @app.get("/api/live")
-    def live(after: int = 0) -> JSONResponse:
+    def live(after: int = 0, html: str = "") -> JSONResponse:
+        """The run's state, new events, and the page parts named in `html` (LIVE_PARTS) re-rendered."""
         db = reader.db()
-        tick = json.loads(db.execute("SELECT value FROM meta WHERE key='tick'").fetchone()[0])
         events = data.recent_events(db, 25, after if 0 <= after < MAX_ID else 0)
-        return JSONResponse({"tick": tick, **runner.describe(), "events": events})
+        answer = {"tick": data.meta(db, "tick"), **runner.describe(), "events": events}
+        wanted = [name for name in html.split(",") if name in LIVE_PARTS]
+        if wanted:
+            context = alerts()
+            answer["html"] = {name: templates.get_template(LIVE_PARTS[name]).render(context) for name in wanted}
+        return JSONResponse(answer)
 
     # -- operating --------------------------------------------------------------------------
     @app.get("/operator", response_class=HTMLResponse)
-    def operator_page(request: Request, done: str | None = None) -> HTMLResponse:
+    def operator_page(request: Request) -> HTMLResponse:
+        return operator_view(request)
+
+    def operator_view(request: Request, status: int = 200, *, error: str | None = None, failed: str | None = None,
+                      typed: dict[str, str] | None = None) -> HTMLResponse:
+        """The operator page; `error`, `failed` and `typed`: a refused form, its action and what was typed."""
         db = reader.db()
         agents = data.agent_summaries(db, "state='active'")
         requests, waiting = [], 0
@@ -248,13 +281,18 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
             waiting = db.execute("SELECT COUNT(*) FROM human_requests WHERE resolved_tick IS NULL").fetchone()[0]
             requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id DESC "
                                      "LIMIT 50")
-        return show(request, "operator.html", agents=agents, requests=requests, waiting=waiting, done=done,
-                    needs_login=not auto_cookie and not authorised(request, None), safe_keys=commands.SAFE_KEYS)
+        done = unquote(request.cookies.get(FLASH, "")) or None
+        response = show(request, "operator.html", status, agents=agents, requests=requests, waiting=waiting,
+                        done=done, error=error, failed=failed, typed=typed or {}, tick=data.meta(db, "tick"),
+                        needs_login=not auto_cookie and not authorised(request, None), safe_keys=commands.SAFE_KEYS)
+        if done:
+            response.delete_cookie(FLASH, path="/operator")
+        return response
 
     @app.post("/login")
     def login(request: Request, token: str = Form("")) -> Response:
         if not hmac.compare_digest(token.encode(), secret.encode()):
-            return JSONResponse({"error": "wrong token"}, status_code=403)
+            return refuse(request, 403, "Wrong token: operator actions stay locked.")
         response = RedirectResponse("/operator", status_code=303)
         response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
         return response
@@ -262,19 +300,27 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     @app.post("/operator/{action}")
     def operate(request: Request, action: str, token: str | None = Form(None), to: str = Form(""),
                 text: str = Form(""), request_id: int = Form(0), agent: str = Form(""), key: str = Form(""),
-                value: str = Form(""), spec: str = Form("")) -> Response:
+                value: str = Form(""), spec: str = Form(""), until_tick: str = Form("")) -> Response:
+        typed = {"to": to, "text": text, "key": key, "value": value, "spec": spec, "until_tick": until_tick}
         if not authorised(request, token):
-            return JSONResponse({"error": "operator actions need the server's token"}, status_code=403)
+            return refuse(request, 403, "Operator actions need the server's token: log in first.", action, typed)
         try:
             done = _operate(directory, runner, action, to=to, text=text, request_id=request_id, agent=agent,
-                            key=key, value=value, spec=spec)
+                            key=key, value=value, spec=spec, until_tick=until_tick,
+                            tick=data.meta(reader.db(), "tick"))
         except (commands.CommandError, ValueError) as err:
-            return JSONResponse({"error": str(err)}, status_code=400)
-        if "application/json" in request.headers.get("accept", ""):
+            return refuse(request, 400, str(err), action, typed)
+        if wants_json(request):
             return JSONResponse({"ok": True, "done": done})
-        return RedirectResponse(f"/operator?done={done}", status_code=303)
+        response = RedirectResponse("/operator", status_code=303)  # the banner rides in a one-time cookie
+        response.set_cookie(FLASH, quote(done[:400]), path="/operator", httponly=True, samesite="strict")
+        return response
 
     return app
+
+
+def wants_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
 
 
 def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -> str:
@@ -283,7 +329,7 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
     if action == "pause":
         return runner.pause()
     if action == "resume":
-        return runner.resume()
+        return runner.resume(until_tick=tick_limit(form["until_tick"], form["tick"]))
     if action == "message":
         command = {"op": "message", "to": form["to"] or "*", "text": form["text"]}
     elif action == "answer":
@@ -308,3 +354,16 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
     finally:
         store.close()
     return f"operator command #{number} ({action}) queued"
+
+
+def tick_limit(text: str, tick: int) -> int | None:
+    """The Resume form's limit: empty runs with no limit, else the last tick to play (not one already over)."""
+    if not text.strip():
+        return None
+    try:
+        limit = int(text)
+    except ValueError:
+        raise ValueError(f"the tick limit must be a whole number (the last tick to run), not {text!r}") from None
+    if limit < tick:
+        raise ValueError(f"the tick limit must be at least the current tick, {tick}: tick {limit} is already over")
+    return limit

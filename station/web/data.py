@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from typing import Any
 
 from ..agents import Agent
+from ..evaluation import states
 
 TURNS_PER_PAGE = 20
 AGENTS_PER_PAGE = 100
@@ -28,6 +30,36 @@ def one(db: sqlite3.Connection, sql: str, params: tuple = ()) -> dict[str, Any] 
 
 def has_table(db: sqlite3.Connection, name: str) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+def meta(db: sqlite3.Connection, key: str, default: Any = None) -> Any:
+    row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    return json.loads(row[0]) if row else default
+
+
+class ReadStore:
+    """The reading methods of station.store.Store over the web's read-only connection, for the
+    modules written against a Store (station.evaluation.states)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def all(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        return self.db.execute(sql, params).fetchall()
+
+    def one(self, sql: str, params: tuple = ()) -> sqlite3.Row | None:
+        return self.db.execute(sql, params).fetchone()
+
+    def scalar(self, sql: str, params: tuple = ()) -> Any:
+        row = self.db.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return meta(self.db, key, default)
+
+    def get_input(self, key: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT payload FROM inputs WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
 
 
 # -- agents ---------------------------------------------------------------------------------
@@ -88,13 +120,52 @@ def recent_events(db: sqlite3.Connection, limit: int = 25, after: int = 0) -> li
     return found
 
 
-def pending_work(db: sqlite3.Connection) -> dict[str, int]:
-    out = {"evaluations": 0, "reviews": 0}
-    if has_table(db, "evaluations"):
-        out["evaluations"] = db.execute("SELECT COUNT(*) FROM evaluations WHERE status='queued'").fetchone()[0]
-    if has_table(db, "paper_submissions"):
-        out["reviews"] = db.execute("SELECT COUNT(*) FROM paper_submissions WHERE status='pending'").fetchone()[0]
-    return out
+def pending_reviews(db: sqlite3.Connection) -> int:
+    if not has_table(db, "paper_submissions"):
+        return 0
+    return db.execute("SELECT COUNT(*) FROM paper_submissions WHERE status='pending'").fetchone()[0]
+
+
+# The overview warns when more than this share of the recent delivered evaluations failed (and
+# there are enough of them to judge by), and when a queued evaluation of a running station has
+# waited this many times its task's time limit: a run takes at most that long, so slots free up.
+FAILURE_SHARE, FAILURE_MIN_DELIVERED = 0.5, 5
+QUEUE_PATIENCE = 2
+
+
+def evaluation_watch(db: sqlite3.Connection, *, live: bool, timeouts: dict[str, float],
+                     run_started: float | None, now: float | None = None) -> dict[str, Any]:
+    """The open evaluations in their honest states (queued / running / undelivered) and warnings:
+    many recent failures, a run past its task's time limit, a long wait in a running station's queue.
+    `timeouts`: each task's time limit in seconds; `run_started`: when the current run began (None:
+    the station is not running)."""
+    store, now = ReadStore(db), time.time() if now is None else now
+    found = states.open_evaluations(store, live=live, now=now)
+    warnings: list[dict[str, Any]] = []
+    failed, delivered = states.recent_failure_rate(store)
+    if delivered >= FAILURE_MIN_DELIVERED and failed > delivered * FAILURE_SHARE:
+        warnings.append({"kind": "failures", "failed": failed, "delivered": delivered})
+    for e in found:
+        limit = timeouts.get(e.task)
+        if limit is None:
+            continue
+        if e.state == "running" and (e.elapsed_s or 0.0) > limit:
+            warnings.append({"kind": "overdue", "id": e.id, "for_s": e.elapsed_s, "limit_s": limit})
+        elif e.state == "queued" and run_started is not None:
+            waited = now - max(run_started, waiting_since(db, e.id) or 0.0)
+            if waited > QUEUE_PATIENCE * limit:
+                warnings.append({"kind": "waiting", "id": e.id, "for_s": waited, "limit_s": limit})
+    return {"open": found, "warnings": warnings}
+
+
+def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
+    """When a queued evaluation last began to wait (wall clock): its submission, i.e. the end of the
+    author's turn that submitted it, or the end of its last run (a debugger's version waits again)."""
+    return db.execute(
+        "SELECT MAX(at) FROM (SELECT t.finished_at AS at FROM evaluations e JOIN turns t "
+        "ON t.tick=e.tick AND t.session=e.session WHERE e.id=? "
+        "UNION ALL SELECT finished_at FROM evaluation_runs WHERE evaluation=?)",
+        (evaluation_id, evaluation_id)).fetchone()[0]
 
 
 # -- papers and threads ---------------------------------------------------------------------

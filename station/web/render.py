@@ -40,6 +40,16 @@ def reply_html(text: str | None) -> Markup:
     return Markup("<pre class='reply'>" + "\n".join(out) + "</pre>")
 
 
+def duration(seconds: float | None) -> str:
+    """A wall-clock span for people: 41 s, 12 min, 2 h 05 min."""
+    s = round(seconds or 0)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
 # -- plots --------------------------------------------------------------------------------------
 def _scale(lo: float, hi: float, a: float, b: float):
     span = (hi - lo) or 1.0

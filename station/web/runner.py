@@ -21,6 +21,7 @@ class StationRunner:
         self._lock = threading.Lock()
         self.last: Progress | None = None
         self.why: str | None = None  # why the last run in this server stopped
+        self.until_tick: int | None = None  # the tick limit of the run in this server (None: no limit)
 
     @property
     def running_here(self) -> bool:
@@ -40,10 +41,10 @@ class StationRunner:
             state = self.state()
             if state.startswith("running"):
                 return f"the station is already {state}"
-            self.why = None
+            self.why, self.until_tick = None, until_tick
             self._thread = threading.Thread(target=self._run, args=(until_tick,), name="station-engine", daemon=True)
             self._thread.start()
-        return "the station is running"
+        return f"the station is {self._limit_text()}"
 
     def pause(self) -> str:
         with self._lock:
@@ -58,6 +59,23 @@ class StationRunner:
                     store.close()
                 return "a pause was sent to the process running the station"
             return "the station is not running"
+
+    def started_at(self) -> float | None:
+        """When the run in progress (here or in another process) began: it writes run.lock then."""
+        if not self.state().startswith("running"):
+            return None
+        try:
+            return (self.dir / "run.lock").stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def pause_reason(self) -> str | None:
+        """Why the station is paused ("" if it does not say), or None when it is not paused."""
+        try:
+            return (self.dir / report.PAUSE_FILE).read_text(encoding="utf-8").strip() \
+                if self.state() == "paused" else None
+        except FileNotFoundError:  # a run started in between
+            return None
 
     def wait(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -89,8 +107,12 @@ class StationRunner:
     def _progress(self, progress: Progress) -> None:
         self.last = progress
 
+    def _limit_text(self) -> str:
+        return "running with no tick limit" if self.until_tick is None \
+            else f"running until the end of tick {self.until_tick}"
+
     def describe(self) -> dict[str, Any]:
         last = self.last
-        return {"state": self.state(), "why": self.why,
+        return {"state": self.state(), "why": self.why, "limit": self._limit_text() if self.running_here else None,
                 "last": None if last is None else {"tick": last.tick, "kind": last.kind, "agent": last.agent,
                                                    "room": last.room, "note": last.note}}

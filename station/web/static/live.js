@@ -1,20 +1,28 @@
 // Keeps a page current while the station runs: polls /api/live and updates the elements
-// marked data-live (state, progress, tick), prepends new events, and appends an open dialogue's
-// new turns. No library.
+// marked data-live (state, progress, tick, limit), replaces the parts marked data-live-html with the
+// server's fresh rendering of them (escaped there), prepends new events, and appends an open
+// dialogue's new turns. No library.
 (function () {
   let lastEvent = 0;
   const events = document.querySelector("[data-live=events]");
+  const parts = Array.from(document.querySelectorAll("[data-live-html]"));
+  const wanted = parts.length ? "&html=" + parts.map(function (el) { return el.dataset.liveHtml; }).join(",") : "";
   if (events && events.firstElementChild) lastEvent = Number(events.firstElementChild.dataset.id) || 0;
   function set(name, text) {
     document.querySelectorAll("[data-live=" + name + "]").forEach(function (el) { el.textContent = text; });
   }
   async function poll() {
     try {
-      const answer = await fetch("/api/live?after=" + lastEvent, {headers: {accept: "application/json"}});
+      const answer = await fetch("/api/live?after=" + lastEvent + wanted, {headers: {accept: "application/json"}});
       if (answer.ok) {
         const live = await answer.json();
         set("state", live.state);
         set("tick", live.tick);
+        set("limit", live.limit || "");
+        parts.forEach(function (el) {
+          const html = (live.html || {})[el.dataset.liveHtml];
+          if (html !== undefined) el.innerHTML = html;
+        });
         if (live.last) set("progress", "tick " + live.last.tick + (live.last.agent ? " · " + live.last.agent : ""));
         if (events) {
           live.events.slice().reverse().forEach(function (e) {
