@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_station
+from helpers import read
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "social_demo.yaml"
@@ -74,12 +75,20 @@ def test_parse_prints_actions_as_json_lines(tmp_path: Path) -> None:
     assert json.loads(piped)["actions"][0]["error"].startswith("Empty action command")
 
 
+def first_turn_committed(d: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
+    """Wait (however slow the machine) until the run holds the station and has its signal handlers."""
+    deadline = time.monotonic() + seconds
+    while not read(d, "SELECT 1 FROM turns LIMIT 1"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never committed a turn"
+        time.sleep(0.05)
+
+
 def test_sigterm_finishes_the_turn_and_exits_zero(tmp_path: Path) -> None:
     d = tmp_path / "s"
     assert station("init", str(DEMO), "--dir", str(d)).returncode == 0
     proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    first_turn_committed(d, proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -98,7 +107,7 @@ def test_a_station_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1.0)
+        first_turn_committed(d, proc)
         second = station("run", "--dir", str(d), "--ticks", "1")
         assert second.returncode == 2 and "already running" in second.stderr
         assert json.loads(station("status", str(d), "--json").stdout)["state"] == "running"
@@ -160,7 +169,7 @@ def test_pause_stops_a_running_station_and_is_refused_when_stopped(tmp_path: Pat
     assert refused.returncode == 2 and "not running" in refused.stderr
     proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    time.sleep(1.0)
+    first_turn_committed(d, proc)
     assert station("pause", str(d)).returncode == 0
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "paused by the operator" in out
