@@ -323,11 +323,11 @@ class Capsules:
         self.add_members(capsule.id, sessions)
 
     def add_members(self, capsule_id: int, sessions: Iterable[int]) -> None:
-        self.store.db.executemany("INSERT OR IGNORE INTO capsule_members(session, capsule) VALUES(?, ?)",
+        self.store.executemany("INSERT OR IGNORE INTO capsule_members(session, capsule) VALUES(?, ?)",
                                   [(s, capsule_id) for s in sessions])
 
     def _set_tags(self, capsule_id: int, tags: Iterable[str]) -> None:
-        self.store.db.executemany("INSERT OR IGNORE INTO capsule_tags(tag, capsule) VALUES(?, ?)",
+        self.store.executemany("INSERT OR IGNORE INTO capsule_tags(tag, capsule) VALUES(?, ?)",
                                   [(t.lower(), capsule_id) for t in tags])
 
     def _recount(self, capsule_id: int, tick: int) -> None:
@@ -341,12 +341,12 @@ class Capsules:
 # -- per-session read marks ------------------------------------------------------------------
 def mark_read(store: Store, session: int, items: Iterable[tuple[int, int]]) -> None:
     """Mark (capsule id, k) pairs read; k = WHOLE marks the capsule itself."""
-    store.db.executemany("INSERT OR IGNORE INTO capsule_reads(session, capsule, k) VALUES(?, ?, ?)",
+    store.executemany("INSERT OR IGNORE INTO capsule_reads(session, capsule, k) VALUES(?, ?, ?)",
                          [(session, c, k) for c, k in items])
 
 
 def mark_unread(store: Store, session: int, items: Iterable[tuple[int, int]]) -> None:
-    store.db.executemany("DELETE FROM capsule_reads WHERE session=? AND capsule=? AND k=?",
+    store.executemany("DELETE FROM capsule_reads WHERE session=? AND capsule=? AND k=?",
                          [(session, c, k) for c, k in items])
 
 

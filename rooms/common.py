@@ -138,7 +138,7 @@ class CommonRoom(Room):
         lines.append(f"**Recent messages unread by you (last {window} ticks):**")
         shown = [f"[Tick {r['tick']}] {r['author']}:\n{r['content']}" for r in rows]
         lines.append("\n\n---\n\n".join(shown))  # rules between messages only
-        ctx.store.db.executemany(
+        ctx.store.executemany(
             "INSERT OR IGNORE INTO common_reads(message, reader, tick) VALUES(?, ?, ?)",
             [(r["id"], agent.name, ctx.tick) for r in rows],
         )

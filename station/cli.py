@@ -163,23 +163,25 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
             status.done()
     print(f"{why}; the station is at tick {station.ctx.tick} ({station.dir})")
     if "research" in station.ctx.rooms:
-        _say_what_evaluations_wait(station)
+        _say_what_evaluations_wait(station, interrupted=engine.stop.is_set())
     return 0
 
 
-def _say_what_evaluations_wait(station: Station) -> None:
+def _say_what_evaluations_wait(station: Station, *, interrupted: bool) -> None:
     from .evaluation import states
 
     done = dict(station.store.all("SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status"))
     print(f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
           f"{done.get('timed_out', 0)} timed out (`station status` and the web viewer show each one)")
     found = states.open_evaluations(station.store, live=True)
-    for e in found:
-        if e.state == "running":
-            print(f"evaluation #{e.id} is running ({e.elapsed_s:.0f} s): it is stopped now and runs again from "
-                  "the start when the station runs again")
+    if interrupted:  # a run cut short by Ctrl-C loses its progress: say which
+        for e in found:
+            if e.state == "running":
+                print(f"evaluation #{e.id} is running ({e.elapsed_s:.0f} s): it is stopped now and runs again from "
+                      "the start when the station runs again")
     if found:
-        print(f"{len(found)} evaluation(s) not delivered yet; they go on when the station runs again")
+        print(f"{len(found)} evaluation(s) not delivered yet ({', '.join(f'#{e.id}' for e in found)}); "
+              "they go on when the station runs again")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

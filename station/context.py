@@ -131,7 +131,7 @@ class Context:
         return [(r["id"], r["text"]) for r in rows]
 
     def mark_delivered(self, ids: list[int]) -> None:
-        self.store.db.executemany(
+        self.store.executemany(
             "UPDATE messages SET delivered_tick=? WHERE id=?", [(self.tick, i) for i in ids]
         )
 

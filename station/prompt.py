@@ -7,11 +7,16 @@ all inside the turn's transaction.
 """
 from __future__ import annotations
 
+import traceback
+from typing import Any
+
 from .agents import Agent
-from .context import Context
+from .context import Context, NeedInput, ReplayDiverged, StationPaused, WaitInterrupted
 from .lifecycle import effective_limit, queue_warnings
+from .safe_text import valid
 
 RULE = "\n\n---\n\n"
+ENGINE_SIGNALS = (NeedInput, ReplayDiverged, StationPaused, WaitInterrupted)  # the engine's, never a room's error
 
 
 def compose(ctx: Context, agent: Agent) -> str:
@@ -28,7 +33,22 @@ def compose(ctx: Context, agent: Agent) -> str:
     history, shown = room_history(ctx, agent)
     sections.append(history)
     sections.append(current_state(ctx, agent, already_shown=agent.location in shown))
-    return RULE.join(sections)
+    return valid(RULE.join(sections))  # file names and room outputs may hold bytes no provider accepts
+
+
+def room_view(ctx: Context, room: Any, agent: Agent) -> str:
+    """A room's view, under the same protection as its actions: an error is undone and reported,
+    and the turn goes on (a view reads files and tables that agents' code and replies shaped)."""
+    try:
+        with ctx.store.savepoint("view"):
+            return room.output(ctx, agent)
+    except ENGINE_SIGNALS:
+        raise
+    except Exception as err:  # noqa: BLE001 - a room's bug or a hostile file must not stop the station
+        ctx.emit("operator_alert", agent.name, problem=f"the view of {room.short} raised {err!r}",
+                 traceback=traceback.format_exc(limit=8))
+        return (f"(The {room.name} could not be shown this turn: {type(err).__name__}. The operator was alerted; "
+                "your actions here still work.)")
 
 
 def system_information(ctx: Context, agent: Agent) -> str:
@@ -80,7 +100,7 @@ def room_history(ctx: Context, agent: Agent) -> tuple[str, set[str]]:
         executed = "\n".join(f"- {line}" for line in entry["lines"]) or "- None"
         block = f"### Location: {ctx.room_name(short)}\n**Actions Executed:**\n{executed}"
         if room is not None and agent.active:
-            block += f"\n\n**Latest Room Output:**\n{room.output(ctx, agent)}"
+            block += f"\n\n**Latest Room Output:**\n{room_view(ctx, room, agent)}"
             shown.add(short)
         parts.append(block)
     return "\n\n".join(parts), shown
@@ -89,7 +109,7 @@ def room_history(ctx: Context, agent: Agent) -> tuple[str, set[str]]:
 def current_state(ctx: Context, agent: Agent, *, already_shown: bool) -> str:
     room = ctx.room(agent.location) or ctx.room("lobby")
     assert room is not None
-    output = ("(Shown above under Room Output History.)" if already_shown else room.output(ctx, agent))
+    output = ("(Shown above under Room Output History.)" if already_shown else room_view(ctx, room, agent))
     return "\n\n".join([
         "## Current State",
         f"**Current Location:** {room.name}",

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from .safe_text import valid, valid_params
+
 DB_NAME = "station.db"
 FILES_DIR = "files"
 
@@ -148,8 +150,8 @@ def absolute(directory: str | Path) -> Path:
 
 
 def dumps(value: Any) -> str:
-    """Canonical JSON: sorted keys, so equal worlds give equal bytes."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    """Canonical JSON: sorted keys, so equal worlds give equal bytes; always valid UTF-8."""
+    return valid(json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
 
 
 class Store:
@@ -264,7 +266,7 @@ class Store:
 
     def put_input(self, key: str, kind: str, tick: int, agent: str | None, payload: dict[str, Any],
                   request_hash: str | None = None, latency_s: float | None = None) -> None:
-        self.db.execute(
+        self.execute(
             "INSERT INTO inputs(key, kind, tick, agent, payload, request_hash, latency_s, recorded_at) "
             "VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
             (key, kind, tick, agent, dumps(payload), request_hash, latency_s, time.time()),
@@ -277,18 +279,23 @@ class Store:
             self.put_input(key, kind, tick, agent, payload, request_hash, latency_s)
 
     # -- helpers --------------------------------------------------------------------------
+    # Every text parameter is made valid UTF-8 on its way in (safe_text): one odd byte from a
+    # model or a file name must not make SQLite raise in the middle of committing a turn.
     def one(self, sql: str, params: tuple = ()) -> sqlite3.Row | None:
-        return self.db.execute(sql, params).fetchone()
+        return self.db.execute(sql, valid_params(params)).fetchone()
 
     def all(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
-        return self.db.execute(sql, params).fetchall()
+        return self.db.execute(sql, valid_params(params)).fetchall()
 
     def scalar(self, sql: str, params: tuple = ()) -> Any:
-        row = self.db.execute(sql, params).fetchone()
+        row = self.db.execute(sql, valid_params(params)).fetchone()
         return row[0] if row else None
 
     def execute(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
-        return self.db.execute(sql, params)
+        return self.db.execute(sql, valid_params(params))
+
+    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
+        return self.db.executemany(sql, (valid_params(row) for row in rows))
 
     def backup(self, target: str | Path) -> Path:
         """A consistent copy of the database (SQLite's online backup; safe while running)."""
