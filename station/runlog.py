@@ -25,7 +25,10 @@ def station_log(directory: Path) -> Iterator[IO[str]]:
     log = open(directory / LOG_NAME, "a", encoding="utf-8", errors="replace", buffering=1)
     sys.stderr.flush()
     terminal_fd = os.dup(2)
-    terminal = os.fdopen(terminal_fd, "w", encoding=sys.stderr.encoding, errors="replace", buffering=1)
+    if _writes_to_fd2(sys.stderr):
+        terminal = os.fdopen(os.dup(terminal_fd), "w", encoding=sys.stderr.encoding, errors="replace", buffering=1)
+    else:  # sys.stderr was replaced (a caller capturing our output): keep writing to it
+        terminal = sys.stderr
     handler = logging.StreamHandler(log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -39,8 +42,17 @@ def station_log(directory: Path) -> Iterator[IO[str]]:
     finally:
         terminal.flush()
         os.dup2(terminal_fd, 2)
+        os.close(terminal_fd)
         sys.stderr = old_stderr
         root.removeHandler(handler)
         root.setLevel(old_level)
-        terminal.close()
+        if terminal is not old_stderr:
+            terminal.close()
         log.close()
+
+
+def _writes_to_fd2(stream: IO[str]) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+        return False

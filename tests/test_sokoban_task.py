@@ -17,7 +17,7 @@ from station.executors import create_executor
 from station.executors.base import RunResult
 
 TINY = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,
-        "unroll": 8, "env_steps": 4000, "trials": 2, "trial_budget_s": 20, "grace_s": 120}
+        "unroll": 8, "env_steps": 4000, "trials": 2, "trial_budget_s": 600, "grace_s": 120}
 HEAD = '''import json, os
 import jax, jax.numpy as jnp
 import flax.linen as nn
