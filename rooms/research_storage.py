@@ -23,6 +23,7 @@ refused by read, write and delete.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import secrets
@@ -44,6 +45,20 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 
 class StorageError(ValueError):
     """A refused or failed storage operation, worded for the agent."""
+
+
+def _filesystem_errors(operation):
+    """Whatever the file system raises (running code changes it under us: link loops, names too
+    long, a full disk) becomes a StorageError for the agent instead of an exception in the room."""
+    @functools.wraps(operation)
+    def guarded(root, loc, *args, **kwargs):
+        try:
+            return operation(root, loc, *args, **kwargs)
+        except (OSError, RuntimeError) as err:  # Path.resolve raises RuntimeError on a link loop
+            why = (os.strerror(err.errno) if isinstance(err, OSError) and err.errno
+                   else "it leads through a loop of links" if isinstance(err, RuntimeError) else "it failed")
+            raise StorageError(f"'{loc.display}' could not be used: {why[0].lower()}{why[1:]}") from None
+    return guarded
 
 
 def storage_root(files: Path) -> Path:
@@ -130,6 +145,7 @@ def parse_path(text: str | None, own_lineage: str | None) -> Location:
 
 
 # -- containment ------------------------------------------------------------------------------------
+@_filesystem_errors
 def contained(root: Path, loc: Location) -> Path:
     """The target path, after checking that it resolves inside its area (symlinks resolved)."""
     base = root.resolve().joinpath(*loc.area_segments())
@@ -186,6 +202,7 @@ class ReadResult:
     truncated: bool
 
 
+@_filesystem_errors
 def read_text(root: Path, loc: Location, max_chars: int) -> ReadResult:
     fd, name = _parent_fd(root, loc)
     try:
@@ -229,6 +246,7 @@ def read_text(root: Path, loc: Location, max_chars: int) -> ReadResult:
     return ReadResult(text[:max_chars], info.st_size, truncated)
 
 
+@_filesystem_errors
 def write_text(root: Path, loc: Location, content: str) -> bool:
     """Write (atomically) a UTF-8 text file; True if it was created, False if overwritten."""
     data = content.encode("utf-8")
@@ -260,6 +278,7 @@ def write_text(root: Path, loc: Location, content: str) -> bool:
         os.close(fd)
 
 
+@_filesystem_errors
 def delete_file(root: Path, loc: Location) -> None:
     fd, name = _parent_fd(root, loc)
     try:
@@ -280,6 +299,7 @@ class Listing:
     complete: bool  # False when the walk stopped at MAX_WALK files
 
 
+@_filesystem_errors
 def list_files(root: Path, loc: Location) -> Listing | None:
     """Every regular file under the folder (recursively, links skipped, *.pyc skipped); None if missing."""
     if loc.area is None:
@@ -321,6 +341,7 @@ def _collect(fd: int) -> tuple[list[tuple[str, int]], bool]:
     return files, True
 
 
+@_filesystem_errors
 def area_usage(root: Path, loc: Location) -> tuple[int, int, bool]:
     """(file count, total bytes, complete) of an area; zeros when it does not exist yet."""
     listing = list_files(root, Location(loc.area, loc.lineage))

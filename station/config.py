@@ -385,14 +385,26 @@ def parse_config(data: Any, source: str = "<config>") -> StationConfig:
         raise ConfigError(_format_errors(err, source)) from None
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's message in one line: what is wrong, and where."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    return " ".join((f"{where}{what}" + (f" ({context})" if context else "")).split())
+
+
 def load_config(path: str | Path) -> StationConfig:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read config {p}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config {p} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+                          f"{err.start}); save it as UTF-8 YAML") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader subclass
     except yaml.YAMLError as err:
-        raise ConfigError(f"config {p} is not valid YAML: {err}") from None
+        raise ConfigError(f"config {p} is not valid YAML: {_yaml_problem(err)}") from None
     return parse_config(data, str(p))

@@ -231,7 +231,7 @@ class Engine:
             log.log(agent.location, "Your last reply was not carried out: it took your context past the token limit.")
             lifecycle.end_session(ctx, agent, lifecycle.TOKENS)
         else:
-            log = execute_reply(ctx, agent, reply.text)
+            log = execute_reply(ctx, agent, reply.text, cut_from=reply.cut_from)
             live = self._live(agent)
             if log.internal is not None and live.active:
                 internal = self._internal(live, log, model, usage)
@@ -267,8 +267,9 @@ class Engine:
     def _messages(self, agent: Agent, prompt: str) -> list[dict[str, str]]:
         return self.ctx.conversations.context(agent.session, agent.pruned) + [{"role": "user", "text": prompt}]
 
-    @staticmethod
-    def _producer(agent: Agent, model: Model, messages: list[dict[str, str]]) -> Callable[[], dict[str, Any]]:
+    def _producer(self, agent: Agent, model: Model, messages: list[dict[str, str]]) -> Callable[[], dict[str, Any]]:
+        limit = self.ctx.config.engine.max_reply_chars
+
         def produce() -> dict[str, Any]:
             try:
                 reply = model.complete(messages, system=agent.system_prompt, agent=agent.name)
@@ -276,7 +277,7 @@ class Engine:
                 if err.kind == OVERFLOW:  # an answer like any other: recorded, and it ends the session
                     return {"text": "", "overflow": str(err)}
                 raise
-            return reply.to_payload()
+            return reply.within(limit).to_payload()
         return produce
 
     def _exchange(self, agent: Agent, step: int, prompt: str, model: Model, usage: TurnUsage) -> Reply:

@@ -6,11 +6,11 @@ import re
 from typing import Any
 
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .terminal_text import clean, markdown
 from .world import Station
 
 STATUS_SCHEMA = 1
@@ -181,7 +181,7 @@ def status_text(data: dict[str, Any]) -> str:
         lines.append(f"  {a['name']:<16} {a['kind']:<9} {a['room']:<17} age {a['age']:>4}{lineage:<7} "
                      f"context {tokens:>9}  spent {a['tokens_spent']:,}"
                      + (f"  ${a['spend_usd']:.4f}" if a["spend_usd"] else ""))
-    return "\n".join(lines)
+    return clean("\n".join(lines))  # pause reasons, titles and progress notes come from agents and code
 
 
 def agents_table(station: Station, *, include_ended: bool) -> str:
@@ -226,10 +226,10 @@ def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
         console.rule(f"[bold]tick {row['tick']}[/] · {row['agent']} · ends in {row['room']} · "
                      f"context {row['context_tokens'] or 0:,} tokens")
         prompt = row["prompt"] if full else _prompt_digest(row["prompt"])
-        console.print(Panel(Markdown(prompt), title="station → agent", border_style="blue"))
+        console.print(Panel(markdown(prompt), title="station → agent", border_style="blue"))
         console.print(Panel(_highlight(row["reply"]), title="agent", border_style="green"))
         for i, step in enumerate(json.loads(row["internal"]), 1):
-            console.print(Panel(Markdown(step["prompt"] if full else step["prompt"][:600]),
+            console.print(Panel(markdown(step["prompt"] if full else step["prompt"][:600]),
                                 title=f"exchange {i}: station", border_style="cyan"))
             console.print(Panel(_highlight(step["reply"]), title=f"exchange {i}: agent", border_style="green"))
 
@@ -244,7 +244,7 @@ def _prompt_digest(prompt: str) -> str:
 
 def _highlight(reply: str) -> Text:
     text = Text()
-    for line in reply.splitlines() or [""]:
+    for line in clean(reply).splitlines() or [""]:
         style = "bold magenta" if ACTION_LINE.match(line) else ("dim" if line.startswith("notes: ") else "")
         text.append(line + "\n", style=style)
     return text

@@ -149,6 +149,15 @@ def absolute(directory: str | Path) -> Path:
     return Path(os.path.abspath(directory))
 
 
+RECOVERY = ("Restore it from a backup (`station backup` makes one, safely, while a station runs) or move it "
+            "away; nothing was changed")
+
+
+def damaged(db_path: Path, err: sqlite3.DatabaseError) -> str:
+    """One line for a station database SQLite cannot use: what, where, what to do."""
+    return f"{db_path} is damaged or not a station database ({err}). {RECOVERY}"
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON: sorted keys, so equal worlds give equal bytes; always valid UTF-8."""
     return valid(json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
@@ -163,7 +172,13 @@ class Store:
         db_path = self.dir / DB_NAME
         if not db_path.exists():
             raise StoreError(f"no station at {self.dir} (missing {DB_NAME})")
-        self.db = self._connect(db_path, durability)
+        if db_path.stat().st_size == 0:
+            raise StoreError(f"{db_path} is empty: it holds no station. {RECOVERY}")
+        try:
+            self.db = self._connect(db_path, durability)
+            self.db.execute("SELECT component FROM schema_versions LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as err:
+            raise StoreError(damaged(db_path, err)) from None
         self._in_tx = False
 
     @staticmethod
@@ -182,7 +197,9 @@ class Store:
         d = Path(directory)
         if (d / DB_NAME).exists():
             raise StoreError(f"a station already exists at {d}")
-        (d / FILES_DIR).mkdir(parents=True, exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700)  # dialogues, code and keys' traces are private: other local users stay out
+        (d / FILES_DIR).mkdir(exist_ok=True)
         db = cls._connect(d / DB_NAME, kwargs.get("durability", "normal"))
         db.execute("CREATE TABLE schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
         db.close()

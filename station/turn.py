@@ -37,11 +37,13 @@ class TurnLog:
         self.history.append({"room": room, "lines": [line]})
 
 
-def execute_reply(ctx: Context, agent: Agent, text: str) -> TurnLog:
+def execute_reply(ctx: Context, agent: Agent, text: str, cut_from: int | None = None) -> TurnLog:
+    """`cut_from`: the reply's length before it was cut to the engine's max_reply_chars on arrival."""
     log = TurnLog()
     limit = ctx.config.engine.max_reply_chars
-    if len(text) > limit:
-        log.log(agent.location, f"Your reply was {len(text):,} characters long; only the first {limit:,} were read.")
+    if cut_from is not None or len(text) > limit:  # the latter: a reply recorded before replies were cut
+        log.log(agent.location, f"Your reply was {cut_from or len(text):,} characters long; only the first "
+                                f"{limit:,} were read and kept.")
         text = text[:limit]
     parsed = parse_actions(text, max_actions=ctx.config.engine.max_actions_per_reply)
     if not text.strip():

@@ -83,9 +83,11 @@ class Station:
             station.ctx.emit("tick_started")
         station.ctx.models.close()
         store.close()
-        for leftover in ("station.db-wal", "station.db-shm"):
-            if (building / leftover).exists():
-                raise StoreError("the new station's database was not closed cleanly")
+        if any((building / leftover).exists() for leftover in ("station.db-wal", "station.db-shm")):
+            free = shutil.disk_usage(building).free  # a close that could not checkpoint: usually a full disk
+            shutil.rmtree(building, ignore_errors=True)
+            raise StoreError(f"the new station could not be written completely in {final.parent} "
+                             f"({free >> 10:,} KB free there: is the disk full?); nothing was created")
         if final.exists():
             final.rmdir()  # empty (checked above)
         os.rename(building, final)

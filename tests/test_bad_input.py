@@ -304,7 +304,7 @@ def test_one_megabyte_reply_is_cut(tmp_path: Path, limit: int | None) -> None:
     case = run_case(tmp_path, [], bad, kind="recursive", **overrides)
     lines = executed_lines(case.next_prompt)
     read = f"{limit or 200_000:,}"
-    assert f"Your reply was 1,000,000 characters long; only the first {read} were read." in lines
+    assert f"Your reply was 1,000,000 characters long; only the first {read} were read and kept." in lines
     assert case.after["location"] == "codex"  # the action before the cut ran, the one after it did not
     case.assert_unchanged(but=("location",))
 

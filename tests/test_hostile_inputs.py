@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,3 +72,109 @@ def test_file_names_that_are_not_utf8_are_listed_as_replacement_characters(tmp_p
 
     shown = sqlite3.connect(tmp_path / "s" / "station.db").execute("SELECT prompt FROM turns WHERE tick=3").fetchone()[0]
     assert "- \ufffd\ufffd-notes.txt (20 B)" in shown  # the listing is in the room's view of the next turn
+
+
+def prompt_of(directory: Path, tick: int) -> str:
+    import sqlite3
+
+    db = sqlite3.connect(directory / "station.db")
+    try:
+        return db.execute("SELECT prompt FROM turns WHERE tick=?", (tick,)).fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_a_link_loop_in_storage_is_an_error_line_for_the_agent(tmp_path: Path) -> None:
+    """Running code can leave a link to itself; reading or writing through it is refused, in words."""
+    model = replay_model(tmp_path / "r.jsonl", [act("goto research"),
+                                                 act("storage read shared/loop") + "\n" + act("storage read shared/x"),
+                                                 act("storage write shared/loop/inner.txt") + "\n```yaml\ncontent: hi\n```"],
+                         pad=3)
+    station = make_station(tmp_path / "s", [recursive(model)], **RESEARCH)
+    shared = tmp_path / "s" / "files" / "research" / "storage" / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    os.symlink("loop", shared / "loop")
+    (shared / "x").write_bytes(b"plain")
+    run_ticks(station, 5)
+    assert committed_ticks(tmp_path / "s") == [1, 2, 3, 4, 5]
+    shown = prompt_of(tmp_path / "s", 3)
+    assert "Storage read refused: 'shared/loop' could not be used: it leads through a loop of links." in shown
+    assert "`shared/x` (5 B):" in shown  # the other read of the same turn is not lost
+    assert ("Storage write refused: 'shared/loop/inner.txt' could not be used: it leads through a loop of links."
+            in prompt_of(tmp_path / "s", 4))
+    # The room's view reads the disk again a turn later, when code may have swapped a file for the loop.
+    from rooms import research_storage as rs
+
+    root = rs.storage_root(tmp_path / "s" / "files")
+    for operation in (lambda loc: rs.read_text(root, loc, 100), lambda loc: rs.list_files(root, loc),
+                      lambda loc: rs.delete_file(root, rs.parse_path("shared/loop/x", None))):
+        with pytest.raises(rs.StorageError, match="could not be used|not a folder|not found"):
+            operation(rs.parse_path("shared/loop", None))
+
+
+_NAME = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\x00" not in b
+                                                  and b not in (b".", b".."))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.dictionaries(_NAME, st.binary(max_size=3000), min_size=1, max_size=4),
+       big=st.booleans())
+def test_any_file_names_and_contents_in_storage_leave_the_station_running(tmp_path_factory, files: dict,
+                                                                          big: bool) -> None:
+    """What code leaves in shared storage is listed and read by an agent (names as the agent would type
+    them, after replacement characters) without stopping the station."""
+    directory = tmp_path_factory.mktemp("files") / "s"
+    typed = [name.decode("utf-8", "replace") for name in files]
+    reads = "\n".join(act(f"storage read shared/{name}") for name in typed[:3])
+    model = replay_model(directory.parent / "r.jsonl", [act("goto research"),
+                                                         act("storage list shared") + "\n" + reads], pad=3)
+    station = make_station(directory, [recursive(model)], **RESEARCH)
+    shared = directory / "files" / "research" / "storage" / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        with open(os.path.join(os.fsencode(shared), name), "wb") as f:
+            f.write(content * (1 + (1 << 20) // (len(content) + 1)) if big else content)  # about 1 MB
+    run_ticks(station, 4)
+    assert committed_ticks(directory) == [1, 2, 3, 4]
+    assert "**File Listings**" in prompt_of(directory, 3)
+
+
+SUBMIT = "/execute_action{{submit 1}}\n```yaml\ntitle: Noise\ntags: test\nabstract: Bytes out.\ncontent: {code}\n```"
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(out=st.binary(max_size=2000), err=st.binary(max_size=2000))
+def test_any_bytes_a_submission_prints_are_kept_and_the_station_goes_on(tmp_path_factory, out: bytes,
+                                                                         err: bytes) -> None:
+    import json
+    import sqlite3
+
+    directory = tmp_path_factory.mktemp("out") / "s"
+    code = (f"import sys\nsys.stdout.buffer.write({out!r} * 300)\nsys.stderr.buffer.write({err!r} * 300)\n"
+            "sys.stdout.buffer.write(b'\\nend of noise')\n")
+    model = replay_model(directory.parent / "r.jsonl", [act("goto research"), SUBMIT.format(code=json.dumps(code))],
+                         pad=6)
+    station = make_station(directory, [recursive(model)], **RESEARCH)
+    run_ticks(station, 6)
+    assert committed_ticks(directory) == [1, 2, 3, 4, 5, 6]
+    db = sqlite3.connect(directory / "station.db")
+    status, stdout = db.execute("SELECT status, stdout FROM evaluations").fetchone()
+    assert status == "finished" and stdout.endswith("end of noise")
+
+
+def test_a_runaway_reply_is_cut_on_arrival_so_it_is_never_stored_in_full(tmp_path: Path) -> None:
+    """A 2 MB answer (a model stuck in a loop) is kept as its first max_reply_chars characters only:
+    in the input log, the turn and the conversation alike; the agent is told."""
+    import sqlite3
+
+    runaway = act("goto codex") + "\n" + "\ud800loop " * 350_000
+    model = replay_model(tmp_path / "r.jsonl", [runaway, act("help lobby")], pad=3)
+    station = make_station(tmp_path / "s", [recursive(model)], engine={"max_reply_chars": 5_000})
+    run_ticks(station, 2)
+    db = sqlite3.connect(tmp_path / "s" / "station.db")
+    assert db.execute("SELECT length(reply) FROM turns WHERE tick=1").fetchone()[0] == 5_000
+    assert db.execute("SELECT MAX(length(text)) FROM conversation WHERE role='assistant'").fetchone()[0] == 5_000
+    assert db.execute("SELECT MAX(length(payload)) FROM inputs").fetchone()[0] < 10_000
+    assert (tmp_path / "s" / "station.db").stat().st_size < 5 << 20
+    assert "Your reply was 2,100,028 characters long; only the first 5,000 were read and kept." in prompt_of(
+        tmp_path / "s", 2)

@@ -16,7 +16,8 @@ from rooms.capsule_store import Author, Capsules
 from station.cli import main
 from station.config import parse_config
 from station.engine import Engine
-from station.readers import clean, get_paper, get_thread, list_papers
+from station.readers import get_paper, get_thread, list_papers
+from station.terminal_text import clean
 from station.world import Station
 
 HOSTILE = "Look: [bold red]x[/] and \x1b[31mred\x1b[0m text \x1b]0;pwned\x07 and [link=http://evil]y[/link]."

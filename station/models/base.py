@@ -1,7 +1,7 @@
 """The Model protocol: what the engine needs from anything that writes an agent's replies."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
@@ -34,6 +34,7 @@ class Reply:
     cost_usd: float | None = None  # set by the model pool from the price table
     retries: int = 0
     overflow: str | None = None  # the provider said the conversation is too long (no reply)
+    cut_from: int | None = None  # the reply was this many characters long and was cut (see `within`)
 
     def to_payload(self) -> dict[str, Any]:
         """The recorded input: what the world depends on. Latency and retries are facts of the
@@ -41,13 +42,23 @@ class Reply:
         payload: dict[str, Any] = {"text": self.text, "thinking": self.thinking, "usage": asdict(self.usage)}
         if self.cost_usd is not None:
             payload["cost_usd"] = self.cost_usd
+        if self.cut_from is not None:
+            payload["cut_from"] = self.cut_from
         return payload
+
+    def within(self, limit: int) -> "Reply":
+        """The reply with its text and thinking cut to `limit` characters each, before anything is
+        stored: a runaway 50 MB answer would otherwise be kept (and shown) in full, several times."""
+        if len(self.text) <= limit and len(self.thinking or "") <= limit:
+            return self
+        return replace(self, text=self.text[:limit], thinking=self.thinking[:limit] if self.thinking else self.thinking,
+                       cut_from=len(self.text) if len(self.text) > limit else None)
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> "Reply":
         return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
                    usage=Usage(**payload.get("usage", {})), cost_usd=payload.get("cost_usd"),
-                   overflow=payload.get("overflow"))
+                   overflow=payload.get("overflow"), cut_from=payload.get("cut_from"))
 
 
 TRANSIENT, PERMANENT, OVERFLOW, INTERRUPTED = "transient", "permanent", "context_overflow", "interrupted"
