@@ -59,6 +59,11 @@ class Task:
     timeout_s: float = 600.0
     memory_mb: int | None = 4096
     max_processes: int = 64
+    # disk caps of each run (docs/sandbox.md, "Resource caps"): a task with big data raises them
+    max_scratch_mb: int = RunSpec.max_scratch_mb
+    max_storage_mb: int = RunSpec.max_storage_mb
+    max_files: int = RunSpec.max_files
+    max_result_mb: int = RunSpec.max_result_mb
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     display_precision: int = 4
@@ -97,12 +102,13 @@ class Task:
 
     def run_spec(self, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False) -> RunSpec:
         """How one submission runs: the task's entry, limits and data, with the caller's storage mounts."""
-        # CPU time adds up over threads: a run may use all its cores for the whole wall-clock limit.
+        # CPU time adds up over threads and processes: a run may use all its cores for the whole wall clock.
         cpu_seconds = math.ceil(self.timeout_s * max(1.0, self.num_cpus))
         return RunSpec(code=self.program(code), mode=self.mode, entry=self.entry, filename=self.filename,
                        mounts=[*mounts, *self.data_mounts()], timeout_s=self.timeout_s, cpu_seconds=cpu_seconds,
-                       memory_mb=self.memory_mb,
-                       max_processes=self.max_processes, num_cpus=self.num_cpus,
+                       memory_mb=self.memory_mb, max_processes=self.max_processes,
+                       max_scratch_mb=self.max_scratch_mb, max_storage_mb=self.max_storage_mb,
+                       max_files=self.max_files, max_result_mb=self.max_result_mb, num_cpus=self.num_cpus,
                        num_gpus=0.0 if cpu_only else self.num_gpus, env=self.env(), label=label)
 
     def execute(self, executor: Any, code: str, *, mounts: list[Mount], label: str,

@@ -31,11 +31,17 @@ class RunSpec:
     entry: str = "main"  # function mode: a zero-argument function; command mode: a shell command
     filename: str = "submission.py"
     mounts: list[Mount] = field(default_factory=list)
+    # Limits (docs/sandbox.md, "Resource caps"). Passing one kills the run: status "error", with
+    # a message naming the cap and its value.
     timeout_s: float = 600.0  # wall clock; the whole process tree is killed when it passes
-    cpu_seconds: int | None = None  # RLIMIT_CPU (default: the timeout, rounded up)
-    memory_mb: int | None = 4096  # RLIMIT_AS
-    max_processes: int = 64  # RLIMIT_NPROC
-    max_file_mb: int = 256  # RLIMIT_FSIZE
+    cpu_seconds: int | None = None  # all processes together (default: timeout_s x num_cpus, rounded up)
+    memory_mb: int | None = 4096  # RLIMIT_AS, per process
+    max_processes: int = 64  # processes and threads at once
+    max_file_mb: int = 256  # RLIMIT_FSIZE, per file
+    max_scratch_mb: int = 1024  # the scratch and results dirs together
+    max_storage_mb: int = 1024  # each writable storage dir
+    max_files: int = 50_000  # entries in the scratch dir, and in each writable storage dir
+    max_result_mb: int = 256  # what the run returns (function mode), checked before it is loaded
     max_output_bytes: int = 2_000_000  # captured per stream (head and tail kept)
     num_cpus: float = 1.0  # Ray scheduling; local runs get as many BLAS threads
     num_gpus: float = 0.0  # 0: GPUs are hidden (CUDA_VISIBLE_DEVICES="")

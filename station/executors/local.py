@@ -9,8 +9,9 @@ private results channel), both owned by the run's uid. The command line is
 
 sandbox_init builds the file-system view, drops privileges and execs the harness (function mode)
 or `sh -c <entry>` (command mode); this side captures the streams (bounded), enforces the wall
-clock by killing the namespace's PID 1 (which ends every process in it), reads the outcome
-back as data (results.py) and deletes the run dir.
+clock and the caps (_Watch: CPU time of the whole process tree, processes, disk) by killing the
+namespace's PID 1 (which ends every process in it), tidies the writable storage (disk.py),
+reads the outcome back as data (results.py) and deletes the run dir.
 
 Modes, chosen once at construction: "namespaces" (root: new namespaces and a per-run uid),
 "userns" (not root: the same namespaces inside a user namespace, capabilities dropped) and
@@ -34,9 +35,11 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
+from . import disk
 from .base import RunResult, RunSpec
 from .results import ResultRefused, StreamCapture, load_result, read_status
 
@@ -48,11 +51,18 @@ PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")  # fresh writable tmpfs per run
 ALWAYS_HIDDEN = ("/root", "/home", "/run")  # empty read-only tmpfs (/run: host sockets)
 NAMESPACE_FLAGS = ("--pid", "--net", "--mount", "--ipc", "--uts")
 NAMESPACES = ["pid-namespace", "net-namespace", "mount-namespace", "ipc-namespace", "uts-namespace"]
-FULL = NAMESPACES + ["read-only-root", "private-tmp", "uid", "no-capabilities", "no-new-privs", "rlimits"]
+FULL = NAMESPACES + ["read-only-root", "private-tmp", "nosuid-nodev", "uid", "no-capabilities", "no-new-privs",
+                    "rlimits"]
+CAPS = ["cpu-total", "process-count", "disk-quotas", "storage-tidy"]  # enforced from here, in every mode
 STALE_AFTER_S = 60  # an unlocked run dir this old belongs to a dead station
+RUN_DIR_NAME = re.compile(r"station-[A-Za-z0-9_.-]*-[a-z0-9_]{8}")  # mkdtemp(prefix=f"station-{label}-")
+RUN_DIR_ENTRIES = {"work", "out", "sandbox.json", "status.json"}  # what a run dir may hold, or part of it
 PIPE_GRACE_S = 2.0  # reading what is left in the pipes after the process ended or was killed
 TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
-PROGRESS_FILE, PROGRESS_POLL_S, PROGRESS_MAX_BYTES = "progress.txt", 1.0, 120  # a harness's "epoch 3/120"
+PROGRESS_FILE, PROGRESS_MAX_BYTES = "progress.txt", 120  # a harness's "epoch 3/120"
+POLL_S = 1.0  # progress, CPU time and processes are looked at this often
+DISK_POLL_S, DISK_DUTY = 2.0, 20  # disk use: every 2 s at most, and at most 1/20 of the time walking
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 Isolation = Literal["auto", "userns", "process"]
 
 
@@ -81,19 +91,24 @@ class LocalExecutor:
         self._sweep()
 
     def _sweep(self) -> None:
-        """Delete run dirs left by a station killed mid-run: nobody holds their lock any more."""
+        """Delete run dirs left by a station killed mid-run, whatever is left in them: unlocked,
+        idle for a while, named and filled like a run dir and ours."""
         for path in self.scratch_base.glob("station-*"):
+            if not RUN_DIR_NAME.fullmatch(path.name):
+                continue
             try:
-                if not (path / "sandbox.json").exists() or time.time() - path.stat().st_mtime < STALE_AFTER_S:
-                    continue
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
+                info = os.fstat(fd)
+                if (info.st_uid != os.geteuid() or time.time() - info.st_mtime < STALE_AFTER_S
+                        or not set(os.listdir(fd)) <= RUN_DIR_ENTRIES):
+                    continue
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                shutil.rmtree(path, ignore_errors=True)
-            except BlockingIOError:
-                pass  # a run in flight, maybe another station's
+                disk.remove_tree(path)
+            except OSError:
+                pass  # locked: a run in flight, maybe another station's
             finally:
                 os.close(fd)
 
@@ -129,7 +144,8 @@ class LocalExecutor:
         layers = {"namespaces": "pid/net/mount/ipc/uts namespaces, read-only host, per-run uid",
                   "userns": "user+pid/net/mount/ipc/uts namespaces, read-only host, no capabilities",
                   "process": "plain process (no namespaces: no network or file-system isolation)"}[self.mode]
-        return f"local sandbox: {layers}, rlimits, scrubbed environment; scratch in {self.scratch_base}"
+        return (f"local sandbox: {layers}, rlimits, CPU/process/disk caps, scrubbed environment; "
+                f"scratch in {self.scratch_base}")
 
     def close(self) -> None:
         """Kill every run in flight (a stopping station re-runs them when it resumes); no new runs start."""
@@ -150,15 +166,17 @@ class LocalExecutor:
                 lock = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 stack.callback(os.close, lock)
                 fcntl.flock(lock, fcntl.LOCK_EX)  # "in use", for _sweep
-                stack.callback(shutil.rmtree, run_dir, ignore_errors=True)
-                self._prepare(spec, run_dir, uid)
-                result = self._launch(spec, run_dir)
+                stack.callback(disk.remove_tree, run_dir)
+                storages = self._prepare(spec, run_dir, uid)
+                result = self._launch(spec, run_dir, _Watch(spec, run_dir, storages, uid, self.mode))
         except (SandboxError, ValueError, OSError) as err:
             result = RunResult(status="system_error", error=f"Sandbox error: {err}")
         result.duration_s = time.monotonic() - began
         return result
 
-    def _prepare(self, spec: RunSpec, run_dir: Path, uid: int | None) -> None:
+    def _prepare(self, spec: RunSpec, run_dir: Path, uid: int | None) -> list[_Storage]:
+        """Make the run dir and sandbox.json; tidy and measure the writable storage (the quotas'
+        starting point)."""
         scratch, out = run_dir / "work", run_dir / "out"
         scratch.mkdir(mode=0o700)
         out.mkdir(mode=0o700)
@@ -172,8 +190,12 @@ class LocalExecutor:
                 target.symlink_to(Path(m.source).resolve())
             else:
                 target.mkdir(parents=True, exist_ok=True)
-            if m.writable and uid is not None:
-                share_with_group(Path(m.source), SANDBOX_GID)
+        storages: dict[str, _Storage] = {}  # one per host dir, even when mounted twice
+        for m in spec.mounts:
+            if m.writable and (path := os.path.realpath(m.source)) not in storages:
+                storages[path] = _Storage(m.target, Path(path))
+        for s in storages.values():
+            s.before = disk.scan(s.path, tidy=True, gid=SANDBOX_GID if uid is not None else None)
         if uid is not None:
             for path in (scratch, out, scratch / spec.filename):
                 os.chown(path, uid, SANDBOX_GID)
@@ -192,14 +214,16 @@ class LocalExecutor:
         fd = os.open(run_dir / "sandbox.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(config, f)
+        return list(storages.values())
 
     def _rlimits(self, spec: RunSpec, uid: int | None) -> dict[str, list[int | None]]:
-        cpu = spec.cpu_seconds or math.ceil(spec.timeout_s)
+        cpu = cpu_budget(spec)  # per process here; the whole tree's total is watched by _Watch
         memory = spec.memory_mb << 20 if spec.memory_mb else None
         limits = {"RLIMIT_CPU": [cpu, cpu + 1], "RLIMIT_AS": [memory, memory],
                   "RLIMIT_FSIZE": [spec.max_file_mb << 20] * 2, "RLIMIT_CORE": [0, 0]}
         if self.mode != "process" or uid is not None:  # otherwise it would count all of our user's processes
-            limits["RLIMIT_NPROC"] = [spec.max_processes] * 2
+            # one more than allowed, so that _Watch sees the excess and says why the run failed
+            limits["RLIMIT_NPROC"] = [spec.max_processes + 1] * 2
         return limits
 
     def _command(self, run_dir: Path) -> list[str]:
@@ -208,12 +232,13 @@ class LocalExecutor:
             prefix += [self.unshare, *self._namespace_flags(self.mode)]
         return [*prefix, self.python, "-I", "-S", str(INIT), str(run_dir / "sandbox.json")]
 
-    def _launch(self, spec: RunSpec, run_dir: Path) -> RunResult:
+    def _launch(self, spec: RunSpec, run_dir: Path, watch: _Watch) -> RunResult:
         captures = StreamCapture(spec.max_output_bytes), StreamCapture(spec.max_output_bytes)
         with self._live_lock:
             if self._closed:
                 raise SandboxError("the executor was closed: the station is stopping")
             env = {**environment(spec, run_dir / "work"), "STATION_PROGRESS": str(run_dir / "out" / PROGRESS_FILE)}
+            watch.since = time.time()  # what the storage holds from here on may be this run's
             proc = subprocess.Popen(self._command(run_dir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env, cwd=run_dir, start_new_session=True)
             self._live.add(proc)
@@ -224,7 +249,7 @@ class LocalExecutor:
         try:  # a pidfd wakes us the moment it exits (Popen.wait(timeout) polls, up to 50 ms late)
             pidfd = os.pidfd_open(proc.pid)
             try:
-                timed_out = not self._wait_reporting(pidfd, spec, run_dir / "out" / PROGRESS_FILE)
+                stop = self._supervise(proc, pidfd, spec, watch, run_dir / "out" / PROGRESS_FILE)
             finally:
                 os.close(pidfd)
         finally:
@@ -235,28 +260,34 @@ class LocalExecutor:
                 self._live.discard(proc)
         for reader in readers:
             reader.join(PIPE_GRACE_S)
+        left = watch.at_end()  # tidies the storage whatever happened; a quota the run's leftovers break
+        if left is not None and (stop is None or stop[0] == "timeout"):
+            stop = ("error", left)
         result = RunResult(status="ok", stdout=captures[0].text(), stderr=captures[1].text())
-        return self._outcome(spec, run_dir, proc.returncode, timed_out, result)
+        return self._outcome(spec, run_dir, proc.returncode, stop, result)
 
-    def _wait_reporting(self, pidfd: int, spec: RunSpec, progress: Path) -> bool:
-        """Wait for the run to end (True) or its time to run out (False), passing on what a training
-        harness reports about its progress meanwhile."""
+    def _supervise(self, proc: subprocess.Popen, pidfd: int, spec: RunSpec, watch: _Watch,
+                   progress: Path) -> tuple[str, str] | None:
+        """Wait for the run to end (None) or for a reason to stop it: ("timeout" or "error", why).
+        Meanwhile pass on what a training harness reports about its progress, and watch the caps."""
         deadline = time.monotonic() + spec.timeout_s
         last = None
         while (left := deadline - time.monotonic()) > 0:
-            if select.select([pidfd], [], [], min(left, PROGRESS_POLL_S))[0]:
-                return True
+            if select.select([pidfd], [], [], min(left, POLL_S))[0]:
+                return None
             if self.on_progress is not None and (text := read_progress(progress)) and text != last:
                 last = text
                 self.on_progress(spec.label, text)
-        return False
+            if (broken := watch.while_running(proc)) is not None:
+                return "error", broken
+        return "timeout", f"Execution timed out after {spec.timeout_s:g} seconds"
 
-    def _outcome(self, spec: RunSpec, run_dir: Path, returncode: int, timed_out: bool,
+    def _outcome(self, spec: RunSpec, run_dir: Path, returncode: int, stop: tuple[str, str] | None,
                  result: RunResult) -> RunResult:
         status = read_status(str(run_dir))
         result.isolation = self._isolation(status)
-        if timed_out:
-            result.status, result.error = "timeout", f"Execution timed out after {spec.timeout_s:g} seconds"
+        if stop is not None:  # a timeout or a cap: the code's doing
+            result.status, result.error = stop
             return result
         if status is None and returncode < 0 and self.mode == "process":
             # Without namespaces the code runs as the supervisor's user and can kill it: its fault.
@@ -270,8 +301,14 @@ class LocalExecutor:
         code = -status["signal"] if "signal" in status else status.get("exit")
         result.exit_code = code if isinstance(code, int) else None
         if spec.mode == "function":
+            limit = spec.max_result_mb << 20
+            returned = disk.scan(run_dir / "out")  # before anything is loaded; at_end bounded its size
+            if returned.bytes > limit:
+                result.status, result.error = "error", (f"Result too large: the run returned {_size(returned)}, "
+                                                        f"the limit is {spec.max_result_mb:,} MB")
+                return result
             try:
-                record = load_result(str(run_dir / "out"), spec.max_file_mb << 20)
+                record = load_result(str(run_dir / "out"), spec.max_file_mb << 20, limit)
             except (ResultRefused, OSError) as err:
                 result.status, result.error = "error", f"Result refused: {err}"
                 return result
@@ -294,7 +331,7 @@ class LocalExecutor:
             layers.insert(0, "user-namespace")
         inside = status.get("isolation") if status else None
         layers += [str(x) for x in inside] if isinstance(inside, list) else []
-        layers += ["scrubbed-env"] + (["pdeathsig"] if self.setpriv else [])
+        layers += ["scrubbed-env"] + (["pdeathsig"] if self.setpriv else []) + CAPS
         have = {x.split()[0] for x in layers}
         return layers + [f"missing: {x}" for x in FULL if x not in have]
 
@@ -341,31 +378,127 @@ def exit_message(code: int | None) -> str:
     return f"Execution killed by signal {name}{hint.get(name, '')}"
 
 
-def share_with_group(root: Path, gid: int) -> None:
-    """Make a writable mount usable by every run's uid: group `gid`, group read-write, setgid dirs.
+def cpu_budget(spec: RunSpec) -> int:
+    """CPU seconds the whole run may use: by default all its cores for the whole wall clock."""
+    return spec.cpu_seconds or math.ceil(spec.timeout_s * max(1.0, spec.num_cpus))
 
-    Files the station wrote (root-owned) get fixed here; files the code writes already come out
-    right (umask 002 in a setgid dir). Walks with dir fds and never follows a link, so a link or a
-    swap planted by a concurrent run cannot redirect the chown/chmod."""
-    def fix(fd: int, info: os.stat_result, want: int) -> None:
-        if info.st_gid != gid:
-            os.fchown(fd, -1, gid)
-        if stat.S_IMODE(info.st_mode) | want != stat.S_IMODE(info.st_mode):
-            os.fchmod(fd, stat.S_IMODE(info.st_mode) | want)
 
-    for _dir, _dirs, files, dfd in os.fwalk(root, follow_symlinks=False):
-        fix(dfd, os.fstat(dfd), 0o2070)
-        for name in files:
+def tree_usage(init: int) -> tuple[float, int]:
+    """CPU seconds used below `init` (its reaped children included, its own start-up not) and
+    the tasks (processes and threads) alive there now. A parent is read before its children, so
+    a child reaped meanwhile is missed for once, never counted twice."""
+    ticks = tasks = 0
+    todo = [init]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            children = [int(c) for tid in os.listdir(f"/proc/{pid}/task")
+                        for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile: its time is in its parent's cutime by now
+        utime, stime, cutime, cstime = map(int, fields[11:15])  # fields 14-17 of proc(5)
+        ticks += cutime + cstime + (utime + stime if pid != init else 0)
+        tasks += int(fields[17]) if pid != init else 0  # field 20: num_threads
+        todo += children
+    return ticks / CLOCK_TICKS, tasks
+
+
+def _size(usage: disk.Usage) -> str:
+    mb = usage.bytes / (1 << 20)
+    text = f"{math.ceil(mb):,} MB" if mb >= 100 else f"{math.ceil(mb * 10) / 10:g} MB"
+    return ("at least " if usage.partial else "") + text
+
+
+def _count(usage: disk.Usage) -> str:
+    return ("at least " if usage.partial else "") + f"{usage.files:,} files"
+
+
+@dataclass
+class _Storage:
+    target: str  # where the code sees it, e.g. "storage/shared"
+    path: Path  # the host dir
+    before: disk.Usage = field(default_factory=disk.Usage)  # what it held when the run started
+
+
+class _Watch:
+    """A run's caps, enforced from outside the sandbox: every second the CPU time and the tasks
+    of its whole process tree, every few seconds (walks of bounded cost) its disk use, and at
+    its end the disk use again, after tidying the storage it could write."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, storages: list[_Storage], uid: int | None, mode: str) -> None:
+        self.spec, self.run_dir, self.storages, self.mode = spec, run_dir, storages, mode
+        # Files a run writes carry its uid, which no other live run has: what lets us charge a
+        # full storage to the runs that wrote into it, not to runs that merely ran meanwhile.
+        self.owner = uid
+        self.since = time.time()
+        self.init: int | None = None
+        self.next_disk = time.monotonic() + DISK_POLL_S
+
+    def while_running(self, proc: subprocess.Popen) -> str | None:
+        init = self._init(proc)
+        if init is not None:
+            cpu, tasks = tree_usage(init)
+            if tasks > self.spec.max_processes:
+                return (f"Process limit exceeded: the run had {tasks} processes and threads at once, "
+                        f"the limit is {self.spec.max_processes}")
+            if cpu > cpu_budget(self.spec):
+                return (f"CPU time limit exceeded: the run's processes used {cpu:.1f} CPU seconds together, "
+                        f"the limit is {cpu_budget(self.spec)}")
+        if time.monotonic() < self.next_disk:
+            return None
+        began = time.monotonic()
+        broken = self._disk(final=False)
+        self.next_disk = time.monotonic() + max(DISK_POLL_S, DISK_DUTY * (time.monotonic() - began))
+        return broken
+
+    def at_end(self) -> str | None:
+        return self._disk(final=True)
+
+    def _init(self, proc: subprocess.Popen) -> int | None:
+        """The sandbox's first process (unshare's child; the launcher itself in process mode),
+        whose own CPU time is ours, not the code's."""
+        if self.init is None:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+                children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
             except OSError:
-                continue  # a link, a socket, or gone
-            try:
-                info = os.fstat(fd)
-                if stat.S_ISREG(info.st_mode):
-                    fix(fd, info, 0o060)
-            finally:
-                os.close(fd)
+                children = []
+            self.init = proc.pid if self.mode == "process" else int(children[0]) if children else None
+        return self.init
+
+    def _disk(self, final: bool) -> str | None:
+        """The first disk quota broken, if any. At the end every writable storage is tidied (set-id
+        bits cleared, FIFOs, sockets and devices removed) and counted in full; while the run goes
+        on, counting stops as soon as the answer is known."""
+        spec, broken = self.spec, []
+        max_bytes, max_files = spec.max_scratch_mb << 20, spec.max_files
+        # the whole run dir: work/ (the scratch dir) and out/ (the results) are on the host's disk
+        scratch = disk.scan(self.run_dir, enough=lambda u: u.over(max_bytes, max_files))
+        if scratch.over(max_bytes, max_files):
+            held, limit = ((_size(scratch), f"{spec.max_scratch_mb:,} MB") if scratch.bytes > max_bytes
+                           else (_count(scratch), f"{max_files:,} files"))
+            broken.append(f"Scratch disk quota exceeded: the scratch dir holds {held}, the limit is {limit}")
+        for s in self.storages:
+            if broken and not final:
+                break
+            # Charged: over the limit, above what it held when the run started, and (where runs
+            # have uids of their own) written by this run, not only by others running meanwhile.
+            max_bytes = max(spec.max_storage_mb << 20, s.before.bytes)
+            max_files = max(spec.max_files, s.before.files)
+
+            def charged(u: disk.Usage) -> bool:
+                return u.over(max_bytes, max_files) and (u.wrote or self.owner is None)
+
+            if final:
+                gid = SANDBOX_GID if self.owner is not None else None
+                now = disk.scan(s.path, tidy=True, gid=gid, owner=self.owner, since=self.since)
+            else:
+                now = disk.scan(s.path, owner=self.owner, since=self.since, enough=charged)
+            if charged(now):
+                held, limit = ((_size(now), f"{spec.max_storage_mb:,} MB") if now.bytes > max_bytes
+                               else (_count(now), f"{spec.max_files:,} files"))
+                broken.append(f"Storage quota exceeded: {s.target} holds {held}, the limit is {limit}")
+        return broken[0] if broken else None
 
 
 @contextmanager

@@ -93,8 +93,8 @@ def read_status(run_dir: str) -> dict[str, Any] | None:
 
 
 class _ArrayReader:
-    def __init__(self, dir_fd: int, max_array_bytes: int) -> None:
-        self.dir_fd, self.max_array_bytes = dir_fd, max_array_bytes
+    def __init__(self, dir_fd: int, max_array_bytes: int, max_total_bytes: int) -> None:
+        self.dir_fd, self.max_array_bytes, self.max_total_bytes = dir_fd, max_array_bytes, max_total_bytes
         self.loaded: dict[int, Any] = {}
         self.total = 0
 
@@ -111,7 +111,7 @@ class _ArrayReader:
         f, size = open_regular(self.dir_fd, name, self.max_array_bytes)
         with f:
             self.total += size
-            if self.total > MAX_TOTAL_ARRAY_BYTES:
+            if self.total > self.max_total_bytes:
                 raise ResultRefused("the arrays are too large together")
             try:
                 version = npy.read_magic(f)
@@ -142,8 +142,10 @@ def _decode(node: Any, arrays: _ArrayReader) -> Any:
     raise ResultRefused("malformed value in the manifest")
 
 
-def load_result(out_dir: str, max_array_bytes: int) -> HarnessRecord | None:
-    """The harness's record (None when it wrote none); raises ResultRefused for anything malformed."""
+def load_result(out_dir: str, max_array_bytes: int,
+                max_total_bytes: int = MAX_TOTAL_ARRAY_BYTES) -> HarnessRecord | None:
+    """The harness's record (None when it wrote none); raises ResultRefused for anything malformed.
+    The executor checks the size of the whole results dir before it calls this."""
     fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         try:
@@ -162,7 +164,7 @@ def load_result(out_dir: str, max_array_bytes: int) -> HarnessRecord | None:
                 raise ResultRefused("malformed error record")
             return HarnessRecord("error", error=error, traceback=tb)
         try:
-            value = _decode(record.get("value"), _ArrayReader(fd, max_array_bytes))
+            value = _decode(record.get("value"), _ArrayReader(fd, max_array_bytes, max_total_bytes))
         except RecursionError:
             raise ResultRefused("the value is nested too deeply") from None
         return HarnessRecord("ok", value=value)

@@ -3,7 +3,7 @@
 LocalExecutor starts `unshare ... python -I -S sandbox_init.py <run dir>/sandbox.json`. As root
 of the new mount namespace this script makes the host read-only, masks private and sensitive
 directories with empty tmpfs, binds the run's scratch dir, its results dir and the storage
-mounts, then forks the code's process, which drops to the run's uid, sets its rlimits and execs
+mounts (nosuid, nodev), then forks the code's process, which drops to the run's uid, sets its rlimits and execs
 the harness (function mode) or `sh -c <entry>` (command mode). This process stays behind as
 PID 1: it reaps orphans, kills whatever is left when the code's process ends, and writes
 `status.json` (exit code or signal, the isolation in force) into the host run dir, which the
@@ -63,9 +63,10 @@ def kept_flags(path: str) -> int:
 
 
 def bind(fd: int, target: str, writable: bool) -> None:
-    """Bind what `fd` (opened before the masks went up) points at onto `target`."""
+    """Bind what `fd` (opened before the masks went up) points at onto `target`: nosuid and nodev,
+    so a set-id file or a device node in the scratch dir or the storage gives nothing here."""
     mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
-    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | kept_flags(target)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | kept_flags(target)
     mount(None, target, None, (flags & ~MS_RDONLY) if writable else flags | MS_RDONLY)
 
 
@@ -125,7 +126,7 @@ def set_up_mounts(cfg: dict, run_fd: int) -> tuple[list[str], int]:
     for fd in [work, out, *(fd for _, fd in keep), *(fd for _, fd in sources)]:
         os.close(fd)
     libc.sethostname(b"sandbox", 7)
-    return layers + ["private-tmp"] + [f"hidden {p}" for p in hidden], status_fd
+    return layers + ["private-tmp", "nosuid-nodev"] + [f"hidden {p}" for p in hidden], status_fd
 
 
 def drop_capabilities() -> None:
