@@ -10,13 +10,24 @@ a margin for the sandbox's own kill) counts from then, so a run queued behind ot
 reported as a timeout. On expiry the task is cancelled with force=True, which kills the worker
 process; the sandbox's launcher dies with it (parent-death signal), and with it the sandbox.
 
+Ray failing is never the code's fault: a run whose worker or node died (or whose result was lost)
+is run again, up to RETRIES times, and only then is it a `system_error` (the station pauses).
+A cluster that stops answering is a `system_error` naming its address: its address is checked
+before ray.init (which retries a dead address for minutes), ray.init is bounded, and waiting runs
+check it every few seconds. Ray's GCS client would end the whole process once the head has been
+gone for a minute (gcs_rpc_server_reconnect_timeout_s, 60 s); the driver here sets that to a week
+(a cluster's own --system-config value still wins), so the station itself reports the loss, pauses
+and exits cleanly.
+
 Ray is imported here only, and only on the first run: the station never needs it otherwise.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from pathlib import Path
@@ -30,6 +41,16 @@ log = logging.getLogger(__name__)
 WAIT_SLICE_S = 0.5  # how often a wait looks whether the station is stopping
 CLOSE_WAIT_S = 2.0  # at most this long for the runs' threads to leave Ray before it shuts down
 _worker_executors: dict[tuple, LocalExecutor] = {}  # per worker process: probing the modes once
+RETRIES = 3  # runs again after its worker or node died; bounded, since something may keep killing it
+INIT_TIMEOUT_S = 120.0  # ray.init retries an address that answers but is no Ray head (or refuses us) forever
+PROBE_EVERY_S = 5.0  # a waiting run checks that the cluster's address still answers this often
+PROBE_TIMEOUT_S, PROBE_TRIES = 3.0, 3  # one refused connection in a blip is not a lost cluster
+# Ray's GCS client ends the process (not just Ray) when the head is gone this long (Ray's default: 60 s)
+RECONNECT_ENV, RECONNECT_S = "RAY_gcs_rpc_server_reconnect_timeout_s", str(7 * 24 * 3600)
+
+
+class ClusterUnreachable(Exception):
+    """The Ray cluster does not answer: a system failure, never the code's."""
 
 
 def _run_on_worker(spec: RunSpec, options: tuple):
@@ -90,6 +111,9 @@ class RayExecutor:
         self.on_progress: Callable[[str, str], None] | None = None  # (run label, what its harness reported)
         self._closing = threading.Event()  # close() was called: waits end, runs in flight are cancelled
         self._inflight: set = set()  # the streaming refs of runs in flight
+        self.where = self.address or "the local Ray instance"  # named in errors
+        self._endpoint = _endpoint(self.address)  # (host, port) checked for an answer; None: not known yet
+        self._unusable: str | None = None  # ray.init never returned: the executor stays failed
 
     def _ray(self):
         """Ray, initialised once per process (thread-safe), and the remote task."""
@@ -98,11 +122,17 @@ class RayExecutor:
         with self._init_lock:  # not self._lock: close() must not wait for a slow ray.init
             if self._closing.is_set():  # never start Ray again once closed
                 raise RuntimeError("the executor was closed (the station is stopping)")
+            if self._unusable:
+                raise ClusterUnreachable(self._unusable)
             if self._task is None:
                 began = time.monotonic()
                 if not ray.is_initialized():
+                    self._check_reachable()  # a dead address would keep ray.init retrying for minutes
                     self._init_in_owner_thread(ray)
                     self._initialized_here = True
+                if self._endpoint is None:  # a local instance or "auto": the head is known now
+                    gcs = ray.get_runtime_context().gcs_address
+                    self._endpoint, self.where = _endpoint(gcs), self.address or f"{gcs} (a local Ray instance)"
                 self._task = ray.remote(num_returns="streaming", max_retries=0)(_run_on_worker)
                 self.init_seconds = time.monotonic() - began
         return ray, self._task
@@ -115,6 +145,7 @@ class RayExecutor:
 
         def own() -> None:
             _route_ray_logging()
+            os.environ[RECONNECT_ENV] = RECONNECT_S  # read when ray.init starts Ray's core; overrides any set
             try:
                 common = {"log_to_driver": False, "logging_level": logging.WARNING}
                 if self.address:
@@ -130,9 +161,28 @@ class RayExecutor:
         self._release.clear()
         self._owner = threading.Thread(target=own, name="ray-owner", daemon=True)
         self._owner.start()
-        err = outcome.get()
+        try:  # joining a cluster is bounded; starting a local instance is not
+            err = outcome.get(timeout=INIT_TIMEOUT_S if self.address else None)
+        except queue.Empty:  # still inside ray.init: it may never return, so this executor stays failed
+            self._unusable = (f"Ray cluster at {self.where} unreachable: ray.init did not connect within "
+                              f"{INIT_TIMEOUT_S:g} seconds (not a Ray head, or it refused this station?)")
+            raise ClusterUnreachable(self._unusable) from None
         if err is not None:
             raise err
+
+    def _check_reachable(self) -> None:
+        """Raise ClusterUnreachable unless the head's address accepts a TCP connection (a few tries)."""
+        if self._endpoint is None:
+            return
+        for attempt in range(PROBE_TRIES):
+            try:
+                socket.create_connection(self._endpoint, timeout=PROBE_TIMEOUT_S).close()
+                return
+            except OSError as err:
+                error = err
+            if attempt + 1 < PROBE_TRIES:
+                self._closing.wait(1.0)
+        raise ClusterUnreachable(f"Ray cluster at {self.where} unreachable: {type(error).__name__}: {error}")
 
     def gpu_count(self) -> int:
         """GPUs in the Ray cluster (trials then ask Ray for one each)."""
@@ -145,38 +195,63 @@ class RayExecutor:
 
     def run(self, spec: RunSpec) -> RunResult:
         began = time.monotonic()
-        runs = None
         with self._users_changed:
             if self._closing.is_set():
                 return RunResult(status="system_error", error="Ray error: the executor was closed (the station "
                                                               "is stopping)")
             self._users += 1  # close() shuts Ray down only when no thread is inside a Ray call
         try:
-            ray, task = self._ray()
-            runs = task.options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, name=spec.label).remote(
-                spec, self.options)
-            with self._lock:
-                self._inflight.add(runs)
-            result = self._follow(ray, runs, spec)
-        except Exception as err:  # noqa: BLE001 - Ray itself failed (worker died, cluster gone, ...)
+            result = self._run_retrying(spec)
+        except ClusterUnreachable as err:
+            result = RunResult(status="system_error", error=str(err))
+        except Exception as err:  # noqa: BLE001 - Ray itself failed in a way a retry would not mend
             result = RunResult(status="system_error", error=f"Ray error: {type(err).__name__}: {err}")
         finally:
             with self._users_changed:
-                self._inflight.discard(runs)
                 self._users -= 1
                 self._users_changed.notify_all()
         result.duration_s = time.monotonic() - began
         return result
 
+    def _run_retrying(self, spec: RunSpec) -> RunResult:
+        """The run, again after each infrastructure failure (while the cluster answers), RETRIES times."""
+        ray, task = self._ray()
+        errors = ray.exceptions
+        infrastructure = (errors.WorkerCrashedError, errors.NodeDiedError, errors.LocalRayletDiedError,
+                          errors.ObjectLostError, errors.OutOfMemoryError, errors.RaySystemError)
+        for attempt in range(1 + RETRIES):
+            if self._closing.is_set():  # a run that close() cancelled is not run again
+                raise RuntimeError("the executor was closed: the station is stopping")
+            runs = task.options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, name=spec.label).remote(
+                spec, self.options)
+            with self._lock:
+                self._inflight.add(runs)
+            try:
+                return self._follow(ray, runs, spec)
+            except infrastructure as err:
+                failure = f"{type(err).__name__}: {err}"
+                log.warning("run %s, attempt %d: Ray failed: %s", spec.label, attempt + 1, failure)
+                self._check_reachable()  # a dead head is why, often: say so rather than retry
+            finally:
+                with self._lock:
+                    self._inflight.discard(runs)
+        return RunResult(status="system_error", error=f"Ray error: the run failed on Ray's side {1 + RETRIES} "
+                                                      f"times; the last: {failure}")
+
     def _wait(self, ray, runs, timeout: float | None) -> bool:
-        """ray.wait in short slices, so that close() ends it within a second; True when ready."""
+        """ray.wait in short slices, so that close() ends it within a second; True when ready. Checks
+        now and then that the cluster still answers: Ray itself may wait a minute or more to notice."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        probed = time.monotonic()
         while not self._closing.is_set():
             left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
             if left <= 0:
                 return False
             if ray.wait([runs], timeout=left)[0]:
                 return True
+            if time.monotonic() - probed >= PROBE_EVERY_S:
+                self._check_reachable()  # not cancelled then: the cluster is gone, and its runs with it
+                probed = time.monotonic()
         raise RuntimeError("the executor was closed: the station is stopping")
 
     def _follow(self, ray, runs, spec: RunSpec) -> RunResult:
@@ -223,3 +298,9 @@ class RayExecutor:
                 self._release.set()
                 self._owner.join()
             self._task, self._initialized_here, self._owner = None, False, None
+
+
+def _endpoint(address: str | None) -> tuple[str, int] | None:
+    """(host, port) of "host:port" or "ray://host:port"; None for "auto" or no address."""
+    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+    return (host.strip("[]"), int(port)) if host and port.isdigit() else None

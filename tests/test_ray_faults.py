@@ -1,0 +1,280 @@
+"""Ray failing under the station, with a real Ray head started here and killed by PID (issue 17 §4).
+
+- a Ray worker killed mid-run: the run goes again and is scored; killed every time: after
+  1 + RETRIES attempts it is a system error, never the code's result;
+- the head killed mid-run: a system error naming the address, and the process survives Ray's own
+  "GCS gone for 60 s: end the process";
+- an address nothing answers on: a system error at once, not a hang;
+- a station on that cluster: pauses with the reason (exit 3), keeps the evaluation queued, pauses
+  again at once while the head is down, and scores the evaluation once a head is back on the port.
+
+Each head runs with a marker in its environment, which every process it starts inherits: those
+are the processes killed, and none may be left behind. The executor runs in a subprocess (one
+process joins one cluster only, and a Ray bug there must not take pytest down). Needs root and
+unshare like tests/test_sandbox.py. Timeouts here are safety nets, not measurements.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from helpers import act, read, reply, yaml_block
+from station.executors import LocalExecutor
+from station.executors.ray_executor import RETRIES
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "STATION_RAY_FAULTS_HEAD"
+LINGER_S = 75  # Ray's GCS client ends a driver whose head is gone 60 s (its default); stay past that
+
+if LocalExecutor().mode != "namespaces":
+    pytest.skip("the sandbox needs root and unshare here", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, check: Callable[[], object], seconds: float = 120, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process exited before {what}: {proc.communicate()}")
+        time.sleep(0.1)
+    raise AssertionError(f"never saw {what}")
+
+
+class Head:
+    """A Ray head on a fixed port; its processes are those whose environment holds its marker."""
+
+    def __init__(self, port: int, env: dict[str, str]) -> None:
+        self.port, self.address = port, f"127.0.0.1:{port}"
+        self.tag = secrets.token_hex(8)
+        self.env = {**env, MARK: self.tag}
+        self.temp = tempfile.mkdtemp(prefix="rf", dir="/tmp")  # short: Ray's socket paths have a limit
+
+    def start(self) -> None:
+        ports = [f"--{name}={free_port()}" for name in
+                 ("dashboard-port", "dashboard-agent-listen-port")]
+        started = subprocess.run([BIN / "ray", "start", "--head", f"--port={self.port}", "--num-cpus=2",
+                                  "--disable-usage-stats", "--include-dashboard=false", f"--temp-dir={self.temp}",
+                                  *ports], capture_output=True, text=True, env=self.env, timeout=180)
+        assert started.returncode == 0, started.stdout + started.stderr
+
+    def processes(self) -> dict[int, str]:
+        """pid -> command line of every live process this head started (workers included)."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and f"{MARK}={self.tag}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                pass  # gone meanwhile
+        return found
+
+    def worker_running(self, label: str) -> int | None:
+        """The pid of the Ray worker running the run labelled `label` (Ray titles it "ray::<label>")."""
+        return next((pid for pid, cmd in self.processes().items() if cmd.strip() == f"ray::{label}"), None)
+
+    def kill(self) -> None:
+        for _ in range(50):  # a raylet may still be starting a worker: until none is left
+            alive = self.processes()
+            if not alive:
+                return
+            for pid in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        raise AssertionError(f"Ray processes left behind: {self.processes()}")
+
+    def remove(self) -> None:
+        self.kill()
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_env() -> dict[str, str]:
+    """Ray >= 2.5x clusters want a token; a driver given an explicit address needs the mode said."""
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
+@pytest.fixture
+def head(ray_env):
+    made: list[Head] = []
+
+    def make(port: int | None = None) -> Head:
+        made.append(Head(port or free_port(), ray_env))
+        made[-1].start()
+        return made[-1]
+    yield make
+    for h in made:
+        h.remove()
+    assert [h.processes() for h in made] == [{} for _ in made]
+
+
+# The submission counts its attempts in a writable mount; the first `sleepy` attempts sleep (to be killed).
+CODE = """import os, time
+def main():
+    n = len(os.listdir("storage/shared")) + 1
+    open(f"storage/shared/attempt-{n}", "w").close()
+    if n <= SLEEPY:
+        time.sleep(600)
+    return n
+"""
+DRIVER = """
+import json, sys, time
+from pathlib import Path
+from station.config import ExecutorConfig
+from station.executors import Mount, RunSpec
+from station.executors.ray_executor import RayExecutor
+address, label, folder, sleepy, linger = json.loads(sys.argv[1])
+ex = RayExecutor(ExecutorConfig(kind="ray", ray_address=address))
+spec = RunSpec(code=%r.replace("SLEEPY", str(sleepy)), timeout_s=300, label=label,
+               mounts=[Mount(Path(folder), "storage/shared", writable=True)])
+r = ex.run(spec)
+print("RESULT", json.dumps({"status": r.status, "value": r.value, "error": r.error}), flush=True)
+time.sleep(linger)  # Ray still initialised here
+ex.close()
+print("closed", flush=True)
+""" % CODE
+
+
+def driver(env: dict[str, str], address: str, label: str, folder: Path, sleepy: int, linger: float = 0):
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)  # the sandbox's uid writes there
+    return subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps([address, label, str(folder), sleepy, linger])],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outcome(proc: subprocess.Popen, seconds: float = 300) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=seconds)
+    assert proc.returncode == 0, f"the driver died ({proc.returncode}): {err[-3000:]}"
+    lines = out.strip().splitlines()  # Ray prints notes of its own there too
+    return json.loads(next(line for line in lines if line.startswith("RESULT "))[7:]), "closed" in lines
+
+
+def kill_worker(h: Head, label: str, folder: Path, attempt: int, proc: subprocess.Popen) -> None:
+    wait_for(f"attempt {attempt}", lambda: (folder / f"attempt-{attempt}").exists(), proc=proc)
+    os.kill(wait_for(f"the worker of attempt {attempt}", lambda: h.worker_running(label), proc=proc), signal.SIGKILL)
+
+
+def test_a_killed_ray_worker_is_retried_and_the_run_scored(tmp_path, head, ray_env):
+    h = head()
+    once = driver(ray_env, h.address, "faults-once", tmp_path / "once", sleepy=1)
+    kill_worker(h, "faults-once", tmp_path / "once", 1, once)
+    result, closed = outcome(once)
+    assert result == {"status": "ok", "value": 2, "error": None} and closed
+
+    always = driver(ray_env, h.address, "faults-always", tmp_path / "always", sleepy=99)
+    for attempt in range(1, RETRIES + 2):
+        kill_worker(h, "faults-always", tmp_path / "always", attempt, always)
+    result, _ = outcome(always)
+    assert result["status"] == "system_error" and f"failed on Ray's side {RETRIES + 1} times" in result["error"]
+    assert "WorkerCrashedError" in result["error"]
+    assert sorted(p.name for p in (tmp_path / "always").iterdir()) == [f"attempt-{n}" for n in range(1, RETRIES + 2)]
+
+
+def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_path, head, ray_env):
+    h = head()
+    run = driver(ray_env, h.address, "faults-head", tmp_path / "head", sleepy=1, linger=LINGER_S)
+    wait_for("the run start", lambda: (tmp_path / "head" / "attempt-1").exists(), proc=run)
+    h.kill()
+    result, closed = outcome(run)
+    assert result["status"] == "system_error", result
+    assert result["error"].startswith(f"Ray cluster at {h.address} unreachable: "), result
+    assert closed  # alive LINGER_S later with Ray still initialised, and it closed cleanly
+
+
+def test_an_address_nothing_answers_on_is_a_system_error_not_a_hang(tmp_path, ray_env):
+    address = f"127.0.0.1:{free_port()}"
+    run = driver(ray_env, address, "faults-nothing", tmp_path / "nothing", sleepy=0)
+    result, closed = outcome(run, seconds=120)
+    assert result["status"] == "system_error" and result["error"].startswith(f"Ray cluster at {address} unreachable")
+    assert closed
+
+
+# -- the station --------------------------------------------------------------------------------------
+SLOW_ONCE = ("import os, time\n\ndef construct_packing():\n    marker = 'storage/shared/started-once'\n"
+             "    if not os.path.exists(marker):\n        open(marker, 'w').close()\n        time.sleep(600)\n"
+             "    return [[0.25, 0.5], [0.75, 0.5]], [0.25, 0.25]\n")
+
+
+def station_config(tmp_path: Path, address: str) -> Path:
+    body = "\n".join(f"{k}: {json.dumps(v)}" for k, v in {
+        "title": "Slow once", "tags": "faults", "abstract": "Sleeps on its first run only.",
+        "content": SLOW_ONCE}.items())
+    replies = [reply(act("goto research"), act("submit 1"), yaml_block(body))] + ["Waiting."] * 40
+    replay = tmp_path / "agent.jsonl"
+    replay.write_text("".join(json.dumps({"text": t}) + "\n" for t in replies))
+    config = {"name": "ray-faults", "seed": 5, "engine": {"backup_every_ticks": 0},
+              "agents": [{"count": 1, "kind": "recursive", "lineage": "Spiro",
+                          "model": {"provider": "replay", "name": "replay-faults", "replay_file": str(replay)}}],
+              "lifecycle": {"maturity_ticks": 0}, "notifications": {"tips_every_ticks": 0},
+              "research": {"tasks": [{"evaluator": "circle_packing", "params": {"n": 2}, "baselines": False,
+                                      "timeout_s": 900}],
+                           "executor": {"kind": "ray", "ray_address": address, "max_parallel": 1}, "wait_ticks": 1}}
+    path = tmp_path / "faults.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_when_it_is_back(
+        tmp_path, head, ray_env):
+    h = head()
+    directory = tmp_path / "st"
+
+    def station(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, env=ray_env,
+                              capture_output=True, text=True, timeout=300)
+
+    def paused_with_the_reason(done: subprocess.CompletedProcess) -> None:
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert "station paused" in done.stderr and f"Ray cluster at {h.address} unreachable" in done.stderr
+        shown = json.loads(station("status", str(directory), "--json").stdout)
+        assert shown["state"] == "paused" and f"Ray cluster at {h.address} unreachable" in shown["pause_reason"]
+        submissions = shown["counts"]["submissions"]
+        assert (submissions["queued"], submissions["failed"], submissions["finished"]) == (1, 0, 0)
+        assert read(directory, "SELECT COUNT(*) FROM messages WHERE kind='evaluation'") == [(0,)]
+
+    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(station_config(tmp_path, h.address)),
+                            "--dir", str(directory), "--until-tick", "4"], cwd=ROOT, env=ray_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("the run start", lambda: (directory / "files/research/storage/shared/started-once").exists(),
+                 seconds=240, proc=run)
+        h.kill()
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    paused_with_the_reason(subprocess.CompletedProcess(run.args, run.returncode, out, err))
+
+    paused_with_the_reason(station("run", "--dir", str(directory), "--until-tick", "4"))  # the head is still down
+
+    h.start()  # the operator brings the head back, on the same port
+    resumed = station("run", "--dir", str(directory), "--until-tick", "4")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert read(directory, "SELECT id, status, score FROM evaluations") == [(1, "finished", 0.5)]
+    messages = [m[0] for m in read(directory, "SELECT text FROM messages WHERE kind='evaluation'")]
+    assert len(messages) == 1 and "Evaluation #1 has a result" in messages[0]
