@@ -178,3 +178,25 @@ def test_a_runaway_reply_is_cut_on_arrival_so_it_is_never_stored_in_full(tmp_pat
     assert (tmp_path / "s" / "station.db").stat().st_size < 5 << 20
     assert "Your reply was 2,100,028 characters long; only the first 5,000 were read and kept." in prompt_of(
         tmp_path / "s", 2)
+
+
+def test_a_long_reply_is_shown_cut_on_its_dialogue_page_with_a_link_to_the_whole(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from station.web.app import create_app
+    from station.web.data import SHOWN_CHARS
+
+    long_reply = act("help lobby") + "\n" + "".join(f"line {i} of a very long answer\n" for i in range(20_000))
+    model = replay_model(tmp_path / "r.jsonl", [long_reply], pad=2)
+    station = make_station(tmp_path / "s", [recursive(model)], engine={"max_reply_chars": 1_000_000})
+    run_ticks(station, 2)
+    client = TestClient(create_app(tmp_path / "s"))
+    page = client.get("/agents/Spiro I")
+    assert page.status_code == 200
+    assert len(page.text) < 4 * SHOWN_CHARS + 200_000  # the prompts and two cut replies, not the whole
+    assert "line 100 of a very long answer" in page.text and "line 19999 of" not in page.text
+    more = len(long_reply) - SHOWN_CHARS
+    assert f"… {more:,} more characters: <a href=\"/turns/1/1/reply\">the whole reply</a>" in page.text
+    whole = client.get("/turns/1/1/reply")
+    assert whole.status_code == 200 and "line 19999 of a very long answer" in whole.text
+    assert client.get("/turns/1/1/actions").status_code == 404 and client.get("/turns/1/99/reply").status_code == 404

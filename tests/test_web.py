@@ -111,14 +111,14 @@ def test_operator_actions_need_the_token_off_loopback(demo60: Path, tmp_path: Pa
     directory = copy_station(demo60, tmp_path / "st")
     with pytest.raises(ValueError, match="needs a token"):
         create_app(directory, host="0.0.0.0")
-    client = TestClient(create_app(directory, host="0.0.0.0", token="s3cret-token"))
+    client = TestClient(create_app(directory, host="0.0.0.0", token="s3cret-token-0123456"))
     form = {"to": "*", "text": "Hello from the operator."}
     assert "set-cookie" not in client.get("/operator").headers  # nothing handed out off loopback
     assert client.post("/operator/message", data=form).status_code == 403
     assert client.post("/operator/message", data={**form, "token": "wrong"}).status_code == 403
     assert client.post("/operator/pause", data={}).status_code == 403
     assert client.post("/login", data={"token": "nope"}).status_code == 403
-    ok = client.post("/operator/message", data=form, headers={"x-station-token": "s3cret-token",
+    ok = client.post("/operator/message", data=form, headers={"x-station-token": "s3cret-token-0123456",
                                                                "accept": "application/json"})
     assert ok.status_code == 200 and ok.json()["ok"]
     store = Store(directory)
@@ -269,7 +269,7 @@ def test_a_done_form_shows_its_whole_outcome_once_without_text_in_the_address(de
 
 def test_a_wrong_token_or_none_is_told_on_the_page(demo60: Path, tmp_path: Path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
-    client = TestClient(create_app(directory, host="0.0.0.0", token="s3cret-token"))
+    client = TestClient(create_app(directory, host="0.0.0.0", token="s3cret-token-0123456"))
     wrong = client.post("/login", data={"token": "nope"})
     assert wrong.status_code == 403 and "Wrong token" in banner("error", wrong.text)
     assert 'action="/login"' in wrong.text  # the login form is still there
@@ -277,7 +277,7 @@ def test_a_wrong_token_or_none_is_told_on_the_page(demo60: Path, tmp_path: Path)
     assert locked.status_code == 403 and "log in" in banner("error", locked.text)
     assert client.post("/login", data={"token": "nope"}, headers={"accept": "application/json"}).json() \
         == {"error": "Wrong token: operator actions stay locked."}
-    client.post("/login", data={"token": "s3cret-token"})
+    client.post("/login", data={"token": "s3cret-token-0123456"})
     assert client.post("/operator/message", data={"to": "*", "text": "hi"}).status_code == 200
 
 

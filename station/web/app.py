@@ -11,27 +11,37 @@ Requests that accept JSON get JSON answers instead.
 Every operator action needs the server's token. On a loopback address the token is made up at
 start and handed to the browser in a SameSite=Strict cookie (so other sites cannot post to
 it); on any other address the operator must give it (`--token` or STATION_WEB_TOKEN) and
-type it once on the login page.
+type it once on the login page, and reading pages needs it too unless `public_read`.
+
+Against DNS rebinding and cross-site forms (see docs/security.md):
+* a request whose Host is not an allowed name (loopback names, the bound address, `allow_hosts`)
+  is answered 421 and nothing else, so the loopback cookie only goes to allowed Hosts;
+* a state-changing request (anything but GET, HEAD, OPTIONS) whose Origin, or without one its
+  Referer, is not this server is refused (403). A request with neither is let through to the
+  token check: browsers send Origin with every cross-site POST, so such a request is a script;
+* wrong tokens are counted per client address: after a few, every try waits (429, Retry-After).
 """
 from __future__ import annotations
 
 import hmac
 import ipaddress
 import json
+import math
 import secrets
 import sqlite3
 import threading
+import time
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, unquote
+from typing import Any, Callable, Iterable
+from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from .. import commands, report
+from .. import commands, endpoints, report
 from ..store import DB_NAME, Store
 from . import data, render, study
 from .runner import StationRunner
@@ -42,6 +52,16 @@ COOKIE = "station_token"
 FLASH = "station_done"  # the outcome of the last operator form, shown once on the operator page
 LIVE_PARTS = {"alerts": "alerts.html", "evaluations": "open_evaluations.html"}  # refreshed by /api/live
 MAX_ID = 2 ** 62  # larger ids cannot exist (SQLite integers) and get a 404
+MIN_TOKEN = 16  # characters; a shorter token can be guessed, even slowly
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARDS = ("", "0.0.0.0", "::")  # bind addresses that are no name a browser could use
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+SECURITY_HEADERS = {  # no outside images, scripts or frames, even if some agent text got through as HTML
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+                               "script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                               "frame-ancestors 'none'",
+    "x-frame-options": "DENY", "x-content-type-options": "nosniff", "referrer-policy": "same-origin",
+}
 
 
 def is_loopback(host: str) -> bool:
@@ -51,6 +71,97 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_token(token: str | None, source: str = "--token") -> None:
+    """Refuse a given token that is empty or short (None: no token given, which is fine on loopback)."""
+    if token is not None and len(token) < MIN_TOKEN:
+        what = "empty" if not token else f"only {len(token)} characters"
+        raise ValueError(f"the operator token from {source} is {what}; give one of at least {MIN_TOKEN} characters "
+                         "(for instance: python -c 'import secrets; print(secrets.token_urlsafe(24))')")
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header or --allow-host value, lower case, without port or brackets."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8470
+        return header[1:header.find("]")] if "]" in header else ""
+    if header.count(":") > 1:  # a bare IPv6 address (as --host or --allow-host may give it)
+        return header
+    return header.partition(":")[0].rstrip(".")
+
+
+def allowed_hosts(host: str, extra: Iterable[str] = ()) -> set[str]:
+    """The Host names this server answers to: loopback names, the address it is bound to, and `extra`."""
+    names = set(LOOPBACK_NAMES)
+    if host_name(host) not in WILDCARDS:
+        names.add(host_name(host))
+    for given in extra:
+        name = host_name(given)
+        if not name or any(c in name for c in "*/ "):
+            raise ValueError(f"--allow-host {given!r}: give one host name or address (no wildcards)")
+        names.add(name)
+    return names
+
+
+def in_process(request: Request) -> bool:
+    """Starlette's TestClient (`station export`, the tests) calls the app with no socket: its client is
+    'testclient' and its server address is a name, where a real server gives the socket's IP. No browser
+    is involved, so the Host check does not apply (its Host is the made-up 'testserver')."""
+    server = request.scope.get("server") or ("",)
+    try:
+        ipaddress.ip_address(server[0])
+        return False
+    except ValueError:
+        return tuple(request.scope.get("client") or ()) == ("testclient", 50000)
+
+
+def foreign_origin(request: Request) -> bool:
+    """A state-changing request from a page of another site: its Origin (or, without one, its
+    Referer) does not name the Host it was sent to. Neither sent: not a browser form, so not foreign."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if source is None:
+        return False
+    parts = urlsplit(source)  # "Origin: null" (a sandboxed or file page) has no netloc: foreign
+    return parts.scheme not in ("http", "https") or parts.netloc.lower() != request.headers.get("host", "").lower()
+
+
+class TooManyTries(Exception):
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"too many wrong tokens from this address: try again in {math.ceil(wait_s)} s")
+        self.wait_s = wait_s
+
+
+class Throttle:
+    """Wrong tokens per client address: FREE tries, then each further try waits, the wait doubling
+    with every failure (1 min, 2, 4, ... at most an hour). A right token clears the count."""
+
+    FREE, FIRST_WAIT_S, LONGEST_WAIT_S, KEPT = 5, 60.0, 3600.0, 10_000
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock, self._lock = clock, threading.Lock()
+        self._failed: dict[str, tuple[int, float, float]] = {}  # address -> (failures, blocked until, last)
+
+    def wait(self, address: str) -> float:
+        """Seconds this address must still wait before its next try (0: it may try now)."""
+        with self._lock:
+            _, until, _ = self._failed.get(address, (0, 0.0, 0.0))
+            return max(0.0, until - self.clock())
+
+    def failed(self, address: str) -> None:
+        with self._lock:
+            now = self.clock()
+            count, _, last = self._failed.get(address, (0, 0.0, 0.0))
+            count = 1 if now - last > self.LONGEST_WAIT_S else count + 1  # an old count is forgotten
+            until = now + min(self.FIRST_WAIT_S * 2 ** (count - self.FREE), self.LONGEST_WAIT_S) \
+                if count >= self.FREE else 0.0
+            if len(self._failed) >= self.KEPT:  # bounded memory: forget addresses that are not waiting
+                self._failed = {a: v for a, v in self._failed.items() if v[1] > now}
+            self._failed[address] = (count, until, now)
+
+    def succeeded(self, address: str) -> None:
+        with self._lock:
+            self._failed.pop(address, None)
 
 
 class Reader:
@@ -80,20 +191,29 @@ class Reader:
 
 
 def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               runner: StationRunner | None = None, static_export: bool = False) -> FastAPI:
+               runner: StationRunner | None = None, static_export: bool = False, allow_hosts: Iterable[str] = (),
+               public_read: bool = False) -> FastAPI:
+    """The app. `allow_hosts`: Host names answered besides loopback and `host`; `public_read`: off
+    loopback, pages may be read without the token (operating still needs it)."""
     directory = Path(directory)
     if not Store.exists(directory):
         raise ValueError(f"no station at {directory}")
     if token is None and not is_loopback(host):
         raise ValueError(f"serving on {host} (not a loopback address) needs a token: --token or STATION_WEB_TOKEN")
+    check_token(token)
+    Store(directory).close()  # a damaged database is named now, in one line, not at the first page
     secret = token or secrets.token_urlsafe(24)
     auto_cookie = token is None  # loopback without a given token: the browser gets it by cookie
+    hosts = allowed_hosts(host, allow_hosts)
+    read_locked = not is_loopback(host_name(host)) and not public_read  # off loopback, research is private
+    throttle = Throttle()
     reader, runner = Reader(directory), runner or StationRunner(directory)
     app = FastAPI(title="Station", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain,
-                                 duration=render.duration, static_export=static_export)
+                                 duration=render.duration, static_export=static_export,
+                                 shown_chars=data.SHOWN_CHARS)
     app.state.runner, app.state.reader = runner, reader
     index = SearchIndex(directory)
     if not static_export:  # build the search index in the background: the first search is then quick
@@ -105,23 +225,95 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         context.setdefault("station_name", json.loads(meta[0]).get("name", "station") if meta else "station")
         response = templates.TemplateResponse(request, name, {"live": runner.describe(), **context},
                                               status_code=status)
-        if auto_cookie and request.cookies.get(COOKIE) != secret:
+        if auto_cookie and host_ok(request) and request.cookies.get(COOKIE) != secret:
             response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
         return response
 
     def not_found(request: Request, what: str) -> HTMLResponse:
         return show(request, "error.html", 404, title="Not found", message=what)
 
-    def authorised(request: Request, form_token: str | None) -> bool:
-        given = form_token or request.headers.get("x-station-token") or request.cookies.get(COOKIE) or ""
+    def host_ok(request: Request) -> bool:
+        return in_process(request) or host_name(request.headers.get("host", "")) in hosts
+
+    def given_token(request: Request, form_token: str | None = None) -> str:
+        return form_token or request.headers.get("x-station-token") or request.cookies.get(COOKIE) or ""
+
+    def matches(given: str) -> bool:
         return hmac.compare_digest(given.encode(), secret.encode())
+
+    def authorised(request: Request, form_token: str | None) -> bool:
+        return tried(request, given_token(request, form_token))
+
+    def tried(request: Request, given: str) -> bool:
+        """Whether `given` is the token; a wrong one counts against the client's address (TooManyTries)."""
+        address = client_address(request)
+        if not given:
+            return False  # nothing was tried
+        wait = throttle.wait(address)
+        if wait > 0:
+            raise TooManyTries(wait)  # even a right token waits: otherwise guessing would go on
+        if matches(given):
+            throttle.succeeded(address)
+            return True
+        throttle.failed(address)
+        return False
+
+    def may_read(request: Request) -> bool:
+        return not read_locked or authorised(request, None)
 
     def refuse(request: Request, status: int, message: str, action: str | None = None,
                typed: dict[str, str] | None = None) -> Response:
-        """A refused post: JSON for API clients; for the page's forms, the page with the message."""
+        """A refused post: JSON for API clients; for the page's forms, the page with the message
+        (the login page for someone who may not read the station)."""
         if wants_json(request):
             return JSONResponse({"error": message}, status_code=status)
+        if read_locked and not matches(given_token(request)):
+            return login_page(request, status, message)
         return operator_view(request, status, error=message, failed=action, typed=typed or {})
+
+    def login_page(request: Request, status: int, error: str | None = None) -> Response:
+        """All that someone without the token sees of a private station."""
+        if wants_json(request):
+            return JSONResponse({"error": error or "this station's pages need its token: log in"}, status_code=status)
+        response = templates.TemplateResponse(request, "login.html", {"error": error}, status_code=status)
+        if request.cookies.get(COOKIE):  # a stale token (the server's changed) would count as a wrong try each time
+            response.delete_cookie(COOKIE)
+        return response
+
+    def too_many(request: Request, err: TooManyTries) -> Response:
+        wait = {"retry-after": str(math.ceil(err.wait_s))}
+        if wants_json(request):
+            return JSONResponse({"error": str(err)}, status_code=429, headers=wait)
+        return PlainTextResponse(str(err), status_code=429, headers=wait)
+
+    @app.exception_handler(TooManyTries)
+    async def throttled(request: Request, err: TooManyTries) -> Response:
+        return too_many(request, err)
+
+    def gatekeeper(request: Request) -> Response | None:
+        """The answer to a request that may not go on (None: it may): an unknown Host, a post from
+        another site, or (off loopback) a page read without the token."""
+        if not host_ok(request):
+            return PlainTextResponse(f"421 Misdirected Request: this server answers to {', '.join(sorted(hosts))}; "
+                                     "to reach it by another name, start it with --allow-host NAME", status_code=421)
+        if request.method not in SAFE_METHODS:  # a post's token is checked by its route
+            if not foreign_origin(request):
+                return None
+            message = "refused: this request comes from a page of another site"
+            return JSONResponse({"error": message}, status_code=403) if wants_json(request) \
+                else PlainTextResponse(f"403 Forbidden: {message}", status_code=403)
+        if request.url.path.startswith("/static/"):  # our CSS and script: nothing private
+            return None
+        try:
+            return None if may_read(request) else login_page(request, 401)
+        except TooManyTries as err:
+            return too_many(request, err)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable) -> Response:
+        response = gatekeeper(request) or await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, err: RequestValidationError) -> Response:
@@ -183,6 +375,15 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
             return HTMLResponse("", status_code=404)
         turns = data.turns_after(db, who.session, after)
         return templates.TemplateResponse(request, "turns.html", {"turns": turns})
+
+    @app.get("/turns/{session}/{tick}/{part}", response_class=HTMLResponse)
+    def turn_text(request: Request, session: int, tick: int, part: str) -> HTMLResponse:
+        """The whole of a text a dialogue page shows cut (a runaway reply, a long prompt)."""
+        text = (data.turn_text(reader.db(), session, tick, part)
+                if 0 <= session < MAX_ID and 0 <= tick < MAX_ID else None)
+        if text is None:
+            return not_found(request, "No such turn text.")
+        return show(request, "turn_text.html", session=session, tick=tick, part=part, text=text)
 
     @app.get("/search", response_class=HTMLResponse)
     def search(request: Request, q: str = "", page: int = 1) -> HTMLResponse:
@@ -284,14 +485,15 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         done = unquote(request.cookies.get(FLASH, "")) or None
         response = show(request, "operator.html", status, agents=agents, requests=requests, waiting=waiting,
                         done=done, error=error, failed=failed, typed=typed or {}, tick=data.meta(db, "tick"),
-                        needs_login=not auto_cookie and not authorised(request, None), safe_keys=commands.SAFE_KEYS)
+                        needs_login=not auto_cookie and not matches(given_token(request)),
+                        safe_keys=commands.SAFE_KEYS)
         if done:
             response.delete_cookie(FLASH, path="/operator")
         return response
 
     @app.post("/login")
     def login(request: Request, token: str = Form("")) -> Response:
-        if not hmac.compare_digest(token.encode(), secret.encode()):
+        if not tried(request, token):
             return refuse(request, 403, "Wrong token: operator actions stay locked.")
         response = RedirectResponse("/operator", status_code=303)
         response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
@@ -308,6 +510,8 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
             done = _operate(directory, runner, action, to=to, text=text, request_id=request_id, agent=agent,
                             key=key, value=value, spec=spec, until_tick=until_tick,
                             tick=data.meta(reader.db(), "tick"))
+        except endpoints.NewEndpoint as err:  # never allowed from the web: only on the command line
+            return refuse(request, 403, str(err), action, typed)
         except (commands.CommandError, ValueError) as err:
             return refuse(request, 400, str(err), action, typed)
         if wants_json(request):
@@ -321,6 +525,10 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
 
 def wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "?"
 
 
 def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -> str:
@@ -350,6 +558,11 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
     try:
         command = commands.set_command(store, form["key"], form["value"]) if action == "set" \
             else commands.validate(command)
+        config = endpoints.stored_config(store)  # a model here must not carry a key somewhere new
+        if action == "set":
+            endpoints.check_set(config, command["key"], command.get("value"))
+        elif action == "spawn":
+            endpoints.check_spawn(config, command["agent"])
         number = commands.queue(store, command)
     finally:
         store.close()

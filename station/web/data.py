@@ -80,12 +80,29 @@ def agent_summaries(db: sqlite3.Connection, where: str = "1", params: tuple = ()
                     f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", (*params, limit, offset))
 
 
+SHOWN_CHARS = 30_000  # of one prompt, reply or thinking on a dialogue page; the whole text is a link away
+LONG_PARTS = ("prompt", "reply", "thinking")
+# Long texts are cut inside SQLite, so a page of 20 turns never loads (or sends) more than it shows.
+_TURN_FIELDS = ", ".join(["id", "tick", "session", "agent", "room", "actions", "internal", "context_tokens",
+                          "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "latency_s",
+                          "cost_usd"] + [f"substr({c}, 1, {SHOWN_CHARS}) AS {c}, length({c}) AS {c}_chars"
+                                         for c in LONG_PARTS])
+
+
+def turn_text(db: sqlite3.Connection, session: int, tick: int, part: str) -> str | None:
+    """The whole prompt, reply or thinking of one turn (None: no such turn or part)."""
+    if part not in LONG_PARTS:
+        return None
+    row = db.execute(f"SELECT {part} FROM turns WHERE session=? AND tick=?", (session, tick)).fetchone()
+    return None if row is None else row[0] or ""
+
+
 def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list[dict[str, Any]], int]:
     """One page of a session's turns (oldest first) and the number of pages."""
     total = db.execute("SELECT COUNT(*) FROM turns WHERE session=?", (session,)).fetchone()[0]
     pages = max(1, -(-total // TURNS_PER_PAGE))
     page = min(max(1, page), pages)
-    turns = rows(db, "SELECT * FROM turns WHERE session=? ORDER BY tick LIMIT ? OFFSET ?",
+    turns = rows(db, f"SELECT {_TURN_FIELDS} FROM turns WHERE session=? ORDER BY tick LIMIT ? OFFSET ?",
                  (session, TURNS_PER_PAGE, (page - 1) * TURNS_PER_PAGE))
     for turn in turns:
         _unpack(turn)
@@ -93,7 +110,8 @@ def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list
 
 
 def turns_after(db: sqlite3.Connection, session: int, tick: int, limit: int = TURNS_PER_PAGE) -> list[dict[str, Any]]:
-    turns = rows(db, "SELECT * FROM turns WHERE session=? AND tick>? ORDER BY tick LIMIT ?", (session, tick, limit))
+    turns = rows(db, f"SELECT {_TURN_FIELDS} FROM turns WHERE session=? AND tick>? ORDER BY tick LIMIT ?",
+                 (session, tick, limit))
     for turn in turns:
         _unpack(turn)
     return turns

@@ -1,7 +1,8 @@
 """Agent text to safe HTML, and the small SVG plots of the viewer (no JavaScript library).
 
 Everything an agent wrote is escaped: Markdown is rendered with raw HTML turned off, and
-links may only point to http(s) or within the page.
+links may only point to http(s) or within the page. Images become links: an image would be
+fetched as the page loads, telling whoever serves it that (and when) someone read the text.
 """
 from __future__ import annotations
 
@@ -10,12 +11,31 @@ from html import escape
 from typing import Iterable
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup
 
 from ..report import ACTION_LINE
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 _md.validateLink = lambda url: bool(re.match(r"^(https?:|#|/)", url.strip(), re.I))  # type: ignore[method-assign]
+LINK_REL = "nofollow noopener noreferrer"  # a reader's click tells the target nothing about the station
+
+
+def _image_as_link(self, tokens, idx, options, env) -> str:  # noqa: ANN001 - markdown-it's renderer signature
+    token = tokens[idx]
+    alt = self.renderInlineAsText(token.children or [], options, env).strip()
+    src = token.attrGet("src") or ""
+    return (f'<a class="image-link" href="{escapeHtml(src)}" rel="{LINK_REL}">'
+            f'image: {escapeHtml(alt or src)}</a>')
+
+
+def _link_open(self, tokens, idx, options, env) -> str:  # noqa: ANN001
+    tokens[idx].attrSet("rel", LINK_REL)
+    return self.renderToken(tokens, idx, options, env)
+
+
+_md.add_render_rule("image", _image_as_link)
+_md.add_render_rule("link_open", _link_open)
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 LONG_TEXT = 400_000  # characters rendered as Markdown; longer text is shown plain
 

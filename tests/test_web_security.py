@@ -1,0 +1,281 @@
+"""The web console against DNS rebinding, cross-site forms, guessed tokens and tracking images,
+over real HTTP: the app served by uvicorn on a free loopback port (as `station serve` does, its
+settings included), and `station serve` itself as a subprocess where its options matter.
+No assertion depends on how fast the machine is: rate limits count tries, and every wait has
+a generous deadline that only a broken server reaches.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from markupsafe import escape
+
+from conftest import ROOT, copy_station
+from station import cli, endpoints
+from station.config import parse_config
+from station.store import Store
+from station.web.app import create_app
+
+TOKEN = "correct-horse-battery-staple"  # 28 characters
+EVIL = "rebind.evil.example"
+JSON = {"accept": "application/json"}
+LEAKY_SPEC = ("kind: guest\nmodel: {provider: anthropic, name: claude-x, base_url: 'http://127.0.0.1:9/', "
+              "api_key_env: ANTHROPIC_API_KEY}")
+REFUSAL = ("refused: this model would send ANTHROPIC_API_KEY to http://127.0.0.1:9 which this station's config "
+           "does not use; give --allow-new-endpoint on the command line if you mean it")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def serve(app) -> Iterator[str]:
+    """The app on a real socket, with the uvicorn settings `station serve` uses."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
+                                           proxy_headers=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the web server did not start"
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@contextmanager
+def station_serve(directory: Path, *args: str, token: str | None = TOKEN) -> Iterator[str]:
+    """`station serve DIR ARGS` as a subprocess on a free port; yields its loopback address."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "STATION_WEB_TOKEN"}
+    if token is not None:
+        env["STATION_WEB_TOKEN"] = token
+    process = subprocess.Popen([sys.executable, "-m", "station.cli", "serve", str(directory), "--port", str(port),
+                                *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                httpx.get(url + "/static/style.css", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert process.poll() is None, f"station serve stopped: {process.stdout.read()}"
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def queued(directory: Path) -> list[dict]:
+    store = Store(directory)
+    try:
+        return [json.loads(r["command"]) for r in store.all("SELECT command FROM operator_queue")]
+    finally:
+        store.close()
+
+
+def cookie_of(answer: httpx.Response) -> str | None:
+    return answer.cookies.get("station_token")
+
+
+@pytest.fixture
+def station(demo60: Path, tmp_path: Path) -> Path:
+    return copy_station(demo60, tmp_path / "st")
+
+
+# -- Host allow-list -------------------------------------------------------------------------------
+def test_a_foreign_host_gets_nothing_not_even_the_cookie(station: Path) -> None:
+    with serve(create_app(station)) as url:
+        port = url.rsplit(":", 1)[1]
+        for path in ("/", "/operator", "/agents/Guest_1", "/api/live", "/static/style.css", "/nowhere"):
+            answer = httpx.get(url + path, headers={"host": f"{EVIL}:{port}"})
+            assert answer.status_code == 421, path
+            assert "set-cookie" not in answer.headers and "Guest_1" not in answer.text
+        # "testserver" is only let through for in-process callers (station export), never over a socket
+        assert httpx.get(url + "/", headers={"host": "testserver"}).status_code == 421
+        assert httpx.get(url + "/", headers={"host": f"{EVIL}:{port}", "x-forwarded-for": "testclient:50000"}
+                         ).status_code == 421
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
+            answer = httpx.get(url + "/operator", headers={"host": host})
+            assert answer.status_code == 200 and cookie_of(answer), host  # loopback names get the cookie
+
+
+def test_allow_host_adds_a_name_and_the_server_says_how(station: Path) -> None:
+    with station_serve(station, "--allow-host", "station.example", "--allow-host", "10.1.2.3:8470") as url:
+        port = url.rsplit(":", 1)[1]
+        refused = httpx.get(url + "/", headers={"host": f"{EVIL}:{port}"})
+        assert refused.status_code == 421 and "--allow-host" in refused.text
+        for host in (f"station.example:{port}", "10.1.2.3", f"127.0.0.1:{port}"):
+            assert httpx.get(url + "/", headers={"host": host}).status_code == 200, host
+
+
+# -- Origin check and the rebinding spawn, end to end ------------------------------------------
+def test_a_post_from_another_site_is_refused_even_with_the_cookie(station: Path) -> None:
+    with serve(create_app(station)) as url, httpx.Client(base_url=url) as browser:
+        assert cookie_of(browser.get("/operator"))  # the browser holds the operator cookie
+        form = {"key": "turns", "value": "concurrent"}
+        for origin in ({"origin": "http://evil.example"}, {"origin": "null"},
+                       {"origin": url.replace("127.0.0.1", "localhost")},  # another origin of the same machine
+                       {"referer": "http://evil.example/page"}):
+            answer = browser.post("/operator/set", data=form, headers={**JSON, **origin})
+            assert answer.status_code == 403 and "another site" in answer.text, origin
+        assert queued(station) == []
+        for same in ({"origin": url}, {"referer": url + "/operator"}, {}):  # neither header: a script, let through
+            assert browser.post("/operator/set", data=form, headers={**JSON, **same}).status_code == 200, same
+        assert len(queued(station)) == 3
+
+
+def test_the_rebinding_spawn_is_refused_and_nothing_is_spawned(station: Path) -> None:
+    store = Store(station)
+    agents_before = store.scalar("SELECT COUNT(*) FROM agents")
+    store.close()
+    with serve(create_app(station)) as url, httpx.Client(base_url=url) as browser:
+        port = url.rsplit(":", 1)[1]
+        cookie = cookie_of(browser.get("/operator"))
+        # The attack: a page on rebind.evil.example, now resolving to 127.0.0.1, posts the leaky spawn.
+        attack = httpx.post(url + "/operator/spawn", data={"spec": LEAKY_SPEC},
+                            headers={"host": f"{EVIL}:{port}", "origin": f"http://{EVIL}:{port}"},
+                            cookies={"station_token": cookie})
+        assert attack.status_code == 421
+        # The same spawn from the real console (allowed Host, same origin, the token): refused all the same.
+        honest = browser.post("/operator/spawn", data={"spec": LEAKY_SPEC}, headers={"origin": url})
+        assert honest.status_code == 403 and str(escape(REFUSAL)) in honest.text  # the page's error banner
+        api = browser.post("/operator/spawn", data={"spec": LEAKY_SPEC}, headers={**JSON, "origin": url})
+        assert api.status_code == 403 and api.json() == {"error": REFUSAL}
+        # A key in options (Gemini's http_options) is an endpoint too.
+        gemini = ("kind: guest\nmodel: {provider: gemini, name: g, options: "
+                  "{http_options: {base_url: 'http://127.0.0.1:9'}}}")
+        answer = browser.post("/operator/spawn", data={"spec": gemini}, headers=JSON)
+        assert answer.status_code == 403 and "would send GEMINI_API_KEY to http://127.0.0.1:9" in answer.json()["error"]
+    assert queued(station) == []
+    store = Store(station)
+    assert store.scalar("SELECT COUNT(*) FROM agents") == agents_before
+    store.close()
+
+
+def test_the_command_line_refuses_a_new_endpoint_unless_told(station: Path, capsys) -> None:
+    assert cli.main(["spawn", str(station), LEAKY_SPEC]) == 2
+    err = capsys.readouterr().err
+    assert err == f"station: {REFUSAL}\n"  # what and why, on one line
+    assert queued(station) == []
+    assert cli.main(["spawn", str(station), LEAKY_SPEC, "--allow-new-endpoint"]) == 0
+    assert "allowed by --allow-new-endpoint: this model sends ANTHROPIC_API_KEY to http://127.0.0.1:9" \
+        in capsys.readouterr().err
+    assert queued(station)[0]["agent"]["model"]["base_url"] == "http://127.0.0.1:9/"
+    # A harmless spawn needs no flag.
+    assert cli.main(["spawn", str(station), "{kind: guest, model: {provider: scripted}}"]) == 0
+
+
+def test_only_pairs_the_config_already_uses_pass() -> None:
+    vllm = {"provider": "openai", "api": "chat", "name": "q", "base_url": "http://127.0.0.1:8000/v1/",
+            "api_key_env": "VLLM_API_KEY"}
+    config = parse_config({"agents": [{"model": vllm}]})
+
+    def model(**changes):
+        return parse_config({"agents": [{"model": {**vllm, **changes}}]}).agents[0].model
+
+    endpoints.check(config, [model()])
+    endpoints.check(config, [model(base_url="HTTP://127.0.0.1:8000/v1")])  # the same endpoint, spelled otherwise
+    endpoints.check(config, [model(base_url=None, api_key_env="ANTHROPIC_API_KEY")])  # the provider's own API
+    with pytest.raises(endpoints.NewEndpoint, match="send ANTHROPIC_API_KEY to http://127.0.0.1:8000/v1 which "
+                       "this station's config does not send ANTHROPIC_API_KEY to"):
+        endpoints.check(config, [model(api_key_env="ANTHROPIC_API_KEY")])  # a known server, another key
+    with pytest.raises(endpoints.NewEndpoint, match="send OPENAI_API_KEY to http://x:9 which"):
+        endpoints.check(config, [model(api_key_env=None, base_url="http://x:9/")])  # the default key
+    # `station set` is checked the same way, on the config as it would be afterwards.
+    with pytest.raises(endpoints.NewEndpoint):
+        endpoints.check_set(config, "reviewer.model", {**vllm, "base_url": "http://x:9"})
+    assert endpoints.check_set(config, "turns", "concurrent") == []
+
+
+# -- tokens: length, reading off loopback, login rate limit --------------------------------------
+@pytest.mark.parametrize("given", [("--token", ""), ("--token", "fifteen-chars-x"), ("env", ""),
+                                   ("env", "tiny")])
+def test_an_empty_or_short_token_is_refused_at_start(demo60: Path, given: tuple[str, str]) -> None:
+    how, token = given
+    env = {k: v for k, v in os.environ.items() if k != "STATION_WEB_TOKEN"}
+    args = ["--token", token] if how == "--token" else []
+    if how == "env":
+        env["STATION_WEB_TOKEN"] = token
+    done = subprocess.run([sys.executable, "-m", "station.cli", "serve", str(demo60), "--host", "0.0.0.0",
+                           "--port", str(free_port()), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    source = "--token" if how == "--token" else "STATION_WEB_TOKEN"
+    assert done.returncode == 2 and "serving" not in done.stderr
+    assert f"station: the operator token from {source} is " in done.stderr and "at least 16 characters" in done.stderr
+
+
+def test_off_loopback_reading_needs_the_token(station: Path) -> None:
+    with station_serve(station, "--host", "0.0.0.0") as url:
+        for path in ("/", "/agents/Guest_1", "/research/1", "/operator", "/nowhere"):
+            locked = httpx.get(url + path)
+            assert locked.status_code == 401 and 'action="/login"' in locked.text, path
+            assert "Guest_1" not in locked.text and "set-cookie" not in locked.headers
+        assert httpx.get(url + "/api/live", headers=JSON).status_code == 401
+        assert httpx.get(url + "/static/style.css").status_code == 200  # no secrets there
+        assert httpx.get(url + "/agents/Guest_1", headers={"x-station-token": TOKEN}).status_code == 200
+        with httpx.Client(base_url=url) as browser:
+            assert browser.post("/login", data={"token": TOKEN}).status_code == 303  # logged in: to /operator
+            assert "Guest_1" in browser.get("/agents/Guest_1").text
+    with station_serve(station, "--host", "0.0.0.0", "--public-read") as url:
+        assert httpx.get(url + "/agents/Guest_1").status_code == 200
+        assert httpx.post(url + "/operator/pause", headers=JSON).status_code == 403  # operating still needs it
+
+
+def test_wrong_tokens_are_rate_limited_per_address(station: Path) -> None:
+    with serve(create_app(station, host="0.0.0.0", token=TOKEN)) as url:
+        with httpx.Client(base_url=url) as guesser:
+            answers = [guesser.post("/login", data={"token": f"guess-{n}"}, headers=JSON) for n in range(5)]
+            assert [a.status_code for a in answers] == [403] * 5
+            for tried in ("guess-6", TOKEN):  # from now on every try waits, even the right token
+                answer = guesser.post("/login", data={"token": tried}, headers=JSON)
+                assert answer.status_code == 429 and int(answer.headers["retry-after"]) >= 1
+            # Guessing through a page's token header is counted and stopped the same way.
+            assert guesser.get("/", headers={"x-station-token": "guess-7"}).status_code == 429
+        # Another address is not held up by this one's guesses.
+        other = httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+        with other:
+            assert other.post("/login", data={"token": TOKEN}).status_code == 303  # logged in
+
+
+# -- agent text never fetches anything -----------------------------------------------------------
+def test_an_image_in_agent_text_is_a_link_and_raw_img_tags_stay_text(station: Path) -> None:
+    store = Store(station)
+    with store.transaction():
+        thread = store.scalar("SELECT MIN(id) FROM capsules WHERE room='public_memory' AND deleted=0")
+        store.execute("UPDATE capsule_messages SET content=? WHERE capsule=? AND k=1",
+                      ("Look: ![our plot](https://evil.example/track.png)\n\n<img src=\"https://evil.example/x.png\">"
+                       "\n\n<p><img src=https://evil.example/y.png></p>", thread))
+    store.close()
+    with serve(create_app(station)) as url:
+        page = httpx.get(f"{url}/forum/{thread}")
+    assert page.status_code == 200
+    assert "<img" not in page.text.lower()
+    assert '<a class="image-link" href="https://evil.example/track.png" rel="nofollow noopener noreferrer">' \
+           "image: our plot</a>" in page.text
+    assert "&lt;img src=&quot;https://evil.example/x.png&quot;&gt;" in page.text
+    assert "img-src 'self' data:" in page.headers["content-security-policy"]  # and the browser would refuse one
