@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import json
 import os
 import signal
+import sqlite3
 import sys
 import time
 from contextlib import contextmanager
@@ -15,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 # Only light modules here: `station --help` and argument errors must answer at once. Each command
 # imports the heavy ones (pydantic config, rich, the engine, the rooms) it needs.
 from .readers_cli import add_reader_commands
-from .store import Store, StoreError
+from .store import DB_NAME, Store, StoreError, damaged
+from .terminal_text import clean
 
 if TYPE_CHECKING:
     from .engine import Engine, Progress
@@ -154,7 +157,7 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
         why = engine.run(ticks=ticks, until_tick=until)
     except StationPaused as err:
         pause_file.write_text(f"{err}\n", encoding="utf-8")
-        print(f"\nstation paused at tick {station.ctx.tick}: {err}", file=sys.stderr)
+        print(f"\nstation paused at tick {station.ctx.tick}: {clean(str(err))}", file=sys.stderr)
         return 3
     finally:
         for s, handler in old.items():
@@ -289,11 +292,43 @@ def cmd_set(args: argparse.Namespace) -> int:
     """Change a safe config value of a station (applied between turns if it is running)."""
     from . import commands
 
+    from . import endpoints
+
     store = Store(args.dir)
     command = commands.set_command(store, args.key, args.value)
+    for line in endpoints.check_set(endpoints.stored_config(store), args.key, command.get("value"),
+                                    allow=args.allow_new_endpoint):  # no key may go somewhere new unasked
+        print(line, file=sys.stderr)
     number = commands.queue(store, command)
     print(f"{args.key} = {command['value']!r} queued as operator command #{number}; it takes effect "
           f"{_when(args.dir)}")
+    return 0
+
+
+def cmd_spawn(args: argparse.Namespace) -> int:
+    """Add one agent (an `agents:` entry) to a station; it acts from the next turn."""
+    import yaml
+
+    from . import commands, endpoints
+
+    text = args.spec
+    try:  # the spec itself, or a file holding it
+        if Path(text).is_file():
+            text = Path(text).read_text(encoding="utf-8")
+    except OSError:  # a long YAML text is no file name
+        pass
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise CliError(f"the agent spec is not valid YAML: {err}") from None
+    if not isinstance(spec, dict):
+        raise CliError("the agent spec must be a mapping, like an entry of agents: in a config")
+    command = commands.validate({"op": "spawn", "agent": spec})
+    store = Store(args.dir)
+    for line in endpoints.check_spawn(endpoints.stored_config(store), spec, allow=args.allow_new_endpoint):
+        print(line, file=sys.stderr)
+    number = commands.queue(store, command)
+    print(f"operator command #{number} (spawn) queued; it takes effect {_when(args.dir)}")
     return 0
 
 
@@ -311,25 +346,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         config = load_config(target)
     findings = diagnose(config, call=args.call)
-    print(render(findings), end="")
+    print(clean(render(findings)), end="")  # servers' error texts are untrusted
     return 0 if all(f.ok for f in findings) else 1
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .web.app import create_app
+    from .web.app import WILDCARDS, check_token, create_app, is_loopback
     from .web.runner import StationRunner
 
+    # An empty STATION_WEB_TOKEN is a token given, and refused: it must not pass for "no token".
+    token, source = args.token, "--token"
+    if token is None:
+        token, source = os.environ.get("STATION_WEB_TOKEN"), "STATION_WEB_TOKEN"
+    check_token(token, source)
     runner = StationRunner(args.dir)
-    app = create_app(args.dir, host=args.host, token=args.token or os.environ.get("STATION_WEB_TOKEN"),
-                     runner=runner)
+    app = create_app(args.dir, host=args.host, token=token, runner=runner, allow_hosts=args.allow_host,
+                     public_read=args.public_read)
     if args.run:
         print(runner.resume(), file=sys.stderr)
     print(f"serving {args.dir} on http://{args.host}:{args.port}/ (Ctrl-C stops the server"
           + (" and the station, after its turn in flight)" if args.run else ")"), file=sys.stderr)
+    if args.host in WILDCARDS and not args.allow_host:
+        print("only loopback names are answered until you add, with --allow-host, the name or address "
+              "others reach this machine by", file=sys.stderr)
+    if args.public_read and not is_loopback(args.host):
+        print("--public-read: anyone who can reach the server may read every page", file=sys.stderr)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        # proxy_headers off: X-Forwarded-For must not choose the client address that wrong tokens count against
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=False)
     finally:
         runner.pause()
         runner.wait(timeout=600)
@@ -416,7 +462,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             text = result[stream] if stream == "stdout" else (result["stderr"] or result.get("traceback") or "")
             if text.strip():
                 lines += [f"--- {stream} ---", clip_log(text, 4000).rstrip()]
-        print("\n".join(lines))
+        print(clean("\n".join(lines)))  # the code's own output: no escape sequences reach the terminal
     return 0 if result["success"] else 1
 
 
@@ -480,7 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     s.add_argument("--port", type=int, default=8470)
-    s.add_argument("--token", help="operator token (required off loopback; or STATION_WEB_TOKEN)")
+    s.add_argument("--token", help="operator token, at least 16 characters (required off loopback; "
+                   "or STATION_WEB_TOKEN)")
+    s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests for this host name or address (repeatable; loopback names and "
+                   "the bound address always are)")
+    s.add_argument("--public-read", action="store_true",
+                   help="off loopback, let anyone read the pages without the token (operating still needs it)")
     s.add_argument("--run", action="store_true", help="also run the station (pause and resume it from the page)")
     s.set_defaults(fn=cmd_serve)
 
@@ -499,7 +551,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir")
     s.add_argument("key", help="dotted key, e.g. budget.station_usd")
     s.add_argument("value", help="a YAML value, e.g. 25, null, concurrent")
+    s.add_argument("--allow-new-endpoint", action="store_true",
+                   help="accept a model that sends an API key to an endpoint the station's config does not use")
     s.set_defaults(fn=cmd_set)
+
+    s = sub.add_parser("spawn", help="add one agent (an agents: entry as YAML) to a station")
+    s.add_argument("dir")
+    s.add_argument("spec", help="the agent as YAML, e.g. '{kind: guest, model: {provider: scripted}}', "
+                   "or a file holding it")
+    s.add_argument("--allow-new-endpoint", action="store_true",
+                   help="accept a model that sends an API key to an endpoint the station's config does not use")
+    s.set_defaults(fn=cmd_spawn)
 
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")
@@ -545,8 +607,26 @@ def _main(argv: list[str] | None) -> int:
     try:
         return args.fn(args)
     except (CliError, StoreError, ValueError) as err:  # ConfigError, TextsError, CommandError are ValueErrors
-        print(f"station: {err}", file=sys.stderr)
+        print(f"station: {clean(str(err))}", file=sys.stderr)
         return 2
+    except (OSError, sqlite3.DatabaseError) as err:
+        line = storage_failure(err, getattr(args, "dir", None))
+        if line is None:
+            raise
+        print(f"station: {line}", file=sys.stderr)
+        return 2
+
+
+def storage_failure(err: BaseException, directory: str | None) -> str | None:
+    """One line for what the disk or the database did to a command (None: not such a failure).
+    Every turn commits whole or not at all, so such a stop loses nothing that was committed."""
+    where = directory or "the station directory"
+    if getattr(err, "errno", None) == errno.ENOSPC or "database or disk is full" in str(err):
+        return (f"the disk holding {where} is full ({err}); free some space and run the same command again: "
+                "the station goes on from its last committed turn")
+    if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
+        return damaged(Path(where) / DB_NAME, err)
+    return None
 
 
 if __name__ == "__main__":

@@ -319,6 +319,7 @@ class Store:
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(target.suffix + ".partial")
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))  # as private as the station
         out = sqlite3.connect(partial)
         try:
             self.db.backup(out)
