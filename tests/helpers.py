@@ -205,3 +205,31 @@ def sandboxes_alive(marker: str) -> list[str]:
     """Processes whose command line holds `marker` (submitted code marks itself with a comment)."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+# A circle-packing submission whose first run leaves a marker in the persistent shared storage and
+# sleeps ten minutes (to be interrupted); a later run finds the marker and answers at once, so "the
+# same evaluation went on" is visible. "slow-once" names its sandbox processes for sandboxes_alive.
+SLOW_ONCE = ("import os, time\n\ndef construct_packing():\n    marker = 'storage/shared/started-once'\n"
+             "    if not os.path.exists(marker):\n        open(marker, 'w').close()\n        time.sleep(600)  # slow-once\n"
+             "    return [[0.25, 0.5], [0.75, 0.5]], [0.25, 0.25]\n")
+
+
+def slow_once_config(tmp_path: Path, executor: dict[str, Any]) -> Path:
+    """A config file: one replayed agent submits SLOW_ONCE at tick 1 to circle packing on `executor`."""
+    body = "\n".join(f"{k}: {json.dumps(v)}" for k, v in {
+        "title": "Slow once", "tags": "faults", "abstract": "Sleeps on its first run only.",
+        "content": SLOW_ONCE}.items())
+    replies = [reply(act("goto research"), act("submit 1"), yaml_block(body))] + ["Waiting."] * 40
+    replay = tmp_path / "agent.jsonl"
+    replay.write_text("".join(json.dumps({"text": t}) + "\n" for t in replies))
+    settings = {"name": "faults", "seed": 5, "engine": {"backup_every_ticks": 0},
+                "agents": [{"count": 1, "kind": "recursive", "lineage": "Spiro",
+                            "model": {"provider": "replay", "name": "replay-faults", "replay_file": str(replay)}}],
+                "lifecycle": {"maturity_ticks": 0}, "notifications": {"tips_every_ticks": 0},
+                "research": {"tasks": [{"evaluator": "circle_packing", "params": {"n": 2}, "baselines": False,
+                                        "timeout_s": 900}],
+                             "executor": {"max_parallel": 1, **executor}, "wait_ticks": 1}}
+    path = tmp_path / "faults.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path

@@ -17,35 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from helpers import act, read, reply, sandboxes_alive, yaml_block
+from helpers import read, sandboxes_alive, slow_once_config
 
 ROOT = Path(__file__).resolve().parents[1]
-# The first run leaves a marker in the persistent shared storage and sleeps for ten minutes; a run
-# after a restart finds it and answers at once, so "the same evaluation went on" is visible.
-SLOW_ONCE = ("import os, time\n\ndef construct_packing():\n    marker = 'storage/shared/started-once'\n"
-             "    if not os.path.exists(marker):\n        open(marker, 'w').close()\n        time.sleep(600)  # slow-once\n"
-             "    return [[0.25, 0.5], [0.75, 0.5]], [0.25, 0.25]\n")
-
-
-def write_config(tmp_path: Path, executor: dict) -> Path:
-    body = "\n".join(f"{k}: {json.dumps(v)}" for k, v in {
-        "title": "Slow once", "tags": "faults", "abstract": "Sleeps on its first run only.",
-        "content": SLOW_ONCE}.items())
-    replies = [reply(act("goto research"), act("submit 1"), yaml_block(body))] + ["Waiting."] * 40
-    replay = tmp_path / "agent.jsonl"
-    replay.write_text("".join(json.dumps({"text": t}) + "\n" for t in replies))
-    config = {"name": "faults", "seed": 5, "engine": {"backup_every_ticks": 0},
-              "agents": [{"count": 1, "kind": "recursive", "lineage": "Spiro",
-                          "model": {"provider": "replay", "name": "replay-faults", "replay_file": str(replay)}}],
-              "lifecycle": {"maturity_ticks": 0}, "notifications": {"tips_every_ticks": 0},
-              "research": {"tasks": [{"evaluator": "circle_packing", "params": {"n": 2}, "baselines": False,
-                                      "timeout_s": 900}],
-                           "executor": {"max_parallel": 1, **executor}, "wait_ticks": 1}}
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def station(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -67,7 +42,7 @@ def wait_for(what: str, check, proc: subprocess.Popen, seconds: float = 240) -> 
 @pytest.mark.parametrize("executor", [{"kind": "local"}, {"kind": "ray", "ray_num_cpus": 1}], ids=["local", "ray"])
 def test_ctrl_c_while_the_tick_waits_stops_at_once_and_the_run_starts_again_on_resume(
         tmp_path: Path, executor: dict) -> None:
-    config, directory = write_config(tmp_path, executor), tmp_path / "st"
+    config, directory = slow_once_config(tmp_path, executor), tmp_path / "st"
     run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(config), "--dir", str(directory),
                             "--until-tick", "5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -100,7 +75,7 @@ def test_ctrl_c_while_the_tick_waits_stops_at_once_and_the_run_starts_again_on_r
 
 def test_a_sandbox_that_cannot_be_set_up_pauses_the_station_and_charges_nobody(tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
-    config, directory = write_config(tmp_path, {"kind": "local", "scratch_dir": str(scratch)}), tmp_path / "st"
+    config, directory = slow_once_config(tmp_path, {"kind": "local", "scratch_dir": str(scratch)}), tmp_path / "st"
     created = station("init", str(config), "--dir", str(directory))
     assert created.returncode == 0, created.stderr
     storage = directory / "files/research/storage/shared"
@@ -129,7 +104,7 @@ def test_the_status_line_names_the_evaluation_actually_running(tmp_path: Path) -
     from station.evaluation import states
     from station.store import Store
 
-    config, directory = write_config(tmp_path, {"kind": "local"}), tmp_path / "st"
+    config, directory = slow_once_config(tmp_path, {"kind": "local"}), tmp_path / "st"
     run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(config), "--dir", str(directory),
                             "--until-tick", "3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import yaml
 
-from helpers import act, read, reply, yaml_block
+from helpers import read, slow_once_config
 from station.executors import LocalExecutor
 from station.executors.ray_executor import RETRIES
 
@@ -215,30 +214,6 @@ def test_an_address_nothing_answers_on_is_a_system_error_not_a_hang(tmp_path, ra
 
 
 # -- the station --------------------------------------------------------------------------------------
-SLOW_ONCE = ("import os, time\n\ndef construct_packing():\n    marker = 'storage/shared/started-once'\n"
-             "    if not os.path.exists(marker):\n        open(marker, 'w').close()\n        time.sleep(600)\n"
-             "    return [[0.25, 0.5], [0.75, 0.5]], [0.25, 0.25]\n")
-
-
-def station_config(tmp_path: Path, address: str) -> Path:
-    body = "\n".join(f"{k}: {json.dumps(v)}" for k, v in {
-        "title": "Slow once", "tags": "faults", "abstract": "Sleeps on its first run only.",
-        "content": SLOW_ONCE}.items())
-    replies = [reply(act("goto research"), act("submit 1"), yaml_block(body))] + ["Waiting."] * 40
-    replay = tmp_path / "agent.jsonl"
-    replay.write_text("".join(json.dumps({"text": t}) + "\n" for t in replies))
-    config = {"name": "ray-faults", "seed": 5, "engine": {"backup_every_ticks": 0},
-              "agents": [{"count": 1, "kind": "recursive", "lineage": "Spiro",
-                          "model": {"provider": "replay", "name": "replay-faults", "replay_file": str(replay)}}],
-              "lifecycle": {"maturity_ticks": 0}, "notifications": {"tips_every_ticks": 0},
-              "research": {"tasks": [{"evaluator": "circle_packing", "params": {"n": 2}, "baselines": False,
-                                      "timeout_s": 900}],
-                           "executor": {"kind": "ray", "ray_address": address, "max_parallel": 1}, "wait_ticks": 1}}
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_when_it_is_back(
         tmp_path, head, ray_env):
     h = head()
@@ -257,7 +232,7 @@ def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_whe
         assert (submissions["queued"], submissions["failed"], submissions["finished"]) == (1, 0, 0)
         assert read(directory, "SELECT COUNT(*) FROM messages WHERE kind='evaluation'") == [(0,)]
 
-    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(station_config(tmp_path, h.address)),
+    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(slow_once_config(tmp_path, {"kind": "ray", "ray_address": h.address})),
                             "--dir", str(directory), "--until-tick", "4"], cwd=ROOT, env=ray_env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
