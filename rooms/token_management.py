@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -17,17 +17,22 @@ class PruneBlock(Params):
 
 
 class PruneParams(Params):
-    prune_blocks: list[PruneBlock] = Field(min_length=1, max_length=100)
+    # Optional: `prune_response 441:458` gives the ticks on the action line instead.
+    prune_blocks: Annotated[list[PruneBlock], Field(min_length=1, max_length=100)] | None = None
+
+
+USAGE = ("Usage: /execute_action{prune_response 441:458} (those ticks removed completely), or "
+         "/execute_action{prune_response} with a ```yaml block listing prune_blocks (ticks and a summary).")
 
 
 def parse_ticks(value: int | str) -> tuple[int, int]:
-    """`12`, `"12"`, `"12-15"` (inclusive) or `"12,13,14"` (consecutive) -> (first, last)."""
+    """`12`, `"12"`, `"12-15"` or `"12:15"` (inclusive) or `"12,13,14"` (consecutive) -> (first, last)."""
     if isinstance(value, int):
         return value, value
     text = value.strip()
     if re.fullmatch(r"\d+", text):
         return int(text), int(text)
-    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+    m = re.fullmatch(r"(\d+)\s*[-:]\s*(\d+)", text)
     if m:
         a, b = int(m.group(1)), int(m.group(2))
         if a > b:
@@ -38,7 +43,7 @@ def parse_ticks(value: int | str) -> tuple[int, int]:
         if ticks != list(range(ticks[0], ticks[0] + len(ticks))):
             raise ValueError(f"'{text}': listed ticks must be consecutive")
         return ticks[0], ticks[-1]
-    raise ValueError(f"'{text}' is not a tick, a range 'a-b' or a list 'a,b,c'")
+    raise ValueError(f"'{text}' is not a tick, a range 'a-b' (or 'a:b') or a list 'a,b,c'")
 
 
 class TokenManagementRoom(Room):
@@ -76,16 +81,25 @@ class TokenManagementRoom(Room):
         agent.room_state(self.short)["page"] = int(args)
         return Outcome([f"Showing page {int(args)} of your dialogue history."])
 
-    @action("prune_response", params=PruneParams)
+    @action("prune_response", params=PruneParams, yaml_required=False)
     def prune_response(self, ctx: Any, agent: Any, args: str | None, p: PruneParams) -> Outcome:
         left = self._cooldown_left(ctx, agent)
         if left:
             return Outcome([f"Pruning cooldown active: {left} tick(s) remaining."])
+        if args and p.prune_blocks:
+            return Outcome(["Nothing was pruned: give the ticks either on the action line or in "
+                            "prune_blocks, not both. " + USAGE])
+        if not args and not p.prune_blocks:
+            return Outcome(["Nothing was pruned: no ticks were given. " + USAGE])
+        # The argument form is one block with no summary: the same checks, complete removal.
+        return self._prune(ctx, agent, p.prune_blocks or [PruneBlock(ticks=args.strip())])
+
+    def _prune(self, ctx: Any, agent: Any, prune_blocks: list[PruneBlock]) -> Outcome:
         already = _pruned_ticks(agent)
         protected = ctx.conversations.protected_ticks(agent.session)
         taken: set[int] = set()
         blocks, errors = [], []
-        for i, block in enumerate(p.prune_blocks, 1):
+        for i, block in enumerate(prune_blocks, 1):
             try:
                 a, b = parse_ticks(block.ticks)
             except ValueError as err:

@@ -51,7 +51,16 @@ CASES = [
     P("  `" + act("goto mail"), [("goto", "mail", None, None)], id="backtick-leading-only"),
     P("``" + act("goto mail") + "``", [], id="double-backtick-not-action"),
     P("I will now " + act("goto mail") + " ok", [], id="mid-line-ignored"),
-    P("- " + act("goto mail"), [], id="list-bullet-is-mid-line"),
+    P("- " + act("goto mail"), [("goto", "mail", None, None)], id="list-dash"),
+    P("- `" + act("help lobby") + "`", [("help", "lobby", None, None)], id="list-dash-backticks"),
+    P("  * " + act("goto archive"), [("goto", "archive", None, None)], id="list-star-indented"),
+    P("+\t" + act("goto archive"), [("goto", "archive", None, None)], id="list-plus-tab"),
+    P("1. " + act("read 3") + "\n2) " + act("read 4"), [("read", "3", None, None), ("read", "4", None, None)],
+      id="list-numbered"),
+    P("-" + act("goto mail"), [], id="list-marker-needs-a-space"),
+    P("- - " + act("goto mail"), [], id="two-list-markers-not-action"),
+    P("a. " + act("goto mail"), [], id="letter-list-not-action"),
+    P("- see " + act("goto mail"), [], id="list-item-mid-line-ignored"),
     P(act("goto mail") + " then {more} text", [("goto", "mail", None, None)], id="trailing-text-ignored"),
     P(act("GoTo Mail"), [("goto", "Mail", None, None)], id="name-lowercased-args-case-kept"),
     P(act("  create   Some Title  Here  "), [("create", "Some Title  Here", None, None)], id="multi-word-args-trimmed"),
@@ -91,6 +100,16 @@ CASES = [
         id="closed-by-deeper-indented-fence",
     ),
     P(
+        act("create") + "\n```yaml\ntitle: Hi\n  ```\n\nThanks.\n" + act("goto lobby"),
+        [("create", None, None, "YAML error"), GOTO_LOBBY],
+        id="deeper-fence-is-content-then-prose",
+    ),
+    P(
+        act("create") + "\n  ```yaml\n  a: 1\n ```\n" + act("goto lobby"),
+        [("create", None, {"a": 1}, None), GOTO_LOBBY],
+        id="closed-by-less-indented-fence",
+    ),
+    P(
         act("create") + "\n```yaml\na: 1\n```\n```yaml\nb: 2\n```",
         [("create", None, {"a": 1}, None)],
         id="two-blocks-first-attaches",
@@ -112,6 +131,60 @@ CASES = [
     ),
     P(act("create") + "\n```yaml\nwhen: 2024-01-02\n```", [("create", None, {"when": datetime.date(2024, 1, 2)}, None)], id="date-value"),
     P(act("") + "\n```yaml\na: 1\n```", [("", None, {"a": 1}, "Empty action command")], id="empty-action-still-gets-yaml"),
+    # --- every byte of a block scalar is kept -------------------------------------
+    P(
+        act("create") + "\n```yaml\ntitle: T\ncontent: |\n  Intro.\n  ```python\n  x = 1\n  ```\n  After.\n```\n"
+        + act("goto lobby"),
+        [("create", None, {"title": "T", "content": "Intro.\n```python\nx = 1\n```\nAfter.\n"}, None), GOTO_LOBBY],
+        id="paper-with-code-fence-at-the-blocks-own-indentation",
+    ),
+    P(
+        act("create") + "\n  ```yaml\n  content: |\n    A\n    ```\n    B\n  ```",
+        [("create", None, {"content": "A\n```\nB\n"}, None)],
+        id="indented-block-with-fence-inside-scalar",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  A\n  ```python\n  x = 1\n  ```",
+        [("create", None, {"content": "A\n```python\nx = 1\n"}, None)],
+        id="unclosed-paper-ending-in-code-fence-repaired",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  A\n  ```python\n  x = 1\n```\n  B\n```\n" + act("goto lobby"),
+        [("create", None, {"content": "A\n```python\nx = 1\n```\nB\n"}, None), GOTO_LOBBY],
+        id="unindented-fence-inside-block-scalar-is-content",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  A\n```\n\nB is prose.\n" + act("goto lobby"),
+        [("create", None, {"content": "A\n"}, None), GOTO_LOBBY],
+        id="unindented-fence-then-prose-closes",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  A\n```\n  " + act("goto lobby"),
+        [("create", None, {"content": "A\n"}, None), GOTO_LOBBY],
+        id="unindented-fence-then-indented-action-closes",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  a\n    \n  b  \n```",
+        [("create", None, {"content": "a\n  \nb  \n"}, None)],
+        id="whitespace-only-and-trailing-spaces-kept",
+    ),
+    P(
+        act("create") + "\n    ```yaml\n    content: |\n      a\n         \n      b\n    ```",
+        [("create", None, {"content": "a\n   \nb\n"}, None)],
+        id="whitespace-only-line-kept-after-dedent",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  a\n\t\n  b\n```",
+        [("create", None, {"content": "a\n\nb\n"}, None)],
+        id="tab-only-line-read-leniently",
+    ),
+    P(
+        act("create") + "\n```yaml\ncontent: |\n  Models print <think> first.\n  ```thought\n  " + act("goto exit")
+        + "\n  ```\n```\n" + act("goto lobby"),
+        [("create", None, {"content": "Models print <think> first.\n```thought\n" + act("goto exit") + "\n```\n"},
+          None), GOTO_LOBBY],
+        id="thought-syntax-inside-yaml-is-content",
+    ),
     # --- YAML errors ---------------------------------------------------------------
     P(
         act("create") + "\n```yaml\ntitle: Re: hi\n```\n" + act("goto lobby"),
@@ -135,9 +208,14 @@ CASES = [
         id="action-in-unattached-yaml",
     ),
     P(
-        act("goto lobby") + "\ntext\n```yaml\nx: 1\n" + act("goto exit"),
+        act("goto lobby") + "\ntext\n```yaml\nx: |\n  " + act("goto exit"),
         [GOTO_LOBBY],
-        id="action-in-unclosed-yaml-hidden",
+        id="indented-action-in-unclosed-yaml-hidden",
+    ),
+    P(
+        act("create") + "\n```yaml\nx: 1\n" + act("goto exit"),
+        [("create", None, {"x": 1}, None), ("goto", "exit", None, None)],
+        id="unindented-action-ends-unclosed-yaml",
     ),
     P("```text\n" + act("goto lobby") + "\n```", [GOTO_LOBBY], id="non-yaml-fence-does-not-hide"),
     # --- thought blocks --------------------------------------------------------------
@@ -148,6 +226,8 @@ CASES = [
     P("<thinking>plan:\n" + act("goto exit") + "</thinking>\n" + act("goto lobby"), [GOTO_LOBBY], id="thinking-tag"),
     P(act("goto lobby") + "\n<THINK>\n" + act("goto exit"), [GOTO_LOBBY], id="think-unclosed"),
     P("<think>\n```yaml\n</think>\n" + act("goto lobby"), [GOTO_LOBBY], id="yaml-fence-inside-thought-ignored"),
+    P(act("c") + "\n```yaml <think>\n```\n</think>\n" + act("goto lobby"), [("c", None, None, "YAML block is empty"), GOTO_LOBBY],
+      id="think-span-cut-from-a-yaml-opening-line"),
     # --- tags normalisation -----------------------------------------------------------
     P(act("c") + "\n```yaml\ntags: a, b ,, c\n```", [("c", None, {"tags": ["a", "b", "c"]}, None)], id="tags-string"),
     P(act("c") + "\n```yaml\ntags: [' x ', 3, '', y]\n```", [("c", None, {"tags": ["x", "3", "y"]}, None)], id="tags-list"),
@@ -229,6 +309,7 @@ FRAGMENTS = [
     "title: hello", "tags: a, b", "tags: [1, null]", "body: |", "  text line", "- item", "a: &x [*x]",
     "d: 2024-01-01", "b: !!binary aGk=", "s: !!set {a: null}", "f: .inf", "t: 2001-12-14t21:59:43.10-05:00",
     "k: [", "key: : :", "? [a]\n: b", "", "   ", "hello world", "\x00", "\r",
+    "```yaml <think>", "</think>```", "- " + act("goto a"), "1) `" + act("read 2") + "`", "content: |", "    ```",
 ]
 
 fragment_text = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=12), max_size=40).flatmap(
@@ -280,11 +361,15 @@ def reply_with_hidden_actions(draw):
         return draw(indent) + draw(action_wrap).format(act(name + " arg"))
 
     def yaml_block(closed: bool) -> None:
-        lines.append(draw(indent) + draw(st.sampled_from(["```yaml", "```YML", "``` yaml "])))
+        opening = draw(indent)
+        lines.append(opening + draw(st.sampled_from(["```yaml", "```YML", "``` yaml "])))
         for line in draw(st.lists(inner_line, max_size=6)):
-            lines.append(action_line("hidden") if line == "HIDDEN" else line)
+            if line != "HIDDEN":
+                lines.append(line)
+            else:  # an unclosed block holds only actions indented deeper than its fence
+                lines.append(action_line("hidden") if closed else opening + " " + action_line("hidden"))
         if closed:
-            lines.append(draw(indent) + "```")
+            lines.append(draw(st.sampled_from(["", opening])) + "```")  # never deeper than the opening
 
     for kind in draw(st.lists(st.sampled_from(["action", "action+yaml", "yaml", "prose"]), max_size=15)):
         if kind.startswith("action"):
@@ -295,7 +380,7 @@ def reply_with_hidden_actions(draw):
         if kind == "prose":
             lines.append(draw(st.text(alphabet="abcXYZ .,:-", max_size=30)))
     if draw(st.booleans()):
-        yaml_block(closed=False)  # an unclosed block runs to the end of the text
+        yaml_block(closed=False)  # an unclosed block holds its deeper lines to the end of the text
     return "\n".join(lines), visible
 
 
@@ -308,3 +393,44 @@ def test_actions_inside_yaml_are_never_actions(case):
     assert not any(name.startswith("hidden") for name in names)
     assert names == visible
     check_result(actions)
+
+
+# --- `prune_response 441:458`: ticks on the action line, through the real room -----------------
+
+def test_prune_response_takes_a_tick_range_as_its_argument(tmp_path) -> None:
+    from helpers import executed_lines, make_station, prompt_at, recursive, replay_model, stored, yaml_block
+
+    from station.engine import Engine
+
+    refused = "\n".join([
+        act("prune_response 1:5"),  # tick 1 is protected, 2 is now and 5 the future
+        act("prune_response"),  # no ticks at all
+        act("prune_response 3"), yaml_block("prune_blocks:\n  - ticks: 4"),  # both forms at once
+    ])
+    # The replay model sends its n-th line as the n-th reply still in the context, so once
+    # ticks 3-4 are pruned line 5 comes again at tick 7 (refused: already pruned).
+    replies = [act("goto token_management"), refused, "FILLER-B", "FILLER-C",
+               "- `" + act("prune_response 3:4") + "`", "1. " + act("prune_response 6")]
+    model = replay_model(tmp_path / "r.jsonl", replies, pad=4)
+    st = make_station(tmp_path / "s", [recursive(model)], tokens={"prune_cooldown_ticks": 0})
+    engine = Engine(st)
+    engine.run(until_tick=4)
+    lines = executed_lines(prompt_at(st, 3))
+    assert "Nothing was pruned: block 1 (1-5): includes the current or a future tick (now 2)" in lines, lines
+    assert any("no ticks were given" in line for line in lines), lines
+    assert any("not both" in line for line in lines), lines
+    assert stored(st, "Spiro I")["pruned"] == []
+
+    engine.run(until_tick=6)
+    # The same as a prune_blocks entry with ticks "3-4" and an empty summary: complete removal.
+    assert stored(st, "Spiro I")["pruned"] == [{"ticks": [3, 4], "summary": ""}]
+    assert "Pruned 1 block(s), 2 tick(s): 3-4: complete removal." in prompt_at(st, 6)
+    context = "\n".join(m["text"] for m in st.conversations.context(1, stored(st, "Spiro I")["pruned"]))
+    assert "FILLER-B" not in context and "- Station Tick: 3" not in context and "- Station Tick: 4" not in context
+    assert "System: Pruned Ticks 3-4" not in context  # no summary: nothing takes their place
+    assert "- Station Tick: 5" in context
+
+    engine.run(until_tick=9)
+    assert "tick(s) [3, 4] are already pruned" in prompt_at(st, 8)
+    assert stored(st, "Spiro I")["pruned"] == [{"ticks": [3, 4], "summary": ""}, {"ticks": [6, 6], "summary": ""}]
+    assert "Pruned 1 block(s), 1 tick(s): 6-6: complete removal." in prompt_at(st, 9)
