@@ -5,6 +5,7 @@ import re
 from typing import Any
 
 from station import lifecycle
+from station.texts import token_amount, token_reserve
 
 from .base import Outcome, Room, action
 
@@ -28,6 +29,11 @@ class ExitReflection:
 
 class ExitRoom(Room):
     short, name = "exit", "Exit"
+
+    def help(self, ctx: Any, agent: Any) -> str:
+        # The advice "staying is safe while more than N tokens are left" scales with the agent's
+        # limit: 10k for large budgets, a quarter of the limit for a small model's context.
+        return ctx.texts.help(self.short, reserve=token_amount(token_reserve(lifecycle.effective_limit(ctx, agent))))
 
     def render(self, ctx: Any, agent: Any) -> str:
         state = agent.room_state("exit")

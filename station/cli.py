@@ -224,7 +224,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     source = Store(source_dir)
     if Store.exists(out):
         raise CliError(f"{out} already holds a station; replay needs a new directory")
-    config_data = source.get_meta("config")
+    # The config the source began with: its `station set`s are recorded operator commands, applied again below.
+    config_data = source.get_meta("initial_config") or source.get_meta("config")
     station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db"))
     last_complete = source.get_meta("tick") - 1
     until = min(args.until_tick, last_complete) if args.until_tick is not None else last_complete
@@ -289,7 +290,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 
 def cmd_set(args: argparse.Namespace) -> int:
-    """Change a safe config value of a station (applied between turns if it is running)."""
+    """Change a safe config value or a model setting of a station (applied between turns if it is running)."""
     from . import commands
 
     from . import endpoints
@@ -547,9 +548,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--call", action="store_true", help="also send each model one tiny prompt (costs a little)")
     s.set_defaults(fn=cmd_doctor)
 
-    s = sub.add_parser("set", help="change a safe config value (budget.*, prices.*, turns, ...) of a station")
+    s = sub.add_parser("set", help="change a safe config value (budget.*, prices.*, turns, ...) or a model "
+                       "setting (agents.N.model.name, reviewer.model.base_url, ...) of a station")
     s.add_argument("dir")
-    s.add_argument("key", help="dotted key, e.g. budget.station_usd")
+    s.add_argument("key", help="dotted key, e.g. budget.station_usd, or agents.0.model.name (N: the index of the "
+                   "agents: entry) and reviewer/grading/debugger.model.F, F one of base_url, name, api, timeout_s, "
+                   "max_retries, options, context_limit, max_output_tokens")
     s.add_argument("value", help="a YAML value, e.g. 25, null, concurrent")
     s.add_argument("--allow-new-endpoint", action="store_true",
                    help="accept a model that sends an API key to an endpoint the station's config does not use")

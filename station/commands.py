@@ -6,25 +6,43 @@ Commands (JSON objects):
   {"op": "answer", "request": <id>, "text": ...}       answer an External Counter request
   {"op": "end_agent", "agent": ...}                    end a session at its next turn
   {"op": "pause"}                                      stop the running station cleanly
-  {"op": "set", "key": "budget.station_usd", "value": 5} change a safe config value
+  {"op": "set", "key": "budget.station_usd", "value": 5} change a safe config value, or a model
+                                                       setting (agents.N.model.name, reviewer.model.api, ...)
   {"op": "spawn", "agent": {<an agents: entry>}}        add one agent (it acts from the next turn)
 """
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Iterator
 
 from pydantic import ValidationError
 
 from .agents import ACTIVE
-from .config import AgentSpec, ConfigError, StationConfig, parse_config
+from .config import AgentSpec, ConfigError, ModelConfig, StationConfig, parse_config
 from .context import Context
 from .store import Store, dumps
 
 OPS = ("message", "answer", "end_agent", "pause", "set", "spawn")
 # Config values an operator may change on a live station: none of them reshapes the world.
 SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.")
+# A model's settings that can be corrected on a live station (a wrong model name, API or endpoint):
+# under agents.N.model. (N: the index of the `agents:` entry) and reviewer/grading/debugger.model.
+# Not the provider or api_key_env: those decide which key is sent, and where.
+MODEL_FIELDS = ("base_url", "name", "api", "timeout_s", "max_retries", "options", "context_limit",
+                "max_output_tokens")
+MODEL_OWNERS = ("agents.N", "reviewer", "grading", "debugger")
+MODEL_KEY = re.compile(r"^(?P<owner>agents\.(?P<index>\d+)|reviewer|grading|debugger)\.model\.(?P<field>[^.]+)$")
+# Where the config a station was created with is kept once a `set` changes it: what a replay starts from.
+INITIAL_CONFIG = "initial_config"
+
+
+def changeable() -> str:
+    """The keys `station set` (and the operator page) accept, in words."""
+    owners = ", ".join(f"{o}.model.FIELD" for o in MODEL_OWNERS)
+    return (", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS)
+            + f"; and a model's {', '.join(MODEL_FIELDS)} as {owners} (N: the index of the agents: entry, from 0)")
 
 
 class CommandError(ValueError):
@@ -40,9 +58,16 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in required if command.get(k) in (None, "")]
     if missing:
         raise CommandError(f"operator command '{op}' needs: {', '.join(missing)}")
-    if op == "set" and not any(command["key"] == k or command["key"].startswith(k) for k in SAFE_KEYS):
-        raise CommandError(f"'{command['key']}' cannot be changed on a station; changeable: "
-                           + ", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS))
+    if op == "set":
+        key = command["key"]
+        if not isinstance(key, str):
+            raise CommandError("operator command 'set' needs a key: a dotted config path")
+        model = MODEL_KEY.match(key)
+        if model is not None and model["field"] not in MODEL_FIELDS:
+            raise CommandError(f"'{key}' cannot be changed on a station: a model's changeable settings are "
+                               + ", ".join(MODEL_FIELDS))
+        if model is None and not any(key == k or key.startswith(k) for k in SAFE_KEYS):
+            raise CommandError(f"'{key}' cannot be changed on a station; changeable: {changeable()}")
     if op == "spawn":
         try:
             AgentSpec.model_validate({**command["agent"], "count": 1})
@@ -73,14 +98,24 @@ def set_command(store: Store, key: str, text: str) -> dict[str, Any]:
 
 
 def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
-    """The config with one dotted key set (null removes a mapping entry); checked like a config file."""
+    """The config with one dotted key set (null removes a mapping entry); checked like a config file.
+    A number in the path picks an entry of a list (agents.0.model.name); a refusal is one line."""
     data = config.model_dump(mode="json")
     *path, last = key.split(".")
-    node = data
-    for part in path:
-        if not isinstance(node.get(part), dict):
+    node: Any = data
+    for at, part in enumerate(path):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                where = ".".join(path[:at])
+                have = f"{where}.0 to {where}.{len(node) - 1}" if node else "none"
+                raise CommandError(f"{key}: the station's config has no {where}.{part} (it has {have})")
+            node = node[int(part)]
+            continue
+        if not isinstance(node.get(part), (dict, list)):
             node[part] = {}
         node = node[part]
+    if MODEL_KEY.match(key):
+        check_model_value(node, key, last, value)
     if value is None and isinstance(node, dict) and path and path[0] == "prices":
         node.pop(last, None)
     else:
@@ -88,7 +123,30 @@ def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
     try:
         return parse_config(data, f"set {key}")
     except ConfigError as err:
-        raise CommandError(str(err)) from None
+        raise CommandError(one_line(str(err), key)) from None
+
+
+def check_model_value(model: dict[str, Any], key: str, field: str, value: Any) -> None:
+    """Refuse a bad model setting in one line naming the key, as the config's own ModelConfig judges it."""
+    try:
+        ModelConfig.model_validate({**model, field: value})
+    except ValidationError as err:
+        e = err.errors()[0]
+        message = str(e["msg"]).removeprefix("Value error, ")
+        if e["loc"] and e["loc"][0] != field:  # another field of the model: say which
+            message = f"{'.'.join(str(p) for p in e['loc'])}: {message}"
+        elif e["loc"]:
+            got = repr(value)
+            message = f"{message} (got {got if len(got) <= 80 else got[:77] + '...'})"
+        raise CommandError(f"{key}: {message}") from None
+
+
+def one_line(text: str, key: str) -> str:
+    """A config refusal ("invalid station config (set KEY):" and one line per problem) as one line."""
+    lines = [line.strip() for line in text.splitlines()[1:] if line.strip()] or [text.strip()]
+    detail = "; ".join(line.removeprefix("(top level): ").replace(": Value error, ", ": ")
+                       .removeprefix("Value error, ") for line in lines)
+    return detail if detail.startswith(f"{key}:") else f"{key}: {detail}"
 
 
 def check_target(store: Store, command: dict[str, Any]) -> None:
@@ -170,12 +228,19 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
         except ValueError as err:
             ctx.emit("operator_alert", None, problem=str(err))
     elif op == "set":
+        before = ctx.config
         try:
-            ctx.config = with_value(ctx.config, command["key"], command.get("value"))
+            ctx.config = with_value(before, command["key"], command.get("value"))
         except CommandError as err:
             ctx.emit("operator_alert", None, problem=str(err))
         else:
+            if ctx.store.get_meta(INITIAL_CONFIG) is None:  # what a replay of this station starts from
+                ctx.store.set_meta(INITIAL_CONFIG, before.model_dump(mode="json"))
             ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))
+            model = MODEL_KEY.match(command["key"])
+            if model is not None:
+                _use_new_model(ctx, before, model)
+            _share_config(ctx)
     elif op == "spawn":
         from .lifecycle import create_agent
 
@@ -190,3 +255,75 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
             ctx.agents.save(agent)
     ctx.emit("operator_command", None, command=command)
     return False
+
+
+def _model_at(config: StationConfig, owner: str) -> ModelConfig:
+    """The model of `agents.N`, `reviewer`, `grading` or `debugger`."""
+    if owner.startswith("agents."):
+        return config.agents[int(owner.split(".")[1])].model
+    return getattr(config, owner).model
+
+
+def model_owners(config: StationConfig, model: ModelConfig) -> list[str]:
+    """The config keys (agents.0.model, reviewer.model, ...) whose model is `model`."""
+    want = model.model_dump(mode="json")
+    found = [f"agents.{i}.model" for i, spec in enumerate(config.agents) if spec.model.model_dump(mode="json") == want]
+    return found + [f"{o}.model" for o in ("reviewer", "grading", "debugger")
+                    if getattr(config, o).model.model_dump(mode="json") == want]
+
+
+def _same_model(settings: dict[str, Any], model: dict[str, Any]) -> bool:
+    try:
+        return ModelConfig.model_validate(settings).model_dump(mode="json") == model
+    except (ValidationError, TypeError):
+        return False
+
+
+def _use_new_model(ctx: Context, before: StationConfig, key: re.Match) -> None:
+    """A changed model setting reaches whoever calls that model from their next call.
+
+    The reviewer, grader and debugger read their model from the config at each call. Agents carry
+    their own copy of their entry's model (a respawn or an heir copies it on), so every agent
+    still in play (active, or departed and awaiting its replacement) whose model is the entry's
+    old one gets the new one; ended agents keep the model they lived with, and spend already booked
+    keeps the name it was billed under.
+    """
+    old, new = _model_at(before, key["owner"]), _model_at(ctx.config, key["owner"])
+    if old.model_dump(mode="json") == new.model_dump(mode="json"):
+        return
+    ctx.models.forget(old)  # its client goes; anyone still on the old settings gets a fresh one
+    if key["index"] is None:
+        return
+    was, settings = old.model_dump(mode="json"), new.model_dump()
+    changed = []
+    for agent in ctx.agents.where("state=? OR respawn_pending=1", (ACTIVE,), order="position"):
+        if _same_model(agent.model, was):
+            agent.model = dict(settings)
+            ctx.agents.save(agent)
+            changed.append(agent.name)
+    ctx.emit("agents_model_changed", None, key=f"{key['owner']}.model", model=new.name, agents=changed)
+
+
+def _share_config(ctx: Context) -> None:
+    """Background workers (the reviewer's, the evaluator's) read their model settings from the config
+    they were started with: hand them the changed one."""
+    for hook in getattr(ctx, "hooks", None) or []:
+        worker = getattr(hook, "worker", None)
+        if worker is not None and hasattr(worker, "config"):
+            worker.config = ctx.config
+
+
+def model_fix(config: StationConfig | None, model: ModelConfig | None, directory: Any, who: str | None) -> str:
+    """How to fix a model that failed for good: its key, or its settings with the `station set` that names them."""
+    import shlex
+
+    where = shlex.quote(str(directory)) if directory is not None else "DIR"
+    owners = model_owners(config, model) if config is not None and model is not None else []
+    if config is not None and model is not None and not owners:
+        return (f"Fix the key, or, since this model's settings are no config entry's (an operator's spawn), "
+                f"end the agent (`station end-agent {where} {shlex.quote(who or 'AGENT')}`) and spawn it again "
+                "with corrected ones")
+    key = owners[0] if owners else "agents.N.model"
+    also = f" (the same settings as {', '.join(owners[1:])}: set those too)" if len(owners) > 1 else ""
+    return (f"Fix the key, or the model's settings with `station set {where} {key}.name NEW` (or {key}.api chat, "
+            f"{key}.base_url URL, {key}.options YAML){also}")

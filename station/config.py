@@ -40,7 +40,8 @@ class ModelConfig(Section):
         None, description="openai: reasoning.effort (with a reasoning summary)")
     thinking_budget: int | None = Field(None, ge=0, description="anthropic and gemini: thinking tokens per reply")
     api: Literal["responses", "chat"] = Field("responses", description="openai: Responses API, or Chat "
-                                              "Completions (what OpenAI-compatible servers speak)")
+                                              "Completions (what OpenAI-compatible servers speak; the "
+                                              "default when base_url is set)")
     base_url: str | None = Field(None, description="another endpoint: a proxy, or an OpenAI-compatible server")
     api_key_env: str | None = Field(None, pattern=ENV_NAME, description="environment variable holding the key "
                                     "(default: ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY)")
@@ -58,6 +59,8 @@ class ModelConfig(Section):
             raise ValueError("provider 'replay' needs replay_file")
         if self.thinking_budget and self.provider == "anthropic" and self.thinking_budget >= self.max_output_tokens:
             raise ValueError("anthropic: thinking_budget must be smaller than max_output_tokens")
+        if self.provider == "openai" and self.base_url and "api" not in self.model_fields_set:
+            self.api = "chat"  # most OpenAI-compatible servers have only /v1/chat/completions
         return self
 
     @property
@@ -289,6 +292,16 @@ class OperatorConfig(Section):
     pause_on_human_request: bool = False
 
 
+class PromptConfig(Section):
+    """How the station's prompts are written (the texts come from the codex either way)."""
+
+    style: Literal["full", "compact"] = Field(
+        "full", description="full: the paper's prompts (no system prompt, the welcome in the first message); "
+        "compact: for small or local models: the standing rules (action syntax with an example, the rooms, "
+        "token advice) in one short system prompt sent the provider's own way (so it can be cached), a "
+        "short welcome, and no repeated navigation help")
+
+
 class EngineConfig(Section):
     max_internal_steps: int = Field(50, ge=1, le=200)
     max_actions_per_reply: int = Field(100, ge=1, le=1000)
@@ -320,6 +333,7 @@ class StationConfig(Section):
     codex: CodexConfig = Field(default_factory=CodexConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
     turns: Literal["sequential", "concurrent"] = Field(
         "sequential", description="concurrent: every prompt of a tick is built from the world at its start, "
         "the model calls run in parallel, and the replies are applied in turn order")

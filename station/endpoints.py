@@ -1,11 +1,12 @@
 """Where a model config would send an API key, and whether the station already sends it there.
 
-A model config read from an operator (a spawn, a `station set`) names its key only by variable
-(`api_key_env`, or the provider's default) and may name any server (`base_url`, or a URL in
-`options`, e.g. Gemini's `http_options`). Together they could carry a key the station holds to
-a server of someone else's choosing. So such a model is accepted only where every (key
-variable, endpoint) pair it would use is one the station's config already uses; a new pair
-needs `--allow-new-endpoint` on the command line, and the web console never allows it.
+A model config read from an operator (a spawn, a `station set` of a model's `base_url` or
+`options`) names its key only by variable (`api_key_env`, or the provider's default) and may name
+any server (`base_url`, or a URL, proxy or endpoint in `options`, e.g. Gemini's `http_options`).
+Together they could carry a key the station holds to a server of someone else's choosing. So
+such a model is accepted only where every (key variable, endpoint) pair it would use is one the
+station's config already uses; a new pair needs `--allow-new-endpoint` on the command line, and
+the web console never allows it.
 A model with no custom endpoint sends its key to its provider's own API, which is fine.
 """
 from __future__ import annotations
@@ -40,11 +41,15 @@ def endpoints(model: ModelConfig) -> list[str]:
     return [normal(url) for url in found]
 
 
+# A string under a key that mentions one of these names a place requests may go: base_url, baseUrl,
+# http_options.base_url, a proxy (which sees the key too), an endpoint.
+ENDPOINT_WORDS = ("url", "proxy", "proxies", "endpoint")
+
+
 def _urls_in(value: Any, under_url_key: bool = False) -> Iterator[str]:
-    # Any string under a key that mentions "url" (base_url, baseUrl, http_options.base_url, ...).
     if isinstance(value, dict):
         for key, inner in value.items():
-            yield from _urls_in(inner, under_url_key or "url" in str(key).lower())
+            yield from _urls_in(inner, under_url_key or any(w in str(key).lower() for w in ENDPOINT_WORDS))
     elif isinstance(value, (list, tuple)):
         for inner in value:
             yield from _urls_in(inner, under_url_key)

@@ -23,9 +23,9 @@ from .agents import Agent
 from .context import NeedInput, StationPaused, WaitInterrupted, request_hash
 from .models import BudgetExceeded, Model, ModelError, Reply, Usage
 from .models.base import INTERRUPTED, OVERFLOW
-from .prompt import compose
+from .prompt import compose, system_prompt
 from .store import Store, dumps
-from .turn import TurnLog, execute_reply
+from .turn import TurnLog, cut_notice, execute_reply
 from .world import Station
 
 
@@ -38,15 +38,17 @@ class Progress:
     note: str | None = None  # kind "wait": what the station is waiting for
 
 
-def pause_message(who: str | None, err: Exception) -> str:
-    """What the operator reads when a model call stops the station; nothing is lost either way."""
+def pause_message(who: str | None, err: Exception, config: Any = None, directory: Any = None) -> str:
+    """What the operator reads when a model call stops the station; nothing is lost either way.
+    With the station's config and directory, a permanent failure names the `station set` that fixes it."""
     whose = f" for {who}" if who else ""
     if isinstance(err, BudgetExceeded):
         return f"budget: {err}. Nothing was lost; the call{whose} is made when the station runs again."
     assert isinstance(err, ModelError)
     if err.permanent:
-        return (f"a model call{whose} failed and retrying cannot help: {err}. Fix the key, model name or "
-                "request options, then run the station again; the turn starts over and nothing is lost.")
+        fix = commands.model_fix(config, getattr(err, "config", None), directory, who)
+        return (f"a model call{whose} failed and retrying cannot help: {err}. {fix}, then run the station "
+                "again; the turn starts over and nothing is lost.")
     return (f"a model call{whose} kept failing: {err}. Run the station again to retry; the turn starts over "
             "and nothing is lost.")
 
@@ -177,7 +179,7 @@ class Engine:
         except ModelError as err:
             if err.kind == INTERRUPTED:
                 raise WaitInterrupted(f"stopped while a model call waited to retry ({who})") from err
-            raise StationPaused(pause_message(who, err)) from err
+            raise StationPaused(pause_message(who, err, self.ctx.config, self.station.dir)) from err
         except BudgetExceeded as err:
             raise StationPaused(pause_message(who, err)) from err
 
@@ -231,14 +233,14 @@ class Engine:
             log.log(agent.location, "Your last reply was not carried out: it took your context past the token limit.")
             lifecycle.end_session(ctx, agent, lifecycle.TOKENS)
         else:
-            log = execute_reply(ctx, agent, reply.text, cut_from=reply.cut_from)
+            log = execute_reply(ctx, agent, reply.text, cut_from=reply.cut_from, cut_tokens=reply.cut_tokens)
             live = self._live(agent)
             if log.internal is not None and live.active:
                 internal = self._internal(live, log, model, usage)
         live = self._live(agent)
         if live.active:
             context = ctx.conversations.context(live.session, live.pruned)
-            estimate = model.count_tokens(context, system=live.system_prompt)
+            estimate = model.count_tokens(context, system=system_prompt(ctx, live))
             live.context_tokens = round(estimate * self._scale) if model.config.remote else estimate
             if live.context_tokens >= lifecycle.effective_limit(ctx, live):
                 lifecycle.end_session(ctx, live, lifecycle.TOKENS)
@@ -248,10 +250,11 @@ class Engine:
         self.store.execute(
             "INSERT INTO turns(tick, session, agent, room, prompt, reply, thinking, actions, internal, "
             "context_tokens, tokens_spent, started_at, finished_at, input_tokens, cached_input_tokens, "
-            "output_tokens, reasoning_tokens, latency_s, cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "output_tokens, reasoning_tokens, latency_s, cost_usd, finish_reason) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (ctx.tick, agent.session, agent.name, live.location, prompt, reply.text, reply.thinking,
              dumps({"parsed": log.actions, "history": log.history}), dumps(internal),
-             live.context_tokens, live.tokens_spent, started, time.time(), *usage.columns()),
+             live.context_tokens, live.tokens_spent, started, time.time(), *usage.columns(), reply.finish_reason),
         )
         self._done.add(agent.session)
         ctx.emit("turn_finished", live.name, actions=[a["name"] for a in log.actions if a.get("ok")])
@@ -269,10 +272,11 @@ class Engine:
 
     def _producer(self, agent: Agent, model: Model, messages: list[dict[str, str]]) -> Callable[[], dict[str, Any]]:
         limit = self.ctx.config.engine.max_reply_chars
+        system = system_prompt(self.ctx, agent)
 
         def produce() -> dict[str, Any]:
             try:
-                reply = model.complete(messages, system=agent.system_prompt, agent=agent.name)
+                reply = model.complete(messages, system=system, agent=agent.name)
             except ModelError as err:
                 if err.kind == OVERFLOW:  # an answer like any other: recorded, and it ends the session
                     return {"text": "", "overflow": str(err)}
@@ -299,7 +303,7 @@ class Engine:
         agent.context_tokens = reply.usage.context_tokens
         # The provider's count of what was sent, against our estimate of it: the post-turn
         # recount scales its estimate by this (pure function of the recorded reply).
-        estimate = model.count_tokens(messages, system=agent.system_prompt)
+        estimate = model.count_tokens(messages, system=system_prompt(ctx, agent))
         self._scale = reply.usage.input_tokens / estimate if reply.usage.input_tokens and estimate else 1.0
         return reply
 
@@ -375,6 +379,8 @@ class Engine:
                 lifecycle.end_session(ctx, agent, lifecycle.OVERFLOW)
                 break
             steps.append({"prompt": prompt, "reply": reply.text})
+            if reply.cut_tokens is not None:
+                log.log(room, cut_notice(reply.cut_tokens))
             if (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
                 log.log(room, "Your context passed the token limit during the exchange; your session ended.")
                 lifecycle.end_session(ctx, agent, lifecycle.TOKENS)

@@ -6,6 +6,7 @@ from typing import Any
 from .agents import ASCENDED, ENDED, GUEST, GUEST_DESCRIPTION, RECURSIVE, Agent, roman
 from .config import AgentSpec
 from .context import Context
+from .texts import token_amount, token_reserve
 
 # Reasons, as agents read them in announcements.
 LIFE_LIMIT = "reaching the life limit"
@@ -117,7 +118,8 @@ def queue_warnings(ctx: Context, agent: Agent) -> None:
     pre, warn = ((tokens.guest_prewarning_ratio, tokens.guest_warning_ratio) if agent.is_guest
                  else (tokens.recursive_prewarning_ratio, tokens.recursive_warning_ratio))
     prefix = "guest" if agent.is_guest else "recursive"
-    values = dict(used=f"{used:,}", limit=f"{limit:,}", pct=f"{100 * used / limit:.0f}")
+    values = dict(used=f"{used:,}", limit=f"{limit:,}", pct=f"{100 * used / limit:.0f}",
+                  reserve=token_amount(token_reserve(limit)))
     for flag, ratio, text in (("token_prewarning_sent", pre, f"{prefix}_token_prewarning"),
                               ("token_warning_sent", warn, f"{prefix}_token_warning")):
         if used >= ratio * limit and used < limit:

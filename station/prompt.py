@@ -4,19 +4,31 @@ System Information, System Messages, Actions Detected (last turn), Room Output H
 actions executed last turn and fresh output of each room visited), Current State.
 Composing has side effects (warnings queued, first-visit help marked, messages delivered),
 all inside the turn's transaction.
+
+`prompt.style: compact` (for small or local models) keeps the sections and their markers but
+leaves out what is empty or repeated every turn (no messages, no history, the navigation
+lines, a healthy status, the default guest description); the standing rules (action syntax
+with an example, the rooms, token advice) go once into a short system prompt instead, sent
+the provider's own way so that it can be cached. The full style sends no system prompt but
+the agent's own, as the paper did.
 """
 from __future__ import annotations
 
 import traceback
 from typing import Any
 
-from .agents import Agent
+from .agents import GUEST_DESCRIPTION, Agent
 from .context import Context, NeedInput, ReplayDiverged, StationPaused, WaitInterrupted
 from .lifecycle import effective_limit, queue_warnings
 from .safe_text import valid
+from .texts import token_amount, token_reserve
 
 RULE = "\n\n---\n\n"
 ENGINE_SIGNALS = (NeedInput, ReplayDiverged, StationPaused, WaitInterrupted)  # the engine's, never a room's error
+
+
+def compact(ctx: Context) -> bool:
+    return ctx.config.prompt.style == "compact"
 
 
 def compose(ctx: Context, agent: Agent) -> str:
@@ -24,16 +36,44 @@ def compose(ctx: Context, agent: Agent) -> str:
     notices = [n for room in ctx.rooms.values() for n in getattr(room, "system_notices", lambda c, a: [])(ctx, agent)]
     pending = ctx.pending_messages(agent)
     ctx.mark_delivered([mid for mid, _ in pending])
-    sections = [
-        system_information(ctx, agent),
-        system_messages(notices + [text for _, text in pending]),
-    ]
+    messages = notices + [text for _, text in pending]
+    sections = [system_information(ctx, agent)]
+    if messages or not compact(ctx):
+        sections.append(system_messages(messages))
     if agent.last_summary:
         sections.append("## Actions Detected (Last Turn)\n" + "\n".join(agent.last_summary))
     history, shown = room_history(ctx, agent)
-    sections.append(history)
+    if agent.last_history or not compact(ctx):
+        sections.append(history)
     sections.append(current_state(ctx, agent, already_shown=agent.location in shown))
     return valid(RULE.join(sections))  # file names and room outputs may hold bytes no provider accepts
+
+
+def system_prompt(ctx: Context, agent: Agent) -> str | None:
+    """What is sent as the provider's system prompt: the agent's own (full style), after the
+    station's standing rules in the compact style. The same for every agent of a model, so a
+    provider's prefix cache serves it to all of them."""
+    if not compact(ctx):
+        return agent.system_prompt
+    return "\n\n".join(p for p in (standing_rules(ctx, agent), agent.system_prompt) if p)
+
+
+def standing_rules(ctx: Context, agent: Agent) -> str:
+    """The compact style's system prompt (codex text `compact_system`)."""
+    life = ctx.config.lifecycle
+    rooms = [room for room in ctx.rooms.values() if room.listed or room.short == "lobby"]
+    listed = ", ".join(room.short for room in rooms)  # the Lobby lists their full names
+    gated = [room.short for room in rooms if room.maturity_gated]
+    lines = [  # sentences that follow the token advice
+        ctx.texts.render("compact_life_line", max_age=life.max_age) if life.max_age else "",
+        ctx.texts.render("compact_isolation_line", isolation_ticks=life.maturity_ticks, rooms=", ".join(gated))
+        if life.maturity_ticks and gated else "",
+    ]
+    return ctx.texts.render(
+        "compact_system", rooms=listed, example_room="codex" if "codex" in ctx.rooms else "lobby",
+        reserve=token_amount(token_reserve(effective_limit(ctx, agent))),
+        life="".join(f" {line}" for line in lines if line),
+    )
 
 
 def room_view(ctx: Context, room: Any, agent: Agent) -> str:
@@ -60,10 +100,15 @@ def system_information(ctx: Context, agent: Agent) -> str:
         f"- Agent Description: {agent.description}",
         f"- Agent Status: {'Guest Agent' if agent.is_guest else 'Recursive Agent'}",
     ]
+    if compact(ctx):  # nothing said that the agent knows without being told
+        lines = [line for line in lines if not (line == "- Station Status: Healthy" or
+                                                line == f"- Agent Description: {GUEST_DESCRIPTION}")]
     if agent.meta_prompt:
         lines.append(f"- Agent Meta Prompt:\n```\n{agent.meta_prompt}\n```")
     limit = effective_limit(ctx, agent)
-    ceiling = " (guest ceiling; ascend to raise it)" if agent.is_guest and limit < agent.token_budget else ""
+    guest_ceiling = ctx.config.tokens.guest_ceiling
+    ceiling = (" (guest ceiling; ascend to raise it)" if agent.is_guest and limit == guest_ceiling < agent.token_budget
+               else "")  # not when the model's context window is what limits it
     if agent.context_tokens is None:
         lines.append(f"- Agent Token Budget: Max {limit:,} (usage not yet recorded){ceiling}")
     else:
@@ -110,10 +155,15 @@ def current_state(ctx: Context, agent: Agent, *, already_shown: bool) -> str:
     room = ctx.room(agent.location) or ctx.room("lobby")
     assert room is not None
     output = ("(Shown above under Room Output History.)" if already_shown else room_view(ctx, room, agent))
-    return "\n\n".join([
+    parts = [
         "## Current State",
         f"**Current Location:** {room.name}",
         f"**Room Output:**\n{output}",
+    ]
+    if compact(ctx):  # the system prompt says how to move and get help
+        return "\n\n".join(parts)
+    return "\n\n".join([
+        *parts,
         "**Navigation & Help:**\n"
         f"- `/execute_action{{help {room.short}}}` shows this room's help again (any room: `help <room>`); "
         "`goto <room>` moves you.\n"

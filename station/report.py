@@ -6,10 +6,12 @@ import re
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .models.base import LENGTH
 from .terminal_text import clean, markdown
 from .world import Station
 
@@ -227,11 +229,22 @@ def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
                      f"context {row['context_tokens'] or 0:,} tokens")
         prompt = row["prompt"] if full else _prompt_digest(row["prompt"])
         console.print(Panel(markdown(prompt), title="station → agent", border_style="blue"))
-        console.print(Panel(_highlight(row["reply"]), title="agent", border_style="green"))
+        console.print(Panel(_highlight(row["reply"]), title="agent" + _finish_note(row), border_style="green"))
         for i, step in enumerate(json.loads(row["internal"]), 1):
             console.print(Panel(markdown(step["prompt"] if full else step["prompt"][:600]),
                                 title=f"exchange {i}: station", border_style="cyan"))
             console.print(Panel(_highlight(step["reply"]), title=f"exchange {i}: agent", border_style="green"))
+
+
+def _finish_note(row: Any) -> str:
+    """How the model's reply ended, when that is news: cut off by max_output_tokens, filtered, ..."""
+    reason = row["finish_reason"] if "finish_reason" in row.keys() else None
+    if reason is None or reason == "stop":
+        return ""
+    if reason == LENGTH:
+        tokens = (row["output_tokens"] or 0) + (row["reasoning_tokens"] or 0)
+        return f" · reply cut off at max_output_tokens{f' ({tokens:,} tokens)' if tokens else ''}"
+    return f" · reply ended: {escape(clean(reason))}"
 
 
 def _prompt_digest(prompt: str) -> str:

@@ -136,6 +136,10 @@ CORE_MIGRATIONS: list[str] = [
         PRIMARY KEY (tick, session)
     );
     """,
+    # v3: why the model stopped each turn's reply ("stop", "length" when max_output_tokens cut it, ...).
+    """
+    ALTER TABLE turns ADD COLUMN finish_reason TEXT;
+    """,
 ]
 
 

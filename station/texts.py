@@ -4,6 +4,10 @@ A station picks a set (`codex.set`, e.g. `research` or `open`); a file in the se
 shared file of the same name, and `codex.texts` in the config overrides both.  Texts are
 `string.Template`s (`${name}` placeholders), so the braces of `/execute_action{...}` need no
 escaping, and a missing value is an error rather than a silently printed placeholder.
+
+With `prompt.style: compact`, help is looked up under `help/compact/` first (in the set, then
+shared), so a room can have a short first-visit help for small models; rooms without one keep
+their usual help.
 """
 from __future__ import annotations
 
@@ -17,6 +21,23 @@ import yaml
 
 CODEX_ROOT = Path(__file__).resolve().parent.parent / "codex"
 MODULE_HEADING = re.compile(r"^## Module (\d+): (.+?)\s*$", re.MULTILINE)
+RESERVE_CAP = 10_000  # the token reserve advised to agents with large budgets
+RESERVE_SHARE = 4  # with smaller limits: a quarter of the limit (so 40,000 and more keep the cap)
+
+
+def token_reserve(limit: int) -> int:
+    """Tokens an agent should keep free to stay safely (room for a few more turns and a graceful
+    exit): 10,000 for large budgets, a quarter of the limit for small ones (an 8k model)."""
+    return max(1, min(RESERVE_CAP, limit // RESERVE_SHARE))
+
+
+def token_amount(n: int) -> str:
+    """A rounded token count as advice reads it: 10k, 8k, 1.8k, 700."""
+    if n >= 10_000:
+        return f"{n // 1000}k"
+    if n >= 1000:
+        return f"{n / 1000:.1f}".rstrip("0").rstrip(".") + "k"
+    return str(round(n, -2)) if n >= 100 else str(n)
 
 
 class TextsError(ValueError):
@@ -46,12 +67,12 @@ class TestDefinition:
 
 class Texts:
     def __init__(self, set_name: str, overrides: dict[str, str] | None = None,
-                 root: Path = CODEX_ROOT) -> None:
+                 root: Path = CODEX_ROOT, style: str = "full") -> None:
         set_dir = Path(set_name) if ("/" in set_name or set_name.startswith(".")) else root / "sets" / set_name
         if not set_dir.is_dir():
             known = sorted(p.name for p in (root / "sets").iterdir()) if (root / "sets").is_dir() else []
             raise TextsError(f"codex set {set_name!r} not found (known sets: {', '.join(known)})")
-        self.root, self.set_dir = root, set_dir
+        self.root, self.set_dir, self.style = root, set_dir, style
         self.messages = _load_messages(root)
         if (set_dir / "messages.yaml").exists():
             self.messages.update(_load_yaml(set_dir / "messages.yaml") or {})
@@ -74,7 +95,10 @@ class Texts:
         override = self.overrides.get(f"{short}_help")
         if override is not None:
             return _substitute(override, f"{short}_help", values)
-        for path in (self.set_dir / "help" / f"{short}.md", self.root / "help" / f"{short}.md"):
+        places = [self.set_dir / "help", self.root / "help"]
+        if self.style == "compact":
+            places = [places[0] / "compact", places[1] / "compact", *places]
+        for path in (place / f"{short}.md" for place in places):
             if path.exists():
                 return _substitute(path.read_text(encoding="utf-8"), path.name, values).strip()
         return ""

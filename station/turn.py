@@ -37,9 +37,20 @@ class TurnLog:
         self.history.append({"room": room, "lines": [line]})
 
 
-def execute_reply(ctx: Context, agent: Agent, text: str, cut_from: int | None = None) -> TurnLog:
-    """`cut_from`: the reply's length before it was cut to the engine's max_reply_chars on arrival."""
+def cut_notice(tokens: int | None) -> str:
+    """What an agent is told when the model stopped its reply at max_output_tokens."""
+    after = f"after {tokens:,} tokens " if tokens else ""
+    return (f"Your last reply was cut off {after}(the model's max_output_tokens limit); anything after the cut, "
+            "actions included, was not received. Keep replies shorter.")
+
+
+def execute_reply(ctx: Context, agent: Agent, text: str, cut_from: int | None = None,
+                  cut_tokens: int | None = None) -> TurnLog:
+    """`cut_from`: the reply's length before it was cut to the engine's max_reply_chars on arrival;
+    `cut_tokens`: the model stopped the reply at max_output_tokens, after this many tokens (0: unknown)."""
     log = TurnLog()
+    if cut_tokens is not None:
+        log.log(agent.location, cut_notice(cut_tokens))
     limit = ctx.config.engine.max_reply_chars
     if cut_from is not None or len(text) > limit:  # the latter: a reply recorded before replies were cut
         log.log(agent.location, f"Your reply was {cut_from or len(text):,} characters long; only the first "

@@ -27,7 +27,7 @@ class Station:
 
     def __init__(self, store: Store, config: StationConfig) -> None:
         self.store = store
-        self.texts = Texts(config.codex.set, config.codex.texts)
+        self.texts = Texts(config.codex.set, config.codex.texts, style=config.prompt.style)
         self.agents = AgentRegistry(store)
         self.conversations = Conversations(store, config.tokens.protected_keywords)
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)

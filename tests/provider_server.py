@@ -18,6 +18,22 @@ The clients: `anthropic.Anthropic(base_url=server.url)`, `openai.OpenAI(base_url
 /v1/models/...; /v1beta works too). `server.reset()` makes one server reusable across tests, and
 `server.errors` keeps whatever went wrong inside it (a raising responder, say).
 
+Local servers: `ProviderServer(flavor="llama.cpp", n_ctx=4096, one_at_a_time=True)` behaves like
+llama.cpp's server: no GET /v1/models/{id} and no /v1/responses (404, llama.cpp's error shape),
+GET /v1/models listing the served model with llama.cpp's `meta` (n_ctx_train, ...), GET /props
+with `default_generation_settings.n_ctx`, and a prompt longer than n_ctx refused with 400
+`exceed_context_size_error` carrying `n_prompt_tokens` and `n_ctx`. `flavor="vllm"` lists
+`max_model_len` and refuses prompt + max_tokens beyond it with vLLM's message; `flavor="ollama"`
+answers POST /api/show (model_info `<arch>.context_length`, `num_ctx` in parameters when n_ctx is
+given). `one_at_a_time` serves one generation at a time (llama-cpp-python's lock, a one-slot
+llama.cpp), so two concurrent requests take twice as long as one.
+
+Every flavor cuts an answer longer than the request's output limit (max_tokens,
+max_output_tokens, maxOutputTokens; reasoning tokens count against it) to that many tokens, four
+characters a token, and says so the provider's way: finish_reason "length", status "incomplete"
+(max_output_tokens), stop_reason "max_tokens", finishReason MAX_TOKENS. `Answer(finish="length")`
+forces that ending without cutting.
+
 Token accounting is the same for every provider, so one `Answer` means one thing everywhere:
 `Answer.input_tokens` is the whole prompt (cached and cache-written tokens included) and
 `Answer.output_tokens` the visible output, `reasoning_tokens` excluded. Each provider then
@@ -26,6 +42,7 @@ reports them its own way (see `_tokens` and the `_*_usage` functions).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import socket
@@ -34,13 +51,15 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 FAULT_KINDS = ("rate_limit", "overloaded", "server_error", "malformed", "slow", "drop",
                "context_too_long", "auth", "bad_request", "empty")
+FLAVORS = ("cloud", "llama.cpp", "vllm", "ollama")
+LENGTH = "length"  # Answer.finish of an answer cut at the request's output limit
 
 
 @dataclass
@@ -67,6 +86,7 @@ class Answer:
     cache_write_tokens: int = 0  # part of input_tokens written to the cache (Anthropic only)
     output_tokens: int | None = None  # visible output; None: len(text) // 4 + 1
     reasoning_tokens: int = 0  # thinking tokens, on top of output_tokens
+    finish: str = "stop"  # or LENGTH: the answer ran into the request's output limit
 
 
 @dataclass
@@ -170,6 +190,9 @@ def _route(method: str, path: str, headers: dict[str, str], query: str) -> tuple
     found = re.fullmatch(r"/v1/models/(.+)", path)
     if method == "GET" and found:
         return family, "model", found.group(1)
+    local = {("GET", "/v1/models"): "list", ("GET", "/props"): "props", ("POST", "/api/show"): "show"}
+    if family == "openai" and (method, path) in local:  # listing (OpenAI too) and local servers' own routes
+        return "openai", local[(method, path)], ""
     posts = {"/v1/messages": "anthropic", "/v1/responses": "openai-responses",
              "/v1/chat/completions": "openai-chat"}
     if method == "POST" and path in posts:
@@ -227,6 +250,19 @@ _ERRORS: dict[tuple[str, str], tuple[int, str, str, str | None]] = {
     ("no_route", "openai"): (404, "invalid_request_error", "Invalid URL ({path})", None),
     ("no_route", "gemini"): (404, "NOT_FOUND", "The requested URL {path} was not found on this server.", None),
 }
+
+
+def _llama_error(status: int, message: str, etype: str, **fields: Any) -> tuple[int, dict, dict[str, str]]:
+    """An error as llama.cpp's server words it: code, message, type, and any numbers beside them."""
+    return status, {"error": {"code": status, "message": message, "type": etype, **fields}}, {}
+
+
+def _local_no_route(flavor: str, path: str) -> tuple[int, Any, dict[str, str]]:
+    if flavor == "llama.cpp":
+        return _llama_error(404, "File Not Found", "not_found_error")
+    if flavor == "vllm":
+        return 404, {"detail": "Not Found"}, {}  # FastAPI's own 404
+    return 404, b"404 page not found", {}  # Ollama (Go's mux) answers plain text
 
 
 def _masked(key: str) -> str:
@@ -305,8 +341,12 @@ def anthropic_message(answer: Answer, request: Request) -> dict:
     if answer.text:  # the real API sends no text block at all for an empty answer
         content.append({"type": "text", "text": answer.text})
     return {"id": _new_id("msg_"), "type": "message", "role": "assistant", "model": request.model,
-            "content": content, "stop_reason": "end_turn", "stop_sequence": None,
+            "content": content, "stop_reason": _anthropic_stop(answer), "stop_sequence": None,
             "usage": _anthropic_usage(answer, request)}
+
+
+def _anthropic_stop(answer: Answer) -> str:
+    return "max_tokens" if answer.finish == LENGTH else "end_turn"
 
 
 def anthropic_events(answer: Answer, request: Request) -> Iterator[tuple[str | None, dict]]:
@@ -328,7 +368,7 @@ def anthropic_events(answer: Answer, request: Request) -> Iterator[tuple[str | N
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
     usage = {k: v for k, v in final["usage"].items() if k != "service_tier"}
     yield "message_delta", {"type": "message_delta", "usage": usage,
-                            "delta": {"stop_reason": "end_turn", "stop_sequence": None}}
+                            "delta": {"stop_reason": _anthropic_stop(answer), "stop_sequence": None}}
     yield "message_stop", {"type": "message_stop"}
 
 
@@ -349,22 +389,26 @@ def _responses_usage(answer: Answer, request: Request) -> dict:
 
 def _responses_items(answer: Answer, ids: tuple[str, str]) -> list[dict]:
     items = []
+    status = "incomplete" if answer.finish == LENGTH else "completed"
     if answer.thinking is not None:
         items.append({"id": ids[0], "type": "reasoning", "status": "completed",
                       "summary": [{"type": "summary_text", "text": answer.thinking}]})
-    items.append({"id": ids[1], "type": "message", "role": "assistant", "status": "completed",
+    items.append({"id": ids[1], "type": "message", "role": "assistant", "status": status,
                   "content": [{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}]})
     return items
 
 
 def responses_object(answer: Answer, request: Request, *, response_id: str | None = None,
                      ids: tuple[str, str] | None = None) -> dict:
+    cut = answer.finish == LENGTH  # OpenAI: an incomplete response, and why
     return {
         "id": response_id or _new_id("resp_"), "object": "response", "created_at": int(time.time()),
-        "status": "completed", "completed_at": int(time.time()), "model": request.model,
+        "status": "incomplete" if cut else "completed", "completed_at": None if cut else int(time.time()),
+        "model": request.model,
         "output": _responses_items(answer, ids or (_new_id("rs_"), _new_id("msg_"))),
         "usage": _responses_usage(answer, request),
-        "error": None, "incomplete_details": None, "instructions": request.body.get("instructions"),
+        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "instructions": request.body.get("instructions"),
         "metadata": {}, "parallel_tool_calls": True, "temperature": 1.0, "top_p": 1.0,
         "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
         "reasoning": {"effort": None, "summary": None}, "store": False, "truncation": "disabled",
@@ -404,7 +448,8 @@ def responses_events(answer: Answer, request: Request) -> Iterator[tuple[str | N
                         "text": part["text"], "logprobs": []},
                        {"type": "response.content_part.done", **common, "content_index": 0, "part": part}]
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    events.append({"type": "response.completed", "response": final})
+    events.append({"type": "response.incomplete" if answer.finish == LENGTH else "response.completed",
+                   "response": final})
     for number, event in enumerate(events):
         yield event["type"], {**event, "sequence_number": number}
 
@@ -422,7 +467,7 @@ def chat_completion(answer: Answer, request: Request) -> dict:
         message["reasoning_content"] = answer.thinking
     return {"id": _new_id("chatcmpl-"), "object": "chat.completion", "created": int(time.time()),
             "model": request.model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": answer.finish, "logprobs": None}],
             "usage": _chat_usage(answer, request)}
 
 
@@ -442,7 +487,7 @@ def chat_chunks(answer: Answer, request: Request) -> Iterator[tuple[str | None, 
         yield None, chunk({"reasoning_content": piece})
     for piece in _pieces(answer.text):
         yield None, chunk({"content": piece})
-    yield None, chunk({}, "stop")
+    yield None, chunk({}, answer.finish)
     if with_usage:
         yield None, {**base, "choices": [], "usage": _chat_usage(answer, request)}
 
@@ -459,13 +504,13 @@ def _gemini_usage(answer: Answer, request: Request) -> dict:
     return usage
 
 
-def _gemini_chunk(parts: list[dict], request: Request, usage: dict, finish: bool, response_id: str) -> dict:
+def _gemini_chunk(parts: list[dict], request: Request, usage: dict, finish: str | None, response_id: str) -> dict:
     content: dict[str, Any] = {"role": "model"}
     if parts:  # an empty answer comes back with no parts at all
         content["parts"] = parts
     candidate: dict[str, Any] = {"content": content, "index": 0}
     if finish:
-        candidate["finishReason"] = "STOP"
+        candidate["finishReason"] = finish
     return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": request.model,
             "responseId": response_id}
 
@@ -481,8 +526,12 @@ def _gemini_parts(answer: Answer, size: int | None = None) -> list[dict]:
 
 
 def gemini_response(answer: Answer, request: Request) -> dict:
-    return _gemini_chunk(_gemini_parts(answer), request, _gemini_usage(answer, request), True,
+    return _gemini_chunk(_gemini_parts(answer), request, _gemini_usage(answer, request), _gemini_finish(answer),
                          uuid.uuid4().hex[:22])
+
+
+def _gemini_finish(answer: Answer) -> str:
+    return "MAX_TOKENS" if answer.finish == LENGTH else "STOP"
 
 
 def gemini_chunks(answer: Answer, request: Request) -> Iterator[tuple[str | None, dict]]:
@@ -491,8 +540,8 @@ def gemini_chunks(answer: Answer, request: Request) -> Iterator[tuple[str | None
     running = {"promptTokenCount": usage["promptTokenCount"], "totalTokenCount": usage["promptTokenCount"]}
     parts = _gemini_parts(answer, 8)
     for part in parts[:-1]:
-        yield None, _gemini_chunk([part], request, running, False, response_id)
-    yield None, _gemini_chunk(parts[-1:], request, usage, True, response_id)
+        yield None, _gemini_chunk([part], request, running, None, response_id)
+    yield None, _gemini_chunk(parts[-1:], request, usage, _gemini_finish(answer), response_id)
 
 
 def model_info(family: str, model: str) -> dict:
@@ -504,6 +553,32 @@ def model_info(family: str, model: str) -> dict:
     return {"name": f"models/{model}", "version": "001", "displayName": model, "description": model,
             "inputTokenLimit": 1048576, "outputTokenLimit": 65536, "thinking": True,
             "supportedGenerationMethods": ["generateContent", "countTokens"]}
+
+
+def output_limit(request: Request) -> int | None:
+    """The output tokens the request allows, where it says (each API names the field its own way)."""
+    body = request.body
+    if request.provider == "anthropic":
+        value = body.get("max_tokens")
+    elif request.provider == "openai-responses":
+        value = body.get("max_output_tokens")
+    elif request.provider == "openai-chat":
+        value = body.get("max_completion_tokens") or body.get("max_tokens")
+    else:
+        config = body.get("generationConfig") or {}
+        value = config.get("maxOutputTokens", config.get("max_output_tokens"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def within_limit(answer: Answer, request: Request, limit: int | None) -> Answer:
+    """The answer cut at `limit` output tokens (reasoning first, then four characters a token)."""
+    prompt, output = _tokens(answer, request)
+    if limit is None or output + answer.reasoning_tokens <= limit:
+        return answer
+    reasoning = min(answer.reasoning_tokens, limit)
+    visible = limit - reasoning
+    return replace(answer, text=answer.text[:visible * 4], input_tokens=prompt, output_tokens=visible,
+                   reasoning_tokens=reasoning, finish=LENGTH)
 
 
 _RENDER = {"anthropic": (anthropic_message, anthropic_events),
@@ -594,11 +669,21 @@ class ProviderServer:
 
     def __init__(self, responder: Callable[[Request], Answer | str] | None = None, *,
                  latency_s: float = 0.0, api_keys: set[str] | None = None,
-                 known_models: set[str] | None = None) -> None:
+                 known_models: set[str] | None = None, flavor: str = "cloud", n_ctx: int | None = None,
+                 n_ctx_train: int = 32768, one_at_a_time: bool = False, listing: bool = True) -> None:
+        """`flavor`, `n_ctx` (the served context), `n_ctx_train` (the model's trained context, which
+        llama.cpp and Ollama report) and `one_at_a_time`: see the module docstring. `known_models`
+        are also the models a local server lists ("local-model" if None); `listing=False` takes
+        GET /v1/models away (a server that cannot say what it serves)."""
+        if flavor not in FLAVORS:
+            raise ValueError(f"unknown flavor {flavor!r}; expected one of {FLAVORS}")
         self.responder = responder or default_responder
         self.latency_s = latency_s
         self.api_keys = api_keys
         self.known_models = known_models
+        self.flavor, self.n_ctx, self.n_ctx_train = flavor, n_ctx, n_ctx_train
+        self.one_at_a_time, self.listing = one_at_a_time, listing
+        self._one_slot = threading.Lock()  # held by the generation being served, when one_at_a_time
         self.requests: list[Request] = []
         self.errors: list[BaseException] = []  # raised by the responder (answered 500) or by this code
         self._faults: deque[Fault] = deque()
@@ -674,17 +759,92 @@ class ProviderServer:
         with self._lock:
             self.requests.append(request)
 
+        endpoint = self._served(request.provider, endpoint)
         rejection = self._reject(family, endpoint, model, headers, split.query, bad_json, split.path)
+        if rejection and rejection[0] == "no_route" and self.flavor != "cloud" and family == "openai":
+            return handler.send_json(*_local_no_route(self.flavor, split.path))
         if rejection:
             return handler.send_json(*error_response(rejection[0], family, **rejection[1]))
         if endpoint == "model":
             return handler.send_json(200, model_info(family, model))
+        if endpoint in ("list", "props", "show"):
+            return handler.send_json(*getattr(self, f"_{endpoint}")(body))
         with self._lock:
             fault = self._faults.popleft() if self._faults else None
-        if self.latency_s and self._stop.wait(self.latency_s):
-            handler.close_connection = True  # closing
-            return
-        self._answer(handler, request, fault)
+        with self._one_slot if self.one_at_a_time else contextlib.nullcontext():
+            if self.latency_s and self._stop.wait(self.latency_s):
+                handler.close_connection = True  # closing
+                return
+            self._answer(handler, request, fault)
+
+    # ----------------------------------------------------------------------- local servers
+
+    def _served(self, provider: str, endpoint: str) -> str:
+        """The endpoint, or "unknown" where this flavor of server has no such route."""
+        flavor = self.flavor
+        if (endpoint == "props" and flavor != "llama.cpp") or (endpoint == "show" and flavor != "ollama"):
+            return "unknown"
+        if (endpoint == "model" and flavor in ("llama.cpp", "vllm")) or (endpoint == "list" and not self.listing):
+            return "unknown"
+        if provider == "openai-responses" and flavor == "llama.cpp":
+            return "unknown"
+        return endpoint
+
+    def _names(self) -> list[str]:
+        return sorted(self.known_models) if self.known_models is not None else ["local-model"]
+
+    def _list(self, body: dict) -> tuple[int, dict, dict[str, str]]:
+        """GET /v1/models, with the metadata each flavor adds to an entry."""
+        entries = []
+        for name in self._names():
+            entry: dict[str, Any] = {"id": name, "object": "model", "created": 1700000000, "owned_by": "system"}
+            if self.flavor == "llama.cpp":
+                entry.update(owned_by="llamacpp", meta={"vocab_type": 2, "n_vocab": 151936,
+                                                        "n_ctx_train": self.n_ctx_train, "n_embd": 1024,
+                                                        "n_params": 596049920, "size": 639447040})
+            elif self.flavor == "vllm":
+                entry.update(owned_by="vllm", root=name, parent=None, max_model_len=self.n_ctx or 32768)
+            elif self.flavor == "ollama":
+                entry.update(owned_by="library")
+            entries.append(entry)
+        listing: dict[str, Any] = {"object": "list", "data": entries}
+        if self.flavor == "llama.cpp":  # llama.cpp also answers in Ollama's shape
+            listing = {"models": [{"name": e["id"], "model": e["id"], "type": "model"} for e in entries], **listing}
+        return 200, listing, {}
+
+    def _props(self, body: dict) -> tuple[int, dict, dict[str, str]]:
+        """llama.cpp's GET /props: the served context is in default_generation_settings."""
+        n_ctx = self.n_ctx or self.n_ctx_train
+        return 200, {"default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1, "temperature": 0.8}},
+                     "total_slots": 1, "model_path": f"/models/{self._names()[0]}.gguf",
+                     "chat_template": "{{ messages }}", "build_info": "b0000-provider-server"}, {}
+
+    def _show(self, body: dict) -> tuple[int, dict, dict[str, str]]:
+        """Ollama's POST /api/show: the model's trained context, and num_ctx when it is set."""
+        name = body.get("model") or body.get("name") or ""
+        if name not in self._names():
+            return 404, {"error": f"model '{name}' not found"}, {}
+        return 200, {"license": "", "modelfile": f"FROM {name}\n",
+                     "parameters": f"num_ctx                        {self.n_ctx}" if self.n_ctx else "",
+                     "template": "{{ .Prompt }}", "details": {"format": "gguf", "family": "qwen3"},
+                     "model_info": {"general.architecture": "qwen3", "qwen3.context_length": self.n_ctx_train},
+                     "capabilities": ["completion"]}, {}
+
+    def _refusal(self, answer: Answer, request: Request) -> tuple[int, Any, dict[str, str]] | None:
+        """A local server's answer to a prompt that does not fit its context."""
+        prompt, _ = _tokens(answer, request)
+        limit = output_limit(request) or 0
+        if self.n_ctx is None:
+            return None
+        if self.flavor == "llama.cpp" and prompt >= self.n_ctx:
+            return _llama_error(400, "the request exceeds the available context size, try increasing it",
+                                "exceed_context_size_error", n_prompt_tokens=prompt, n_ctx=self.n_ctx)
+        if self.flavor == "vllm" and prompt + limit > self.n_ctx:
+            return 400, {"object": "error", "message": f"This model's maximum context length is {self.n_ctx} "
+                         f"tokens. However, you requested {prompt + limit} tokens ({prompt} in the messages, "
+                         f"{limit} in the completion). Please reduce the length of the messages or completion.",
+                         "type": "BadRequestError", "param": None, "code": 400}, {}
+        return None
 
     @staticmethod
     def _read_body(handler: _Handler) -> bytes:
@@ -706,7 +866,8 @@ class ProviderServer:
             if key not in self.api_keys:
                 return "auth", {"key": _masked(key or "")}
         bare = model.removeprefix("models/")
-        if self.known_models is not None and bare not in self.known_models:
+        checked = endpoint == "model" or (endpoint == "generate" and self.flavor != "llama.cpp")  # it ignores names
+        if self.known_models is not None and checked and bare not in self.known_models:
             return "not_found", {"model": bare, "version": path.split("/")[1]}
         if endpoint == "generate" and family != "gemini" and not model:
             return "bad_request", {}
@@ -741,6 +902,14 @@ class ProviderServer:
             self.errors.append(exc)
             return handler.send_json(*error_response("server_error", family, message=f"responder failed: {exc!r}"))
         answer = Answer(answer) if isinstance(answer, str) else answer
+        refusal = self._refusal(answer, request) if self.flavor != "cloud" else None
+        if refusal:
+            return handler.send_json(*refusal)
+        limit = output_limit(request)
+        if self.flavor == "llama.cpp" and self.n_ctx:  # generation also stops when the context is full
+            room = max(0, self.n_ctx - _tokens(answer, request)[0])
+            limit = room if limit is None else min(limit, room)
+        answer = within_limit(answer, request, limit)
         whole, events = _RENDER[request.provider]
         if not request.stream:
             body = json.dumps(whole(answer, request)).encode()

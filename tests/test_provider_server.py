@@ -296,3 +296,83 @@ def test_odd_input_gets_a_provider_shaped_400(server):
         answer = http.post("/v1beta/models/m:generateContent?key=k", content=b"\xff\xfe")
         assert answer.json()["error"]["status"] == "INVALID_ARGUMENT"
     assert call("anthropic", server).text == "ok"  # still serving
+
+
+def _limited(api, server, stream, limit):
+    """(text, output tokens, reasoning tokens, how it ended) of one call asking for at most `limit` tokens."""
+    messages = [{"role": "user", "content": "hi"}]
+    if api == "anthropic":
+        kwargs = dict(model="claude-test", max_tokens=limit, messages=messages)
+        c = client("anthropic", server, 5.0, "k")
+        if stream:
+            with c.messages.stream(**kwargs) as s:
+                m = s.get_final_message()
+        else:
+            m = c.messages.create(**kwargs)
+        reasoning = m.usage.output_tokens_details.thinking_tokens if m.usage.output_tokens_details else 0
+        text = "".join(b.text for b in m.content if b.type == "text")
+        return text, m.usage.output_tokens - reasoning, reasoning, m.stop_reason
+    if api == "openai-responses":
+        c = client("openai", server, 5.0, "k")
+        if stream:  # the SDK's stream helper insists on response.completed: read the raw events
+            events = list(c.responses.create(model="gpt-test", input="hi", max_output_tokens=limit, stream=True))
+            r = events[-1].response
+            assert events[-1].type == f"response.{r.status}"
+        else:
+            r = c.responses.create(model="gpt-test", input="hi", max_output_tokens=limit)
+        reasoning = r.usage.output_tokens_details.reasoning_tokens
+        text = "".join(part.text for item in r.output if item.type == "message" for part in item.content)
+        return text, r.usage.output_tokens - reasoning, reasoning, \
+            r.incomplete_details.reason if r.incomplete_details else r.status
+    if api == "openai-chat":
+        c = client("openai", server, 5.0, "k")
+        if stream:
+            chunks = list(c.chat.completions.create(model="gpt-test", messages=messages, max_tokens=limit,
+                                                    stream=True, stream_options={"include_usage": True}))
+            text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+            finish = [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1]
+            u = chunks[-1].usage
+        else:
+            done = c.chat.completions.create(model="gpt-test", messages=messages, max_tokens=limit)
+            text, finish, u = done.choices[0].message.content, done.choices[0].finish_reason, done.usage
+        reasoning = u.completion_tokens_details.reasoning_tokens
+        return text, u.completion_tokens - reasoning, reasoning, finish
+    c = client("gemini", server, 5.0, "k")
+    kwargs = dict(model="gemini-test", contents="hi", config=types.GenerateContentConfig(max_output_tokens=limit))
+    chunks = list(c.models.generate_content_stream(**kwargs)) if stream else [c.models.generate_content(**kwargs)]
+    text = "".join(p.text for ch in chunks for p in (ch.candidates[0].content.parts or []) if not p.thought)
+    u = chunks[-1].usage_metadata
+    return text, u.candidates_token_count, u.thoughts_token_count or 0, chunks[-1].candidates[0].finish_reason.value
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("api", APIS)
+def test_an_answer_longer_than_the_output_limit_is_cut_and_says_so(server, api, stream):
+    server.responder = lambda req: Answer("x" * 10_000, thinking="hmm", reasoning_tokens=24)
+    text, output, reasoning, finish = _limited(api, server, stream, 1024)
+    assert (len(text), output, reasoning) == ((1024 - 24) * 4, 1000, 24)  # reasoning counts against the limit
+    assert finish == {"anthropic": "max_tokens", "openai-responses": "max_output_tokens", "openai-chat": "length",
+                      "gemini": "MAX_TOKENS"}[api]
+    text, output, reasoning, finish = _limited(api, server, stream, 20)  # all of it thinking
+    assert (text, output, reasoning) == ("", 0, 20)
+    server.responder = lambda req: Answer("short")
+    assert _limited(api, server, stream, 1024)[0] == "short"  # within the limit: whole
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_each_api_words_a_cut_answer_its_own_way(server, api):
+    server.responder = lambda req: Answer("A long answer that goes on.", finish="length")
+    if api == "anthropic":
+        message = client("anthropic", server, 5.0, "k").messages.create(
+            model="claude-test", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        assert message.stop_reason == "max_tokens"
+    elif api == "openai-responses":
+        response = client("openai", server, 5.0, "k").responses.create(model="gpt-test", input="hi")
+        assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    elif api == "openai-chat":
+        completion = client("openai", server, 5.0, "k").chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+        assert completion.choices[0].finish_reason == "length"
+    else:
+        response = client("gemini", server, 5.0, "k").models.generate_content(model="gemini-test", contents="hi")
+        assert response.candidates[0].finish_reason == types.FinishReason.MAX_TOKENS

@@ -212,3 +212,34 @@ def test_reasoning_settings_reach_the_wire(server):
     thinking = gemini["generationConfig"]["thinkingConfig"]  # the SDK sends these in snake_case
     assert thinking.get("thinking_budget", thinking.get("thinkingBudget")) == 512
     assert gemini["generationConfig"]["topP"] == 0.5
+
+
+@pytest.mark.parametrize("which", PROVIDERS)
+def test_each_reply_records_why_it_ended(server, which):
+    server.responder = lambda req: Answer("I go to the codex and then read every page of it, twice.")
+    whole = model(server, which).complete(CONVERSATION, system=None, agent="Guest_1")
+    assert whole.finish_reason == "stop" and whole.cut_tokens is None
+    cut = model(server, which, max_output_tokens=5).complete(CONVERSATION, system=None, agent="Guest_1")
+    assert cut.finish_reason == "length"  # finish_reason, status incomplete, stop_reason, finishReason
+    assert cut.text == "I go to the codex an" and cut.cut_tokens == 5
+    assert cut.to_payload()["finish_reason"] == "length"
+    assert type(cut).from_payload(cut.to_payload()).cut_tokens == 5  # what a replay reads back
+
+
+@pytest.mark.parametrize("which", PROVIDERS)
+def test_context_too_long_names_the_numbers(server, which):
+    server.fail_next("context_too_long")
+    with pytest.raises(ModelError) as err:
+        model(server, which, context_limit=300_000).complete(CONVERSATION, system=None, agent="Guest_1")
+    limit, used = {"anthropic": ("200,000", "250,000"), "gemini": ("1,048,576", "1,250,000")}.get(
+        which, ("128,000", "250,000"))
+    assert f"the server's limit is {limit} tokens, this request had {used}" in str(err.value)
+    assert "context_limit in the config is 300,000" in str(err.value)
+
+
+@pytest.mark.parametrize("which", PROVIDERS)
+def test_an_empty_reply_cut_by_max_output_tokens_is_not_asked_again(server, which):
+    server.responder = lambda req: Answer("The answer.", thinking="Long thoughts.", reasoning_tokens=500)
+    reply = model(server, which, max_output_tokens=100).complete(CONVERSATION, system=None, agent="Guest_1")
+    assert (reply.text, reply.finish_reason, reply.retries, reply.cut_tokens) == ("", "length", 0, 100)
+    assert len(generation_requests(server)) == 1

@@ -86,6 +86,20 @@ def test_huge_page_and_tick_numbers_fall_back_to_a_real_page(client: TestClient)
     assert client.get("/agents/Guest_1?page=x").status_code == 404
 
 
+def test_a_station_from_before_the_last_schema_change_is_served(demo60: Path, tmp_path: Path) -> None:
+    """Upgrading Station and serving an older station: its tables are brought up to date at start,
+    so the dialogue pages (which read the newest turn columns) are served, not a 500."""
+    directory = copy_station(demo60, tmp_path / "st")
+    store = Store(directory)
+    with store.transaction():
+        store.execute("ALTER TABLE turns DROP COLUMN finish_reason")  # the schema before v3
+        store.execute("UPDATE schema_versions SET version=2 WHERE component='station'")
+    store.close()
+    client = TestClient(create_app(directory))
+    page = client.get("/agents/Guest_1?page=1")
+    assert page.status_code == 200 and "Tick 1" in page.text
+
+
 def test_agent_written_html_is_escaped(demo60: Path, tmp_path: Path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
     store = Store(directory)

@@ -63,12 +63,18 @@ class PooledModel:
         return self.inner.count_tokens(messages, system=system)
 
     def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
-        inner = self.inner
+        try:
+            inner = self.inner
+        except ModelError as err:  # e.g. no key: which settings failed, for the operator's fix
+            err.config = getattr(err, "config", None) or self.config
+            raise
         reservation = self.ledger.reserve(agent, self.config, messages, system)
         try:
             reply = inner.complete(messages, system=system, agent=agent)
-        except BaseException:
+        except BaseException as err:
             self.ledger.settle(reservation, self.config, None)
+            if isinstance(err, ModelError):
+                err.config = getattr(err, "config", None) or self.config
             raise
         cost = self.ledger.settle(reservation, self.config, reply.usage, latency_s=reply.latency_s,
                                   retries=reply.retries)
@@ -101,6 +107,13 @@ class ModelPool:
                 self._models[key] = PooledModel(cfg, self.ledger, lambda: create_model(
                     cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text)))
             return self._models[key]
+
+    def forget(self, config: ModelConfig | dict[str, Any]) -> None:
+        """Drop the model made for these settings (they were changed): a later `get` of them makes
+        a fresh one, and the settings that replaced them get their own."""
+        cfg = config if isinstance(config, ModelConfig) else ModelConfig.model_validate(config)
+        with self._lock:
+            self._models.pop(cfg.model_dump_json(), None)
 
     def close(self) -> None:
         self.ledger.close()

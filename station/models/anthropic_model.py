@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ModelConfig
-from .base import Message, ModelError, Reply, Usage, estimate_tokens
+from .base import LENGTH, Message, ModelError, Reply, Usage, estimate_tokens
 from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
 
 CACHE = {"type": "ephemeral"}
@@ -53,7 +53,15 @@ def reply_from(message: Any) -> Reply:
     usage = Usage(input_tokens=u.input_tokens + read + written, cached_input_tokens=read,
                   cache_write_tokens=written, output_tokens=u.output_tokens - reasoning,
                   reasoning_tokens=reasoning)
-    return Reply(text=text, thinking=thinking, usage=usage)
+    return Reply(text=text, thinking=thinking, usage=usage, finish_reason=finish(getattr(message, "stop_reason", None)))
+
+
+def finish(stop_reason: Any) -> str | None:
+    if stop_reason is None:
+        return None
+    if stop_reason == "max_tokens":
+        return LENGTH
+    return "stop" if stop_reason in ("end_turn", "stop_sequence") else str(stop_reason)
 
 
 class AnthropicModel(RemoteModel):

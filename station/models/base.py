@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
+LENGTH = "length"  # Reply.finish_reason of a reply cut off by max_output_tokens
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Reply:
     retries: int = 0
     overflow: str | None = None  # the provider said the conversation is too long (no reply)
     cut_from: int | None = None  # the reply was this many characters long and was cut (see `within`)
+    # Why the model stopped: "stop" (it finished), LENGTH (it ran into max_output_tokens and was
+    # cut off), or the provider's own word for anything else ("content_filter", "safety", ...).
+    finish_reason: str | None = None
 
     def to_payload(self) -> dict[str, Any]:
         """The recorded input: what the world depends on. Latency and retries are facts of the
@@ -44,7 +48,16 @@ class Reply:
             payload["cost_usd"] = self.cost_usd
         if self.cut_from is not None:
             payload["cut_from"] = self.cut_from
+        if self.finish_reason is not None:
+            payload["finish_reason"] = self.finish_reason
         return payload
+
+    @property
+    def cut_tokens(self) -> int | None:
+        """Output tokens after which the model was stopped by max_output_tokens (None: not cut)."""
+        if self.finish_reason != LENGTH:
+            return None
+        return self.usage.output_tokens + self.usage.reasoning_tokens
 
     def within(self, limit: int) -> "Reply":
         """The reply with its text and thinking cut to `limit` characters each, before anything is
@@ -58,7 +71,8 @@ class Reply:
     def from_payload(cls, payload: dict[str, Any]) -> "Reply":
         return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
                    usage=Usage(**payload.get("usage", {})), cost_usd=payload.get("cost_usd"),
-                   overflow=payload.get("overflow"), cut_from=payload.get("cut_from"))
+                   overflow=payload.get("overflow"), cut_from=payload.get("cut_from"),
+                   finish_reason=payload.get("finish_reason"))
 
 
 TRANSIENT, PERMANENT, OVERFLOW, INTERRUPTED = "transient", "permanent", "context_overflow", "interrupted"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ModelConfig
-from .base import Message, ModelError, Reply, Usage
+from .base import LENGTH, Message, ModelError, Reply, Usage
 from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
 
 
@@ -43,7 +43,17 @@ def reply_from(response: Any) -> Reply:
     if u is not None:
         usage = Usage(input_tokens=u.prompt_token_count or 0, cached_input_tokens=u.cached_content_token_count or 0,
                       output_tokens=u.candidates_token_count or 0, reasoning_tokens=u.thoughts_token_count or 0)
-    return Reply(text=text, thinking=thinking, usage=usage)
+    return Reply(text=text, thinking=thinking, usage=usage,
+                 finish_reason=finish(response.candidates[0].finish_reason if response.candidates else None))
+
+
+def finish(reason: Any) -> str | None:
+    if reason is None:
+        return None
+    name = str(getattr(reason, "value", reason)).upper()
+    if name == "MAX_TOKENS":
+        return LENGTH
+    return "stop" if name == "STOP" else name.lower()
 
 
 class GeminiModel(RemoteModel):

@@ -1,5 +1,6 @@
 """GPT models through the official `openai` SDK: the Responses API, or Chat Completions for
-any OpenAI-compatible server (vLLM, Ollama, LM Studio, ...) reached with `base_url`.
+any OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp, ...) reached with `base_url`
+(where Chat Completions is the default: most such servers have nothing else).
 
 OpenAI caches long prompt prefixes on its own; the conversation only ever grows at its end,
 and `prompt_cache_key` (the agent's name) keeps one agent's requests on the same cache.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ModelConfig
-from .base import Message, ModelError, Reply, Usage
+from .base import LENGTH, Message, ModelError, Reply, Usage
 from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
 
 
@@ -53,13 +54,28 @@ def reply_from_response(response: Any) -> Reply:
     usage = Usage(input_tokens=_n(u.input_tokens), output_tokens=_n(u.output_tokens) - reasoning,
                   cached_input_tokens=_n(getattr(u.input_tokens_details, "cached_tokens", 0)),
                   reasoning_tokens=reasoning) if u else Usage()
-    return Reply(text=response.output_text or "", thinking="\n\n".join(summaries) or None, usage=usage)
+    return Reply(text=response.output_text or "", thinking="\n\n".join(summaries) or None, usage=usage,
+                 finish_reason=responses_finish(response))
+
+
+def responses_finish(response: Any) -> str | None:
+    status = getattr(response, "status", None)
+    if status == "incomplete":
+        reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
+        return LENGTH if reason in (None, "max_output_tokens") else str(reason)
+    return "stop" if status == "completed" else (str(status) if status else None)
+
+
+def chat_finish(choice: Any) -> str | None:
+    reason = getattr(choice, "finish_reason", None)
+    return None if reason is None else str(reason)  # "stop", "length" (= LENGTH), "content_filter", ...
 
 
 def reply_from_chat(completion: Any) -> Reply:
     if not completion.choices:
         raise ValueError("the answer has no choices")
-    message = completion.choices[0].message
+    choice = completion.choices[0]
+    message = choice.message
     extra = message.model_extra or {}
     thinking = extra.get("reasoning_content") or extra.get("reasoning")  # vLLM, DeepSeek, Ollama
     u = completion.usage
@@ -69,7 +85,8 @@ def reply_from_chat(completion: Any) -> Reply:
         usage = Usage(input_tokens=_n(u.prompt_tokens), output_tokens=_n(u.completion_tokens) - reasoning,
                       cached_input_tokens=_n(getattr(u.prompt_tokens_details, "cached_tokens", 0)),
                       reasoning_tokens=reasoning)
-    return Reply(text=message.content or "", thinking=str(thinking) if thinking else None, usage=usage)
+    return Reply(text=message.content or "", thinking=str(thinking) if thinking else None, usage=usage,
+                 finish_reason=chat_finish(choice))
 
 
 class OpenAIModel(RemoteModel):
@@ -97,13 +114,32 @@ class OpenAIModel(RemoteModel):
     def classify(self, err: Exception) -> Failure:
         sdk = self._sdk
         if isinstance(err, sdk.APIStatusError):
-            code = err.code if isinstance(getattr(err, "code", None), str) else ""
+            code = err.code if isinstance(getattr(err, "code", None), str) and not err.code.isdigit() else ""
             message = f"{err.message} {code}".strip()
+            body = err.body if isinstance(err.body, dict) else {}
+            fields = [f"{k}={body[k]}" for k in ("n_prompt_tokens", "n_ctx") if isinstance(body.get(k), int)]
+            if fields and ", ".join(fields) not in message:  # llama.cpp puts the numbers beside the message
+                message += f" ({', '.join(fields)})"
+            if err.status_code == 404 and self._no_responses_api(err, message):
+                return Failure("permanent", f"this server has no Responses API (404 on /v1/responses); set api: chat "
+                                            f"in the model's config: {message}")
             return classify_status(err.status_code, message, err.response.headers)
         if isinstance(err, ValueError) and "no choices" in str(err):
             return Failure("transient", str(err))
         return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
 
+    @staticmethod
+    def _no_responses_api(err: Any, message: str) -> bool:
+        """A 404 for the Responses endpoint itself, not for the model named in the request."""
+        request = getattr(err, "request", None)
+        path = str(request.url.path) if request is not None else ""
+        return path.rstrip("/").endswith("/responses") and "model" not in message.lower()
+
     def check(self) -> str:
         info = self.client.models.retrieve(self.config.name)
         return f"model {info.id} is available"
+
+    def listed_models(self) -> list[dict[str, Any]]:
+        """GET /v1/models: what the server serves, each entry with whatever metadata it adds
+        (llama.cpp's `meta`, vLLM's `max_model_len`, ...)."""
+        return [item.model_dump() for item in self.client.models.list()]

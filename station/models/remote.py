@@ -5,8 +5,10 @@ An adapter only turns (messages, system) into one request with its SDK and the a
 
 * rate limits, overload, 5xx, timeouts, dropped connections and malformed answers are
   retried with exponential backoff and full jitter, honouring `retry-after`;
-* an empty reply is retried too, and accepted after the last retry;
-* a context-too-long answer is never retried (the engine ends the session);
+* an empty reply is retried too, and accepted after the last retry (at once if max_output_tokens
+  cut it: thinking used every token, and asking again would end the same way);
+* a context-too-long answer is never retried (the engine ends the session), and its error names
+  the server's limit, the request's tokens and the configured context_limit;
 * anything else (bad key, unknown model, bad request) is permanent: the station pauses.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ModelConfig
-from .base import (INTERRUPTED, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply,
+from .base import (INTERRUPTED, LENGTH, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply,
                    estimate_conversation)
 
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
@@ -31,7 +33,17 @@ EMPTY_TEXT = "(empty reply)"  # what an empty turn looks like on the wire: provi
 
 OVERFLOW_PATTERN = re.compile(
     r"prompt is too long|context[_ ]length|maximum context|context window|too many (input )?tokens|"
-    r"input token count|exceeds the maximum number of tokens|reduce the length", re.I)
+    r"input token count|exceeds the maximum number of tokens|reduce the length|context size|exceed_context", re.I)
+# How servers put numbers in a context-too-long answer: (pattern, group of the limit, group of the request).
+CONTEXT_NUMBERS = [
+    (re.compile(r"maximum context length is (\d+) tokens.*?(?:resulted in|requested) (\d+) tokens", re.I | re.S),
+     1, 2),  # OpenAI, vLLM, llama-cpp-python
+    (re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum", re.I), 2, 1),  # Anthropic
+    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I),
+     2, 1),  # Gemini
+    (re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", re.I), 2, 1),
+]
+CONTEXT_FIELDS = (re.compile(r"\bn_ctx\W{1,4}(\d+)"), re.compile(r"\bn_prompt_tokens\W{1,4}(\d+)"))  # llama.cpp
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
 
@@ -100,6 +112,31 @@ def classify_status(status: int | None, message: str, headers: Any = None) -> Fa
     return Failure(PERMANENT, f"the request was refused ({status}): {message}")
 
 
+def context_numbers(message: str) -> tuple[int | None, int | None]:
+    """(the server's context limit, the request's tokens) as a context-too-long answer gives them."""
+    for pattern, limit, request in CONTEXT_NUMBERS:
+        found = pattern.search(message)
+        if found:
+            return int(found.group(limit)), int(found.group(request))
+    ctx, prompt = (pattern.search(message) for pattern in CONTEXT_FIELDS)
+    return (int(ctx.group(1)) if ctx else None), (int(prompt.group(1)) if prompt else None)
+
+
+def overflow_message(message: str, context_limit: int | None) -> str:
+    """A context-too-long answer, with the numbers an operator needs to fix the config."""
+    limit, used = context_numbers(message)
+    facts = []
+    if limit is not None:
+        facts.append(f"the server's limit is {limit:,} tokens")
+    if used is not None:
+        facts.append(f"this request had {used:,}")
+    facts.append(f"context_limit in the config is {context_limit:,}" if context_limit else "context_limit is not set")
+    advice = ""
+    if limit is not None and (context_limit is None or context_limit > limit):
+        advice = f"; set context_limit to {limit} or less, so agents are warned before it is reached"
+    return f"the conversation no longer fits the model's context ({', '.join(facts)}{advice}): {message}"
+
+
 def short(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit] + "…"
@@ -142,6 +179,10 @@ class RemoteModel:
                 reply = self._request(sent, system, agent)
             except Exception as err:  # noqa: BLE001 - every SDK failure is classified below
                 failure = self.classify(err)
+                if failure.kind == OVERFLOW:
+                    raise ModelError(f"{self.provider} {self.name}: "
+                                     f"{overflow_message(failure.message, self.config.context_limit)}",
+                                     kind=OVERFLOW) from err
                 if failure.kind != TRANSIENT:
                     raise ModelError(f"{self.provider} {self.name}: {failure.message}", kind=failure.kind) from err
                 if attempt == retries:
@@ -149,7 +190,8 @@ class RemoteModel:
                                      f"{failure.message}", kind=TRANSIENT) from err
                 self._wait(attempt, failure, agent)
                 continue
-            if not reply.text.strip() and attempt < retries:
+            if not reply.text.strip() and reply.finish_reason != LENGTH and attempt < retries:
+                # (one cut at max_output_tokens, all thinking, would come back the same: kept, and told)
                 self._wait(attempt, Failure(TRANSIENT, "empty reply"), agent)
                 continue
             reply.latency_s = round(time.monotonic() - began, 3)

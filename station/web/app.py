@@ -201,7 +201,11 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     if token is None and not is_loopback(host):
         raise ValueError(f"serving on {host} (not a loopback address) needs a token: --token or STATION_WEB_TOKEN")
     check_token(token)
-    Store(directory).close()  # a damaged database is named now, in one line, not at the first page
+    # Opened once now: an older station's tables are brought up to date (the pages read their new
+    # columns), and a damaged database is named in one line, not at the first page.
+    from ..world import Station
+
+    Station.open(directory).close()
     secret = token or secrets.token_urlsafe(24)
     auto_cookie = token is None  # loopback without a given token: the browser gets it by cookie
     hosts = allowed_hosts(host, allow_hosts)
@@ -486,7 +490,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         response = show(request, "operator.html", status, agents=agents, requests=requests, waiting=waiting,
                         done=done, error=error, failed=failed, typed=typed or {}, tick=data.meta(db, "tick"),
                         needs_login=not auto_cookie and not matches(given_token(request)),
-                        safe_keys=commands.SAFE_KEYS)
+                        safe_keys=commands.changeable())
         if done:
             response.delete_cookie(FLASH, path="/operator")
         return response

@@ -85,8 +85,8 @@ LONG_PARTS = ("prompt", "reply", "thinking")
 # Long texts are cut inside SQLite, so a page of 20 turns never loads (or sends) more than it shows.
 _TURN_FIELDS = ", ".join(["id", "tick", "session", "agent", "room", "actions", "internal", "context_tokens",
                           "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "latency_s",
-                          "cost_usd"] + [f"substr({c}, 1, {SHOWN_CHARS}) AS {c}, length({c}) AS {c}_chars"
-                                         for c in LONG_PARTS])
+                          "cost_usd", "finish_reason"]
+                         + [f"substr({c}, 1, {SHOWN_CHARS}) AS {c}, length({c}) AS {c}_chars" for c in LONG_PARTS])
 
 
 def turn_text(db: sqlite3.Connection, session: int, tick: int, part: str) -> str | None:
