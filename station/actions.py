@@ -46,8 +46,27 @@ from typing import Any
 
 import yaml
 
-# libyaml is ~10x faster than the pure-Python loader; both are "safe".
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# YAML 1.1's numbers less its base-60 forms (YAML 1.2 dropped them too): an agent's `ticks: 12:45`
+# is the range it wrote, not the number 765.
+_NUMBER = {
+    "tag:yaml.org,2002:int": re.compile(
+        r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    "tag:yaml.org,2002:float": re.compile(
+        r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+}
+
+
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (libyaml's where present: ~10x faster) with the numbers above."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, _NUMBER.get(tag, pattern)) for tag, pattern in resolvers]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+_YAML_LOADER = _YamlLoader
 
 # Everything below is matched line by line or with simple forward searches,
 # so parsing stays linear in the size of the reply (no nested quantifiers).

@@ -129,7 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if Store.exists(directory):
         if args.config:
             print(f"resuming the existing station at {directory} (its stored config is used; "
-                  f"{args.config} is ignored)", file=sys.stderr)
+                  f"{args.config} is ignored: change a setting with `station set {directory} KEY VALUE`, "
+                  "e.g. agents.0.model.name)", file=sys.stderr)
     elif args.config:
         Station.create(directory, load_config(args.config)).close()
     else:

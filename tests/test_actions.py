@@ -281,6 +281,13 @@ def test_yaml_text_is_dedented_and_verbatim():
     assert action.params == {"body": act("goto x")}
 
 
+def test_colon_numbers_stay_as_written():
+    """YAML 1.1 would read `12:45` as 765 (base 60): a tick range an agent wrote unquoted."""
+    [action] = parse_actions(act("prune_response") + "\n```yaml\nprune_blocks:\n  - ticks: 12:45\n"
+                             "    summary: x\nt: 1:30.5\nn: 0x1f\nf: 1.5\n```")
+    assert action.params == {"prune_blocks": [{"ticks": "12:45", "summary": "x"}], "t": "1:30.5", "n": 31, "f": 1.5}
+
+
 def test_yaml_error_has_line_number():
     [action] = parse_actions(act("create") + "\n```yaml\na: 1\ntitle: Re: x\n```")
     assert action.error.startswith("YAML error") and "line 2" in action.error
