@@ -8,6 +8,8 @@ such a model is accepted only where every (key variable, endpoint) pair it would
 station's config already uses; a new pair needs `--allow-new-endpoint` on the command line, and
 the web console never allows it.
 A model with no custom endpoint sends its key to its provider's own API, which is fine.
+In the same way, a replayed model reads its `replay_file` (shown to whoever reads its dialogue):
+a file the station's config does not already replay needs the same flag.
 """
 from __future__ import annotations
 
@@ -70,13 +72,15 @@ def routes(models: Iterable[ModelConfig]) -> set[tuple[str, str]]:
 
 
 def check(config: StationConfig, models: Iterable[ModelConfig], *, allow: bool = False) -> list[str]:
-    """Refuse models that would send a key to an endpoint the config never sends it to.
+    """Refuse models that would send a key to an endpoint the config never sends it to, or read a
+    replay file the config does not replay.
 
     With `allow` (the command line's --allow-new-endpoint) nothing is refused; the new pairs are
     returned as lines to show the operator what they allowed."""
+    models = list(models)
+    new = _new_files(config, models, allow)
     known = routes(config.all_models())
     known_urls = {url for _, url in known}
-    new = []
     for env, url in sorted(routes(models) - known):
         if allow:
             new.append(f"allowed by {ALLOW_FLAG}: this model sends {env} to {url}")
@@ -84,6 +88,19 @@ def check(config: StationConfig, models: Iterable[ModelConfig], *, allow: bool =
         where = "does not use" if url not in known_urls else f"does not send {env} to"
         raise NewEndpoint(f"refused: this model would send {env} to {url} which this station's config {where}; "
                           f"give {ALLOW_FLAG} on the command line if you mean it")
+    return new
+
+
+def _new_files(config: StationConfig, models: list[ModelConfig], allow: bool) -> list[str]:
+    """Refuse (or, with `allow`, list) replay files the config does not already read: a replayed
+    model shows each line of its file as a reply, so any file the station can read would be shown."""
+    known = {m.replay_file for m in config.all_models() if m.replay_file}
+    new = []
+    for path in sorted({m.replay_file for m in models if m.replay_file} - known):
+        if not allow:
+            raise NewEndpoint(f"refused: this model would read {path}, a file this station's config does not "
+                              f"replay; give {ALLOW_FLAG} on the command line if you mean it")
+        new.append(f"allowed by {ALLOW_FLAG}: this model reads {path}")
     return new
 
 

@@ -171,6 +171,10 @@ def test_the_rebinding_spawn_is_refused_and_nothing_is_spawned(station: Path) ->
                   "{http_options: {base_url: 'http://127.0.0.1:9'}}}")
         answer = browser.post("/operator/spawn", data={"spec": gemini}, headers=JSON)
         assert answer.status_code == 403 and "would send GEMINI_API_KEY to http://127.0.0.1:9" in answer.json()["error"]
+        # A replayed model shows its file's lines as replies: no file the config does not replay.
+        reader = "kind: guest\nmodel: {provider: replay, name: r, replay_file: /etc/passwd}"
+        answer = browser.post("/operator/spawn", data={"spec": reader}, headers=JSON)
+        assert answer.status_code == 403 and "would read /etc/passwd" in answer.json()["error"]
     assert queued(station) == []
     store = Store(station)
     assert store.scalar("SELECT COUNT(*) FROM agents") == agents_before
