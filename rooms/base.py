@@ -67,6 +67,8 @@ class Room:
     migrations: ClassVar[list[str]] = []
     migration_component: ClassVar[str | None] = None  # rooms sharing tables share a component
     actions: ClassVar[dict[str, ActionSpec]] = {}
+    # Actions that count as work for the inactivity warnings (e.g. `submit` at the Research Counter).
+    productive_actions: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -81,6 +83,27 @@ class Room:
     def hooks(self) -> list[Any]:
         """Hooks this room needs (e.g. tick-end housekeeping); they are loaded with the room."""
         return []
+
+    # -- what a room may tell the rest of the station (each default: nothing) -------------------
+    def system_notices(self, ctx: "Context", agent: "Agent") -> list[str]:
+        """Lines for the agent's System Messages this turn, wherever it is."""
+        return []
+
+    def awaiting_operator(self, ctx: "Context") -> list[str]:
+        """What waits for the operator's answer (a tick-end pause names them)."""
+        return []
+
+    def status_counts(self, ctx: "Context") -> dict[str, Any]:
+        """Counts merged into `station status` (a dict value is merged into the key's dict)."""
+        return {}
+
+    def lineage_credits(self, ctx: "Context") -> dict[str, float]:
+        """Credit per lineage, added to its utility when a guest chooses a lineage to join."""
+        return {}
+
+    def task_summary(self, ctx: "Context") -> str | None:
+        """The research task in short, for reviewers (None: this room has none)."""
+        return None
 
     # -- what the agent sees ----------------------------------------------------------------
     def help_values(self, ctx: "Context") -> dict[str, Any]:

@@ -139,7 +139,7 @@ class TestChamber(Room):
             return rng.choice(sorted(c.name for c in candidates))
         credits: dict[str, float] = {}
         for room in ctx.rooms.values():
-            for lineage, value in getattr(room, "lineage_credits", lambda c: {})(ctx).items():
+            for lineage, value in room.lineage_credits(ctx).items():
                 credits[lineage] = credits.get(lineage, 0.0) + value
         lineages = sorted({c.lineage for c in candidates})
         options = [(lin, ag.lineage_utility(ctx.agents, lin, ctx.tick, cfg.lifespan_penalty_per_tick, credits))

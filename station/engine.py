@@ -108,8 +108,7 @@ class Engine:
             except WaitInterrupted as err:
                 return str(err)
             if self._tick_just_ended and self.ctx.config.operator.pause_on_human_request:
-                waiting = [w for room in self.ctx.rooms.values()
-                           for w in getattr(room, "awaiting_operator", lambda c: [])(self.ctx)]
+                waiting = [w for room in self.ctx.rooms.values() for w in room.awaiting_operator(self.ctx)]
                 if waiting:
                     return ("paused at the end of a tick: waiting for the operator to answer "
                             + ", ".join(waiting) + " (station answer DIR ID TEXT; running again resumes)")

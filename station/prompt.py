@@ -33,7 +33,7 @@ def compact(ctx: Context) -> bool:
 
 def compose(ctx: Context, agent: Agent) -> str:
     queue_warnings(ctx, agent)
-    notices = [n for room in ctx.rooms.values() for n in getattr(room, "system_notices", lambda c, a: [])(ctx, agent)]
+    notices = [n for room in ctx.rooms.values() for n in room.system_notices(ctx, agent)]
     pending = ctx.pending_messages(agent)
     ctx.mark_delivered([mid for mid, _ in pending])
     messages = notices + [text for _, text in pending]

@@ -98,10 +98,8 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         "submissions": {state: 0 for state in SUBMISSION_STATES},
     }
     for room in ctx.rooms.values():
-        extra = getattr(room, "status_counts", None)
-        if extra:
-            for key, value in extra(ctx).items():
-                counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
+        for key, value in room.status_counts(ctx).items():
+            counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
     open_evaluations = []
     if "research" in ctx.rooms:  # honest states: nothing runs in a station no process runs
         from .evaluation import states

@@ -25,7 +25,7 @@ class InactivityWarnings(Hook):
         if agent.role == "supervisor":
             threshold, active = cfg.supervisor_inactivity_threshold, bool(names - SUPERVISOR_IDLE)
         else:
-            productive = {a for room in ctx.rooms.values() for a in getattr(room, "productive_actions", ())}
+            productive = {a for room in ctx.rooms.values() for a in room.productive_actions}
             if not productive:
                 return
             threshold, active = cfg.inactivity_threshold, bool(names & productive)

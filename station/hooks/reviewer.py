@@ -382,8 +382,7 @@ class Prompts:
 
     def task(self) -> str:
         room = self.ctx.room("research")
-        summary = getattr(room, "task_summary", None)
-        text = summary(self.ctx) if callable(summary) else None
+        text = room.task_summary(self.ctx) if room is not None else None
         return text.strip() if text and text.strip() else self.ctx.texts.render("reviewer_no_task")
 
     def _extra_fields(self) -> str:
