@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from station.executors.base import Mount, RunResult, RunSpec
+from station.run_types import Mount, RunResult, RunSpec
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from station.executors.base import RunResult
+from station.run_types import RunResult
 
 from .base import Baseline, Task, Verdict, register
 

@@ -5,7 +5,7 @@ There is nothing to measure, so every run that exits normally "succeeds" with th
 """
 from __future__ import annotations
 
-from station.executors.base import RunResult
+from station.run_types import RunResult
 
 from .base import Task, Verdict, register
 

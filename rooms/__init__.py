@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .archive import ArchiveRoom
-from .base import Room
+from station.room import Room
 from .codex import CodexRoom
 from .common import CommonRoom
 from .exit import ExitRoom
@@ -14,7 +14,7 @@ from .private_memory import PrivateMemoryRoom
 from .public_memory import PublicMemoryRoom
 from .reflection import ReflectionChamber
 from .research import ResearchCounter
-from .test_chamber import TestChamber
+from .test import TestChamber
 from .token_management import TokenManagementRoom
 
 # Lobby order; rooms added by later work slot in here.

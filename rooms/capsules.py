@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from . import capsule_store as cs
-from .base import Outcome, Room, action
+from station.room import Outcome, Room, action
 from .capsule_ids import IdError, Target, parse_ids, parse_single
 from .capsule_params import Limits, ReplyParams, UpdateParams
 from .capsule_store import WHOLE, Author, Capsule, Capsules

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Outcome, Room, action
+from station.room import Outcome, Room, action
 
 
 class CodexReading:

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from station.context import Hook
 
-from .base import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action
 
 MIGRATIONS = [
     """
@@ -106,7 +106,7 @@ class CommonRoom(Room):
     maturity_gated = True
     migrations = MIGRATIONS
 
-    def hooks(self) -> list[Hook]:
+    def hooks(self, config: Any) -> list[Hook]:
         return [CommonArchiver()]
 
     def help_values(self, ctx: Any) -> dict[str, Any]:

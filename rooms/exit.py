@@ -7,7 +7,7 @@ from typing import Any
 from station import lifecycle
 from station.texts import token_amount, token_reserve
 
-from .base import Outcome, Room, action
+from station.room import Outcome, Room, action
 
 CONFIRMATION = re.compile(r"^`?/execute_action\{\s*exit\s*\}`?$")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Room
+from station.room import Room
 
 
 class Lobby(Room):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import capsule_store as cs
-from .base import ActionSpec, Outcome, action
+from station.room import ActionSpec, Outcome, action
 from .capsule_ids import IdError, parse_single
 from .capsule_params import ForwardParams, MailParams, as_list
 from .capsule_store import Capsule

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from .base import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action
 
 MIGRATIONS = [
     """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,

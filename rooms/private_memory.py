@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ActionSpec, Outcome, action
+from station.room import ActionSpec, Outcome, action
 from .capsule_params import NoteParams
 from .capsule_store import lineage_key
 from .capsules import CapsuleRoom

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import capsule_store as cs
-from .base import Outcome, action
+from station.room import Outcome, action
 from .capsule_ids import IdError, parse_single
 from .capsule_params import PostParams
 from .capsule_store import Capsule

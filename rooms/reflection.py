@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .base import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action
 
 MAX_PROMPT_CHARS = 4000
 

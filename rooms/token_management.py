@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from .base import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action
 
 PAGE_ROWS = 300
 

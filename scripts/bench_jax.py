@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from station.evaluation.standalone import resolve_task  # noqa: E402
+from rooms.research.standalone import resolve_task  # noqa: E402
 from station.executors import create_executor  # noqa: E402
 
 OUT = Console(width=110)

@@ -53,7 +53,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from rich.table import Table  # noqa: E402
 
 from evaluators.programs import program  # noqa: E402
-from rooms.research_store import insert_evaluation  # noqa: E402
+from rooms.research.store import insert_evaluation  # noqa: E402
 from station.agents import Agent  # noqa: E402
 from station.config import AgentSpec, ResearchConfig, StationConfig, TaskConfig, load_config  # noqa: E402
 from station.engine import Engine  # noqa: E402

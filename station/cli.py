@@ -95,7 +95,7 @@ class StatusLine:
         if self.store is None:
             return ""
         if time.monotonic() - self._evals_at >= 1.0:
-            from .evaluation import states
+            from rooms.research import states
 
             self._evals_at = time.monotonic()
             c = states.counts(self.store, live=True, recent_ticks=self.RECENT_TICKS, tick=tick)
@@ -172,7 +172,7 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
 
 
 def _say_what_evaluations_wait(station: Station, *, interrupted: bool) -> None:
-    from .evaluation import states
+    from rooms.research import states
 
     done = dict(station.store.all("SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status"))
     print(f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
@@ -427,10 +427,10 @@ def elapsed_line(what: str):
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from rooms.research import clip_log
+    from rooms.research.text import clip_log
 
     from .config import ExecutorConfig
-    from .evaluation.standalone import evaluate, resolve_task
+    from rooms.research.standalone import evaluate, resolve_task
     from .executors import create_executor
     from .report import shown
 

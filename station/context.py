@@ -18,7 +18,7 @@ from .store import Store, dumps
 from .texts import Texts
 
 if TYPE_CHECKING:
-    from rooms.base import Room
+    from station.room import Room
 
 
 class NeedInput(Exception):
@@ -60,6 +60,9 @@ class Hook:
     name = "hook"
     events: tuple[str, ...] = ()
     migrations: list[str] = []  # tables the hook owns, applied as component "hook:<name>"
+    # Hooks of one event run in this order (lower first; ties in load order). It is part of
+    # the world's determinism: changing it changes what a replay of an older station writes.
+    order: int = 100
 
     def handle(self, ctx: "Context", event: Event) -> None:  # pragma: no cover - interface
         raise NotImplementedError

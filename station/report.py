@@ -102,7 +102,7 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
             counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
     open_evaluations = []
     if "research" in ctx.rooms:  # honest states: nothing runs in a station no process runs
-        from .evaluation import states
+        from rooms.research import states
 
         open_evaluations = [e.to_json() for e in states.open_evaluations(store, live=running)]
         for state in ("queued", "running", "undelivered"):

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from rooms.base import InternalAction, Outcome, validate_params
+from station.room import InternalAction, Outcome, validate_params
 
 from .actions import ParsedAction, parse_actions
 from .agents import Agent

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from rooms import load_rooms
+from rooms.research import load_tasks
 
 from . import lifecycle
 from .agents import AgentRegistry
@@ -16,7 +17,6 @@ from .conversation import Conversations
 from .hooks import load_hooks
 from .models import ModelPool
 from .store import CORE_MIGRATIONS, Store, StoreError, absolute
-from .tasks import load_tasks
 from .texts import Texts
 
 FORMAT_VERSION = 1

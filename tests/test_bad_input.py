@@ -18,7 +18,7 @@ import pytest
 from helpers import (FILLER, act, events, executed_lines, guest, integrity_ok, make_station, prompt_at,
                      record_requests, recursive, replay_model, reply, section, stored, turn, turn_rows,
                      yaml_block)
-from rooms.base import Room
+from station.room import Room
 from rooms.misc import MiscRoom
 from station.engine import Engine
 from station.world import Station

@@ -11,7 +11,7 @@ from evaluators.base import create_task
 from evaluators.circle_packing import CirclePacking
 from evaluators.general import GeneralPython
 from evaluators.programs import program
-from station.executors.base import RunResult
+from station.run_types import RunResult
 
 R = 3 / 32  # dyadic: every coordinate, difference, square and root below is exact in float64
 

@@ -101,7 +101,7 @@ def test_a_sandbox_that_cannot_be_set_up_pauses_the_station_and_charges_nobody(t
 
 def test_the_status_line_names_the_evaluation_actually_running(tmp_path: Path) -> None:
     """The wait line names what runs now and what is queued behind it (it once named the wrong one)."""
-    from station.evaluation import states
+    from rooms.research import states
     from station.store import Store
 
     config, directory = slow_once_config(tmp_path, {"kind": "local"}), tmp_path / "st"

@@ -103,7 +103,7 @@ def test_a_link_loop_in_storage_is_an_error_line_for_the_agent(tmp_path: Path) -
     assert ("Storage write refused: 'shared/loop/inner.txt' could not be used: it leads through a loop of links."
             in prompt_of(tmp_path / "s", 4))
     # The room's view reads the disk again a turn later, when code may have swapped a file for the loop.
-    from rooms import research_storage as rs
+    from rooms.research import storage as rs
 
     root = rs.storage_root(tmp_path / "s" / "files")
     for operation in (lambda loc: rs.read_text(root, loc, 100), lambda loc: rs.list_files(root, loc),

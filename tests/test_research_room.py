@@ -18,13 +18,13 @@ import pytest
 from evaluators.base import Task, register
 from helpers import (act, events, guest, make_old, make_station, prompt_at, recursive, replay_model, reply,
                      session_of, stored, turn_lines, yaml_block)
-from rooms import research_storage as rs
-from rooms.base import validate_params
-from rooms.research import ResearchCounter, parse_id_list
-from rooms.research_store import insert_evaluation
+from rooms.research import storage as rs
+from station.room import validate_params
+from rooms.research.room import ResearchCounter, parse_id_list
+from rooms.research.store import insert_evaluation
 from station.context import NeedInput
 from station.engine import Engine
-from station.hooks.evaluations import Evaluations
+from rooms.research.delivery import Evaluations
 from station.world import Station
 
 @register("research_room_toy")

@@ -356,7 +356,7 @@ def research_station(directory: Path) -> Path:
 
 def add_evaluation(store: Store, *, author: str = "Guest_1", status: str = "queued", finished_tick: int | None = None,
                    title: str = "An idea") -> int:
-    from rooms.research_store import insert_evaluation
+    from rooms.research.store import insert_evaluation
 
     session = store.scalar("SELECT session FROM agents WHERE name=?", (author,))
     with store.transaction():

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from station.executors.base import Mount, RunResult
+from station.run_types import Mount, RunResult
 
 from ..base import Task, Verdict
 

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from station.executors.base import Mount, RunResult
+from station.run_types import Mount, RunResult
 
 from ..base import Baseline, Task, Verdict, register
 from .driver import DRIVER, INPUT_DIR

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .base import Executor, Mount, RunResult, RunSpec, RunStatus
+from ..run_types import Mount, RunResult, RunSpec, RunStatus
+from .base import Executor
 from .local import LocalExecutor
 
 __all__ = ["Executor", "LocalExecutor", "Mount", "RunResult", "RunSpec", "RunStatus", "create_executor"]

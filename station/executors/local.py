@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
+from ..run_types import RunResult, RunSpec
 from . import disk
-from .base import RunResult, RunSpec
 from .results import ResultRefused, StreamCapture, load_result, read_status
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .base import RunResult, RunSpec
+from ..run_types import RunResult, RunSpec
 from .local import LocalExecutor
 
 MARGIN_S = 30.0  # beyond the run's own timeout, which the sandbox on the worker enforces itself

@@ -14,6 +14,7 @@ SUPERVISOR_IDLE = {"go", "goto", "exit", "meta", "help"}
 
 class InactivityWarnings(Hook):
     name = "inactivity"
+    order = 30
     events = ("turn_finished",)
 
     def handle(self, ctx: Context, event: Event) -> None:

@@ -6,6 +6,7 @@ from ..context import Context, Event, Hook
 
 class Maturity(Hook):
     name = "maturity"
+    order = 10
     events = ("turn_started",)
 
     def handle(self, ctx: Context, event: Event) -> None:

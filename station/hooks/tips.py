@@ -6,6 +6,7 @@ from ..context import Context, Event, Hook
 
 class RandomTips(Hook):
     name = "tips"
+    order = 20
     events = ("tick_started",)
 
     def handle(self, ctx: Context, event: Event) -> None:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ..agents import Agent
-from ..evaluation import states
+from rooms.research import states
 
 TURNS_PER_PAGE = 20
 AGENTS_PER_PAGE = 100
@@ -39,7 +39,7 @@ def meta(db: sqlite3.Connection, key: str, default: Any = None) -> Any:
 
 class ReadStore:
     """The reading methods of station.store.Store over the web's read-only connection, for the
-    modules written against a Store (station.evaluation.states)."""
+    modules written against a Store (rooms.research.states)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db

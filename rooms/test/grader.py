@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ..context import Context, Event, Hook, request_hash
+from station.context import Context, Event, Hook, request_hash
 
 YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)
@@ -45,6 +45,7 @@ def key_terms_line(test: Any) -> str:
 
 class TestGrader(Hook):
     name = "grader"
+    order = 40
     events = ("tick_ending",)
 
     def handle(self, ctx: Context, event: Event) -> None:

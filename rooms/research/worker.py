@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rooms.research import clip_log
-from rooms.research_store import open_evaluations
+from station.agents import AgentRegistry
+from station.models import ModelPool
+from station.run_types import Mount, RunResult
+from station.store import Store, absolute
 
-from ..executors.base import Mount, RunResult
-from ..agents import AgentRegistry
-from ..models import ModelPool
-from ..store import Store, absolute
 from . import debugger
 from .pipeline import Outcome, walk
+from .store import open_evaluations
+from .text import clip_log
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
@@ -70,7 +70,7 @@ def refused_payload(problem: str) -> dict[str, Any]:
 
 
 def storage_mounts(station_dir: Path, lineage: str | None, cross_lineage: bool) -> list[Mount]:
-    from rooms.research_storage import code_areas  # the room owns the storage layout
+    from .storage import code_areas  # the room owns the storage layout
 
     root = station_dir / "files" / "research" / "storage"
     return [Mount(source, target, writable) for source, target, writable in code_areas(root, lineage, cross_lineage)]
@@ -129,7 +129,9 @@ class EvaluationWorker(threading.Thread):
             # Runs left 'running' by an earlier process died with it (one engine per station).
             store.execute("UPDATE evaluation_runs SET state='abandoned' WHERE state='running'")
             if self.executor is None:
-                from ..executors import create_executor  # the executors load Ray etc. only when used
+                from station.executors import (
+                    create_executor,  # the executors load Ray etc. only when used
+                )
                 hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
                 config = self.config.research.executor
                 self.executor = create_executor(config, hide=hidden, scratch_base=config.scratch_dir)

@@ -7,8 +7,9 @@ from pydantic import Field, field_validator
 
 from station import agents as ag
 from station import lifecycle
+from station.room import Outcome, Params, Room, action
 
-from .base import Outcome, Params, Room, action
+from .grader import TestGrader
 
 MIGRATIONS = [
     """CREATE TABLE test_attempts (id INTEGER PRIMARY KEY AUTOINCREMENT, session INTEGER NOT NULL,
@@ -78,6 +79,9 @@ def passed_count(ctx: Any, session: int) -> int:
 class TestChamber(Room):
     short, name = "test", "Test Chamber"
     migrations = MIGRATIONS
+
+    def hooks(self, config: Any) -> list[Any]:
+        return [TestGrader()]
 
     # -- output -----------------------------------------------------------------------------
     def render(self, ctx: Any, agent: Any) -> str:

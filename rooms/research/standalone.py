@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.base import Task, create_task, has_real_code
+from station.config import ConfigError, load_config
+from station.run_types import Mount
 
-from ..config import ConfigError, load_config
-from ..executors.base import Mount
-from ..tasks import load_tasks
+from .tasks import load_tasks
 from .worker import run_payload
 
 

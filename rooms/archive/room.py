@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import capsule_store as cs
-from .base import Outcome, action
-from .capsule_params import Limits, PaperParams
-from .capsule_store import Author, Capsule, Capsules
-from .capsules import CapsuleRoom
+from station.room import Outcome, action
+
+from .. import capsule_store as cs
+from ..capsule_params import Limits, PaperParams
+from ..capsule_store import Author, Capsule, Capsules
+from ..capsules import CapsuleRoom
+from .reviewer import Reviewer
 
 REVIEWER = Author("Archive Review System", None, "System", 0)
 HIGH_QUALITY_SCORE = 8
@@ -27,6 +29,9 @@ class ArchiveRoom(CapsuleRoom):
     required = ("title", "abstract", "content")
     empty_listing = "No papers have been published yet."
     update_notices = True
+
+    def hooks(self, config: Any) -> list[Any]:
+        return [Reviewer()]
 
     def help_values(self, ctx: Any) -> dict[str, Any]:
         return {"pass_threshold": ctx.config.reviewer.pass_threshold,

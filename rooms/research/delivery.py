@@ -18,20 +18,21 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from rooms.research import clip_log
-from rooms.research_store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
+from station.context import Context, Event, Hook, StationPaused, WaitInterrupted
+from station.store import dumps
 
-from ..context import Context, Event, Hook, StationPaused, WaitInterrupted
-from ..evaluation import debugger, states
-from ..evaluation.pipeline import Outcome, walk
-from ..evaluation.worker import EvaluationWorker
-from ..store import dumps
+from . import debugger, states
+from .pipeline import Outcome, walk
+from .store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
+from .text import clip_log
+from .worker import EvaluationWorker
 
 WAIT_POLL_SECONDS = 0.2
 
 
 class Evaluations(Hook):
     name = "evaluations"
+    order = 70
     events = ("station_created", "evaluation_submitted", "turn_started", "tick_ending")
 
     def __init__(self) -> None:

@@ -57,8 +57,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..context import Context, Event, Hook
-from ..store import dumps
+from station.context import Context, Event, Hook
+from station.store import dumps
 
 HEALTHY, STAGNATION, DEEP = "Healthy", "Stagnation", "Deep Stagnation"
 SEVERITY = {HEALTHY: 0, STAGNATION: 1, DEEP: 2}
@@ -126,6 +126,7 @@ class State:
 
 class Stagnation(Hook):
     name = "stagnation"
+    order = 60
     events = ("tick_started",)
     migrations = MIGRATIONS
 

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 if TYPE_CHECKING:
     from station.agents import Agent
-    from station.context import Context
+    from station.config import StationConfig
+    from station.context import Context, Hook
 
 
 class Params(BaseModel):
@@ -80,8 +81,9 @@ class Room:
                     found[spec.name] = spec
         cls.actions = found
 
-    def hooks(self) -> list[Any]:
-        """Hooks this room needs (e.g. tick-end housekeeping); they are loaded with the room."""
+    def hooks(self, config: "StationConfig") -> list["Hook"]:
+        """The hooks this room brings (its grader, reviewer, deliveries, housekeeping); they
+        are loaded with the room, so a disabled room's hooks never run."""
         return []
 
     # -- what a room may tell the rest of the station (each default: nothing) -------------------

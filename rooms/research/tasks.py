@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from evaluators.base import Task, create_task
-
-from .config import ConfigError, ResearchConfig
+from station.config import ConfigError, ResearchConfig
 
 
 def load_tasks(config: ResearchConfig) -> dict[str, Task]:

@@ -35,12 +35,12 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from ..agents import AgentRegistry
-from ..context import Context, Event, Hook, request_hash
-from ..conversation import Conversations
-from ..models import ModelError
-from ..models.base import INTERRUPTED, PERMANENT
-from ..store import Store, dumps
+from station.agents import AgentRegistry
+from station.context import Context, Event, Hook, request_hash
+from station.conversation import Conversations
+from station.models import ModelError
+from station.models.base import INTERRUPTED, PERMANENT
+from station.store import Store, dumps
 
 MIGRATIONS = [
     """
@@ -447,6 +447,7 @@ def ready_submissions(store: Store, cfg: Any) -> list[int]:
 # -- the hook ---------------------------------------------------------------------------------
 class Reviewer(Hook):
     name = "reviewer"
+    order = 50
     events = ("tick_ending", "paper_submitted", "turn_started")
     migrations = MIGRATIONS
 

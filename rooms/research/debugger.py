@@ -11,7 +11,8 @@ import difflib
 import re
 from typing import Any, Callable
 
-from ..models import BudgetExceeded, ModelError
+from station.models import BudgetExceeded, ModelError
+
 from .pipeline import Outcome
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)

@@ -21,15 +21,29 @@ import re
 from typing import Any
 
 from evaluators import has_real_code
+from station.config import StationConfig
 from station.context import Event, Hook
+from station.room import Outcome, Room, action
 
-from . import research_storage as rs
-from .base import Outcome, Room, action
-from .research_params import (BIDI, CONTROL, LINE_BREAK, REQUIRED, StorageParams, SubmitParams, as_text, blank,
-                              cut_words, normalise_tag, normalise_tags)
-from .research_store import MIGRATIONS, SYSTEM_AUTHOR, insert_evaluation, running_ids
+from . import storage as rs
+from .delivery import Evaluations
+from .params import (
+    BIDI,
+    CONTROL,
+    LINE_BREAK,
+    REQUIRED,
+    StorageParams,
+    SubmitParams,
+    as_text,
+    blank,
+    cut_words,
+    normalise_tag,
+    normalise_tags,
+)
+from .stagnation import Stagnation
+from .store import MIGRATIONS, SYSTEM_AUTHOR, insert_evaluation, running_ids
+from .text import cell, clip_log, clip_title, fence
 
-TITLE_CELL_CHARS = 100
 MAX_TITLE_CHARS = 200
 PREVIEW_MAX_IDS = 100
 TAG_STATS_ROWS = 20
@@ -46,30 +60,6 @@ ID_TEXT = re.compile(r"#?(\d{1,18})")
 
 def is_holiday(tick: int) -> bool:
     return tick % 10 in (9, 0)
-
-
-def cell(value: Any) -> str:
-    return str(value).replace("|", r"\|").replace("\n", " ").replace("\r", " ")
-
-
-def clip_title(title: str) -> str:
-    return title if len(title) <= TITLE_CELL_CHARS else title[:TITLE_CELL_CHARS - 3] + "..."
-
-
-def fence(text: str, lang: str = "") -> str:
-    """A code block that the text itself cannot close."""
-    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
-
-
-def clip_log(text: str, limit: int) -> str:
-    """At most `limit` characters: the head and the tail (where a traceback ends), with a note."""
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - limit:,} characters cut here ...]\n{text[-tail:]}"
 
 
 def _json(text: Any, default: Any) -> Any:
@@ -143,8 +133,9 @@ class ResearchCounter(Room):
     migration_component = "research"
     productive_actions = ("submit",)
 
-    def hooks(self) -> list[Any]:
-        return [HolidayEvacuation()]
+    def hooks(self, config: StationConfig) -> list[Hook]:
+        watch = [Stagnation()] if config.stagnation.enabled else []
+        return [*watch, Evaluations(), HolidayEvacuation()]
 
     # -- rules ------------------------------------------------------------------------------
     def sees_all(self, ctx: Any, agent: Any) -> bool:
