@@ -15,6 +15,7 @@ run: setup
 	@echo "          .venv/bin/station dialogue $(DIR) Guest_1"
 
 test: setup
+	.venv/bin/lint-imports --no-cache
 	.venv/bin/python -m pytest -q
 
 bench: setup

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import random
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,14 @@ class Task:
     def baselines(self) -> list[Baseline]:
         return []
 
+    @classmethod
+    def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
+        """The offline scripted researcher's play for this task (rooms/research/plays.py): what it
+        submits when the task table shows this task as `shown_title`, from what it sees (`seen.prompt`,
+        `seen.tick`, and `seen.notes`, its own notes kept across turns). Keys: title, tags, abstract,
+        content. None: it has no play here and reads the task statement instead."""
+        return None
+
     def validate_code(self, code: str) -> str | None:
         """A reason to refuse the code before it runs, or None."""
         return None
@@ -118,6 +127,7 @@ class Task:
 
 
 TASKS: dict[str, Callable[..., Task]] = {}
+SCRIPTED_TYPO_RATE = 0.12  # how often a scripted submission holds a slip the debugger can mend
 
 
 def register(kind: str) -> Callable[[type[Task]], type[Task]]:
@@ -126,6 +136,13 @@ def register(kind: str) -> Callable[[type[Task]], type[Task]]:
         TASKS[kind] = cls
         return cls
     return mark
+
+
+def task_classes() -> list[type[Task]]:
+    """Every registered task class, in registration order."""
+    from . import known_tasks  # noqa: F401 - importing registers every task module
+
+    return list(TASKS.values())  # type: ignore[arg-type]
 
 
 def create_task(kind: str, params: dict[str, Any] | None = None) -> Task:

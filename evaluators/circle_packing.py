@@ -8,13 +8,17 @@ flip their verdict.
 from __future__ import annotations
 
 import operator
+import random
+import re
 from typing import Any
 
 import numpy as np
 
 from station.run_types import RunResult
 
-from .base import Baseline, Task, Verdict, register
+from .base import SCRIPTED_TYPO_RATE, Baseline, Task, Verdict, register
+
+SHOWN_N = re.compile(r"n = (\d+)")  # the instance's title names its n
 
 MIN_N, MAX_N = 2, 200
 TOLERANCE_HINT = 1e-9  # only for the "what if" note on failures; never for the score
@@ -24,15 +28,55 @@ class PackingError(Exception):
     """The submission's value breaks a rule; the message is shown to the author."""
 
 
+def scripted_circles(n: int, seen: Any, rng: random.Random) -> dict[str, str]:
+    """The scripted researcher climbs a ladder of real algorithms (evaluators/programs): a square grid,
+    then hexagonal rows, then scipy-optimised centres and radii, searching harder with each try and
+    as the station ages, so the leaderboard improves; now and then with a slip the debugger mends."""
+    from .programs import program
+
+    # Build on what the leaderboard shows: after a grid, try rows; after rows, optimise.
+    shown = 2 if ("Hexagonal rows" in seen.prompt or "Optimised centres" in seen.prompt) else \
+        1 if "Square grid" in seen.prompt else 0
+    level = max(seen.notes.get("cp_level", 0), shown)
+    seen.notes["cp_level"] = level + 1
+    if level == 0:
+        kind, constants, title = "grid", {}, f"Square grid of {n} equal circles"
+        abstract = "Equal circles on the smallest square grid that holds them, as a reference point."
+        tags = "grid, baseline"
+    elif level == 1:
+        kind, constants, title = "hex", {}, f"Hexagonal rows for {n} circles"
+        abstract = "Circles on staggered rows, with the radii chosen by a linear program that maximises their sum."
+        tags = "hexagonal, layout"
+    else:
+        step = level - 2 + seen.tick // 15  # each further try, and a station that has run longer, search harder
+        starts, hops, seed = min(2 + 2 * step, 12), min(8 * step, 40), rng.randrange(10_000)
+        kind, constants = "optimized", {"STARTS": starts, "HOPS": hops, "SEED": seed}
+        title = f"Optimised centres and radii: {starts} starts, {hops} perturbation rounds (seed {seed})"
+        abstract = (f"Maximise the sum of radii over centres and radii with SLSQP from {starts} random starts and "
+                    f"{hops} rounds of perturbing the best layout, then shrink radii just enough to satisfy every "
+                    "constraint exactly.")
+        tags = "optimization, slsqp, restarts"
+    code = program(kind, n, **constants)
+    if rng.random() < SCRIPTED_TYPO_RATE and "np.zeros(" in code:
+        code = code.replace("np.zeros(", "np.zeroes(", 1)  # a slip the debugger can mend
+    return {"title": title, "tags": tags, "abstract": abstract, "content": code}
+
+
 @register("circle_packing")
 class CirclePacking(Task):
     title = "Circle Packing in a Unit Square"  # the instance's title names its n
     description = "Pack n non-overlapping circles in the unit square to maximise the sum of their radii."
     mode = "function"
+
     entry = "construct_packing"
     timeout_s = 1200.0
     memory_mb = 4096
     display_precision = 7
+
+    @classmethod
+    def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
+        n = SHOWN_N.search(shown_title)
+        return scripted_circles(int(n.group(1)), seen, rng) if n else None
 
     def __init__(self, n: int = 26) -> None:
         try:

@@ -5,9 +5,23 @@ There is nothing to measure, so every run that exits normally "succeeds" with th
 """
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from station.run_types import RunResult
 
 from .base import Task, Verdict, register
+
+
+def scripted_probe(seen: Any, rng: random.Random) -> dict[str, str]:
+    """The scripted researcher runs small scripts that print statistics."""
+    count = seen.notes["general_runs"] = seen.notes.get("general_runs", 0) + 1
+    code = (f"import platform, statistics\n"
+            f"values = [((i * 7919) % 101) / 10 for i in range({50 * count})]\n"
+            f"print('python', platform.python_version())\n"
+            f"print('mean', round(statistics.mean(values), 3), 'stdev', round(statistics.stdev(values), 3))\n")
+    return {"title": f"Small statistics probe {count}", "tags": "probe", "content": code,
+            "abstract": "A short script that prints the interpreter version and summary statistics."}
 
 
 @register("general_python")
@@ -18,6 +32,10 @@ class GeneralPython(Task):
     entry = "python submission.py"
     filename = "submission.py"
     timeout_s = 600.0
+
+    @classmethod
+    def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
+        return scripted_probe(seen, rng)
 
     def spec(self) -> str:
         return f"""# {self.title}

@@ -52,6 +52,10 @@ class ExternalCounter(Room):
     guests_allowed = False
     migrations = MIGRATIONS
 
+    def answer_operator(self, ctx: Any, request: int, text: str | None) -> bool:
+        answer_request(ctx, request, text)  # the only room with requests: an unknown number is an error
+        return True
+
     def awaiting_operator(self, ctx: Any) -> list[str]:
         """Open requests of agents still here (the engine may pause for them)."""
         rows = ctx.store.all("SELECT id, agent FROM human_requests WHERE resolved_tick IS NULL ORDER BY id")

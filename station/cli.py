@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import fcntl
 import json
 import os
 import signal
@@ -12,11 +11,12 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 # Only light modules here: `station --help` and argument errors must answer at once. Each command
 # imports the heavy ones (pydantic config, rich, the engine, the rooms) it needs.
 from .readers_cli import add_reader_commands
+from .run_lock import StationBusy, is_running, run_lock
 from .store import DB_NAME, Store, StoreError, damaged
 from .terminal_text import clean
 
@@ -27,36 +27,6 @@ if TYPE_CHECKING:
 
 class CliError(Exception):
     pass
-
-
-# -- run lock: one engine per station directory -----------------------------------------
-@contextmanager
-def run_lock(directory: Path) -> Iterator[None]:
-    handle = open(directory / "run.lock", "w")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise CliError(f"station {directory} is already running in another process") from None
-    try:
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
-    finally:
-        handle.close()
-
-
-def is_running(directory: Path) -> bool:
-    lock = directory / "run.lock"
-    if not lock.exists():
-        return False
-    with open(lock) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return False
 
 
 class StatusLine:
@@ -292,9 +262,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 def cmd_set(args: argparse.Namespace) -> int:
     """Change a safe config value or a model setting of a station (applied between turns if it is running)."""
-    from . import commands
-
-    from . import endpoints
+    from . import commands, endpoints
 
     store = Store(args.dir)
     command = commands.set_command(store, args.key, args.value)
@@ -427,10 +395,10 @@ def elapsed_line(what: str):
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from rooms.research.standalone import evaluate, resolve_task
     from rooms.research.text import clip_log
 
     from .config import ExecutorConfig
-    from rooms.research.standalone import evaluate, resolve_task
     from .executors import create_executor
     from .report import shown
 
@@ -611,7 +579,7 @@ def _main(argv: list[str] | None) -> int:
             setattr(args, name, os.path.abspath(getattr(args, name)))
     try:
         return args.fn(args)
-    except (CliError, StoreError, ValueError) as err:  # ConfigError, TextsError, CommandError are ValueErrors
+    except (CliError, StationBusy, StoreError, ValueError) as err:  # ConfigError, TextsError, CommandError are ValueErrors
         print(f"station: {clean(str(err))}", file=sys.stderr)
         return 2
     except (OSError, sqlite3.DatabaseError) as err:

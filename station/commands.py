@@ -222,9 +222,10 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
                 continue
             ctx.notify(agent, f"{header}\n{command['text']}", "operator")
     elif op == "answer":
-        from rooms.external import answer_request  # the counter's own rule for closing a request
+        request = int(command["request"])
         try:
-            answer_request(ctx, int(command["request"]), command["text"])
+            if not any(room.answer_operator(ctx, request, command["text"]) for room in ctx.rooms.values()):
+                raise ValueError(f"no room of this station takes answers (request #{request})")
         except ValueError as err:
             ctx.emit("operator_alert", None, problem=str(err))
     elif op == "set":

@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import commands, lifecycle
 from .agents import Agent
@@ -26,7 +26,9 @@ from .models.base import INTERRUPTED, OVERFLOW
 from .prompt import compose, system_prompt
 from .store import Store, dumps
 from .turn import TurnLog, cut_notice, execute_reply
-from .world import Station
+
+if TYPE_CHECKING:
+    from .world import Station  # the engine is handed a built station; it builds none
 
 
 @dataclass
@@ -72,7 +74,7 @@ class TurnUsage:
 
 
 class Engine:
-    def __init__(self, station: Station, *, replay_source: Store | None = None,
+    def __init__(self, station: "Station", *, replay_source: Store | None = None,
                  on_progress: Callable[[Progress], None] | None = None) -> None:
         self.station = station
         self.ctx = station.ctx

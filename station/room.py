@@ -95,6 +95,11 @@ class Room:
         """What waits for the operator's answer (a tick-end pause names them)."""
         return []
 
+    def answer_operator(self, ctx: "Context", request: int, text: str | None) -> bool:
+        """Take the operator's answer to request number `request`; False when it is not this
+        room's. A request that cannot be answered raises ValueError with a sentence for the operator."""
+        return False
+
     def status_counts(self, ctx: "Context") -> dict[str, Any]:
         """Counts merged into `station status` (a dict value is merged into the key's dict)."""
         return {}

@@ -397,7 +397,7 @@ def test_the_overview_warns_when_most_recent_evaluations_failed(tmp_path: Path) 
 
 
 def test_the_overview_shows_each_open_evaluation_honestly(tmp_path: Path) -> None:
-    from station.cli import run_lock
+    from station.run_lock import run_lock
 
     directory = research_station(tmp_path / "st")
     client, store = TestClient(create_app(directory)), Store(directory)

@@ -9,6 +9,7 @@ The test split stays in the dataset's private folder, which no run can see.
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..base import Baseline, register
 from ..jaxtrain.station_jax.windows import HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
 from ..jaxtrain.task import JaxTrainingTask
 from .dataset import ForecastDataset, data_root
+from .play import submission as scripted_play
 
 MAX_SCORED_VALUES = 16_000_000  # predictions a trial sends back (windows x 32 x neurons), at most 64 MB
 MAX_SCORED_NEURONS = 2048
@@ -32,6 +34,10 @@ class Forecasting(JaxTrainingTask):
     data_target = "task_data/forecasting"
     display_precision = 6
     metric_formats = {name: ".4f" for name in METRICS}
+
+    @classmethod
+    def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
+        return scripted_play(seen, rng)
 
     def __init__(self, size: str = "default", seed: int = 0, path: str | None = None, trials: int = 3,
                  trial_budget_s: float = 300.0, max_epochs: int = 120, patience: int = 20,

@@ -55,6 +55,17 @@ def room_call(short: str) -> Callable[[Call], Call]:
     return register
 
 
+# A watch takes notes from every prompt of a recursive agent, wherever it is (e.g. the
+# research play counting the results it has received).
+Watch = Callable[["Situation"], None]
+WATCHES: list[Watch] = []
+
+
+def every_turn(fn: Watch) -> Watch:
+    WATCHES.append(fn)
+    return fn
+
+
 class Situation:
     """What the policy reads off the latest observation, plus its own notes."""
 
@@ -179,9 +190,8 @@ class ScriptedModel:
         return [*_goto(s.in_room("test")), f"/execute_action{{take {test_id}}}"]
 
     def _recursive_actions(self, s: Situation, notes: dict, rng: random.Random) -> list[str]:
-        from .plays_research import remember_results  # the plays import this module
-
-        remember_results(s)
+        for watch in WATCHES:
+            watch(s)
         if "leave_at" not in notes:
             # Some leave on their own before the end, others stay to the last tick.
             span = s.max_age or 300
@@ -223,7 +233,9 @@ class ScriptedModel:
         if "/execute_action{take" in started:
             return _answer(prompt, history, notes, rng)
         if "/execute_action{reflect" in started:
-            from .plays_talk import reflection_reply  # lives beside the Reflection Chamber's play
+            from .plays_talk import (
+                reflection_reply,  # lives beside the Reflection Chamber's play
+            )
             return reflection_reply(prompt, rng)
         first = next((line.strip() for line in prompt.splitlines() if len(line.split()) > 6), "")
         return f"Noted. What I take from this: {first[:160]}"
@@ -324,8 +336,9 @@ def _play_token_management(s: Situation, rng: random.Random) -> list[str]:
 
 
 def _load_room_plays() -> None:
-    """Plays for the social rooms live in their own modules; importing them registers them."""
-    from . import plays_capsules, plays_research, plays_talk  # noqa: F401
+    """Plays for the social rooms live in their own modules; importing them registers them. A
+    feature room's play lives with the room (rooms/research/plays.py) and registers when it loads."""
+    from . import plays_capsules, plays_talk  # noqa: F401
 
 
 _load_room_plays()

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import commands, report
 from ..engine import Engine, Progress, StationPaused
+from ..run_lock import StationBusy, is_running, run_lock
 from ..store import Store
 
 
@@ -28,8 +29,6 @@ class StationRunner:
         return self._thread is not None and self._thread.is_alive()
 
     def state(self) -> str:
-        from ..cli import is_running
-
         if self.running_here:
             return "running"
         if is_running(self.dir):
@@ -82,7 +81,6 @@ class StationRunner:
             self._thread.join(timeout)
 
     def _run(self, until_tick: int | None) -> None:
-        from ..cli import CliError, run_lock
         from ..world import Station
 
         pause_file = self.dir / report.PAUSE_FILE
@@ -99,7 +97,7 @@ class StationRunner:
                 finally:
                     self._engine = None
                     station.close()
-        except CliError as err:
+        except StationBusy as err:
             self.why = str(err)
         except Exception as err:  # noqa: BLE001 - shown on the page; the server stays up
             self.why = f"the engine stopped on an error: {err!r}"

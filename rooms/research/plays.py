@@ -1,0 +1,87 @@
+"""The scripted policy's play at the Research Counter: read the task, submit, follow the results.
+
+What to submit is each task's own play (`Task.scripted_submission` in evaluators/), so a new
+task brings its play with it. The policy keeps at most two evaluations open (the room's limit),
+counting its submissions and the result messages it has received. Importing this module
+registers the play (rooms/research/__init__.py does); it registers after the social rooms'
+calls, which keeps the order in which the policy answers calls.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+from evaluators.base import task_classes
+from station.models.scripted import Situation, _yaml_block, every_turn, room_call, room_play
+
+TASK_ROW = re.compile(r"^\| (\d+) \| (.+?) \|$", re.MULTILINE)
+RESULT = re.compile(r"\*\*Evaluation #(\d+) ")
+SCORED = re.compile(r"\*\*Evaluation #(\d+) has a result\*\*[^\n]*\n+Score: (-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+KEEP_SCORES = 6
+MAX_OPEN = 2
+
+
+def _remember_tasks(s: Situation) -> dict[str, str]:
+    """Task id -> title, from the Research Tasks table of the room's view (when it is in the prompt)."""
+    tasks = s.notes.setdefault("tasks", {})
+    start = s.prompt.rfind("**Research Tasks**")
+    if start >= 0:
+        lines = s.prompt[start:].split("\n")[2:]
+        table = "\n".join(line for line in lines[:lines.index("") if "" in lines else len(lines)])
+        tasks.update({number: title.strip() for number, title in TASK_ROW.findall(table)})
+    return tasks
+
+
+@every_turn
+def remember_results(s: Situation) -> None:
+    """Note the result messages of this turn, wherever the agent is: which evaluations answered, and
+    the scores of the successful ones (the last few, which its papers cite)."""
+    seen = s.notes.setdefault("results_seen", [])
+    seen.extend(n for n in dict.fromkeys(RESULT.findall(s.messages)) if n not in seen)
+    scores = s.notes.setdefault("scores", [])
+    for number, score in SCORED.findall(s.messages):
+        if all(n != int(number) for n, _ in scores):
+            scores.append([int(number), float(score)])
+    del scores[:-KEEP_SCORES]
+
+
+def _open_count(s: Situation) -> int:
+    """Own evaluations without a result message yet (each submission gets exactly one)."""
+    return max(0, s.notes.get("submitted", 0) - len(s.notes.get("results_seen", [])))
+
+
+@room_call("research")
+def _call_research(s: Situation, rng: random.Random) -> bool:
+    if s.guest:
+        return False
+    # Research is one pursuit among several: the other rooms get their visits between experiments.
+    return s.tick >= s.notes.get("next_research_tick", 0) and rng.random() < 0.7
+
+
+@room_play("research")
+def _play_research(s: Situation, rng: random.Random) -> list[str]:
+    tasks = _remember_tasks(s)
+    if not s.notes.get("task_read"):
+        s.notes["task_read"] = True
+        return ["/execute_action{read 1}"]
+    if not tasks:
+        return ["/execute_action{help research}"]
+    s.notes["next_research_tick"] = s.tick + rng.randint(3, 6)
+    if _open_count(s) >= MAX_OPEN:
+        s.notes["next_research_tick"] = s.tick + 1
+        return ["/execute_action{rank score}"] if rng.random() < 0.3 else []
+    number = max(tasks, key=int)
+    submission = _submission(tasks[number], s, rng)
+    if submission is None:
+        return [f"/execute_action{{read {number}}}"]
+    s.notes["submitted"] = s.notes.get("submitted", 0) + 1
+    return [f"/execute_action{{submit {number}}}", _yaml_block(submission)]
+
+
+def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] | None:
+    """What to submit to the task shown as `title`: the play of the task whose declared title it
+    starts with (None: no task knows it, so the agent reads the statement instead)."""
+    known = [cls for cls in task_classes() if cls.title and title.startswith(cls.title)]
+    if not known:
+        return None
+    return max(known, key=lambda cls: len(cls.title)).scripted_submission(title, s, rng)
