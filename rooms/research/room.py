@@ -15,7 +15,6 @@ runtime bookkeeping), so a replayed station shows the same prompts.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
@@ -26,50 +25,33 @@ from station.context import Event, Hook
 from station.room import Outcome, Room, action
 
 from . import storage as rs
+from .board import VALID, Leaderboard
 from .delivery import Evaluations
 from .params import (
     BIDI,
     CONTROL,
     LINE_BREAK,
     REQUIRED,
-    StorageParams,
     SubmitParams,
     as_text,
     blank,
     cut_words,
-    normalise_tag,
     normalise_tags,
 )
 from .stagnation import Stagnation
+from .storage_actions import StorageActions
 from .store import MIGRATIONS, SYSTEM_AUTHOR, insert_evaluation, running_ids
-from .text import cell, clip_log, clip_title, fence
+from .text import cell, clip_log, clip_title, fence, json_or
 
 MAX_TITLE_CHARS = 200
 PREVIEW_MAX_IDS = 100
-TAG_STATS_ROWS = 20
-MAX_SORT_KEY = 8  # sort-key positions compared in SQL
-MAX_PAGE_SIZE = 200
-STORAGE_REQUESTS = 5  # storage lists, and reads, shown per view
 SUMMARY_CHARS = 12_000  # task_summary budget (the archive reviewer's context)
-SORT_MODES = ("id", "score", "author")
-VALID = "(e.status = 'finished' AND e.score IS NOT NULL)"
-SORT_KEY_JSON = "CASE WHEN json_valid(e.sort_key) THEN e.sort_key END"  # malformed text counts as no key
 STATUS_WORDS = {"queued": "being evaluated", "finished": "finished", "failed": "failed", "timed_out": "timed out"}
 ID_TEXT = re.compile(r"#?(\d{1,18})")
 
 
 def is_holiday(tick: int) -> bool:
     return tick % 10 in (9, 0)
-
-
-def _json(text: Any, default: Any) -> Any:
-    if text is None:
-        return default
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return default
-    return value if isinstance(value, type(default)) else default
 
 
 def parse_id(text: str | None) -> int | None:
@@ -126,7 +108,7 @@ class HolidayEvacuation(Hook):
                 ctx.agents.save(agent)
 
 
-class ResearchCounter(Room):
+class ResearchCounter(Leaderboard, StorageActions, Room):
     short, name = "research", "Research Counter"
     guests_allowed = False
     migrations = MIGRATIONS
@@ -165,90 +147,6 @@ class ResearchCounter(Room):
 
     def storage_root(self, ctx: Any) -> Any:
         return rs.storage_root(ctx.store.files)
-
-    # -- per-agent view state ---------------------------------------------------------------
-    def state(self, agent: Any) -> dict[str, Any]:
-        return agent.room_state(self.short)
-
-    def sort_mode(self, ctx: Any, agent: Any) -> str:
-        mode = self.state(agent).get("sort", "id")
-        if mode not in SORT_MODES or (mode == "score" and ctx.config.research.no_score):
-            return "id"
-        return mode
-
-    def page_size(self, ctx: Any, agent: Any) -> int:
-        size = self.state(agent).get("page_size")
-        return size if isinstance(size, int) and 1 <= size <= MAX_PAGE_SIZE else ctx.config.research.page_size
-
-    def tag_filter(self, agent: Any) -> str | None:
-        tag = self.state(agent).get("filter")
-        return tag if isinstance(tag, str) and tag else None
-
-    def board_where(self, ctx: Any, agent: Any) -> tuple[str, tuple]:
-        where, params = self.scope(ctx, agent)
-        tag = self.tag_filter(agent)
-        if tag:
-            where += " AND e.id IN (SELECT evaluation FROM evaluation_tags WHERE tag = ?)"
-            params += (tag,)
-        return where, params
-
-    def board_count(self, ctx: Any, agent: Any) -> int:
-        where, params = self.board_where(ctx, agent)
-        return ctx.store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params) or 0
-
-    def score_order(self, ctx: Any, where: str, params: tuple) -> str:
-        """Valid results first, higher first, earlier first among ties. Sort keys are compared only
-        when every valid row belongs to one task; scores of different tasks are compared as numbers."""
-        valid_rows = f"FROM evaluations e WHERE {where} AND {VALID}"
-        tasks = ctx.store.all(f"SELECT DISTINCT e.task {valid_rows} LIMIT 2", params)
-        keys = ["e.score DESC"]
-        if len(tasks) == 1:
-            length = ctx.store.scalar(f"SELECT MAX(json_array_length({SORT_KEY_JSON})) {valid_rows}", params) or 0
-            if length:
-                item = f"json_extract({SORT_KEY_JSON}, '$[{{i}}]')"
-                keys = [f"COALESCE({item.format(i=0)}, e.score) DESC"]
-                keys += [f"{item.format(i=i)} DESC" for i in range(1, min(length, MAX_SORT_KEY))]
-        return f"{VALID} DESC, {', '.join(keys)}, e.tick ASC, e.id ASC"
-
-    def order(self, ctx: Any, agent: Any, mode: str, where: str, params: tuple) -> tuple[str, tuple]:
-        if mode == "author":
-            return "COALESCE(e.session = ?, 0) DESC, e.tick DESC, e.id DESC", (agent.session,)
-        if mode == "score":
-            return self.score_order(ctx, where, params), ()
-        return "e.id DESC", ()
-
-    # -- cells --------------------------------------------------------------------------------
-    def score_cell(self, ctx: Any, row: Any) -> str:
-        status = row["status"]
-        if status == "queued":
-            return "running"
-        if status != "finished":
-            return "n.a."
-        score = row["score"]
-        if score is None:
-            return "—"
-        if isinstance(score, float) and not math.isfinite(score):
-            return "n.a."
-        if isinstance(score, int):
-            return str(score)
-        return f"{score:.{self.precision(ctx, row['task'])}f}"
-
-    def metric_text(self, ctx: Any, task_id: str, name: str, value: Any) -> str:
-        if value is None:
-            return "—"
-        task = ctx.tasks.get(task_id)
-        spec = (getattr(task, "metric_formats", None) or {}).get(name) if task is not None else None
-        if spec:
-            try:
-                return format(value, spec)
-            except (TypeError, ValueError):
-                pass
-        return str(value)
-
-    def metrics_of(self, row: Any) -> dict[str, Any]:
-        if row["status"] == "queued":
-            return {}
-        return _json(row["metrics"], {})
 
     # -- the view -------------------------------------------------------------------------------
     def render(self, ctx: Any, agent: Any) -> str:
@@ -295,77 +193,6 @@ class ResearchCounter(Room):
                  "|---|---|---|---|---|"]
         lines += [f"| {r['id']} | {r['task']} | {cell(clip_title(r['title']))} | {cell(r['author'])} | {r['tick']} |"
                   for r in rows]
-        return "\n".join(lines)
-
-    def _board(self, ctx: Any, agent: Any) -> str:
-        no_score = ctx.config.research.no_score
-        state = self.state(agent)
-        where, params = self.board_where(ctx, agent)
-        total = ctx.store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params) or 0
-        size = self.page_size(ctx, agent)
-        pages = max(1, -(-total // size))
-        page = state.get("page", 1)
-        page = min(max(1, page if isinstance(page, int) else 1), pages)
-        state["page"] = page
-        mode = self.sort_mode(ctx, agent)
-        tag = self.tag_filter(agent)
-        heading = "**Submitted Evaluations**"
-        filter_line = f"Filter: only evaluations tagged '{tag}' are listed; `unfilter` shows all again." if tag else ""
-        if total == 0:
-            empty = (f"No visible evaluation is tagged '{tag}'." if tag else "No evaluations have been submitted yet.")
-            return "\n\n".join(p for p in (heading, empty, filter_line) if p)
-        order, order_params = self.order(ctx, agent, mode, where, params)
-        rows = ctx.store.all(
-            f"SELECT e.id, e.task, e.title, e.author, e.tick, e.status, e.score, e.metrics FROM evaluations e "
-            f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", (*params, *order_params, size, (page - 1) * size))
-        metrics = {} if no_score else {r["id"]: self.metrics_of(r) for r in rows}
-        names = sorted({name for m in metrics.values() for name in m})
-        cols = ["ID", "Task", "Title", "Author", "Tick"] + ([] if no_score else ["Score"]) + names
-        lines = [heading, "", "| " + " | ".join(cell(c) for c in cols) + " |", "|" + "---|" * len(cols)]
-        for r in rows:
-            cells = [str(r["id"]), r["task"], cell(clip_title(r["title"])), cell(r["author"]), str(r["tick"])]
-            if not no_score:
-                cells.append(self.score_cell(ctx, r))
-                m = metrics[r["id"]]
-                cells += [cell(self.metric_text(ctx, r["task"], n, m[n])) if n in m else "" for n in names]
-            lines.append("| " + " | ".join(cells) + " |")
-        if pages > 1:
-            ranks = "id|author" if no_score else "id|score|author"
-            lines += ["", f"Page {page} of {pages} (sorted by: {mode}). Move with `page N`; sort with "
-                      f"`rank {ranks}`; rows per page: `page_size N`; narrow with `filter <tag>`."]
-        elif mode != "id":
-            lines += ["", f"Sorted by: {mode}."]
-        if filter_line:
-            lines += ["", filter_line]
-        return "\n".join(lines)
-
-    def _tag_stats(self, ctx: Any, agent: Any) -> str:
-        cfg = ctx.config.research
-        if not cfg.show_tag_stats or not self.sees_all(ctx, agent):
-            return ""
-        where, params = self.scope(ctx, agent)
-        query = (f"SELECT t.tag AS tag, COUNT(*) AS n, MAX(e.tick) AS last, "
-                 f"MAX(CASE WHEN {VALID} THEN e.score END) AS best FROM evaluation_tags t "
-                 f"JOIN evaluations e ON e.id = t.evaluation WHERE {where} {{extra}} GROUP BY t.tag")
-        rows = list(ctx.store.all(query.format(extra="") + " ORDER BY n DESC, t.tag LIMIT ?",
-                                  (*params, TAG_STATS_ROWS)))
-        if not rows:
-            return ""
-        tag = self.tag_filter(agent)
-        if tag:
-            rows = [r for r in rows if r["tag"] != tag]
-            mine = ctx.store.all(query.format(extra="AND t.tag = ?"), (*params, tag))
-            rows = (list(mine) + rows)[:TAG_STATS_ROWS]
-        precision = max((self.precision(ctx, t) for t in ctx.tasks), default=4)
-        cols = ["Tag", "Submissions", "Last Tick"] + ([] if cfg.no_score else ["Highest Score"])
-        lines = ["**Tag Statistics**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for r in rows:
-            cells = [cell(r["tag"]), str(r["n"]), str(r["last"])]
-            if not cfg.no_score:
-                cells.append("—" if r["best"] is None else f"{r['best']:.{precision}f}")
-            lines.append("| " + " | ".join(cells) + " |")
-        if len(ctx.tasks) > 1 and not cfg.no_score:
-            lines += ["", "Highest scores mix tasks; compare them only within one task."]
         return "\n".join(lines)
 
     # -- actions: tasks and submissions --------------------------------------------------------------
@@ -527,7 +354,7 @@ class ResearchCounter(Room):
         cfg = ctx.config.research
         number = row["id"]
         task = ctx.tasks.get(row["task"])
-        tags = ", ".join(_json(row["tags"], [])) or "—"
+        tags = ", ".join(json_or(row["tags"], [])) or "—"
         lines = [f"**Evaluation #{number}: {row['title']}**", "",
                  f"- ID: {number}",
                  f"- Task: #{row['task']}" + (f" ({task.title})" if task is not None else ""),
@@ -594,7 +421,7 @@ class ResearchCounter(Room):
         return Outcome([f"Previewed {len(blocks)} evaluation(s): see your System Messages next turn."] + notes)
 
     def preview_block(self, ctx: Any, row: Any) -> str:
-        tags = ", ".join(_json(row["tags"], [])) or "—"
+        tags = ", ".join(json_or(row["tags"], [])) or "—"
         lines = [f"**Evaluation #{row['id']}: {row['title']}**",
                  f"Task #{row['task']}; by {row['author']} at tick {row['tick']}; tags: {tags}",
                  f"Abstract: {row['abstract']}"]
@@ -607,270 +434,6 @@ class ResearchCounter(Room):
                                  for name, value in sorted(self.metrics_of(row).items()))
             lines.append(score)
         return "\n".join(lines)
-
-    # -- actions: the leaderboard view -----------------------------------------------------------------
-    @action("rank")
-    def rank(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
-        mode = (args or "").strip()
-        modes = [m for m in SORT_MODES if not (m == "score" and ctx.config.research.no_score)]
-        if mode == "score" and ctx.config.research.no_score:
-            return Outcome(["Scores are hidden in this station, so the leaderboard cannot be ranked by score; "
-                            "use rank id or rank author."])
-        if mode not in modes:
-            return Outcome([f"Usage: /execute_action{{rank {'|'.join(modes)}}} (lower case)."])
-        self.state(agent).update(sort=mode, page=1)
-        return Outcome([f"The leaderboard is now sorted by {mode}, from page 1."])
-
-    @action("filter")
-    def filter(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
-        text = (args or "").strip()
-        tag = normalise_tag(text)
-        if not tag:
-            return Outcome(["Usage: /execute_action{filter <tag>}, e.g. filter baseline."])
-        if CONTROL.search(tag) or LINE_BREAK.search(tag) or "," in tag:
-            return Outcome(["Filter refused: give one tag, without commas or control characters."])
-        if len(tag) > ctx.config.research.max_tag_chars:
-            return Outcome([f"Filter refused: tags have at most {ctx.config.research.max_tag_chars} characters."])
-        self.state(agent).update(filter=tag, page=1)
-        count = self.board_count(ctx, agent)
-        return Outcome([f"The leaderboard now lists only evaluations tagged '{tag}' ({count} visible); "
-                        "`unfilter` shows all again."])
-
-    @action("unfilter")
-    def unfilter(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
-        state = self.state(agent)
-        if not self.tag_filter(agent):
-            return Outcome(["No filter was set; the leaderboard already lists everything you can see."])
-        state.pop("filter", None)
-        state["page"] = 1
-        return Outcome(["Filter removed: the leaderboard lists every evaluation you can see, from page 1."])
-
-    @action("page")
-    def page(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
-        text = (args or "").strip()
-        if not re.fullmatch(r"\d{1,9}", text) or int(text) < 1:
-            return Outcome(["Usage: /execute_action{page N} with N a page number from 1."])
-        pages = max(1, -(-self.board_count(ctx, agent) // self.page_size(ctx, agent)))
-        if int(text) > pages:
-            return Outcome([f"Page {int(text)} does not exist: the leaderboard has {pages} page(s)."])
-        self.state(agent)["page"] = int(text)
-        return Outcome([f"Showing page {int(text)} of {pages}."])
-
-    @action("page_size")
-    def page_size_action(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
-        text = (args or "").strip()
-        if not re.fullmatch(r"\d{1,9}", text) or not 1 <= int(text) <= MAX_PAGE_SIZE:
-            return Outcome([f"Usage: /execute_action{{page_size N}} with N from 1 to {MAX_PAGE_SIZE}."])
-        self.state(agent).update(page_size=int(text), page=1)
-        return Outcome([f"The leaderboard now shows {int(text)} rows per page, from page 1."])
-
-    # -- storage ----------------------------------------------------------------------------------------
-    def _own(self, agent: Any) -> str | None:
-        return agent.lineage.lower() if agent.lineage else None
-
-    def may_read(self, ctx: Any, agent: Any, loc: rs.Location) -> str | None:
-        if loc.area != rs.LINEAGE or loc.lineage == self._own(agent):
-            return None
-        return self.may_read_others(ctx, agent)
-
-    def may_read_others(self, ctx: Any, agent: Any) -> str | None:
-        """Why the agent may not read other lineages' storage, or None (the same rule as the leaderboard's)."""
-        if agent.role == "supervisor":
-            return None
-        if not ctx.config.research.cross_lineage_storage:
-            return "other lineages' storage is closed in this station"
-        if not ctx.is_mature(agent):
-            return (f"other lineages' storage opens to you when you are mature "
-                    f"(age {ctx.config.lifecycle.maturity_ticks})")
-        return None
-
-    def may_write(self, ctx: Any, agent: Any, loc: rs.Location, verb: str) -> str | None:
-        if loc.area is None or not loc.parts:
-            return f"name the file to {verb}, e.g. shared/notes.md or lineage/helpers.py"
-        if loc.area == rs.SYSTEM:
-            return "system storage is read-only"
-        if loc.area == rs.LINEAGE and loc.lineage != self._own(agent):
-            return f"you may {verb} only in shared/ and in your own lineage's folder"
-        return None
-
-    @action("storage", params=StorageParams, yaml_required=False)
-    def storage(self, ctx: Any, agent: Any, args: str | None, p: StorageParams | None) -> Outcome:
-        text = (args or "").strip()
-        op, _, rest = text.partition(" ")
-        op, rest = op.lower(), rest.strip()
-        usage = ("Usage: storage info | storage list <path> [page] | storage read <path> | storage write <path> "
-                 "(with a YAML `content`) | storage delete <path>. Paths start with an area: shared/, system/, "
-                 "lineage/ (yours) or a lineage name.")
-        if op not in ("info", "list", "read", "write", "delete"):
-            return Outcome([usage])
-        view = self.state(agent).setdefault("storage_view", {})
-        if op == "info":
-            view["info"] = True
-            return Outcome(["Storage information will be shown in the room view next turn."])
-        page = 1
-        if op == "list":
-            words = rest.split()
-            if len(words) >= 2 and words[-1].isdigit():
-                if len(words[-1]) > 6 or int(words[-1]) < 1:
-                    return Outcome(["Storage list refused: the page is a number from 1."])
-                page, rest = int(words[-1]), rest[:rest.rstrip().rfind(words[-1])].strip()
-        elif not rest:
-            return Outcome([f"Storage {op} needs a path, e.g. storage {op} shared/notes.md."])
-        try:
-            loc = rs.parse_path(rest, agent.lineage)
-        except rs.StorageError as err:
-            return Outcome([f"Storage {op} refused: {err}."])
-        if op in ("list", "read"):
-            problem = self.may_read(ctx, agent, loc)
-            if problem is None and op == "read" and (loc.area is None or not loc.parts):
-                problem = "name a file to read, e.g. shared/notes.md"
-            if problem is None:
-                try:
-                    rs.contained(self.storage_root(ctx), loc)
-                except rs.StorageError as err:
-                    problem = str(err)
-            if problem:
-                return Outcome([f"Storage {op} refused: {problem}."])
-            key = "lists" if op == "list" else "reads"
-            pending = view.setdefault(key, [])
-            if len(pending) >= STORAGE_REQUESTS:
-                return Outcome([f"Storage {op} skipped: at most {STORAGE_REQUESTS} per turn are shown; "
-                                "ask again next turn."])
-            pending.append([rest, page] if op == "list" else rest)
-            what = (f"The listing of {loc.display}" + (f" (page {page})" if page > 1 else "") if op == "list"
-                    else f"The content of {loc.display}")
-            return Outcome([f"{what} will be shown in the room view next turn."])
-        problem = self.may_write(ctx, agent, loc, op)
-        if problem:
-            return Outcome([f"Storage {op} refused: {problem}."])
-        root = self.storage_root(ctx)
-        if op == "delete":
-            try:
-                rs.delete_file(root, loc)
-            except rs.StorageError as err:
-                return Outcome([f"Storage delete refused: {err}."])
-            return Outcome([f"Deleted {loc.display}."])
-        content = p.content if p is not None else None
-        if content is None:
-            return Outcome([f"Storage write needs a ```yaml block with `content:` (the text of {loc.display})."])
-        if isinstance(content, (bytes, bytearray)):
-            return Outcome(["Storage write refused: binary content cannot be stored; write text."])
-        if not isinstance(content, str) or not content:
-            return Outcome(["Storage write refused: content must be non-empty text (use a `|` block)."])
-        if "\x00" in content:
-            return Outcome(["Storage write refused: the content contains NUL characters."])
-        cap = ctx.config.research.storage_write_max_chars
-        if len(content) > cap:
-            return Outcome([f"Storage write refused: the content is {len(content):,} characters long; "
-                            f"at most {cap:,} are allowed."])
-        try:
-            created = rs.write_text(root, loc, content)
-        except rs.StorageError as err:
-            return Outcome([f"Storage write refused: {err}."])
-        size = rs.human_size(len(content.encode("utf-8")))
-        return Outcome([f"{'Created' if created else 'Overwrote'} {loc.display} ({size})."])
-
-    def _storage_view(self, ctx: Any, agent: Any) -> str:
-        """The storage sections asked for last turn, shown once. What they show comes from the disk, which
-        running code also changes, so it is a recorded input: a replayed station shows the same text."""
-        state = self.state(agent)
-        view = state.pop("storage_view", None)
-        if not isinstance(view, dict):
-            return ""
-        count = int(state.get("storage_views", 0)) + 1
-        state["storage_views"] = count
-        payload = ctx.obtain(f"research-storage/{agent.session}/{count}", "research_storage", agent.name,
-                             lambda: {"text": self._storage_sections(ctx, agent, view)})
-        return str(payload.get("text", ""))
-
-    def _storage_sections(self, ctx: Any, agent: Any, view: dict[str, Any]) -> str:
-        parts = []
-        if view.get("info"):
-            parts.append(self._storage_info(ctx, agent))
-        if view.get("lists"):
-            parts.append("**File Listings**\n\n" + "\n\n".join(
-                self._storage_listing(ctx, agent, str(path), int(page)) for path, page in view["lists"]))
-        if view.get("reads"):
-            parts.append("**Read Contents**\n\n" + "\n\n".join(
-                self._storage_read(ctx, agent, str(path)) for path in view["reads"]))
-        return "\n\n".join(parts)
-
-    def _storage_info(self, ctx: Any, agent: Any) -> str:
-        root = self.storage_root(ctx)
-        own = self._own(agent)
-        areas = [("shared", rs.Location(rs.SHARED), "`storage/shared`", "list, read, write, delete"),
-                 ("system", rs.Location(rs.SYSTEM), "`storage/system`", "list, read")]
-        if own:
-            areas.append((f"{own} (your lineage)", rs.Location(rs.LINEAGE, own), f"`storage/{own}` or "
-                          "`storage/lineage`", "list, read, write, delete"))
-        lines = ["**Storage Information**", "", "| Area | Path for your code | Files | Size | Actions |",
-                 "|---|---|---|---|---|"]
-        for label, loc, path, rights in areas:
-            count, size, complete = rs.area_usage(root, loc)
-            lines.append(f"| {label} | {path} | {count}{'' if complete else '+'} | {rs.human_size(size)} | {rights} |")
-        cfg = ctx.config.research
-        if agent.role == "supervisor":
-            rules = "research_storage_rules_supervisor"
-        elif not cfg.cross_lineage_storage:
-            rules = "research_storage_rules_closed"
-        elif not ctx.is_mature(agent):
-            rules = "research_storage_rules_immature"
-        else:
-            rules = "research_storage_rules_open"
-        lines += ["", ctx.texts.render(rules), "", ctx.texts.render("research_storage_code_example")]
-        return "\n".join(lines)
-
-    def _storage_listing(self, ctx: Any, agent: Any, path: str, page: int) -> str:
-        root = self.storage_root(ctx)
-        try:
-            loc = rs.parse_path(path, agent.lineage)
-            problem = self.may_read(ctx, agent, loc)
-            if problem:
-                raise rs.StorageError(problem)
-            if loc.area is None:
-                return self._area_overview(ctx, agent)
-            listing = rs.list_files(root, loc)
-        except rs.StorageError as err:
-            return f"`{path[:200]}`: {err}."
-        if listing is None or not listing.files:
-            return f"`{loc.display}`: No files found."
-        total = len(listing.files)
-        pages = -(-total // rs.LIST_PAGE_SIZE)
-        if page > pages:
-            return f"`{loc.display}` has {pages} page(s) of files; page {page} does not exist."
-        size = rs.human_size(sum(s for _, s in listing.files))
-        more = "" if listing.complete else f" (the listing stops after {rs.MAX_WALK:,} files)"
-        lines = [f"`{loc.display}` (page {page} of {pages}): {total:,} file(s), {size} in all{more}"]
-        start = (page - 1) * rs.LIST_PAGE_SIZE
-        lines += [f"- {name} ({rs.human_size(s)})" for name, s in listing.files[start:start + rs.LIST_PAGE_SIZE]]
-        if page < pages:
-            lines.append(f"Next page: `storage list {loc.display} {page + 1}`")
-        return "\n".join(lines)
-
-    def _area_overview(self, ctx: Any, agent: Any) -> str:
-        own = self._own(agent)
-        lines = ["`storage/` holds these areas:", "- `shared/`: everyone reads and writes",
-                 "- `system/`: task files, read-only"]
-        if own:
-            lines.append(f"- `{own}/` (also `lineage/`): your lineage's folder")
-        if self.may_read_others(ctx, agent) is None:
-            others = [n for n in rs.lineage_dirs(self.storage_root(ctx)) if n != own]
-            if others:
-                lines.append("- other lineages (read-only): " + ", ".join(f"`{n}/`" for n in others))
-        return "\n".join(lines)
-
-    def _storage_read(self, ctx: Any, agent: Any, path: str) -> str:
-        limit = ctx.config.research.storage_read_max_chars
-        try:
-            loc = rs.parse_path(path, agent.lineage)
-            problem = self.may_read(ctx, agent, loc)
-            if problem:
-                raise rs.StorageError(problem)
-            result = rs.read_text(self.storage_root(ctx), loc, limit)
-        except rs.StorageError as err:
-            return f"`{path[:200]}`: {err}."
-        note = f"\n(Only the first {limit:,} characters are shown.)" if result.truncated else ""
-        return f"`{loc.display}` ({rs.human_size(result.size)}):\n{fence(result.text)}{note}"
 
     # -- help ---------------------------------------------------------------------------------------
     def help(self, ctx: Any, agent: Any) -> str:
@@ -924,7 +487,7 @@ class ResearchCounter(Room):
     @staticmethod
     def result_key(row: Any) -> list[float] | None:
         """The comparable key of a delivered success: its sort key, else [score]."""
-        key = _json(row["sort_key"], [])
+        key = json_or(row["sort_key"], [])
         if key and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in key):
             return [float(v) for v in key]
         score = row["score"]

@@ -1,6 +1,7 @@
 """Text helpers for research views and messages: table cells, code fences, clipped logs."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -29,3 +30,14 @@ def clip_log(text: str, limit: int) -> str:
     head = limit // 2
     tail = limit - head
     return f"{text[:head]}\n[... {len(text) - limit:,} characters cut here ...]\n{text[-tail:]}"
+
+
+def json_or(text: Any, default: Any) -> Any:
+    """The JSON value stored in `text`, or `default` when it is missing, malformed or of another type."""
+    if text is None:
+        return default
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return default
+    return value if isinstance(value, type(default)) else default
