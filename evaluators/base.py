@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from station.registry import Registry
 from station.run_types import Mount, RunResult, RunSpec
 
 
@@ -126,15 +127,15 @@ class Task:
         return executor.run(self.run_spec(code, mounts=mounts, label=label, cpu_only=cpu_only))
 
 
-TASKS: dict[str, Callable[..., Task]] = {}
+TASKS: Registry[type[Task]] = Registry("research task")
 SCRIPTED_TYPO_RATE = 0.12  # how often a scripted submission holds a slip the debugger can mend
 
 
 def register(kind: str) -> Callable[[type[Task]], type[Task]]:
+    """Register a task class under `kind`, the name configs give as `research.tasks[].evaluator`."""
     def mark(cls: type[Task]) -> type[Task]:
         cls.kind = kind
-        TASKS[kind] = cls
-        return cls
+        return TASKS.register(kind)(cls)
     return mark
 
 
@@ -142,7 +143,7 @@ def task_classes() -> list[type[Task]]:
     """Every registered task class, in registration order."""
     from . import known_tasks  # noqa: F401 - importing registers every task module
 
-    return list(TASKS.values())  # type: ignore[arg-type]
+    return [TASKS.get(name) for name in TASKS.names()]
 
 
 def create_task(kind: str, params: dict[str, Any] | None = None) -> Task:
@@ -150,9 +151,9 @@ def create_task(kind: str, params: dict[str, Any] | None = None) -> Task:
     from . import known_tasks  # noqa: F401 - importing registers every task module
 
     if kind not in TASKS:
-        raise ValueError(f"unknown research task {kind!r}; known: {', '.join(sorted(TASKS))}")
+        raise ValueError(f"unknown research task {kind!r}; known: {', '.join(sorted(TASKS.names()))}")
     try:
-        return TASKS[kind](**(params or {}))
+        return TASKS.get(kind)(**(params or {}))
     except TypeError as err:
         raise ValueError(f"research task {kind!r}: bad parameters {params!r} ({err})") from None
 

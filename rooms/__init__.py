@@ -1,35 +1,21 @@
-"""The rooms of a station. `load_rooms` builds the enabled ones in the order the Lobby lists them."""
+"""The rooms of a station. Importing a room's module registers it (`@register_room`); `load_rooms` builds
+the enabled ones in the order the Lobby lists them."""
 from __future__ import annotations
 
-from .archive import ArchiveRoom
-from station.room import Room
-from .codex import CodexRoom
-from .common import CommonRoom
-from .exit import ExitRoom
-from .external import ExternalCounter
-from .lobby import Lobby
-from .mail import MailRoom
-from .misc import MiscRoom
-from .private_memory import PrivateMemoryRoom
-from .public_memory import PublicMemoryRoom
-from .reflection import ReflectionChamber
-from .research import ResearchCounter
-from .test import TestChamber
-from .token_management import TokenManagementRoom
+from station.room import ROOMS, Room
 
-# Lobby order; rooms added by later work slot in here.
-ROOM_CLASSES: list[type[Room]] = [
-    Lobby, CodexRoom, ReflectionChamber, PrivateMemoryRoom, PublicMemoryRoom, ArchiveRoom, ResearchCounter, MailRoom,
-    CommonRoom, TestChamber, TokenManagementRoom, ExternalCounter, MiscRoom, ExitRoom,
-]
+from . import archive, codex, common, exit, external, lobby, mail, misc, private_memory, public_memory  # noqa: F401
+from . import reflection, research, test, token_management  # noqa: F401
 
 
-def known_rooms() -> list[str]:
-    return [cls.short for cls in ROOM_CLASSES]
+def room_classes() -> list[type[Room]]:
+    """Every registered room, in Lobby order."""
+    return sorted((ROOMS.get(name) for name in ROOMS.names()), key=lambda cls: cls.lobby_order)
 
 
 def load_rooms(disabled: list[str]) -> list[Room]:
-    unknown = sorted(set(disabled) - set(known_rooms()))
+    unknown = sorted(set(disabled) - set(ROOMS.names()))
     if unknown:
-        raise ValueError(f"rooms.disabled: unknown room(s) {unknown}; known: {', '.join(known_rooms())}")
-    return [cls() for cls in ROOM_CLASSES if cls.short not in disabled]
+        known = ", ".join(cls.short for cls in room_classes())
+        raise ValueError(f"rooms.disabled: unknown room(s) {unknown}; known: {known}")
+    return [cls() for cls in room_classes() if cls.short not in disabled]

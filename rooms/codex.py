@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from station.room import Outcome, Room, action
+from station.room import Outcome, Room, action, register_room
 
 
 class CodexReading:
@@ -25,8 +25,10 @@ class CodexReading:
         return None, [ctx.texts.render("codex_finished", count=len(self.modules))]
 
 
+@register_room
 class CodexRoom(Room):
     short, name = "codex", "Codex Room"
+    lobby_order = 20
 
     def render(self, ctx: Any, agent: Any) -> str:
         status = agent.room_state("codex").get("read", {})

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from station.context import Hook
 
-from station.room import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
     """
@@ -100,8 +100,10 @@ class CommonArchiver(Hook):
         )
 
 
+@register_room
 class CommonRoom(Room):
     short, name = "common", "Common Room"
+    lobby_order = 90
     guests_allowed = False
     maturity_gated = True
     migrations = MIGRATIONS

@@ -7,7 +7,7 @@ from typing import Any
 from station import lifecycle
 from station.texts import token_amount, token_reserve
 
-from station.room import Outcome, Room, action
+from station.room import Outcome, Room, action, register_room
 
 CONFIRMATION = re.compile(r"^`?/execute_action\{\s*exit\s*\}`?$")
 
@@ -27,8 +27,10 @@ class ExitReflection:
         return None, ["You did not confirm, so you stay in the Exit room."]
 
 
+@register_room
 class ExitRoom(Room):
     short, name = "exit", "Exit"
+    lobby_order = 140
 
     def help(self, ctx: Any, agent: Any) -> str:
         # The advice "staying is safe while more than N tokens are left" scales with the agent's

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from station.room import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
     """CREATE TABLE human_requests (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
@@ -47,8 +47,10 @@ def answer_request(ctx: Any, request_id: int, response: str | None) -> str:
     return row["agent"]
 
 
+@register_room
 class ExternalCounter(Room):
     short, name = "external", "External Counter"
+    lobby_order = 120
     guests_allowed = False
     migrations = MIGRATIONS
 

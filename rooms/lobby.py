@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from station.room import Room
+from station.room import Room, register_room
 
 
+@register_room
 class Lobby(Room):
     short, name = "lobby", "Lobby"
+    lobby_order = 10
 
     def help_values(self, ctx: Any) -> dict[str, Any]:
         life = ctx.config.lifecycle

@@ -8,15 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from . import capsule_store as cs
-from station.room import ActionSpec, Outcome, action
+from station.room import ActionSpec, Outcome, action, register_room
 from .capsule_ids import IdError, parse_single
 from .capsule_params import ForwardParams, MailParams, as_list
 from .capsule_store import Capsule
 from .capsules import CapsuleRoom, cell
 
 
+@register_room
 class MailRoom(CapsuleRoom):
     short, name = "mail", "Mail Room"
+    lobby_order = 80
     empty_listing = "No mail you may view."
 
     def help_values(self, ctx: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from station.room import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
     """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
@@ -38,8 +38,10 @@ class SuggestionParams(Params):
         return value.strip()
 
 
+@register_room
 class MiscRoom(Room):
     short, name = "misc", "Misc Room"
+    lobby_order = 130
     guests_allowed = False
     migrations = MIGRATIONS
 

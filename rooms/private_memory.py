@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from station.room import ActionSpec, Outcome, action
+from station.room import ActionSpec, Outcome, action, register_room
 from .capsule_params import NoteParams
 from .capsule_store import lineage_key
 from .capsules import CapsuleRoom
@@ -16,8 +16,10 @@ from .capsules import CapsuleRoom
 READ_ONLY = {"read", "unread", "preview", "search", "page", "pin", "unpin"}
 
 
+@register_room
 class PrivateMemoryRoom(CapsuleRoom):
     short, name = "private_memory", "Private Memory Room"
+    lobby_order = 40
     empty_listing = "Your lineage has no notes yet."
 
     def previewed_ancestor(self, ctx: Any, agent: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import capsule_store as cs
-from station.room import Outcome, action
+from station.room import Outcome, action, register_room
 from .capsule_ids import IdError, parse_single
 from .capsule_params import PostParams
 from .capsule_store import Capsule
@@ -12,8 +12,10 @@ from .capsules import CapsuleRoom
 from .mentions import mentioned_names
 
 
+@register_room
 class PublicMemoryRoom(CapsuleRoom):
     short, name = "public_memory", "Public Memory Room"
+    lobby_order = 50
     maturity_gated = True
     required = ("title", "abstract", "content")
     update_notices = True

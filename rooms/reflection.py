@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from station.room import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action, register_room
 
 MAX_PROMPT_CHARS = 4000
 
@@ -71,8 +71,10 @@ class Reflection:
         return self._marker(ctx), []
 
 
+@register_room
 class ReflectionChamber(Room):
     short, name = "reflect", "Reflection Chamber"
+    lobby_order = 30
 
     def help_values(self, ctx: Any) -> dict[str, Any]:
         cfg = ctx.config.reflection

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from station.room import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action, register_room
 
 PAGE_ROWS = 300
 
@@ -46,8 +46,10 @@ def parse_ticks(value: int | str) -> tuple[int, int]:
     raise ValueError(f"'{text}' is not a tick, a range 'a-b' (or 'a:b') or a list 'a,b,c'")
 
 
+@register_room
 class TokenManagementRoom(Room):
     short, name = "token_management", "Token Management Room"
+    lobby_order = 110
     guests_allowed = False
 
     def help_values(self, ctx: Any) -> dict[str, Any]:

@@ -30,7 +30,8 @@ class ModelConfig(Section):
     one, or the one named by `api_key_env`), so a stored config holds no secret.
     """
 
-    provider: Literal["scripted", "replay", "anthropic", "openai", "gemini"] = "scripted"
+    provider: str = Field("scripted", description="a registered model provider: scripted, replay, anthropic, "
+                          "openai, gemini")
     name: str = Field("scripted-newcomer", min_length=1, description="model id; lineages match on it")
     temperature: float | None = Field(1.0, ge=0.0, le=2.0, description="null: the provider's default")
     max_output_tokens: int = Field(8192, gt=0)
@@ -52,6 +53,15 @@ class ModelConfig(Section):
     options: dict[str, Any] = Field(default_factory=dict, description="extra provider request options")
     replay_file: str | None = Field(None, description="replay provider: JSONL file of replies")
     seed: int = Field(0, description="scripted provider: seed of its decisions")
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        from .models import PROVIDERS  # the registry of the providers' package (it imports this module)
+
+        if value not in PROVIDERS:
+            raise ValueError(f"Input should be one of {', '.join(map(repr, PROVIDERS.names()))}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelConfig":
@@ -227,7 +237,16 @@ class TaskConfig(Section):
 
 
 class ExecutorConfig(Section):
-    kind: Literal["local", "ray"] = "local"
+    kind: str = Field("local", description="a registered executor: local, ray")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from .executors import EXECUTORS  # the registry of the executors' package
+
+        if value not in EXECUTORS:
+            raise ValueError(f"Input should be one of {', '.join(map(repr, EXECUTORS.names()))}")
+        return value
     max_parallel: int = Field(2, ge=1, le=256, description="evaluations running at once")
     scratch_dir: str | None = Field(None, description="where each run's scratch folder is made (on every "
                                     "worker host); null: the system's temp dir")
@@ -360,7 +379,7 @@ def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"invalid station config ({source}):"]
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif "input" in e and not isinstance(e["input"], (dict, list)):

@@ -9,11 +9,13 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .agents import Agent, AgentRegistry
 from .config import StationConfig
 from .conversation import Conversations
+from .registry import Registry
 from .store import Store, dumps
 from .texts import Texts
 
@@ -54,6 +56,48 @@ class Event:
     payload: dict[str, Any]
 
 
+class EventKind(str, Enum):
+    """Every kind of event the station emits (the `events` table's `kind`). A hook naming a kind
+    not listed here fails when hooks load, so a misspelt kind never goes silently unheard."""
+
+    STATION_CREATED = "station_created"
+    TICK_STARTED = "tick_started"
+    TICK_ENDING = "tick_ending"
+    TURN_STARTED = "turn_started"
+    TURN_FINISHED = "turn_finished"
+    AGENT_SPAWNED = "agent_spawned"
+    AGENT_ASCENDED = "agent_ascended"
+    AGENT_DEPARTED = "agent_departed"
+    AGENTS_MODEL_CHANGED = "agents_model_changed"
+    EVALUATION_SUBMITTED = "evaluation_submitted"
+    EVALUATION_FINISHED = "evaluation_finished"
+    PAPER_SUBMITTED = "paper_submitted"
+    PAPER_REVIEWED = "paper_reviewed"
+    TEST_SUBMITTED = "test_submitted"
+    TEST_GRADED = "test_graded"
+    REFLECTION_FINISHED = "reflection_finished"
+    COMMON_MESSAGE = "common_message"
+    HUMAN_REQUEST = "human_request"
+    SUGGESTION = "suggestion"
+    STAGNATION_CHANGED = "stagnation_changed"
+    STAGNATION_TAG_PROGRESS = "stagnation_tag_progress"
+    OPERATOR_COMMAND = "operator_command"
+    OPERATOR_PAUSE = "operator_pause"
+    OPERATOR_ALERT = "operator_alert"
+
+
+EVENT_KINDS = frozenset(kind.value for kind in EventKind)
+
+
+def check_hooks(hooks: list["Hook"]) -> None:
+    """Refuse a hook that waits for a kind the station never emits."""
+    for hook in hooks:
+        unknown = sorted(set(hook.events) - EVENT_KINDS)
+        if unknown:
+            raise ValueError(f"hook {hook.name!r} ({type(hook).__name__}) waits for unknown event kind(s) {unknown}; "
+                             f"known: {', '.join(sorted(EVENT_KINDS))}")
+
+
 class Hook:
     """A watcher of engine events (maturity, tips, grading, ...). Subclasses set `events`."""
 
@@ -66,6 +110,15 @@ class Hook:
 
     def handle(self, ctx: "Context", event: Event) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+# Hooks that belong to no room (a room brings its own through `Room.hooks`), by name.
+STATION_HOOKS: Registry[type[Hook]] = Registry("hook")
+
+
+def register_hook(cls: type[Hook]) -> type[Hook]:
+    """Register a station-wide hook class under its name; every station loads it."""
+    return STATION_HOOKS.register(cls.name)(cls)
 
 
 # Who receives a broadcast of a given kind while immature (spec capsules §10.2-10.3).
@@ -140,6 +193,8 @@ class Context:
 
     # -- events and hooks -----------------------------------------------------------------
     def emit(self, kind: str, agent: str | None = None, **payload: Any) -> None:
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r} (add it to EventKind)")
         self.store.execute(
             "INSERT INTO events(tick, kind, agent, payload) VALUES(?, ?, ?, ?)",
             (self.tick, kind, agent, dumps(payload)),

@@ -6,9 +6,11 @@ an action's YAML against the action's pydantic model, and calls the handler with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .registry import Registry
 
 if TYPE_CHECKING:
     from station.agents import Agent
@@ -68,6 +70,7 @@ class Room:
     migrations: ClassVar[list[str]] = []
     migration_component: ClassVar[str | None] = None  # rooms sharing tables share a component
     actions: ClassVar[dict[str, ActionSpec]] = {}
+    lobby_order: ClassVar[int]  # where the Lobby lists the room (10, 20, ...: leave gaps for new rooms)
     # Actions that count as work for the inactivity warnings (e.g. `submit` at the Research Counter).
     productive_actions: ClassVar[tuple[str, ...]] = ()
 
@@ -147,6 +150,15 @@ class Room:
         if agent.is_guest and not guests:
             return f"'{spec.name}' in the {self.name} is for recursive agents only."
         return None
+
+
+ROOMS: Registry[type[Room]] = Registry("room")
+RoomClass = TypeVar("RoomClass", bound=type[Room])
+
+
+def register_room(cls: RoomClass) -> RoomClass:
+    """Register a room class under its short name; a config enables it unless `rooms.disabled` lists it."""
+    return ROOMS.register(cls.short)(cls)
 
 
 def validate_params(spec: ActionSpec, raw: dict[str, Any] | None) -> tuple[Params | None, str | None, list[str]]:

@@ -1,6 +1,6 @@
 """Room conformance: what every room must satisfy (in the spirit of PettingZoo's `api_test`).
 
-Every class in `rooms.ROOM_CLASSES` is checked, so a new room is tested once listed there. A room must:
+Every class in `rooms.room_classes()` is checked, so a new room is tested once registered (`@register_room`). A room must:
 
 1. declare itself: a `short` and a `name`, both unique; each action a lower-case name whose handler
    is a method of the class, `params` None or a `Params` model; `productive_actions` among its actions;
@@ -33,7 +33,7 @@ import yaml
 
 from helpers import (FILLER, ROOT, act, events, guest, integrity_ok, make_old, make_station, recursive,
                      replay_model, reply, stored, turn_lines, yaml_block)
-from rooms import ROOM_CLASSES
+from rooms import room_classes
 from station.agents import Agent
 from station.config import load_config
 from station.context import Hook
@@ -43,6 +43,7 @@ from station.texts import CODEX_ROOT, Texts
 from station.turn import GLOBAL_ACTIONS, HELP_TOPICS
 from station.world import Station
 
+ROOM_CLASSES = room_classes()
 ACTIONS = [(cls, name) for cls in ROOM_CLASSES for name in cls.actions]
 CODEXES = tuple(f"{s.name}/{style}" for s in sorted((CODEX_ROOT / "sets").iterdir()) if s.is_dir()
                 for style in ("full", "compact"))

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from evaluators import base as evaluator_base
 from helpers import events, guest, make_station, recursive, replay_model
@@ -25,6 +24,7 @@ from station.world import Station
 THRESHOLD, DEEP = 3, 4
 
 
+@evaluator_base.register("stagnation_probe")
 class ProbeTask(evaluator_base.Task):
     title = "Probe problem"
     description = "A task for hook tests; nothing is ever run."
@@ -34,11 +34,6 @@ class ProbeTask(evaluator_base.Task):
 
     def score(self, result: Any) -> evaluator_base.Verdict:  # pragma: no cover - never run
         return evaluator_base.Verdict(success=True, score=1.0)
-
-
-@pytest.fixture(autouse=True)
-def probe_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(evaluator_base.TASKS, "stagnation_probe", ProbeTask)
 
 
 def station(tmp_path: Path, *, tasks: int = 1, breakthrough: str = "tag", enabled: bool = True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from station.room import Outcome, action
+from station.room import Outcome, action, register_room
 
 from .. import capsule_store as cs
 from ..capsule_params import Limits, PaperParams
@@ -23,8 +23,10 @@ REVIEWER = Author("Archive Review System", None, "System", 0)
 HIGH_QUALITY_SCORE = 8
 
 
+@register_room
 class ArchiveRoom(CapsuleRoom):
     short, name = "archive", "Archive Room"
+    lobby_order = 60
     maturity_gated = True
     required = ("title", "abstract", "content")
     empty_listing = "No papers have been published yet."

@@ -22,7 +22,7 @@ from typing import Any
 from evaluators import has_real_code
 from station.config import StationConfig
 from station.context import Event, Hook
-from station.room import Outcome, Room, action
+from station.room import Outcome, Room, action, register_room
 
 from . import storage as rs
 from .board import VALID, Leaderboard
@@ -108,8 +108,10 @@ class HolidayEvacuation(Hook):
                 ctx.agents.save(agent)
 
 
+@register_room
 class ResearchCounter(Leaderboard, StorageActions, Room):
     short, name = "research", "Research Counter"
+    lobby_order = 70
     guests_allowed = False
     migrations = MIGRATIONS
     migration_component = "research"

@@ -7,7 +7,7 @@ from pydantic import Field, field_validator
 
 from station import agents as ag
 from station import lifecycle
-from station.room import Outcome, Params, Room, action
+from station.room import Outcome, Params, Room, action, register_room
 
 from .grader import TestGrader
 
@@ -76,8 +76,10 @@ def passed_count(ctx: Any, session: int) -> int:
     return sum(1 for s in latest_status(ctx, session).values() if s == "pass")
 
 
+@register_room
 class TestChamber(Room):
     short, name = "test", "Test Chamber"
+    lobby_order = 100
     migrations = MIGRATIONS
 
     def hooks(self, config: Any) -> list[Any]:

@@ -6,23 +6,30 @@ Ray is imported only by ray_executor.py, and only when a RayExecutor is used.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ..registry import Registry
 from ..run_types import Mount, RunResult, RunSpec, RunStatus
 from .base import Executor
 from .local import LocalExecutor
 
-__all__ = ["Executor", "LocalExecutor", "Mount", "RunResult", "RunSpec", "RunStatus", "create_executor"]
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Mount", "RunResult", "RunSpec", "RunStatus", "create_executor"]
+
+
+# Executors by config name (`research.executor.kind`): each makes an Executor from (config, hide,
+# scratch_base). Ray is imported only when a station runs on it.
+EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor")
+
+
+@EXECUTORS.register("local")
+def _local(config: Any, hide: list[Path] | tuple, scratch_base: str | Path | None) -> Executor:
+    return LocalExecutor(scratch_base=scratch_base, hide=hide)
+
+
+EXECUTORS.lazy("ray", "station.executors.ray_executor:create")
 
 
 def create_executor(config: Any, hide: list[Path] | tuple = (), scratch_base: str | Path | None = None) -> Executor:
     """`config`: a station.config.ExecutorConfig. `hide`: host dirs the code must not see (the
     station dir); `scratch_base`: where run dirs go (default: the system temp dir)."""
-    if config.kind == "local":
-        return LocalExecutor(scratch_base=scratch_base, hide=hide)
-    if config.kind == "ray":
-        from .ray_executor import RayExecutor
-
-        return RayExecutor(config, hide=hide, scratch_base=scratch_base,
-                           queue_timeout_s=config.ray_queue_timeout_s)
-    raise ValueError(f"unknown executor kind {config.kind!r}")
+    return EXECUTORS.get(config.kind)(config, hide, scratch_base)

@@ -304,3 +304,8 @@ def _endpoint(address: str | None) -> tuple[str, int] | None:
     """(host, port) of "host:port" or "ray://host:port"; None for "auto" or no address."""
     host, _, port = (address or "").removeprefix("ray://").rpartition(":")
     return (host.strip("[]"), int(port)) if host and port.isdigit() else None
+
+
+def create(config: Any, hide: list[Path] | tuple, scratch_base: str | Path | None) -> RayExecutor:
+    """The registry's factory (station/executors/__init__.py)."""
+    return RayExecutor(config, hide=hide, scratch_base=scratch_base, queue_timeout_s=config.ray_queue_timeout_s)

@@ -5,15 +5,14 @@ The hooks here belong to no room; a room brings its own through `Room.hooks`.
 from __future__ import annotations
 
 from ..config import StationConfig
-from ..context import Hook
+from ..context import STATION_HOOKS, Hook, check_hooks
 from ..room import Room
-from .inactivity import InactivityWarnings
-from .maturity import Maturity
-from .tips import RandomTips
+from . import inactivity, maturity, tips  # noqa: F401 - importing registers them
 
 
 def load_hooks(config: StationConfig, rooms: list[Room]) -> list[Hook]:
-    hooks: list[Hook] = [Maturity(), RandomTips(), InactivityWarnings()]
+    hooks: list[Hook] = [STATION_HOOKS.get(name)() for name in STATION_HOOKS.names()]
     for room in rooms:
         hooks.extend(room.hooks(config))
+    check_hooks(hooks)
     return sorted(hooks, key=lambda hook: hook.order)  # stable: ties keep load order

@@ -7,11 +7,12 @@ every turn as the reference did.
 """
 from __future__ import annotations
 
-from ..context import Context, Event, Hook
+from ..context import Context, Event, Hook, register_hook
 
 SUPERVISOR_IDLE = {"go", "goto", "exit", "meta", "help"}
 
 
+@register_hook
 class InactivityWarnings(Hook):
     name = "inactivity"
     order = 30

@@ -1,9 +1,10 @@
 """Maturity: the one-time message when an agent comes of age (sent even if that exact tick was skipped)."""
 from __future__ import annotations
 
-from ..context import Context, Event, Hook
+from ..context import Context, Event, Hook, register_hook
 
 
+@register_hook
 class Maturity(Hook):
     name = "maturity"
     order = 10

@@ -1,9 +1,10 @@
 """Random tips: every N ticks each active agent gets one usage tip, drawn for it alone."""
 from __future__ import annotations
 
-from ..context import Context, Event, Hook
+from ..context import Context, Event, Hook, register_hook
 
 
+@register_hook
 class RandomTips(Hook):
     name = "tips"
     order = 20

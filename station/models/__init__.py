@@ -5,38 +5,44 @@ import threading
 from typing import Any, Callable
 
 from ..config import ModelConfig
-from .base import BudgetExceeded, Message, Model, ModelError, Reply, Usage, estimate_conversation
+from ..registry import UnknownName
+from . import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
+from .base import (PROVIDERS, SCRIPTED_POLICIES, BudgetExceeded, Message, Model, ModelError, Reply, Usage,
+                   estimate_conversation)
 from .replay import ReplayModel
 from .scripted import ScriptedModel
-from .scripted_debugger import ScriptedDebugger
-from .scripted_grader import ScriptedGrader
-from .scripted_reviewer import ScriptedReviewer
 
-__all__ = ["BudgetExceeded", "Message", "Model", "ModelError", "ModelPool", "Reply", "Usage", "create_model"]
+__all__ = ["PROVIDERS", "BudgetExceeded", "Message", "Model", "ModelError", "ModelPool", "Reply", "Usage",
+           "create_model"]
 
 
 def create_model(config: ModelConfig, *, stop: threading.Event | None = None,
                  on_wait: Callable[[str], None] | None = None) -> Model:
-    if config.provider == "scripted":
-        if config.name.startswith("scripted-grader"):
-            return ScriptedGrader(config.name)
-        if config.name.startswith("scripted-reviewer"):
-            return ScriptedReviewer(config.name)
-        if config.name.startswith("scripted-debugger"):
-            return ScriptedDebugger(config.name)
-        return ScriptedModel(config.name, config.seed)
-    if config.provider == "replay":
-        return ReplayModel(config.name, config.replay_file or "")
-    if config.provider == "anthropic":
-        from .anthropic_model import AnthropicModel
-        return AnthropicModel(config, stop=stop, on_wait=on_wait)
-    if config.provider == "openai":
-        from .openai_model import OpenAIModel
-        return OpenAIModel(config, stop=stop, on_wait=on_wait)
-    if config.provider == "gemini":
-        from .gemini_model import GeminiModel
-        return GeminiModel(config, stop=stop, on_wait=on_wait)
-    raise ModelError(f"unknown model provider {config.provider!r}", permanent=True)
+    try:
+        make = PROVIDERS.get(config.provider)
+    except UnknownName as err:
+        raise ModelError(str(err), permanent=True) from None
+    return make(config, stop=stop, on_wait=on_wait)
+
+
+@PROVIDERS.register("scripted")
+def _scripted(config: ModelConfig, **_: Any) -> Model:
+    """The offline policies: a system role's by its name prefix (scripted-grader...), else an agent's."""
+    role = next((prefix for prefix in SCRIPTED_POLICIES.names() if config.name.startswith(prefix)), None)
+    if role is not None:
+        return SCRIPTED_POLICIES.get(role)(config.name)
+    return ScriptedModel(config.name, config.seed)
+
+
+@PROVIDERS.register("replay")
+def _replay(config: ModelConfig, **_: Any) -> Model:
+    return ReplayModel(config.name, config.replay_file or "")
+
+
+# The SDK clients load only when a station uses them.
+PROVIDERS.lazy("anthropic", "station.models.anthropic_model:AnthropicModel")
+PROVIDERS.lazy("openai", "station.models.openai_model:OpenAIModel")
+PROVIDERS.lazy("gemini", "station.models.gemini_model:GeminiModel")
 
 
 class PooledModel:

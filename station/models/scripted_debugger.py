@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 
-from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
+from .base import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
 
 CODE = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 HINT = re.compile(r"(?:name|attribute) '(\w+)'.*?Did you mean: '(\w+)'\?")
 
 
+@SCRIPTED_POLICIES.register("scripted-debugger")
 class ScriptedDebugger:
     def __init__(self, name: str = "scripted-debugger") -> None:
         self.name = name

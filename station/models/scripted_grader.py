@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import re
 
-from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
+from .base import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
 
 KEY_TERMS = re.compile(r"^Key terms[^:]*:(.*)$", re.MULTILINE)
 ANSWER = re.compile(r"answer:\s*\n(.*?)(?:\n\s*Decide whether|\Z)", re.DOTALL | re.IGNORECASE)
 
 
+@SCRIPTED_POLICIES.register("scripted-grader")
 class ScriptedGrader:
     def __init__(self, name: str = "scripted-grader") -> None:
         self.name = name

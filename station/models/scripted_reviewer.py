@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
+from .base import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
 
 BEGIN, END = "----- BEGIN PAPER CONTENT -----", "----- END PAPER CONTENT -----"
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
@@ -51,6 +51,7 @@ def score_paper(content: str) -> tuple[int, list[str], list[str]]:
     return min(score, 9), good, bad
 
 
+@SCRIPTED_POLICIES.register("scripted-reviewer")
 class ScriptedReviewer:
     def __init__(self, name: str = "scripted-reviewer") -> None:
         self.name = name

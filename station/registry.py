@@ -1,0 +1,62 @@
+"""Named plugins of one kind: rooms, model providers, executors, research tasks, scripted policies.
+
+Every kind is registered the same way: `@REGISTRY.register("name")` on the class or factory,
+or `REGISTRY.lazy("name", "package.module:attribute")` for one whose module pulls a heavy
+dependency (a provider SDK, Ray), imported only when that name is used. An unknown name is an
+error that lists the known ones. A leaf module: it imports nothing of the project.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownName(ValueError):
+    """A name no plugin of this kind is registered under."""
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "model provider", "executor", ...: used in error messages
+        self._entries: dict[str, T | str] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def mark(entry: T) -> T:
+            self._add(name, entry)
+            return entry
+        return mark
+
+    def lazy(self, name: str, path: str) -> None:
+        """Register `module:attribute`, imported the first time `name` is asked for."""
+        self._add(name, path)
+
+    def get(self, name: str) -> T:
+        if name not in self._entries:
+            raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            module, _, attribute = entry.partition(":")
+            entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
+        return entry
+
+    def names(self) -> list[str]:
+        """Registered names, in registration order."""
+        return list(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def _add(self, name: str, entry: T | str) -> None:
+        if name in self._entries and _where(self._entries[name]) != _where(entry):
+            raise ValueError(f"{self.kind} {name!r} is registered twice: {_where(self._entries[name])} "
+                             f"and {_where(entry)}")
+        self._entries[name] = entry
+
+
+def _where(entry: object) -> str:
+    """Where an entry is defined: a module reloaded in a test registers the same name again."""
+    if isinstance(entry, str):
+        return entry
+    return f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', repr(entry))}"
