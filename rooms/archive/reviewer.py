@@ -12,11 +12,12 @@ The dialogue's shape is a pure function of the recorded inputs: which call comes
 context turn, a submission, a retry after an unreadable verdict) and its key
 (`review-context/<generation>/<try>`, `review/<submission>/<attempt>`) follow from the
 dialogue so far, and the text sent is stored inside the input. That is what lets the
-verdicts be produced ahead of time by a background worker (`hold_tick: false`): the worker
-walks the same path on its own connection, recording inputs only, and at each tick end the
-engine applies the submissions whose inputs are complete, that list itself being a recorded
-input (`reviews-ready/<tick>`). With `hold_tick: true` (the default) every pending paper is
-reviewed at the end of the tick it was submitted in, before the next tick starts.
+verdicts be produced ahead of time by a background worker (`hold_tick: false`; the machinery
+is station/background.py's): the worker walks the same path on its own connection, recording
+inputs only, and at each tick end the engine applies the submissions whose inputs are
+complete, that list itself being a recorded input (`reviews-ready/<tick>`). With
+`hold_tick: true` (the default) every pending paper is reviewed at the end of the tick it
+was submitted in, before the next tick starts.
 
 An unreadable verdict is asked for again in the same dialogue; a provider error is retried
 with the same request; after `reviewer.max_attempts` the submission is closed as failed, the
@@ -27,15 +28,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import yaml
 
 from station.agents import AgentRegistry
+from station.background import InputWorker, Stopped, apply_ready, recorded
 from station.context import Context, Event, Hook, request_hash
 from station.conversation import Conversations
 from station.models import ModelError
@@ -492,24 +491,21 @@ class Reviewer(Hook):
 
     # -- hold_tick: false -----------------------------------------------------------------
     def _apply_ready(self, ctx: Context, rows: list[Any]) -> None:
-        cfg = ctx.config.reviewer
-        store = ctx.store
-        ready = set(ctx.obtain(f"reviews-ready/{ctx.tick}", "reviews_ready", None,
-                               lambda: {"ready": ready_submissions(store, cfg)})["ready"])
+        cfg, store = ctx.config.reviewer, ctx.store
+        dialogue = Dialogue.load(store)
 
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
-            def missing() -> dict[str, Any]:
-                raise RuntimeError(f"reviewer input {key!r} was listed as ready but is not recorded")
-            return ctx.obtain(key, kind, agent, missing, request_hash(history))
+            return recorded(ctx, "reviewer", key, kind, agent, request_hash(history))
 
-        dialogue = Dialogue.load(store)
-        for row in rows:
-            if row["id"] not in ready:
-                break
+        def review(row: Any) -> None:
             outcome = review_submission(dialogue, row, cfg, fetch, None)
             assert outcome is not None
             dialogue.save(store, ctx.tick)
             self._apply(ctx, row, outcome)
+
+        # the dialogue takes the submissions in order: the first one not ready holds back the rest
+        apply_ready(ctx, f"reviews-ready/{ctx.tick}", "reviews_ready", rows, lambda: ready_submissions(store, cfg),
+                    review, in_order=True)
 
     def _start_worker(self, ctx: Context) -> None:
         if self.worker is not None and self.worker.is_alive():
@@ -523,9 +519,7 @@ class Reviewer(Hook):
     def stop_worker(self, timeout: float = 10.0) -> None:
         """Stop the background worker (if any) after its current model call."""
         if self.worker is not None:
-            self.worker.stop.set()
-            self.worker.wake.set()
-            self.worker.join(timeout)
+            self.worker.shutdown(timeout)
             self.worker = None
 
     # -- a verdict's effects (spec §7.6) ----------------------------------------------------
@@ -609,11 +603,7 @@ class Reviewer(Hook):
 
 
 # -- hold_tick: false — verdicts produced ahead of time ----------------------------------------
-class _Stopped(Exception):
-    pass
-
-
-class ReviewWorker(threading.Thread):
+class ReviewWorker(InputWorker):
     """Records the reviewer's inputs ahead of the engine, on its own connection; changes nothing else.
 
     Each round it reads the dialogue and the queue in one snapshot and walks the pending
@@ -622,42 +612,31 @@ class ReviewWorker(threading.Thread):
     """
 
     def __init__(self, directory: Any, config: Any, texts: Any, rooms: dict[str, Any], models: Any) -> None:
-        super().__init__(name="archive-reviewer", daemon=True)
-        self.directory, self.config, self.texts, self.rooms = directory, config, texts, rooms
+        super().__init__("archive-reviewer", directory, config)
+        self.texts, self.rooms = texts, rooms
         self.models = models  # the station's pool: budgets and spend cover the reviewer too
-        self.stop, self.wake = threading.Event(), threading.Event()
-        self.error: str | None = None  # the last unexpected failure of a round, for the operator
         self.calls = 0
 
-    def run(self) -> None:
-        try:
-            store = Store(self.directory)
-        except Exception as err:  # noqa: BLE001 - the station went away
-            self.error = repr(err)
-            return
+    def serve(self, store: Store) -> None:
         ctx = Context(store, self.config, self.texts, AgentRegistry(store), Conversations(store, []))
         ctx.rooms = self.rooms
 
         def get_model() -> Any:
             return self.models.get(self.config.reviewer.model)
 
-        try:
-            system = self.texts.render("reviewer_system")
-            while not self.stop.is_set():
-                wait = POLL_SECONDS
-                try:
-                    busy = self._round(ctx, get_model, system)
-                except _Stopped:
-                    break
-                except Exception as err:  # noqa: BLE001 - keep serving; the engine never waits on us
-                    log.exception("the background reviewer failed a round; retrying shortly")
-                    self.error, busy, wait = repr(err), False, ERROR_PAUSE_SECONDS
-                    ctx.agents.invalidate()
-                if not busy:
-                    self.wake.wait(wait)
-                    self.wake.clear()
-        finally:
-            store.close()
+        system = self.texts.render("reviewer_system")
+        while not self.stop.is_set():
+            wait = POLL_SECONDS
+            try:
+                busy = self._round(ctx, get_model, system)
+            except Stopped:
+                break
+            except Exception as err:  # noqa: BLE001 - keep serving; the engine never waits on us
+                log.exception("the background reviewer failed a round; retrying shortly")
+                self.error, busy, wait = repr(err), False, ERROR_PAUSE_SECONDS
+                ctx.agents.invalidate()
+            if not busy:
+                self.idle(wait)
 
     def _round(self, ctx: Context, get_model: Callable[[], Any], system: str) -> bool:
         store, cfg = ctx.store, self.config.reviewer
@@ -669,22 +648,13 @@ class ReviewWorker(threading.Thread):
         prompts, before = Prompts(ctx), self.calls
 
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
-            found = store.get_input(key)
-            if found is not None:
-                return found
-            if self.stop.is_set():
-                raise _Stopped
-            prompt, last_paper = make()
-            messages = history + [{"role": "user", "text": prompt}]
-            began = time.perf_counter()
-            payload = call_model(get_model, system, messages, prompt, last_paper)
-            self.calls += 1
-            try:
-                store.record_input(key, kind, store.get_meta("tick", 1), agent, payload, request_hash(history),
-                                   time.perf_counter() - began)
-            except sqlite3.IntegrityError:  # recorded meanwhile (cannot happen with one worker)
-                return store.get_input(key) or payload
-            return payload
+            def ask() -> dict[str, Any]:
+                prompt, last_paper = make()
+                payload = call_model(get_model, system, history + [{"role": "user", "text": prompt}], prompt,
+                                     last_paper)
+                self.calls += 1
+                return payload
+            return self.produce(store, key, kind, agent, ask, request_hash(history))
 
         for row in rows:
             review_submission(dialogue, row, cfg, fetch, prompts)

@@ -1,12 +1,12 @@
 """Research evaluations inside the world: seeding baselines, delivering results, holding the tick.
 
-The background worker (station/evaluation/worker.py) records results as inputs; this hook
-applies them. Before every turn and at every tick end, when evaluations are open, it
-obtains the list of those whose recorded path is complete (`evals-ready/<tick>/<unit>`, a
-recorded input itself, so a replay applies the same ones at the same points) and applies
-each: the evaluation's row gets its status, score and logs, and the author gets one message,
-in one transaction, so a result is on the leaderboard exactly when its message is sent and
-never twice.
+The background worker (worker.py) records results as inputs; this hook applies them.
+Before every turn and at every tick end, when evaluations are open, it obtains the list of
+those whose recorded path is complete (`evals-ready/<tick>/<unit>`, a recorded input itself,
+so a replay applies the same ones at the same points) and applies each (apply_ready in
+station/background.py): the evaluation's row gets its status, score and logs, and the author
+gets one message, in one transaction, so a result is on the leaderboard exactly when its
+message is sent and never twice.
 
 The tick wait (spec research §2.10): at the end of a tick, an open evaluation submitted
 `research.wait_ticks` ticks ago or more (counting the submission tick) must be complete
@@ -16,8 +16,9 @@ never hold the tick.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
+from station.background import apply_ready, recorded
 from station.context import Context, Event, Hook, StationPaused, WaitInterrupted
 from station.store import dumps
 
@@ -58,12 +59,9 @@ class Evaluations(Hook):
             wait = ctx.config.research.wait_ticks
             unit = "end"
             hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
-        ready = set(ctx.obtain(f"evals-ready/{ctx.tick}/{unit}", "evals_ready", None,
-                               lambda: {"ready": self._wait_until_ready(ctx, rows, hold)})["ready"])
-        for row in rows:
-            if row["id"] in ready:
-                outcome = walk_recorded(ctx, row)
-                apply(ctx, row, outcome)
+        apply_ready(ctx, f"evals-ready/{ctx.tick}/{unit}", "evals_ready", rows,
+                    lambda: self._wait_until_ready(ctx, rows, hold),
+                    lambda row: apply(ctx, row, walk_recorded(ctx, row)))
 
     # -- the worker -----------------------------------------------------------------------
     def _ensure_worker(self, ctx: Context) -> None:
@@ -118,12 +116,8 @@ def complete(ctx: Context, row: Any) -> bool:
 
 
 def walk_recorded(ctx: Context, row: Any) -> Outcome:
-    def fetch(key: str, kind: str, make: Callable) -> dict[str, Any]:
-        def missing() -> dict[str, Any]:
-            raise RuntimeError(f"evaluation input {key!r} was listed as ready but is not recorded")
-        return ctx.obtain(key, kind, None, missing)
-
-    outcome = walk(row, fetch, run_code=None, debug=None, **debugger_settings(ctx))
+    outcome = walk(row, lambda key, kind, make: recorded(ctx, "evaluation", key, kind), run_code=None, debug=None,
+                   **debugger_settings(ctx))
     assert outcome is not None
     return outcome
 

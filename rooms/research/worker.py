@@ -1,11 +1,12 @@
 """The background evaluator: runs queued evaluations in the sandbox and records their results as inputs.
 
 It changes no world state. For each queued evaluation (oldest first, at most
-`research.executor.max_parallel` at once) it walks the evaluation's path (pipeline.walk),
-producing only the inputs not recorded yet: a sandbox run scored by the task's evaluator,
-or a debugger proposal. The engine applies an evaluation once its path is complete. After a
-crash or a restart the walk resumes at the first missing input, so a run that was in flight
-is simply run again and a recorded result is never produced twice.
+`research.executor.max_parallel` at once, each on its own thread) it walks the evaluation's
+path (pipeline.walk), producing only the inputs not recorded yet (InputWorker.produce in
+station/background.py): a sandbox run scored by the task's evaluator, or a debugger
+proposal. The engine applies an evaluation once its path is complete. After a crash or a
+restart the walk resumes at the first missing input, so a run that was in flight is simply
+run again and a recorded result is never produced twice.
 
 `evaluation_runs` keeps the runtime state (what is running, since when, where) for status
 displays; it is bookkeeping, not world state.
@@ -15,13 +16,13 @@ from __future__ import annotations
 import logging
 import math
 import re
-import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from station.agents import AgentRegistry
+from station.background import InputWorker, Stopped
 from station.models import ModelPool
 from station.run_types import Mount, RunResult
 from station.store import Store, absolute
@@ -87,10 +88,6 @@ def sees_other_lineages(store: Store, config: Any, author: str) -> bool:
     return agent.role == "supervisor" or limit is None or agent.age(store.get_meta("tick", 1)) >= limit
 
 
-class _Stopped(Exception):
-    pass
-
-
 class SystemFailure(Exception):
     """The machinery failed (the sandbox could not be set up, the executor broke): not the code's fault.
 
@@ -102,29 +99,24 @@ class SystemFailure(Exception):
         self.evaluation, self.error = evaluation, error
 
 
-class EvaluationWorker(threading.Thread):
+class EvaluationWorker(InputWorker):
+    discard_late = True  # a run cut short by the shutdown is not a result
+
     def __init__(self, directory: Path, config: Any, texts: Any, tasks: dict[str, Any],
                  executor: Any | None = None, models: Any = None) -> None:
-        super().__init__(name="evaluator", daemon=True)
+        super().__init__("evaluator", absolute(directory), config)
         self.models = models if models is not None else ModelPool()
-        self.directory, self.config, self.texts, self.tasks = absolute(directory), config, texts, tasks
+        self.texts, self.tasks = texts, tasks
         self.executor = executor
-        self.stop, self.wake, self.recorded = threading.Event(), threading.Event(), threading.Event()
         self.inflight: dict[int, threading.Thread] = {}
         self.complete: set[int] = set()  # every input recorded; waiting for the engine to apply them
-        self.error: str | None = None
         self.system_failure: SystemFailure | None = None  # set once; no new work is taken after it
         self._lock = threading.Lock()
         self._progress: dict[str, str] = {}  # run label -> what its harness last reported
         self._progress_changed = False
 
     # -- the scheduling loop --------------------------------------------------------------
-    def run(self) -> None:
-        try:
-            store = Store(self.directory)
-        except Exception as err:  # noqa: BLE001 - the station went away
-            self.error = repr(err)
-            return
+    def serve(self, store: Store) -> None:
         try:
             # Runs left 'running' by an earlier process died with it (one engine per station).
             store.execute("UPDATE evaluation_runs SET state='abandoned' WHERE state='running'")
@@ -139,13 +131,10 @@ class EvaluationWorker(threading.Thread):
             while not self.stop.is_set():
                 self._schedule(store)
                 self._save_progress(store)
-                self.wake.wait(POLL_SECONDS)
-                self.wake.clear()
+                self.idle(POLL_SECONDS)
         except Exception as err:  # noqa: BLE001 - report it; the hook starts a new worker
             log.exception("the evaluator stopped")
             self.error = repr(err)
-        finally:
-            store.close()
 
     def _schedule(self, store: Store) -> None:
         limit = self.config.research.executor.max_parallel
@@ -167,9 +156,7 @@ class EvaluationWorker(threading.Thread):
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop taking work; runs in flight are abandoned (they run again when the station resumes)."""
-        self.stop.set()
-        self.wake.set()
-        self.join(timeout)
+        super().shutdown(timeout)
         if self.executor is not None:
             self.executor.close()
 
@@ -181,11 +168,12 @@ class EvaluationWorker(threading.Thread):
             if task is None:
                 raise RuntimeError(f"evaluation {row['id']} names unknown task {row['task']!r}")
             cfg = self.config.debugger
-            walk(row, self._fetcher(store, row), run_code=lambda v, code: self._run(store, row, task, v, code),
+            walk(row, lambda key, kind, make: self.produce(store, key, kind, row["author"], make),
+                 run_code=lambda v, code: self._run(store, row, task, v, code),
                  debug=lambda attempt, so_far: self._debug(task, so_far),
                  debugger_enabled=cfg.enabled, max_attempts=cfg.max_attempts)
             self.complete.add(row["id"])
-        except _Stopped:
+        except Stopped:
             pass
         except Exception as err:  # noqa: BLE001 - the machinery broke: as loud as a broken sandbox
             if self.stop.is_set():
@@ -204,26 +192,6 @@ class EvaluationWorker(threading.Thread):
         log.error("%s", failure)
         self.system_failure = self.system_failure or failure
         self.recorded.set()  # wakes the engine if it waits on this evaluation
-
-    def _fetcher(self, store: Store, row: dict[str, Any]) -> Callable:
-        def fetch(key: str, kind: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-            found = store.get_input(key)
-            if found is not None:
-                return found
-            if self.stop.is_set():
-                raise _Stopped
-            began = time.perf_counter()
-            payload = make()
-            if self.stop.is_set():
-                raise _Stopped  # the run was cut short by the shutdown: not a result
-            try:
-                store.record_input(key, kind, store.get_meta("tick", 1), row["author"], payload, None,
-                                   time.perf_counter() - began)
-            except sqlite3.IntegrityError:
-                return store.get_input(key) or payload
-            self.recorded.set()
-            return payload
-        return fetch
 
     def _run(self, store: Store, row: dict[str, Any], task: Any, version: int, code: str) -> dict[str, Any]:
         problem = task.validate_code(code)
