@@ -10,14 +10,12 @@ from typing import Any
 from station.room import Outcome, action
 
 from .params import CONTROL, LINE_BREAK, normalise_tag
+from .store import VALID, ranking_order
 from .text import cell, clip_title, json_or
 
 TAG_STATS_ROWS = 20
-MAX_SORT_KEY = 8  # sort-key positions compared in SQL
 MAX_PAGE_SIZE = 200
 SORT_MODES = ("id", "score", "author")
-VALID = "(e.status = 'finished' AND e.score IS NOT NULL)"
-SORT_KEY_JSON = "CASE WHEN json_valid(e.sort_key) THEN e.sort_key END"  # malformed text counts as no key
 
 
 class Leaderboard:
@@ -54,18 +52,7 @@ class Leaderboard:
         return ctx.store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params) or 0
 
     def score_order(self, ctx: Any, where: str, params: tuple) -> str:
-        """Valid results first, higher first, earlier first among ties. Sort keys are compared only
-        when every valid row belongs to one task; scores of different tasks are compared as numbers."""
-        valid_rows = f"FROM evaluations e WHERE {where} AND {VALID}"
-        tasks = ctx.store.all(f"SELECT DISTINCT e.task {valid_rows} LIMIT 2", params)
-        keys = ["e.score DESC"]
-        if len(tasks) == 1:
-            length = ctx.store.scalar(f"SELECT MAX(json_array_length({SORT_KEY_JSON})) {valid_rows}", params) or 0
-            if length:
-                item = f"json_extract({SORT_KEY_JSON}, '$[{{i}}]')"
-                keys = [f"COALESCE({item.format(i=0)}, e.score) DESC"]
-                keys += [f"{item.format(i=i)} DESC" for i in range(1, min(length, MAX_SORT_KEY))]
-        return f"{VALID} DESC, {', '.join(keys)}, e.tick ASC, e.id ASC"
+        return ranking_order(ctx.store.all, where, params)
 
     def order(self, ctx: Any, agent: Any, mode: str, where: str, params: tuple) -> tuple[str, tuple]:
         if mode == "author":

@@ -25,7 +25,7 @@ from station.context import Event, Hook
 from station.room import Outcome, Room, action, register_room
 
 from . import storage as rs
-from .board import VALID, Leaderboard
+from .board import Leaderboard
 from .delivery import Evaluations
 from .params import (
     BIDI,
@@ -40,7 +40,7 @@ from .params import (
 )
 from .stagnation import Stagnation
 from .storage_actions import StorageActions
-from .store import MIGRATIONS, SYSTEM_AUTHOR, insert_evaluation, running_ids
+from .store import MIGRATIONS, SYSTEM_AUTHOR, best_evaluation, insert_evaluation, running_ids
 from .text import cell, clip_log, clip_title, fence, json_or
 
 MAX_TITLE_CHARS = 200
@@ -529,6 +529,4 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     def best(self, ctx: Any, task: str) -> Any:
         """The delivered best evaluation of a task (sort key, else score; the earlier wins a tie), or None."""
-        where, params = "e.task = ?", (str(task),)
-        order = self.score_order(ctx, where, params)
-        return ctx.store.one(f"SELECT * FROM evaluations e WHERE {where} AND {VALID} ORDER BY {order} LIMIT 1", params)
+        return best_evaluation(ctx.store.all, "e.task = ?", (str(task),))

@@ -60,6 +60,8 @@ from typing import Any
 from station.context import Context, Event, Hook
 from station.store import dumps
 
+from .store import DELIVERED_FIRST, best_evaluation
+
 HEALTHY, STAGNATION, DEEP = "Healthy", "Stagnation", "Deep Stagnation"
 SEVERITY = {HEALTHY: 0, STAGNATION: 1, DEEP: 2}
 ADDENDUM_LABEL = "Stagnation Protocol II: "
@@ -226,20 +228,15 @@ class Stagnation(Hook):
 
 # -- reading the store ------------------------------------------------------------------------
 def best_result(store: Any, task: str, tag: str | None = None) -> Best | None:
-    """The task's best delivered successful result (optionally among those tagged `tag`)."""
-    columns = "e.id, e.score, e.sort_key, COALESCE(e.finished_tick, e.tick) AS delivered"
-    where = "e.task=? AND e.status='finished' AND e.score IS NOT NULL"
-    if tag is None:
-        rows = store.all(f"SELECT {columns} FROM evaluations e WHERE {where} ORDER BY delivered, e.id", (task,))
-    else:
-        rows = store.all(f"SELECT {columns} FROM evaluations e JOIN evaluation_tags t ON t.evaluation=e.id "
-                         f"WHERE {where} AND t.tag=? ORDER BY delivered, e.id", (task, tag))
-    best: Best | None = None
-    for row in rows:
-        key = sort_key(row["sort_key"], row["score"])
-        if best is None or key > best.key:  # strictly better: the first to reach the top set it
-            best = Best(key, int(row["delivered"]))
-    return best
+    """The task's best delivered successful result (optionally among those tagged `tag`), ranked as
+    the leaderboard ranks them; of equal results, the first delivered reached the top."""
+    where, params = "e.task = ?", (task,)
+    if tag is not None:
+        where, params = where + " AND e.id IN (SELECT evaluation FROM evaluation_tags WHERE tag = ?)", (task, tag)
+    row = best_evaluation(store.all, where, params, DELIVERED_FIRST)
+    if row is None:
+        return None
+    return Best(sort_key(row["sort_key"], row["score"]), int(row["finished_tick"] or row["tick"]))
 
 
 def sort_key(raw: str | None, score: float) -> Key:

@@ -9,11 +9,43 @@ bookkeeping of what is running where (not world state; never read by rooms' logi
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 SYSTEM_AUTHOR = "System"
 OPEN_STATES = ("queued",)  # not yet delivered; 'running' is known from evaluation_runs
 DONE_STATES = ("finished", "failed", "timed_out")
+
+# The one ranking of results (the leaderboard, a task's best, stagnation, the web viewer).
+VALID = "(e.status = 'finished' AND e.score IS NOT NULL)"
+SORT_KEY_JSON = "CASE WHEN json_valid(e.sort_key) THEN e.sort_key END"  # malformed text counts as no key
+MAX_SORT_KEY = 8  # sort-key positions compared in SQL
+SUBMITTED_FIRST = "e.tick ASC, e.id ASC"
+DELIVERED_FIRST = "COALESCE(e.finished_tick, e.tick) ASC, e.id ASC"
+Query = Callable[[str, tuple], list[Any]]  # (sql, params) -> rows
+
+
+def ranking_order(query: Query, where: str, params: tuple, ties: str = SUBMITTED_FIRST) -> str:
+    """ORDER BY over `evaluations e`: valid results first, higher first, then `ties` (the
+    leaderboard: the earlier submission; stagnation: the earlier delivery, i.e. whoever reached
+    the top first). Sort keys are compared only when every valid row belongs to one task;
+    scores of different tasks are compared as numbers."""
+    valid_rows = f"FROM evaluations e WHERE {where} AND {VALID}"
+    tasks = query(f"SELECT DISTINCT e.task {valid_rows} LIMIT 2", params)
+    keys = ["e.score DESC"]
+    if len(tasks) == 1:
+        length = query(f"SELECT MAX(json_array_length({SORT_KEY_JSON})) {valid_rows}", params)[0][0] or 0
+        if length:
+            item = f"json_extract({SORT_KEY_JSON}, '$[{{i}}]')"
+            keys = [f"COALESCE({item.format(i=0)}, e.score) DESC"]
+            keys += [f"{item.format(i=i)} DESC" for i in range(1, min(length, MAX_SORT_KEY))]
+    return f"{VALID} DESC, {', '.join(keys)}, {ties}"
+
+
+def best_evaluation(query: Query, where: str, params: tuple, ties: str = SUBMITTED_FIRST) -> Any:
+    """The best valid result among the evaluations `where` selects, or None."""
+    order = ranking_order(query, where, params, ties)
+    found = query(f"SELECT * FROM evaluations e WHERE {where} AND {VALID} ORDER BY {order} LIMIT 1", params)
+    return found[0] if found else None
 
 MIGRATIONS = [
     """

@@ -8,8 +8,7 @@ every turn as the reference did.
 from __future__ import annotations
 
 from ..context import Context, Event, Hook, register_hook
-
-SUPERVISOR_IDLE = {"go", "goto", "exit", "meta", "help"}
+from ..turn import GLOBAL_ACTIONS
 
 
 @register_hook
@@ -25,7 +24,7 @@ class InactivityWarnings(Hook):
         cfg = ctx.config.notifications
         names = set(event.payload.get("actions", []))
         if agent.role == "supervisor":
-            threshold, active = cfg.supervisor_inactivity_threshold, bool(names - SUPERVISOR_IDLE)
+            threshold, active = cfg.supervisor_inactivity_threshold, bool(names - set(GLOBAL_ACTIONS))  # moving about is not work
         else:
             productive = {a for room in ctx.rooms.values() for a in room.productive_actions}
             if not productive:

@@ -10,8 +10,10 @@ import sqlite3
 import time
 from typing import Any
 
-from ..agents import Agent
 from rooms.research import states
+from rooms.research.store import ranking_order
+
+from ..agents import Agent
 
 TURNS_PER_PAGE = 20
 AGENTS_PER_PAGE = 100
@@ -230,8 +232,9 @@ def threads(db: sqlite3.Connection, room: str, limit: int = 200) -> list[dict[st
 def leaderboard(db: sqlite3.Connection, limit: int = 100) -> list[dict[str, Any]]:
     if not has_table(db, "evaluations"):
         return []
-    return rows(db, "SELECT id, task, author, lineage, tick, title, status, score, finished_tick FROM evaluations "
-                    "ORDER BY score IS NULL, score DESC, id LIMIT ?", (limit,))
+    order = ranking_order(lambda sql, params: db.execute(sql, params).fetchall(), "1", ())  # as the room ranks
+    return rows(db, "SELECT e.id, e.task, e.author, e.lineage, e.tick, e.title, e.status, e.score, e.finished_tick "
+                    f"FROM evaluations e ORDER BY {order} LIMIT ?", (limit,))
 
 
 def score_points(db: sqlite3.Connection) -> list[tuple[int, float, str]]:
