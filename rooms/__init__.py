@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from station.room import ROOMS, Room
 
-from . import archive, codex, common, exit, external, lobby, mail, misc, private_memory, public_memory  # noqa: F401
-from . import reflection, research, test, token_management  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401
+    archive,
+    codex,
+    common,
+    exit,
+    external,
+    lobby,
+    mail,
+    misc,
+    private_memory,
+    public_memory,
+    reflection,
+    research,
+    test,
+    token_management,
+)
 
 
 def room_classes() -> list[type[Room]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
+from station.context import Context
 from station.room import Params
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -71,7 +72,7 @@ def as_list(value: list[str] | str | None) -> list[str]:
 class Limits:
     """The size rules of one room, read from the config."""
 
-    def __init__(self, ctx: Any, max_words: int | None = None) -> None:
+    def __init__(self, ctx: Context, max_words: int | None = None) -> None:
         cfg = ctx.config.capsules
         self.title_chars = cfg.max_title_chars
         self.abstract_words = cfg.max_abstract_words

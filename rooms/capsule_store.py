@@ -268,6 +268,7 @@ class Capsules:
              tick if created_tick is None else created_tick, tick, title, abstract, dumps(list(tags)),
              dumps(list(recipients))))
         capsule_id = cur.lastrowid
+        assert capsule_id is not None  # an INSERT always sets it
         self._set_tags(capsule_id, tags)
         self.add_members(capsule_id, members)
         capsule = self.get(number)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from . import capsule_store as cs
+from station.context import Context
 from station.room import Outcome, Room, action
+
+from . import capsule_store as cs
 from .capsule_ids import IdError, Target, parse_ids, parse_single
 from .capsule_params import Limits, ReplyParams, UpdateParams
 from .capsule_store import WHOLE, Author, Capsule, Capsules
@@ -32,7 +34,7 @@ class CapsuleRoom(Room):
     update_notices: ClassVar[bool] = False
 
     # -- rules a room refines -------------------------------------------------------------
-    def scope(self, ctx: Any, agent: Any) -> str | None:
+    def scope(self, ctx: Context, agent: Any) -> str | None:
         """Which collection the agent sees ('' = the room's only one); None = no access."""
         return ""
 
@@ -40,13 +42,13 @@ class CapsuleRoom(Room):
         """Mail lists only capsules the agent's session belongs to; other rooms list everything."""
         return None
 
-    def may_create(self, ctx: Any, agent: Any) -> str | None:
+    def may_create(self, ctx: Context, agent: Any) -> str | None:
         return "only recursive agents may create capsules here" if agent.is_guest else None
 
-    def may_reply(self, ctx: Any, agent: Any, capsule: Capsule) -> str | None:
+    def may_reply(self, ctx: Context, agent: Any, capsule: Capsule) -> str | None:
         return "only recursive agents may reply here" if agent.is_guest else None
 
-    def may_edit(self, ctx: Any, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
+    def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
         """The lineage rule: the target's author lineage is the agent's (so Spiro II may edit Spiro I)."""
         owner = message.author_lineage if message is not None else capsule.author_lineage
         if agent.is_guest or not agent.lineage or owner != agent.lineage:
@@ -54,29 +56,29 @@ class CapsuleRoom(Room):
             return f"you may not {verb} {what}: only its author's lineage may"
         return None
 
-    def limits(self, ctx: Any) -> Limits:
+    def limits(self, ctx: Context) -> Limits:
         return Limits(ctx)
 
-    def after_create(self, ctx: Any, agent: Any, capsule: Capsule) -> list[str]:
+    def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
         return []
 
-    def after_reply(self, ctx: Any, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
         return []
 
-    def header(self, ctx: Any, agent: Any) -> str:
+    def header(self, ctx: Context, agent: Any) -> str:
         return ""
 
     # -- helpers --------------------------------------------------------------------------
-    def capsules(self, ctx: Any, agent: Any) -> Capsules | None:
+    def capsules(self, ctx: Context, agent: Any) -> Capsules | None:
         scope = self.scope(ctx, agent)
         return None if scope is None else Capsules(ctx.store, self.short, scope)
 
-    def may_see(self, ctx: Any, agent: Any, capsule: Capsule) -> bool:
+    def may_see(self, ctx: Context, agent: Any, capsule: Capsule) -> bool:
         """Whether the capsule is this agent's to see at all (deleted or not)."""
         member = self.member(agent)
         return member is None or cs.is_member(ctx.store, member, capsule)
 
-    def visible(self, ctx: Any, agent: Any, capsule: Capsule | None) -> bool:
+    def visible(self, ctx: Context, agent: Any, capsule: Capsule | None) -> bool:
         """The capsule exists, is not deleted, and this agent may see it."""
         return capsule is not None and not capsule.deleted and self.may_see(ctx, agent, capsule)
 
@@ -92,7 +94,7 @@ class CapsuleRoom(Room):
         return f"{unread} unread" if unread else "All Read"
 
     # -- the listing ----------------------------------------------------------------------
-    def output(self, ctx: Any, agent: Any) -> str:
+    def output(self, ctx: Context, agent: Any) -> str:
         refused = self.refusal(ctx, agent)
         if refused:
             return refused
@@ -110,7 +112,7 @@ class CapsuleRoom(Room):
         parts.append(self.render(ctx, agent))
         return "\n\n".join(p for p in parts if p)
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         caps = self.capsules(ctx, agent)
         if caps is None:
             return self.refusal(ctx, agent) or ""
@@ -135,7 +137,7 @@ class CapsuleRoom(Room):
             parts.append(f"Use `/execute_action{{page N}}` to see other pages (1 to {pages}).")
         return "\n\n".join(parts)
 
-    def _pinned_numbers(self, ctx: Any, agent: Any, caps: Capsules) -> list[int]:
+    def _pinned_numbers(self, ctx: Context, agent: Any, caps: Capsules) -> list[int]:
         prefix = cs.full_id(self.short, caps.scope, 0)[:-1]
         return [int(pid[len(prefix):]) for pid in self._pins(agent)
                 if pid.startswith(prefix) and pid[len(prefix):].isdigit()]
@@ -147,7 +149,7 @@ class CapsuleRoom(Room):
         return [str(capsule.number), cell(capsule.title), cell(capsule.author), f"Tick {capsule.created_tick}",
                 str(capsule.word_count), str(capsule.message_count), label]
 
-    def _table(self, ctx: Any, agent: Any, capsules: list[Capsule]) -> str:
+    def _table(self, ctx: Context, agent: Any, capsules: list[Capsule]) -> str:
         unread = cs.unread_counts(ctx.store, agent.session, capsules)
         cols = self.columns()
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -160,7 +162,7 @@ class CapsuleRoom(Room):
         return [name for name in self.required
                 if getattr(p, name, None) is None or not str(getattr(p, name)).strip()]
 
-    def check_fields(self, ctx: Any, p: Any, *, max_words: int | None = None) -> tuple[list[str], str | None]:
+    def check_fields(self, ctx: Context, p: Any, *, max_words: int | None = None) -> tuple[list[str], str | None]:
         """(tags, problem) for the fields of a create."""
         limits = self.limits(ctx)
         problem = limits.title(p.title) or (limits.body(p.content or "", max_words=max_words))
@@ -169,7 +171,7 @@ class CapsuleRoom(Room):
         tags, tag_problem = limits.tag_list(p.tags)
         return tags, problem or tag_problem
 
-    def new_capsule(self, ctx: Any, agent: Any, p: Any, **extra: Any) -> Capsule | str:
+    def new_capsule(self, ctx: Context, agent: Any, p: Any, **extra: Any) -> Capsule | str:
         """Check and store a new capsule from create params; a str is why it was refused."""
         refused = self.may_create(ctx, agent)
         if refused:
@@ -187,7 +189,7 @@ class CapsuleRoom(Room):
         cs.mark_read(ctx.store, agent.session, [(capsule.id, WHOLE), (capsule.id, 1)])
         return capsule
 
-    def create_capsule(self, ctx: Any, agent: Any, p: Any) -> Outcome:
+    def create_capsule(self, ctx: Context, agent: Any, p: Any) -> Outcome:
         made = self.new_capsule(ctx, agent, p)
         if isinstance(made, str):
             return Outcome([f"Create refused: {made}."])
@@ -195,7 +197,7 @@ class CapsuleRoom(Room):
         return Outcome(lines + self.after_create(ctx, agent, made))
 
     @action("reply", params=ReplyParams)
-    def reply(self, ctx: Any, agent: Any, args: str | None, p: ReplyParams) -> Outcome:
+    def reply(self, ctx: Context, agent: Any, args: str | None, p: ReplyParams) -> Outcome:
         try:
             target = parse_single(args)
         except IdError as err:
@@ -221,11 +223,11 @@ class CapsuleRoom(Room):
                        + self.after_reply(ctx, agent, capsule, k))
 
     # -- reading -------------------------------------------------------------------------
-    def _targets(self, ctx: Any, args: str | None, **kw: Any) -> list[Target | str]:
+    def _targets(self, ctx: Context, args: str | None, **kw: Any) -> list[Target | str]:
         return parse_ids(args, limit=ctx.config.capsules.max_range, **kw)
 
     @action("read")
-    def read(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         try:
             targets = self._targets(ctx, args)
         except IdError as err:
@@ -257,7 +259,7 @@ class CapsuleRoom(Room):
         shown = ", ".join(str(t) for t in targets)
         return Outcome([f"Read {shown}: the content will be in your System Messages next turn."])
 
-    def _read_one(self, ctx: Any, agent: Any, caps: Capsules, capsule: Capsule,
+    def _read_one(self, ctx: Context, agent: Any, caps: Capsules, capsule: Capsule,
                   k: int | None) -> tuple[str, list[tuple[int, int]], int]:
         already = cs.read_ks(ctx.store, agent.session, capsule)
         n = capsule.number
@@ -290,7 +292,7 @@ class CapsuleRoom(Room):
         return f"*Message {n}-{message.k}* by {message.author} at tick {message.tick}{title}:\n{message.content}"
 
     @action("unread")
-    def unread(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def unread(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         try:
             targets = self._targets(ctx, args)
         except IdError as err:
@@ -316,7 +318,7 @@ class CapsuleRoom(Room):
         return Outcome(lines)
 
     @action("preview")
-    def preview(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def preview(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         caps = self.capsules(ctx, agent)
         assert caps is not None
         limit = ctx.config.capsules.max_range
@@ -353,7 +355,7 @@ class CapsuleRoom(Room):
                 f"{c.message_count} message(s), {c.word_count} words.\n{abstract}")
 
     @action("search")
-    def search(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def search(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         tag = (args or "").strip().lower()
         if not tag:
             return Outcome(["Search needs a tag: /execute_action{search <tag>} (matches whole tags, any case)."])
@@ -368,7 +370,7 @@ class CapsuleRoom(Room):
         return Outcome([f"Found {len(hits)} capsule(s) tagged '{tag}': listed in your System Messages next turn."])
 
     # -- changing ------------------------------------------------------------------------
-    def _edit_target(self, ctx: Any, agent: Any, args: str | None,
+    def _edit_target(self, ctx: Context, agent: Any, args: str | None,
                      verb: str) -> tuple[Capsules, Capsule, cs.Message | None] | str:
         try:
             target = parse_single(args)
@@ -390,7 +392,7 @@ class CapsuleRoom(Room):
         return caps, capsule, message
 
     @action("update", params=UpdateParams)
-    def update(self, ctx: Any, agent: Any, args: str | None, p: UpdateParams) -> Outcome:
+    def update(self, ctx: Context, agent: Any, args: str | None, p: UpdateParams) -> Outcome:
         found = self._edit_target(ctx, agent, args, "update")
         if isinstance(found, str):
             return Outcome([f"Update refused: {found}."])
@@ -432,7 +434,7 @@ class CapsuleRoom(Room):
         tail = f" {notified} earlier reader(s) were told." if notified else ""
         return Outcome([f"Updated {target}.{tail}"])
 
-    def _update_notices(self, ctx: Any, editor: Any, capsule: Capsule, ks: list[int]) -> int:
+    def _update_notices(self, ctx: Context, editor: Any, capsule: Capsule, ks: list[int]) -> int:
         """Readers of the changed items (other than the editor) lose their read marks and get one notice."""
         current = Capsules(ctx.store, self.short, capsule.scope).get(capsule.number) or capsule
         by_session = {a.session: a for a in ctx.agents.active()}
@@ -450,7 +452,7 @@ class CapsuleRoom(Room):
         return told
 
     @action("delete")
-    def delete(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def delete(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         found = self._edit_target(ctx, agent, args, "delete")
         if isinstance(found, str):
             return Outcome([f"Delete refused: {found}."])
@@ -467,14 +469,14 @@ class CapsuleRoom(Room):
 
     # -- per-agent view state --------------------------------------------------------------
     @action("pin")
-    def pin(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def pin(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         return self._pin(ctx, agent, args, True)
 
     @action("unpin")
-    def unpin(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def unpin(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         return self._pin(ctx, agent, args, False)
 
-    def _pin(self, ctx: Any, agent: Any, args: str | None, on: bool) -> Outcome:
+    def _pin(self, ctx: Context, agent: Any, args: str | None, on: bool) -> Outcome:
         verb = "Pin" if on else "Unpin"
         try:
             targets = self._targets(ctx, args, messages=False, ranges=False)
@@ -505,7 +507,7 @@ class CapsuleRoom(Room):
         return Outcome(lines)
 
     @action("page")
-    def page(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def page(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not text.isdigit() or int(text) < 1 or len(text) > 9:
             return Outcome(["Usage: /execute_action{page N} with N a page number from 1."])
@@ -513,7 +515,7 @@ class CapsuleRoom(Room):
         return Outcome([f"Showing page {int(text)} of the listing (the last page if there are fewer)."])
 
     # -- status ------------------------------------------------------------------------
-    def status_counts(self, ctx: Any) -> dict[str, Any]:
+    def status_counts(self, ctx: Context) -> dict[str, Any]:
         count = ctx.store.scalar("SELECT COUNT(*) FROM capsules WHERE room=? AND deleted=0", (self.short,)) or 0
         key = {"private_memory": "private", "public_memory": "public"}.get(self.short, self.short)
         return {"capsules": {key: count}}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from station.context import Context
 from station.room import Outcome, Room, action, register_room
 
 
@@ -10,15 +11,15 @@ class CodexReading:
     def __init__(self, modules: list[Any]) -> None:
         self.modules, self.index = modules, 0
 
-    def _prompt(self, ctx: Any) -> str:
+    def _prompt(self, ctx: Context) -> str:
         m = self.modules[self.index]
         return ctx.texts.render("codex_module", index=self.index + 1, count=len(self.modules),
                                 title=m.title, content=m.text)
 
-    def first_prompt(self, ctx: Any, agent: Any) -> str:
+    def first_prompt(self, ctx: Context, agent: Any) -> str:
         return self._prompt(ctx)
 
-    def step(self, ctx: Any, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
         self.index += 1
         if self.index < len(self.modules):
             return self._prompt(ctx), []
@@ -30,7 +31,7 @@ class CodexRoom(Room):
     short, name = "codex", "Codex Room"
     lobby_order = 20
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         status = agent.room_state("codex").get("read", {})
         rows = ["**Codex Read Status**", "", "| Module ID | Title | Last Read Tick | Word Count |",
                 "|---|---|---|---|"]
@@ -41,7 +42,7 @@ class CodexRoom(Room):
         return "\n".join(rows)
 
     @action("read", internal=True)
-    def read(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         modules = ctx.texts.modules
         if not modules:
             return Outcome(["The Codex is empty in this station; there is nothing to read."])

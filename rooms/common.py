@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from station.context import Hook
-
+from station.context import Context, Hook
 from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
@@ -87,7 +86,7 @@ class CommonArchiver(Hook):
     name = "common_archive"
     events = ("tick_ending",)
 
-    def handle(self, ctx: Any, event: Any) -> None:
+    def handle(self, ctx: Context, event: Any) -> None:
         cfg = ctx.config.common_room
         new_tick = ctx.tick + 1  # the hook runs just before the clock moves on
         batch = cfg.batch_ticks
@@ -111,17 +110,17 @@ class CommonRoom(Room):
     def hooks(self, config: Any) -> list[Hook]:
         return [CommonArchiver()]
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.common_room
         return {"display_ticks": cfg.display_ticks, "archive_after_ticks": cfg.archive_after_ticks,
                 "batch_ticks": cfg.batch_ticks, "max_chars": MAX_MESSAGE_CHARS,
                 "max_invitees": MAX_INVITEES}
 
-    def status_counts(self, ctx: Any) -> dict[str, Any]:
+    def status_counts(self, ctx: Context) -> dict[str, Any]:
         return {"common_room_messages": ctx.store.scalar("SELECT COUNT(*) FROM common_messages")}
 
     # -- what the agent sees ----------------------------------------------------------------
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         window = ctx.config.common_room.display_ticks
         present = sorted(a.name for a in ctx.agents.active() if a.location == self.short)
         lines = [f"**Agents currently present:** {', '.join(present) if present else 'nobody'}",
@@ -147,7 +146,7 @@ class CommonRoom(Room):
         return "\n".join(lines)
 
     # -- operators (web console) ------------------------------------------------------------
-    def post(self, ctx: Any, speaker: str, text: str) -> int:
+    def post(self, ctx: Context, speaker: str, text: str) -> int:
         """Store a message under any speaker name; returns its id."""
         text, speaker = text.strip(), speaker.strip()
         if not text or not speaker:
@@ -156,6 +155,7 @@ class CommonRoom(Room):
             raise ValueError(f"the message is {len(text)} characters; at most {MAX_MESSAGE_CHARS}")
         cur = ctx.store.execute("INSERT INTO common_messages(tick, author, content) VALUES(?, ?, ?)",
                                 (ctx.tick, speaker, text))
+        assert cur.lastrowid is not None  # an INSERT always sets it
         message_id = int(cur.lastrowid)
         # The speaker has read their own words.
         ctx.store.execute("INSERT INTO common_reads(message, reader, tick) VALUES(?, ?, ?)",
@@ -164,13 +164,13 @@ class CommonRoom(Room):
 
     # -- actions ----------------------------------------------------------------------------
     @action("speak", params=SpeakParams)
-    def speak(self, ctx: Any, agent: Any, args: str | None, p: SpeakParams) -> Outcome:
+    def speak(self, ctx: Context, agent: Any, args: str | None, p: SpeakParams) -> Outcome:
         message_id = self.post(ctx, agent.name, p.message)
         ctx.emit("common_message", agent.name, message_id=message_id)
         return Outcome([f'You said: "{_echo(p.message)}"'])
 
     @action("invite", params=InviteParams)
-    def invite(self, ctx: Any, agent: Any, args: str | None, p: InviteParams) -> Outcome:
+    def invite(self, ctx: Context, agent: Any, args: str | None, p: InviteParams) -> Outcome:
         names, problem = _names(p.recipients)
         if problem:
             return Outcome([f"No invitation was sent: {problem}."])
@@ -193,7 +193,7 @@ class CommonRoom(Room):
         return Outcome([f"Invitations sent: {len(invited)}.", *lines])
 
     @staticmethod
-    def _find(ctx: Any, name: str) -> Any:
+    def _find(ctx: Context, name: str) -> Any:
         """An active agent by exact name, else by case-insensitive name."""
         found = ctx.agents.get(name)
         if found is not None and found.active:
@@ -202,7 +202,7 @@ class CommonRoom(Room):
         return next((a for a in ctx.agents.active() if a.name.casefold() == wanted), None)
 
     @action("history")
-    def history(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def history(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         batch = ctx.config.common_room.batch_ticks
         wanted = (args or "").strip()
         if not wanted:
@@ -221,7 +221,8 @@ class CommonRoom(Room):
                              "ORDER BY tick, id", (first, last))
         if not rows:
             return Outcome([f"Nothing was said in the Common Room during ticks {first}-{last}."])
-        shown, size = [], 0
+        shown: list[Any] = []
+        size = 0
         for r in rows:
             text = f"[Tick {r['tick']}] {r['author']}:\n{r['content']}"
             if shown and (len(shown) >= HISTORY_MAX_MESSAGES or size + len(text) > HISTORY_MAX_CHARS):
@@ -239,7 +240,7 @@ class CommonRoom(Room):
         return Outcome([f"{len(shown)} message(s) from ticks {first}-{last} will appear in your "
                         "System Messages next turn."])
 
-    def _periods(self, ctx: Any) -> str:
+    def _periods(self, ctx: Context) -> str:
         rows = ctx.store.all("SELECT period_start AS a, period_end AS b, COUNT(*) AS n FROM common_messages "
                              "WHERE period_start IS NOT NULL GROUP BY period_start ORDER BY period_start")
         if rows:

@@ -5,6 +5,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from station.context import Context
 from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
@@ -26,11 +27,11 @@ class RequestParams(Params):
         return value.strip()
 
 
-def open_request(ctx: Any, agent_name: str) -> Any:
+def open_request(ctx: Context, agent_name: str) -> Any:
     return ctx.store.one("SELECT * FROM human_requests WHERE agent=? AND resolved_tick IS NULL", (agent_name,))
 
 
-def answer_request(ctx: Any, request_id: int, response: str | None) -> str:
+def answer_request(ctx: Context, request_id: int, response: str | None) -> str:
     """Close a request (operator command); the agent hears the answer if it is still here."""
     row = ctx.store.one("SELECT * FROM human_requests WHERE id=?", (request_id,))
     if row is None:
@@ -54,17 +55,17 @@ class ExternalCounter(Room):
     guests_allowed = False
     migrations = MIGRATIONS
 
-    def answer_operator(self, ctx: Any, request: int, text: str | None) -> bool:
+    def answer_operator(self, ctx: Context, request: int, text: str | None) -> bool:
         answer_request(ctx, request, text)  # the only room with requests: an unknown number is an error
         return True
 
-    def awaiting_operator(self, ctx: Any) -> list[str]:
+    def awaiting_operator(self, ctx: Context) -> list[str]:
         """Open requests of agents still here (the engine may pause for them)."""
         rows = ctx.store.all("SELECT id, agent FROM human_requests WHERE resolved_tick IS NULL ORDER BY id")
         return [f"request #{r['id']} from {r['agent']}" for r in rows
                 if (a := ctx.agents.get(r["agent"])) is not None and a.active]
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         row = open_request(ctx, agent.name)
         if row is None:
             return "No open request. To ask the station's human operator for help, use `request_human` (see `help external`)."
@@ -72,7 +73,7 @@ class ExternalCounter(Room):
                 "The operator will answer with a system message, which can take many ticks; keep working meanwhile.")
 
     @action("request_human", params=RequestParams)
-    def request_human(self, ctx: Any, agent: Any, args: str | None, p: RequestParams) -> Outcome:
+    def request_human(self, ctx: Context, agent: Any, args: str | None, p: RequestParams) -> Outcome:
         row = open_request(ctx, agent.name)
         if row is not None:
             return Outcome([f"You already have an open request (#{row['id']}); wait for its answer before asking again."])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from station.context import Context
 from station.room import Room, register_room
 
 
@@ -11,7 +12,7 @@ class Lobby(Room):
     short, name = "lobby", "Lobby"
     lobby_order = 10
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         life = ctx.config.lifecycle
         return {
             "life_section": ctx.texts.render("life_section", max_age=life.max_age) if life.max_age else "",
@@ -20,7 +21,7 @@ class Lobby(Room):
             "guest_mail_limit": ctx.config.rooms.guest_mail_limit,
         }
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         lines = ["**Available Rooms**"]
         mature = ctx.is_mature(agent)
         for room in ctx.rooms.values():

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import capsule_store as cs
+from station.context import Context
 from station.room import ActionSpec, Outcome, action, register_room
+
+from . import capsule_store as cs
 from .capsule_ids import IdError, parse_single
 from .capsule_params import ForwardParams, MailParams, as_list
 from .capsule_store import Capsule
@@ -21,7 +23,7 @@ class MailRoom(CapsuleRoom):
     lobby_order = 80
     empty_listing = "No mail you may view."
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         return {"guest_mail_limit": ctx.config.rooms.guest_mail_limit}
 
     def member(self, agent: Any) -> int | None:
@@ -35,35 +37,35 @@ class MailRoom(CapsuleRoom):
         row = super().row(capsule, label)
         return row[:3] + [cell(", ".join(capsule.recipients))] + row[3:]
 
-    def header(self, ctx: Any, agent: Any) -> str:
+    def header(self, ctx: Context, agent: Any) -> str:
         names = sorted(a.name for a in ctx.agents.active() if not a.is_guest and a.name != agent.name)
         listed = ", ".join(names) if names else "none at the moment"
         return f"**Recursive agents you can write to:** {listed}"
 
     # -- rules ---------------------------------------------------------------------------
-    def action_refusal(self, ctx: Any, agent: Any, spec: ActionSpec) -> str | None:
+    def action_refusal(self, ctx: Context, agent: Any, spec: ActionSpec) -> str | None:
         if agent.is_guest and spec.name in ("reply", "forward", "update", "delete"):
             return f"'{spec.name}' in the Mail Room is for recursive agents; guests may only send and read mail."
         return None
 
-    def may_create(self, ctx: Any, agent: Any) -> str | None:
+    def may_create(self, ctx: Context, agent: Any) -> str | None:
         limit = ctx.config.rooms.guest_mail_limit
         if agent.is_guest and agent.room_state(self.short).get("sent", 0) >= limit:
             return f"guests may send at most {limit} mails; ascend to write more"
         return None
 
-    def may_reply(self, ctx: Any, agent: Any, capsule: Capsule) -> str | None:
+    def may_reply(self, ctx: Context, agent: Any, capsule: Capsule) -> str | None:
         if agent.is_guest or not cs.is_member(ctx.store, agent.session, capsule):
             return "only the mail's author and recipients may reply"
         return None
 
-    def may_edit(self, ctx: Any, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
+    def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
         owner = message.author_session if message is not None else capsule.author_session
         if owner != agent.session:
             return f"only the author may {verb} it"
         return None
 
-    def _recipients(self, ctx: Any, agent: Any, raw: list[str] | str | None) -> tuple[list[Any], list[str], str | None]:
+    def _recipients(self, ctx: Context, agent: Any, raw: list[str] | str | None) -> tuple[list[Any], list[str], str | None]:
         """(agents, warnings, problem) for a recipient list: exact names of agents that exist."""
         names = sorted(set(as_list(raw)) - {agent.name})
         if not names:
@@ -76,14 +78,14 @@ class MailRoom(CapsuleRoom):
         if unknown:
             return [], [], (f"no agent is called {', '.join(unknown)} (names are exact, e.g. 'Spiro II'; "
                             "the room lists who you can write to)")
-        people = [found[n] for n in names]
+        people = [person for n in names if (person := found[n]) is not None]  # none is unknown here
         gone = [a.name for a in people if not a.active]
         warnings = [f"Note: {', '.join(gone)} no longer active in the station; they will not read it."] if gone else []
         return people, warnings, None
 
     # -- actions -------------------------------------------------------------------------
     @action("create", params=MailParams)
-    def create(self, ctx: Any, agent: Any, args: str | None, p: MailParams) -> Outcome:
+    def create(self, ctx: Context, agent: Any, args: str | None, p: MailParams) -> Outcome:
         refused = self.may_create(ctx, agent)
         if refused:
             return Outcome([f"Mail not sent: {refused}."])
@@ -108,7 +110,7 @@ class MailRoom(CapsuleRoom):
         sent = f"Sent mail {capsule.number}: '{capsule.title}' to {', '.join(capsule.recipients)}."
         return Outcome([sent] + warnings)
 
-    def after_reply(self, ctx: Any, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
         message = cs.Capsules(ctx.store, self.short).message(capsule, k)
         assert message is not None
         sessions = set(r[0] for r in ctx.store.all("SELECT session FROM capsule_members WHERE capsule=?",
@@ -125,7 +127,7 @@ class MailRoom(CapsuleRoom):
         return [f"Delivered to: {', '.join(told)}."] if told else ["Nobody else on this mail is active now."]
 
     @action("forward", params=ForwardParams)
-    def forward(self, ctx: Any, agent: Any, args: str | None, p: ForwardParams) -> Outcome:
+    def forward(self, ctx: Context, agent: Any, args: str | None, p: ForwardParams) -> Outcome:
         text = (args or "").strip()
         if not text.isdigit():
             return Outcome(["Forward refused: give one mail number, e.g. /execute_action{forward 3}."])

@@ -5,6 +5,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from station.context import Context
 from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
@@ -45,16 +46,16 @@ class MiscRoom(Room):
     guests_allowed = False
     migrations = MIGRATIONS
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         return "Use `help misc` to see this room's actions again."
 
     @action("change_description", params=DescriptionParams)
-    def change_description(self, ctx: Any, agent: Any, args: str | None, p: DescriptionParams) -> Outcome:
+    def change_description(self, ctx: Context, agent: Any, args: str | None, p: DescriptionParams) -> Outcome:
         agent.description = p.new_description
         return Outcome([f"Your description is now: {p.new_description}"])
 
     @action("suggest", params=SuggestionParams)
-    def suggest(self, ctx: Any, agent: Any, args: str | None, p: SuggestionParams) -> Outcome:
+    def suggest(self, ctx: Context, agent: Any, args: str | None, p: SuggestionParams) -> Outcome:
         ctx.store.execute("INSERT INTO suggestions(tick, agent, text) VALUES(?, ?, ?)",
                           (ctx.tick, agent.name, p.suggestion_content))
         ctx.emit("suggestion", agent.name, text=p.suggestion_content)

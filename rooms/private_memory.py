@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from station.context import Context
 from station.room import ActionSpec, Outcome, action, register_room
+
 from .capsule_params import NoteParams
 from .capsule_store import lineage_key
 from .capsules import CapsuleRoom
@@ -22,35 +24,35 @@ class PrivateMemoryRoom(CapsuleRoom):
     lobby_order = 40
     empty_listing = "Your lineage has no notes yet."
 
-    def previewed_ancestor(self, ctx: Any, agent: Any) -> Any:
+    def previewed_ancestor(self, ctx: Context, agent: Any) -> Any:
         """The ancestor whose notes a guest may preview: it passed the test and was offered one."""
-        chamber = ctx.room("test")
+        chamber: Any = ctx.room("test")  # the Test Chamber's own rule for who may see an offer
         if not agent.is_guest or chamber is None or not chamber.eligible(ctx, agent):
             return None
         return chamber.refresh_offer(ctx, agent)
 
-    def scope(self, ctx: Any, agent: Any) -> str | None:
+    def scope(self, ctx: Context, agent: Any) -> str | None:
         if not agent.is_guest and agent.lineage:
             return lineage_key(agent.lineage)
         ancestor = self.previewed_ancestor(ctx, agent)
         return lineage_key(ancestor.lineage) if ancestor is not None else None
 
-    def refusal(self, ctx: Any, agent: Any) -> str | None:
+    def refusal(self, ctx: Context, agent: Any) -> str | None:
         if self.scope(ctx, agent) is None:
             return ("The Private Memory Room holds the notes of recursive agents' lineages. Pass the test in "
                     "the Test Chamber and ascend to have one (a guest offered an ancestor may preview its notes).")
         return None
 
-    def action_refusal(self, ctx: Any, agent: Any, spec: ActionSpec) -> str | None:
+    def action_refusal(self, ctx: Context, agent: Any, spec: ActionSpec) -> str | None:
         if agent.is_guest and spec.name not in READ_ONLY:
             return (f"'{spec.name}' is not possible in a read-only preview; inherit the lineage to write here. "
                     f"Available now: {', '.join(sorted(READ_ONLY))}.")
         return None
 
-    def help(self, ctx: Any, agent: Any) -> str:
+    def help(self, ctx: Context, agent: Any) -> str:
         return ctx.texts.help("private_memory_preview" if agent.is_guest else self.short)
 
-    def header(self, ctx: Any, agent: Any) -> str:
+    def header(self, ctx: Context, agent: Any) -> str:
         if not agent.is_guest:
             return f"Notes of the {agent.lineage} lineage (shared by all its generations)."
         ancestor = self.previewed_ancestor(ctx, agent)
@@ -58,5 +60,5 @@ class PrivateMemoryRoom(CapsuleRoom):
                 "If you inherit it, they become yours to extend and edit.")
 
     @action("create", params=NoteParams)
-    def create(self, ctx: Any, agent: Any, args: str | None, p: NoteParams) -> Outcome:
+    def create(self, ctx: Context, agent: Any, args: str | None, p: NoteParams) -> Outcome:
         return self.create_capsule(ctx, agent, p)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import capsule_store as cs
+from station.context import Context
 from station.room import Outcome, action, register_room
+
+from . import capsule_store as cs
 from .capsule_ids import IdError, parse_single
 from .capsule_params import PostParams
 from .capsule_store import Capsule
@@ -24,16 +26,16 @@ class PublicMemoryRoom(CapsuleRoom):
         """The agent's muted capsules (read-only: notifying another agent must not change its record)."""
         return agent.rooms.get(self.short, {}).get("muted", [])
 
-    def _mentions(self, ctx: Any, author: Any, text: str) -> list[Any]:
+    def _mentions(self, ctx: Context, author: Any, text: str) -> list[Any]:
         active = [a for a in ctx.agents.active() if a.name != author.name]
         names = mentioned_names(text, [a.name for a in active])
         return [a for a in active if a.name in names]
 
     @action("create", params=PostParams)
-    def create(self, ctx: Any, agent: Any, args: str | None, p: PostParams) -> Outcome:
+    def create(self, ctx: Context, agent: Any, args: str | None, p: PostParams) -> Outcome:
         return self.create_capsule(ctx, agent, p)
 
-    def after_create(self, ctx: Any, agent: Any, capsule: Capsule) -> list[str]:
+    def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
         message = cs.Capsules(ctx.store, self.short).message(capsule, 1)
         assert message is not None
         mentioned = [a for a in self._mentions(ctx, agent, message.content) if ctx.is_mature(a)]
@@ -47,7 +49,7 @@ class PublicMemoryRoom(CapsuleRoom):
                       "public_memory", exclude=[agent.name, *(a.name for a in mentioned)])
         return [f"Mentioned and notified: {', '.join(a.name for a in mentioned)}."] if mentioned else []
 
-    def after_reply(self, ctx: Any, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
         caps = cs.Capsules(ctx.store, self.short)
         message = caps.message(capsule, k)
         assert message is not None
@@ -68,14 +70,14 @@ class PublicMemoryRoom(CapsuleRoom):
         return [f"Notified: {', '.join(told)}."] if told else []
 
     @action("mute")
-    def mute(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def mute(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         return self._mute(ctx, agent, args, True)
 
     @action("unmute")
-    def unmute(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def unmute(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         return self._mute(ctx, agent, args, False)
 
-    def _mute(self, ctx: Any, agent: Any, args: str | None, on: bool) -> Outcome:
+    def _mute(self, ctx: Context, agent: Any, args: str | None, on: bool) -> Outcome:
         verb = "Mute" if on else "Unmute"
         try:
             target = parse_single(args)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
+from station.context import Context
 from station.room import Outcome, Params, Room, action, register_room
 
 MAX_PROMPT_CHARS = 4000
@@ -54,16 +55,16 @@ class Reflection:
         self.opening, self.total = opening, total
         self.round = 1
 
-    def _marker(self, ctx: Any) -> str:
+    def _marker(self, ctx: Context) -> str:
         marker = ctx.texts.render("reflection_tick", k=self.round, n=self.total)
         if self.round == self.total:
             marker += "\n\n" + ctx.texts.render("reflection_last_tick")
         return marker
 
-    def first_prompt(self, ctx: Any, agent: Any) -> str:
+    def first_prompt(self, ctx: Context, agent: Any) -> str:
         return f"{self.opening}\n\n{self._marker(ctx)}"
 
-    def step(self, ctx: Any, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
         if self.round >= self.total:
             ctx.emit("reflection_finished", agent.name, rounds=self.total)
             return None, [ctx.texts.render("reflection_done", n=self.total)]
@@ -76,14 +77,14 @@ class ReflectionChamber(Room):
     short, name = "reflect", "Reflection Chamber"
     lobby_order = 30
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.reflection
         return {"default_rounds": cfg.default_rounds, "max_rounds": cfg.max_rounds}
 
-    def status_counts(self, ctx: Any) -> dict[str, Any]:
+    def status_counts(self, ctx: Context) -> dict[str, Any]:
         return {"reflections": ctx.store.scalar("SELECT COUNT(*) FROM events WHERE kind='reflection_finished'")}
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         state = agent.room_state(self.short)
         lines = ["A quiet place to think things through at length. Start with `/execute_action{reflect}` "
                  "(optionally with a ```yaml block giving `prompt` and `tick`)."]
@@ -92,7 +93,7 @@ class ReflectionChamber(Room):
         return "\n".join(lines)
 
     @action("reflect", params=ReflectParams, internal=True, yaml_required=False)
-    def reflect(self, ctx: Any, agent: Any, args: str | None, p: ReflectParams) -> Outcome:
+    def reflect(self, ctx: Context, agent: Any, args: str | None, p: ReflectParams) -> Outcome:
         cfg = ctx.config.reflection
         total, warnings = rounds(p.tick, cfg.default_rounds, cfg.max_rounds)
         opening = (p.prompt or "").strip() or ctx.texts.render("reflection_default_prompt")

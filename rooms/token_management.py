@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from station.context import Context
 from station.room import Outcome, Params, Room, action, register_room
 
 PAGE_ROWS = 300
@@ -52,15 +53,15 @@ class TokenManagementRoom(Room):
     lobby_order = 110
     guests_allowed = False
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         return {"cooldown_ticks": ctx.config.tokens.prune_cooldown_ticks}
 
-    def _cooldown_left(self, ctx: Any, agent: Any) -> int:
+    def _cooldown_left(self, ctx: Context, agent: Any) -> int:
         cooldown = ctx.config.tokens.prune_cooldown_ticks
         last = agent.room_state(self.short).get("last_prune_tick", -cooldown)
         return max(0, cooldown - (ctx.tick - last))
 
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         left = self._cooldown_left(ctx, agent)
         lines = ["Pruning is available now." if left == 0 else f"Next prune possible in {left} tick(s)."]
         counts = ctx.conversations.words_per_tick(agent.session)
@@ -77,14 +78,14 @@ class TokenManagementRoom(Room):
         return "\n".join(lines)
 
     @action("page")
-    def page(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def page(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         if not args or not args.strip().isdigit() or int(args) < 1:
             return Outcome(["Usage: /execute_action{page <n>} with n a positive whole number."])
         agent.room_state(self.short)["page"] = int(args)
         return Outcome([f"Showing page {int(args)} of your dialogue history."])
 
     @action("prune_response", params=PruneParams, yaml_required=False)
-    def prune_response(self, ctx: Any, agent: Any, args: str | None, p: PruneParams) -> Outcome:
+    def prune_response(self, ctx: Context, agent: Any, args: str | None, p: PruneParams) -> Outcome:
         left = self._cooldown_left(ctx, agent)
         if left:
             return Outcome([f"Pruning cooldown active: {left} tick(s) remaining."])
@@ -94,13 +95,14 @@ class TokenManagementRoom(Room):
         if not args and not p.prune_blocks:
             return Outcome(["Nothing was pruned: no ticks were given. " + USAGE])
         # The argument form is one block with no summary: the same checks, complete removal.
-        return self._prune(ctx, agent, p.prune_blocks or [PruneBlock(ticks=args.strip())])
+        return self._prune(ctx, agent, p.prune_blocks or [PruneBlock(ticks=(args or "").strip())])
 
-    def _prune(self, ctx: Any, agent: Any, prune_blocks: list[PruneBlock]) -> Outcome:
+    def _prune(self, ctx: Context, agent: Any, prune_blocks: list[PruneBlock]) -> Outcome:
         already = _pruned_ticks(agent)
         protected = ctx.conversations.protected_ticks(agent.session)
         taken: set[int] = set()
-        blocks, errors = [], []
+        blocks: list[dict[str, Any]] = []
+        errors: list[str] = []
         for i, block in enumerate(prune_blocks, 1):
             try:
                 a, b = parse_ticks(block.ticks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from station.context import Context
 from station.room import Outcome, action, register_room
 
 from .. import capsule_store as cs
@@ -35,16 +36,16 @@ class ArchiveRoom(CapsuleRoom):
     def hooks(self, config: Any) -> list[Any]:
         return [Reviewer()]
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         return {"pass_threshold": ctx.config.reviewer.pass_threshold,
                 "cooldown_ticks": ctx.config.archive.cooldown_ticks, "max_words": ctx.config.archive.max_words}
 
-    def limits(self, ctx: Any) -> Limits:
+    def limits(self, ctx: Context) -> Limits:
         return Limits(ctx, max_words=ctx.config.archive.max_words)
 
     # -- submitting -----------------------------------------------------------------------
     @action("create", params=PaperParams)
-    def create(self, ctx: Any, agent: Any, args: str | None, p: PaperParams) -> Outcome:
+    def create(self, ctx: Context, agent: Any, args: str | None, p: PaperParams) -> Outcome:
         cfg = ctx.config.archive
         problem = (self.may_create(ctx, agent) or self._holiday(ctx) or self._cooldown(ctx, agent)
                    or self._source_private(ctx, agent, p))
@@ -61,14 +62,14 @@ class ArchiveRoom(CapsuleRoom):
         cur = ctx.store.execute(
             "INSERT INTO paper_submissions(tick, agent, session, lineage, generation, title, tags, abstract, content)"
             " VALUES(?,?,?,?,?,?,?,?,?)",
-            (ctx.tick, agent.name, agent.session, agent.lineage, agent.generation, p.title.strip(),
+            (ctx.tick, agent.name, agent.session, agent.lineage, agent.generation, (p.title or "").strip(),
              json.dumps(tags), (p.abstract or "").strip(), p.content))
         ctx.emit("paper_submitted", agent.name, submission=cur.lastrowid)
-        return Outcome([f"Paper '{p.title.strip()}' submitted for review (submission {cur.lastrowid}). You will be "
+        return Outcome([f"Paper '{(p.title or '').strip()}' submitted for review (submission {cur.lastrowid}). You will be "
                         f"told the verdict; it is published if it scores at least "
                         f"{ctx.config.reviewer.pass_threshold}/10."])
 
-    def after_create(self, ctx: Any, agent: Any, capsule: Capsule) -> list[str]:
+    def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
         """Published directly (review off): recorded as an accepted submission and announced."""
         body = Capsules(ctx.store, self.short).message(capsule, 1)
         ctx.store.execute(
@@ -82,12 +83,12 @@ class ArchiveRoom(CapsuleRoom):
                       "publication", exclude=[agent.name])
         return []
 
-    def _holiday(self, ctx: Any) -> str | None:
+    def _holiday(self, ctx: Context) -> str | None:
         if ctx.config.archive.holiday_mode and ctx.tick % 10 in (9, 0):
             return "the Archive takes no submissions on ticks ending in 9 or 0 (holiday); try again next tick"
         return None
 
-    def _cooldown(self, ctx: Any, agent: Any) -> str | None:
+    def _cooldown(self, ctx: Context, agent: Any) -> str | None:
         cooldown = ctx.config.archive.cooldown_ticks
         if cooldown <= 0:
             return None
@@ -99,7 +100,7 @@ class ArchiveRoom(CapsuleRoom):
         return (f"you submitted a paper at tick {latest}; the next one is possible in {left} tick(s). "
                 "Keep experimenting meanwhile: a stronger paper is worth the wait")
 
-    def _source_private(self, ctx: Any, agent: Any, p: PaperParams) -> str | None:
+    def _source_private(self, ctx: Context, agent: Any, p: PaperParams) -> str | None:
         """`source_private: N` takes the content from the lineage's private capsule N."""
         source = p.source_private
         if source is None:
@@ -121,7 +122,7 @@ class ArchiveRoom(CapsuleRoom):
         return None
 
     # -- publishing (called by the reviewer hook) -------------------------------------------
-    def publish(self, ctx: Any, submission: Any, review_text: str) -> int:
+    def publish(self, ctx: Context, submission: Any, review_text: str) -> int:
         """Publish an accepted submission under its stored author (who may have left); returns its number."""
         author = Author(submission["agent"], submission["session"], submission["lineage"], submission["generation"])
         caps = Capsules(ctx.store, self.short)
@@ -136,7 +137,7 @@ class ArchiveRoom(CapsuleRoom):
     def _paper_part(self, capsule: Capsule, message: cs.Message | None) -> bool:
         return message is None or message.k == 1 or message.author == REVIEWER.name
 
-    def may_reply(self, ctx: Any, agent: Any, capsule: Capsule) -> str | None:
+    def may_reply(self, ctx: Context, agent: Any, capsule: Capsule) -> str | None:
         if agent.is_guest:
             return "only recursive agents may reply to papers"
         if agent.lineage and agent.lineage == capsule.author_lineage:
@@ -144,13 +145,13 @@ class ArchiveRoom(CapsuleRoom):
                     "results (other lineages may reply to discuss it)")
         return None
 
-    def may_edit(self, ctx: Any, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
+    def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
         if self._paper_part(capsule, message) and not (verb == "delete" and message is None):
             return ("published papers and their reviews are final; submit a revised paper instead"
                     if verb == "update" else "a paper's text and review cannot be deleted separately")
         return super().may_edit(ctx, agent, capsule, message, verb)
 
-    def after_reply(self, ctx: Any, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
         caps = Capsules(ctx.store, self.short)
         involved = {capsule.author, *(m.author for m in caps.messages(capsule))} - {agent.name, REVIEWER.name}
         told = []
@@ -162,14 +163,14 @@ class ArchiveRoom(CapsuleRoom):
         return [f"Notified: {', '.join(told)}."] if told else []
 
     # -- what others read from the archive ------------------------------------------------
-    def lineage_credits(self, ctx: Any) -> dict[str, float]:
+    def lineage_credits(self, ctx: Context) -> dict[str, float]:
         """One credit per accepted paper scoring 8 or more (lineage selection by evolution)."""
         rows = ctx.store.all("SELECT lineage, COUNT(*) FROM paper_submissions WHERE status='accepted' AND score>=? "
                              "AND lineage IS NOT NULL GROUP BY lineage", (HIGH_QUALITY_SCORE,))
         return {r[0]: float(r[1]) for r in rows}
 
-    def status_counts(self, ctx: Any) -> dict[str, Any]:
+    def status_counts(self, ctx: Context) -> dict[str, Any]:
         counts = super().status_counts(ctx)
-        rows = dict(ctx.store.all("SELECT status, COUNT(*) FROM paper_submissions GROUP BY status"))
+        rows = {r[0]: r[1] for r in ctx.store.all("SELECT status, COUNT(*) FROM paper_submissions GROUP BY status")}
         counts["papers"] = {s: rows.get(s, 0) for s in ("pending", "accepted", "rejected", "failed")}
         return counts

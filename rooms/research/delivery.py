@@ -105,7 +105,7 @@ class Evaluations(Hook):
             self.worker.recorded.clear()
 
 
-def debugger_settings(ctx: Any) -> dict[str, Any]:
+def debugger_settings(ctx: Context) -> dict[str, Any]:
     cfg = ctx.config.debugger
     return {"debugger_enabled": cfg.enabled, "max_attempts": cfg.max_attempts}
 

@@ -230,10 +230,10 @@ class Stagnation(Hook):
 def best_result(store: Any, task: str, tag: str | None = None) -> Best | None:
     """The task's best delivered successful result (optionally among those tagged `tag`), ranked as
     the leaderboard ranks them; of equal results, the first delivered reached the top."""
-    where, params = "e.task = ?", (task,)
+    where, params = "e.task = ?", [task]
     if tag is not None:
-        where, params = where + " AND e.id IN (SELECT evaluation FROM evaluation_tags WHERE tag = ?)", (task, tag)
-    row = best_evaluation(store.all, where, params, DELIVERED_FIRST)
+        where, params = where + " AND e.id IN (SELECT evaluation FROM evaluation_tags WHERE tag = ?)", [task, tag]
+    row = best_evaluation(store.all, where, tuple(params), DELIVERED_FIRST)
     if row is None:
         return None
     return Best(sort_key(row["sort_key"], row["score"]), int(row["finished_tick"] or row["tick"]))

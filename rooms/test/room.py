@@ -1,12 +1,13 @@
 """Test Chamber: guests answer tests (graded after the turn by a model) and then ascend."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import Field, field_validator
 
 from station import agents as ag
 from station import lifecycle
+from station.context import Context
 from station.room import Outcome, Params, Room, action, register_room
 
 from .grader import TestGrader
@@ -54,11 +55,11 @@ class TestTaking:
     def __init__(self, test: Any) -> None:
         self.test = test
 
-    def first_prompt(self, ctx: Any, agent: Any) -> str:
+    def first_prompt(self, ctx: Context, agent: Any) -> str:
         return ctx.texts.render("test_prompt", test_id=self.test.id, title=self.test.title,
                                 question=self.test.question)
 
-    def step(self, ctx: Any, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
         ctx.store.execute(
             "INSERT INTO test_attempts(session, agent, test_id, status, answer, tick) VALUES(?, ?, ?, 'pending', ?, ?)",
             (agent.session, agent.name, self.test.id, reply, ctx.tick))
@@ -67,12 +68,12 @@ class TestTaking:
                       "it is graded before the next tick and the result arrives as a system message."]
 
 
-def latest_status(ctx: Any, session: int) -> dict[str, str]:
+def latest_status(ctx: Context, session: int) -> dict[str, str]:
     rows = ctx.store.all("SELECT test_id, status FROM test_attempts WHERE session=? ORDER BY id", (session,))
     return {r["test_id"]: r["status"] for r in rows}
 
 
-def passed_count(ctx: Any, session: int) -> int:
+def passed_count(ctx: Context, session: int) -> int:
     return sum(1 for s in latest_status(ctx, session).values() if s == "pass")
 
 
@@ -86,7 +87,7 @@ class TestChamber(Room):
         return [TestGrader()]
 
     # -- output -----------------------------------------------------------------------------
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         lines = []
         state = agent.room_state(self.short)
         unseen = state.pop("unseen_results", [])
@@ -100,7 +101,7 @@ class TestChamber(Room):
             lines.append(f"| {t.id} | {_clip(t.title, 52)} | {_clip(t.goal, 98)} | {label} |")
         return "\n".join(lines)
 
-    def system_notices(self, ctx: Any, agent: Any) -> list[str]:
+    def system_notices(self, ctx: Context, agent: Any) -> list[str]:
         """The ascension offer, shown first in every prompt of an eligible guest (never stored)."""
         if not agent.is_guest or not self.eligible(ctx, agent):
             return []
@@ -112,14 +113,14 @@ class TestChamber(Room):
                                  next_name=f"{ancestor.lineage} {ag.roman(next_generation(ctx, ancestor.lineage))}")]
 
     # -- ascension --------------------------------------------------------------------------
-    def eligible(self, ctx: Any, agent: Any) -> bool:
+    def eligible(self, ctx: Context, agent: Any) -> bool:
         return passed_count(ctx, agent.session) >= ctx.config.lifecycle.min_tests_for_ascension
 
-    def _valid_ancestor(self, ctx: Any, name: str | None) -> Any:
+    def _valid_ancestor(self, ctx: Context, name: str | None) -> Any:
         a = ctx.agents.get(name) if name else None
         return a if a and a.state == ag.ENDED and not a.succeeded_by else None
 
-    def refresh_offer(self, ctx: Any, guest: Any) -> Any:
+    def refresh_offer(self, ctx: Context, guest: Any) -> Any:
         """Decide once which ancestor (if any) to offer; decide again only if it became invalid."""
         flags = guest.flags
         if flags.get("offer_decided"):
@@ -132,7 +133,7 @@ class TestChamber(Room):
         guest.offered_ancestor = self._choose_ancestor(ctx, guest)
         return self._valid_ancestor(ctx, guest.offered_ancestor)
 
-    def _choose_ancestor(self, ctx: Any, guest: Any) -> str | None:
+    def _choose_ancestor(self, ctx: Context, guest: Any) -> str | None:
         cfg = ctx.config.lineage
         candidates = ag.ancestor_candidates(ctx.agents, guest)
         if guest.assigned_ancestor:
@@ -145,16 +146,16 @@ class TestChamber(Room):
             return rng.choice(sorted(c.name for c in candidates))
         credits: dict[str, float] = {}
         for room in ctx.rooms.values():
-            for lineage, value in room.lineage_credits(ctx).items():
-                credits[lineage] = credits.get(lineage, 0.0) + value
-        lineages = sorted({c.lineage for c in candidates})
-        options = [(lin, ag.lineage_utility(ctx.agents, lin, ctx.tick, cfg.lifespan_penalty_per_tick, credits))
+            for credited, value in room.lineage_credits(ctx).items():
+                credits[credited] = credits.get(credited, 0.0) + value
+        lineages = sorted({cast(str, c.lineage) for c in candidates})  # ascended agents all have one
+        options: list[tuple[str | None, float]] = [(lin, ag.lineage_utility(ctx.agents, lin, ctx.tick, cfg.lifespan_penalty_per_tick, credits))
                    for lin in lineages] + [(None, cfg.new_lineage_utility)]
         lineage = ag.softmax_choice(options, cfg.temperature, rng.random())
         return ag.latest_of_lineage(candidates, lineage).name if lineage else None
 
     @action("ascend_inherit", params=InheritParams, yaml_required=False)
-    def ascend_inherit(self, ctx: Any, agent: Any, args: str | None, p: InheritParams | None) -> Outcome:
+    def ascend_inherit(self, ctx: Context, agent: Any, args: str | None, p: InheritParams | None) -> Outcome:
         if not agent.is_guest:
             return Outcome(["You have already ascended."])
         if not self.eligible(ctx, agent):
@@ -169,7 +170,7 @@ class TestChamber(Room):
         return Outcome(_ascended_lines(new))
 
     @action("ascend_new", params=NewLineageParams)
-    def ascend_new(self, ctx: Any, agent: Any, args: str | None, p: NewLineageParams) -> Outcome:
+    def ascend_new(self, ctx: Context, agent: Any, args: str | None, p: NewLineageParams) -> Outcome:
         if not agent.is_guest:
             return Outcome(["You have already ascended."])
         if not self.eligible(ctx, agent):
@@ -185,7 +186,7 @@ class TestChamber(Room):
 
     # -- taking a test ----------------------------------------------------------------------
     @action("take", internal=True)
-    def take(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def take(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         if not args:
             return Outcome(["Usage: /execute_action{take <test id>}, e.g. take 1."])
         test_id = args.strip()
@@ -210,6 +211,6 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def next_generation(ctx: Any, lineage: str) -> int:
+def next_generation(ctx: Context, lineage: str) -> int:
     """One past the lineage's highest generation, so an heir never takes a living agent's name."""
     return 1 + max((a.generation or 0 for a in ctx.agents.by_lineage(lineage)), default=0)
