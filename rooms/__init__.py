@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from station.room import ROOMS, Room
 
-from . import (  # noqa: F401  # noqa: F401
+from . import (  # noqa: F401 - importing a room's module registers it
     archive,
     codex,
     common,
