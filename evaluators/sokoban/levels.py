@@ -196,7 +196,10 @@ def _has_exit(cell, box_cell, floor, boxes) -> bool:
 
 def _attempt(uniform, height, width, n_boxes, pulls, floor_share, persist, pull_prob):
     """One reverse-play try: (level, solution), or None when no moment had every box off the
-    targets, or the boxes ended too close to home."""
+    targets, or the boxes ended too close to home.
+
+    Kept whole: its draws from `uniform` come in one fixed order, which the shipped level sets
+    depend on, and splitting the pulls from the bookkeeping would hide that order."""
     share = floor_share[0] + uniform() * (floor_share[1] - floor_share[0])
     n_floor = min(height * width, max(n_boxes + 3, round(share * height * width)))
     floor_list = _carve(uniform, height, width, n_floor, persist)

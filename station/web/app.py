@@ -194,7 +194,11 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
                runner: StationRunner | None = None, static_export: bool = False, allow_hosts: Iterable[str] = (),
                public_read: bool = False) -> FastAPI:
     """The app. `allow_hosts`: Host names answered besides loopback and `host`; `public_read`: off
-    loopback, pages may be read without the token (operating still needs it)."""
+    loopback, pages may be read without the token (operating still needs it).
+
+    One long factory on purpose: every route is a closure over this station's reader, runner,
+    token and throttle, and the guard that checks Host, Origin and token sits beside the routes
+    it protects, so the whole surface a web page can reach is read in one place."""
     directory = Path(directory)
     if not Store.exists(directory):
         raise ValueError(f"no station at {directory}")
@@ -392,7 +396,8 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     @app.get("/search", response_class=HTMLResponse)
     def search(request: Request, q: str = "", page: int = 1) -> HTMLResponse:
         q = q[:200]
-        hits, total = [], 0
+        hits: list[dict[str, Any]] = []
+        total = 0
         if q.strip():
             index.refresh(reader.db())
             hits, total = index.search(q, page if 0 < page < 10_000 else 1)
