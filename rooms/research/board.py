@@ -19,7 +19,7 @@ SORT_MODES = ("id", "score", "author")
 
 
 class Leaderboard:
-    """Mixed into ResearchCounter; uses its `scope`, `precision` and `task_ids`."""
+    """Mixed into ResearchCounter; uses its `scope`, `sees_all` and `precision`."""
 
     # -- per-agent view state ---------------------------------------------------------------
     def state(self, agent: Any) -> dict[str, Any]:

@@ -4,9 +4,9 @@ The room only queues evaluations (status 'queued') and reads them; the evaluatio
 them and delivers each result (status, score, metrics, logs) together with the author's
 message, so a score is shown exactly when it has been sent (spec research §1, §2).
 
-Visibility is one rule, applied in SQL to every read path (table, page bounds, previews,
-reviews, tag statistics) and to other lineages' storage: supervisors and mature agents see
-everything; an immature agent sees its own lineage's evaluations (by the stored lineage
+Visibility is one rule (visibility.py), applied in SQL to every read path (table, page bounds,
+previews, reviews, tag statistics) and to other lineages' storage: supervisors and mature agents
+see everything; an immature agent sees its own lineage's evaluations (by the stored lineage
 column, never by a name prefix) and the System baselines. What an agent may not see is
 "not found", so its existence is not revealed.
 
@@ -25,6 +25,7 @@ from station.context import Event, Hook
 from station.room import Outcome, Room, action, register_room
 
 from . import storage as rs
+from . import visibility
 from .board import Leaderboard
 from .delivery import Evaluations
 from .params import (
@@ -123,7 +124,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     # -- rules ------------------------------------------------------------------------------
     def sees_all(self, ctx: Any, agent: Any) -> bool:
-        return agent.role == "supervisor" or ctx.is_mature(agent)
+        return visibility.sees_all(agent, ctx.tick, ctx.config.lifecycle.maturity_ticks)
 
     def scope(self, ctx: Any, agent: Any) -> tuple[str, tuple]:
         """The visibility rule as SQL over `evaluations e`: everything, or own lineage plus System."""

@@ -27,14 +27,22 @@ class StorageActions:
 
     def may_read_others(self, ctx: Any, agent: Any) -> str | None:
         """Why the agent may not read other lineages' storage, or None (the same rule as the leaderboard's)."""
-        if agent.role == "supervisor":
-            return None
-        if not ctx.config.research.cross_lineage_storage:
+        stand = self._others_stand(ctx, agent)
+        if stand == "closed":
             return "other lineages' storage is closed in this station"
-        if not ctx.is_mature(agent):
+        if stand == "immature":
             return (f"other lineages' storage opens to you when you are mature "
                     f"(age {ctx.config.lifecycle.maturity_ticks})")
         return None
+
+    def _others_stand(self, ctx: Any, agent: Any) -> str:
+        """'supervisor', 'closed' (by the station's flag), 'immature' or 'open': where the agent stands
+        toward other lineages' storage. The flag binds everyone but supervisors, who review all lineages."""
+        if agent.role == "supervisor":
+            return "supervisor"
+        if not ctx.config.research.cross_lineage_storage:
+            return "closed"
+        return "open" if self.sees_all(ctx, agent) else "immature"
 
     def may_write(self, ctx: Any, agent: Any, loc: rs.Location, verb: str) -> str | None:
         if loc.area is None or not loc.parts:
@@ -160,15 +168,7 @@ class StorageActions:
         for label, loc, path, rights in areas:
             count, size, complete = rs.area_usage(root, loc)
             lines.append(f"| {label} | {path} | {count}{'' if complete else '+'} | {rs.human_size(size)} | {rights} |")
-        cfg = ctx.config.research
-        if agent.role == "supervisor":
-            rules = "research_storage_rules_supervisor"
-        elif not cfg.cross_lineage_storage:
-            rules = "research_storage_rules_closed"
-        elif not ctx.is_mature(agent):
-            rules = "research_storage_rules_immature"
-        else:
-            rules = "research_storage_rules_open"
+        rules = f"research_storage_rules_{self._others_stand(ctx, agent)}"
         lines += ["", ctx.texts.render(rules), "", ctx.texts.render("research_storage_code_example")]
         return "\n".join(lines)
 

@@ -28,9 +28,11 @@ from station.run_types import Mount, RunResult
 from station.store import Store, absolute
 
 from . import debugger
+from . import storage as rs
 from .pipeline import Outcome, walk
 from .store import open_evaluations
 from .text import clip_log
+from .visibility import sees_all
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
@@ -70,22 +72,21 @@ def refused_payload(problem: str) -> dict[str, Any]:
             "success": False, "score": None, "sort_key": None, "metrics": {}, "details": ""}
 
 
-def storage_mounts(station_dir: Path, lineage: str | None, cross_lineage: bool) -> list[Mount]:
-    from .storage import code_areas  # the room owns the storage layout
-
-    root = station_dir / "files" / "research" / "storage"
-    return [Mount(source, target, writable) for source, target, writable in code_areas(root, lineage, cross_lineage)]
+def storage_mounts(files: Path, lineage: str | None, cross_lineage: bool) -> list[Mount]:
+    """A run's storage mounts, from the station's files/ folder (the room owns the storage layout)."""
+    areas = rs.code_areas(rs.storage_root(files), lineage, cross_lineage)
+    return [Mount(source, target, writable) for source, target, writable in areas]
 
 
 def sees_other_lineages(store: Store, config: Any, author: str) -> bool:
-    """Whether the author's code may read other lineages' storage: the room's rule (mature or supervisor)."""
+    """Whether the author's code may read other lineages' storage: the room's rule (visibility.sees_all).
+
+    The station's flag is checked first, for supervisors too (unlike the room's `storage` action,
+    which lets supervisors read everything); they cannot submit, so no run of theirs comes here."""
     if not config.research.cross_lineage_storage:
         return False
-    agent = AgentRegistry(store).get(author)
-    if agent is None:
-        return False
-    limit = config.lifecycle.maturity_ticks
-    return agent.role == "supervisor" or limit is None or agent.age(store.get_meta("tick", 1)) >= limit
+    agent = AgentRegistry(store).get(author)  # None for System baselines
+    return agent is not None and sees_all(agent, store.get_meta("tick", 1), config.lifecycle.maturity_ticks)
 
 
 class SystemFailure(Exception):
@@ -199,7 +200,7 @@ class EvaluationWorker(InputWorker):
             return refused_payload(problem)
         assert self.executor is not None
         others = sees_other_lineages(store, self.config, row["author"])
-        mounts = storage_mounts(self.directory, row["lineage"], others)
+        mounts = storage_mounts(store.files, row["lineage"], others)
         self._mark(store, row["id"], version, "running")
         try:
             result = task.execute(self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}",
