@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from station.context import Context
 from station.room import Outcome, action
 
 from .params import CONTROL, LINE_BREAK, normalise_tag
@@ -21,17 +22,23 @@ SORT_MODES = ("id", "score", "author")
 class Leaderboard:
     """Mixed into ResearchCounter; uses its `scope`, `sees_all` and `precision`."""
 
+    if TYPE_CHECKING:  # provided by the room
+        short: ClassVar[str]
+        def scope(self, ctx: Context, agent: Any) -> tuple[str, tuple]: ...
+        def sees_all(self, ctx: Context, agent: Any) -> bool: ...
+        def precision(self, ctx: Context, task_id: str) -> int: ...
+
     # -- per-agent view state ---------------------------------------------------------------
     def state(self, agent: Any) -> dict[str, Any]:
         return agent.room_state(self.short)
 
-    def sort_mode(self, ctx: Any, agent: Any) -> str:
+    def sort_mode(self, ctx: Context, agent: Any) -> str:
         mode = self.state(agent).get("sort", "id")
         if mode not in SORT_MODES or (mode == "score" and ctx.config.research.no_score):
             return "id"
         return mode
 
-    def page_size(self, ctx: Any, agent: Any) -> int:
+    def page_size(self, ctx: Context, agent: Any) -> int:
         size = self.state(agent).get("page_size")
         return size if isinstance(size, int) and 1 <= size <= MAX_PAGE_SIZE else ctx.config.research.page_size
 
@@ -39,7 +46,7 @@ class Leaderboard:
         tag = self.state(agent).get("filter")
         return tag if isinstance(tag, str) and tag else None
 
-    def board_where(self, ctx: Any, agent: Any) -> tuple[str, tuple]:
+    def board_where(self, ctx: Context, agent: Any) -> tuple[str, tuple]:
         where, params = self.scope(ctx, agent)
         tag = self.tag_filter(agent)
         if tag:
@@ -47,14 +54,14 @@ class Leaderboard:
             params += (tag,)
         return where, params
 
-    def board_count(self, ctx: Any, agent: Any) -> int:
+    def board_count(self, ctx: Context, agent: Any) -> int:
         where, params = self.board_where(ctx, agent)
         return ctx.store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params) or 0
 
-    def score_order(self, ctx: Any, where: str, params: tuple) -> str:
+    def score_order(self, ctx: Context, where: str, params: tuple) -> str:
         return ranking_order(ctx.store.all, where, params)
 
-    def order(self, ctx: Any, agent: Any, mode: str, where: str, params: tuple) -> tuple[str, tuple]:
+    def order(self, ctx: Context, agent: Any, mode: str, where: str, params: tuple) -> tuple[str, tuple]:
         if mode == "author":
             return "COALESCE(e.session = ?, 0) DESC, e.tick DESC, e.id DESC", (agent.session,)
         if mode == "score":
@@ -62,7 +69,7 @@ class Leaderboard:
         return "e.id DESC", ()
 
     # -- cells --------------------------------------------------------------------------------
-    def score_cell(self, ctx: Any, row: Any) -> str:
+    def score_cell(self, ctx: Context, row: Any) -> str:
         status = row["status"]
         if status == "queued":
             return "running"
@@ -77,7 +84,7 @@ class Leaderboard:
             return str(score)
         return f"{score:.{self.precision(ctx, row['task'])}f}"
 
-    def metric_text(self, ctx: Any, task_id: str, name: str, value: Any) -> str:
+    def metric_text(self, ctx: Context, task_id: str, name: str, value: Any) -> str:
         if value is None:
             return "—"
         task = ctx.tasks.get(task_id)
@@ -94,7 +101,7 @@ class Leaderboard:
             return {}
         return json_or(row["metrics"], {})
 
-    def _board(self, ctx: Any, agent: Any) -> str:
+    def _board(self, ctx: Context, agent: Any) -> str:
         no_score = ctx.config.research.no_score
         state = self.state(agent)
         where, params = self.board_where(ctx, agent)
@@ -136,7 +143,7 @@ class Leaderboard:
             lines += ["", filter_line]
         return "\n".join(lines)
 
-    def _tag_stats(self, ctx: Any, agent: Any) -> str:
+    def _tag_stats(self, ctx: Context, agent: Any) -> str:
         cfg = ctx.config.research
         if not cfg.show_tag_stats or not self.sees_all(ctx, agent):
             return ""
@@ -167,7 +174,7 @@ class Leaderboard:
 
     # -- actions: the leaderboard view -----------------------------------------------------------------
     @action("rank")
-    def rank(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def rank(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         mode = (args or "").strip()
         modes = [m for m in SORT_MODES if not (m == "score" and ctx.config.research.no_score)]
         if mode == "score" and ctx.config.research.no_score:
@@ -179,7 +186,7 @@ class Leaderboard:
         return Outcome([f"The leaderboard is now sorted by {mode}, from page 1."])
 
     @action("filter")
-    def filter(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def filter(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         tag = normalise_tag(text)
         if not tag:
@@ -194,7 +201,7 @@ class Leaderboard:
                         "`unfilter` shows all again."])
 
     @action("unfilter")
-    def unfilter(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def unfilter(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         state = self.state(agent)
         if not self.tag_filter(agent):
             return Outcome(["No filter was set; the leaderboard already lists everything you can see."])
@@ -203,7 +210,7 @@ class Leaderboard:
         return Outcome(["Filter removed: the leaderboard lists every evaluation you can see, from page 1."])
 
     @action("page")
-    def page(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def page(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not re.fullmatch(r"\d{1,9}", text) or int(text) < 1:
             return Outcome(["Usage: /execute_action{page N} with N a page number from 1."])
@@ -214,7 +221,7 @@ class Leaderboard:
         return Outcome([f"Showing page {int(text)} of {pages}."])
 
     @action("page_size")
-    def page_size_action(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def page_size_action(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not re.fullmatch(r"\d{1,9}", text) or not 1 <= int(text) <= MAX_PAGE_SIZE:
             return Outcome([f"Usage: /execute_action{{page_size N}} with N from 1 to {MAX_PAGE_SIZE}."])

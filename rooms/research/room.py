@@ -21,7 +21,7 @@ from typing import Any
 
 from evaluators import has_real_code
 from station.config import StationConfig
-from station.context import Event, Hook
+from station.context import Context, Event, Hook
 from station.room import Outcome, Room, action, register_room
 
 from . import storage as rs
@@ -82,14 +82,14 @@ def parse_id_list(text: str, cap: int) -> tuple[list[int], bool]:
                     return list(seen), True
                 seen[number] = None
         else:
-            number = parse_id(token)
-            if number is None:
+            single = parse_id(token)
+            if single is None:
                 raise ValueError(f"'{token[:40]}' is not an evaluation ID")
-            if number in seen:
+            if single in seen:
                 continue
             if len(seen) >= cap:
                 return list(seen), True
-            seen[number] = None
+            seen[single] = None
     return list(seen), False
 
 
@@ -99,7 +99,7 @@ class HolidayEvacuation(Hook):
     name = "research_holiday"
     events = ("tick_started",)
 
-    def handle(self, ctx: Any, event: Event) -> None:
+    def handle(self, ctx: Context, event: Event) -> None:
         if not ctx.config.research.holiday_mode or not is_holiday(ctx.tick):
             return
         for agent in ctx.agents.active():
@@ -123,16 +123,16 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return [*watch, Evaluations(), HolidayEvacuation()]
 
     # -- rules ------------------------------------------------------------------------------
-    def sees_all(self, ctx: Any, agent: Any) -> bool:
+    def sees_all(self, ctx: Context, agent: Any) -> bool:
         return visibility.sees_all(agent, ctx.tick, ctx.config.lifecycle.maturity_ticks)
 
-    def scope(self, ctx: Any, agent: Any) -> tuple[str, tuple]:
+    def scope(self, ctx: Context, agent: Any) -> tuple[str, tuple]:
         """The visibility rule as SQL over `evaluations e`: everything, or own lineage plus System."""
         if self.sees_all(ctx, agent):
             return "1", ()
         return "(e.lineage = ? OR (e.lineage IS NULL AND e.author = ?))", (agent.lineage, SYSTEM_AUTHOR)
 
-    def visible_row(self, ctx: Any, agent: Any, number: int) -> Any:
+    def visible_row(self, ctx: Context, agent: Any, number: int) -> Any:
         where, params = self.scope(ctx, agent)
         return ctx.store.one(f"SELECT * FROM evaluations e WHERE e.id = ? AND {where}", (number, *params))
 
@@ -141,24 +141,24 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return (row["session"] == agent.session or (agent.lineage is not None and row["lineage"] == agent.lineage)
                 or (row["lineage"] is None and row["author"] == SYSTEM_AUTHOR))
 
-    def task_ids(self, ctx: Any) -> list[str]:
+    def task_ids(self, ctx: Context) -> list[str]:
         return sorted(ctx.tasks, key=lambda t: (len(t), t))
 
-    def precision(self, ctx: Any, task_id: str) -> int:
+    def precision(self, ctx: Context, task_id: str) -> int:
         task = ctx.tasks.get(task_id)
         return int(getattr(task, "display_precision", 4)) if task is not None else 4
 
-    def storage_root(self, ctx: Any) -> Any:
+    def storage_root(self, ctx: Context) -> Any:
         return rs.storage_root(ctx.store.files)
 
     # -- the view -------------------------------------------------------------------------------
-    def render(self, ctx: Any, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Any) -> str:
         parts = [p for p in (self._status_lines(ctx, agent), self._tasks_table(ctx), self._running(ctx, agent),
                              self._board(ctx, agent), self._tag_stats(ctx, agent), self._storage_view(ctx, agent))
                  if p]
         return "\n\n".join(parts)
 
-    def _status_lines(self, ctx: Any, agent: Any) -> str:
+    def _status_lines(self, ctx: Context, agent: Any) -> str:
         cfg = ctx.config.research
         lines = []
         if agent.role == "supervisor":
@@ -176,7 +176,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                              "lineage's evaluations and the System baselines.")
         return "\n".join(lines)
 
-    def _tasks_table(self, ctx: Any) -> str:
+    def _tasks_table(self, ctx: Context) -> str:
         ids = self.task_ids(ctx)
         if not ids:
             return "**Research Tasks**\n\nNo research task is set."
@@ -185,7 +185,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         lines.append("\n`read <ID>` sends you a task's full description.")
         return "\n".join(lines)
 
-    def _running(self, ctx: Any, agent: Any) -> str:
+    def _running(self, ctx: Context, agent: Any) -> str:
         if agent.role == "supervisor":
             return ""
         rows = ctx.store.all("SELECT id, task, title, author, tick FROM evaluations WHERE session = ? AND "
@@ -200,7 +200,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     # -- actions: tasks and submissions --------------------------------------------------------------
     @action("read")
-    def read(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         ids = self.task_ids(ctx)
         text = (args or "").strip()
         if not text:
@@ -223,7 +223,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         match = re.fullmatch(r"#?(\d{1,9})", text.strip())
         return str(int(match.group(1))) if match else None
 
-    def _cooldown_left(self, ctx: Any, agent: Any) -> int:
+    def _cooldown_left(self, ctx: Context, agent: Any) -> int:
         cooldown = ctx.config.research.cooldown_ticks
         if cooldown <= 0:
             return 0
@@ -233,7 +233,9 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return cooldown - (ctx.tick - last)
 
     @action("submit", params=SubmitParams, yaml_required=False)
-    def submit(self, ctx: Any, agent: Any, args: str | None, p: SubmitParams | None) -> Outcome:
+    def submit(self, ctx: Context, agent: Any, args: str | None, p: SubmitParams | None) -> Outcome:
+        """Queue a submission for evaluation. Kept whole: it follows the spec's checks in their
+        numbered order (research §1.4), and the first one that fails is the agent's answer."""
         cfg = ctx.config.research
 
         def refused(why: str) -> Outcome:
@@ -301,7 +303,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         ids = self.task_ids(ctx)
         task_id = self._task_id(args) if args and args.strip() else (ids[-1] if ids else None)
         task = ctx.tasks.get(task_id) if task_id else None
-        if task is None:
+        if task is None or task_id is None:
             shown = (args or "").strip()[:40]
             return refused(f"there is no research task '{shown}' (tasks: {', '.join(ids) or 'none'})")
         problem = task.validate_code(code)
@@ -333,7 +335,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     # -- actions: reading results ---------------------------------------------------------------------
     @action("review")
-    def review(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def review(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not text:
             return Outcome(["Usage: /execute_action{review <evaluation ID>}, e.g. review 12."])
@@ -353,7 +355,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         ctx.notify(agent, self.record_text(ctx, row), "research_review")
         return Outcome([f"The full record of evaluation #{number} will be in your System Messages next turn."])
 
-    def record_text(self, ctx: Any, row: Any) -> str:
+    def record_text(self, ctx: Context, row: Any) -> str:
         cfg = ctx.config.research
         number = row["id"]
         task = ctx.tasks.get(row["task"])
@@ -394,7 +396,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return "\n".join(lines)
 
     @action("preview")
-    def preview(self, ctx: Any, agent: Any, args: str | None, p: None) -> Outcome:
+    def preview(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not text:
             return Outcome(["Usage: /execute_action{preview all} or preview 3,5,10:14 (IDs and ranges a:b)."])
@@ -423,7 +425,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         ctx.notify(agent, heading + "\n\n" + "\n\n---\n\n".join(blocks + notes), "research_preview")
         return Outcome([f"Previewed {len(blocks)} evaluation(s): see your System Messages next turn."] + notes)
 
-    def preview_block(self, ctx: Any, row: Any) -> str:
+    def preview_block(self, ctx: Context, row: Any) -> str:
         tags = ", ".join(json_or(row["tags"], [])) or "—"
         lines = [f"**Evaluation #{row['id']}: {row['title']}**",
                  f"Task #{row['task']}; by {row['author']} at tick {row['tick']}; tags: {tags}",
@@ -439,10 +441,10 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return "\n".join(lines)
 
     # -- help ---------------------------------------------------------------------------------------
-    def help(self, ctx: Any, agent: Any) -> str:
+    def help(self, ctx: Context, agent: Any) -> str:
         return re.sub(r"\n{3,}", "\n\n", super().help(ctx, agent))  # optional sections may be empty
 
-    def help_values(self, ctx: Any) -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.research
         texts = ctx.texts
         maturity = ctx.config.lifecycle.maturity_ticks
@@ -469,7 +471,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         }
 
     # -- what other parts of the station read ---------------------------------------------------------
-    def task_summary(self, ctx: Any) -> str:
+    def task_summary(self, ctx: Context) -> str:
         """The tasks' titles and specs, bounded, for the archive reviewer's context."""
         ids = self.task_ids(ctx)
         if not ids:
@@ -496,7 +498,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         score = row["score"]
         return [float(score)] if isinstance(score, (int, float)) and math.isfinite(score) else None
 
-    def lineage_credits(self, ctx: Any) -> dict[str, float]:
+    def lineage_credits(self, ctx: Context) -> dict[str, float]:
         """One credit per breakthrough: a delivered success that beats every earlier one of its task."""
         best: dict[str, list[float]] = {}
         credits: dict[str, float] = {}
@@ -513,8 +515,8 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 credits[lineage] = credits.get(lineage, 0.0) + 1.0
         return credits
 
-    def status_counts(self, ctx: Any) -> dict[str, Any]:
-        rows = dict(ctx.store.all("SELECT status, COUNT(*) FROM evaluations GROUP BY status"))
+    def status_counts(self, ctx: Context) -> dict[str, Any]:
+        rows = {r[0]: r[1] for r in ctx.store.all("SELECT status, COUNT(*) FROM evaluations GROUP BY status")}
         queued_ids = {r[0] for r in ctx.store.all("SELECT id FROM evaluations WHERE status = 'queued'")}
         running = len(queued_ids & running_ids(ctx.store))
         best = {}
@@ -528,6 +530,6 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                                 "timed_out": rows.get("timed_out", 0)},
                 "research_best": best}
 
-    def best(self, ctx: Any, task: str) -> Any:
+    def best(self, ctx: Context, task: str) -> Any:
         """The delivered best evaluation of a task (sort key, else score; the earlier wins a tie), or None."""
         return best_evaluation(ctx.store.all, "e.task = ?", (str(task),))

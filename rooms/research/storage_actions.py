@@ -2,8 +2,9 @@
 area, and what an immature agent may read of other lineages' (spec research §2.8)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from station.context import Context
 from station.room import Outcome, action
 
 from . import storage as rs
@@ -16,16 +17,21 @@ STORAGE_REQUESTS = 5  # storage lists, and reads, shown per view
 class StorageActions:
     """Mixed into ResearchCounter; uses its visibility rule (`sees_all`) and `storage_root`."""
 
+    if TYPE_CHECKING:  # provided by the room and its leaderboard
+        def sees_all(self, ctx: Context, agent: Any) -> bool: ...
+        def storage_root(self, ctx: Context) -> Any: ...
+        def state(self, agent: Any) -> dict[str, Any]: ...
+
     # -- storage ----------------------------------------------------------------------------------------
     def _own(self, agent: Any) -> str | None:
         return agent.lineage.lower() if agent.lineage else None
 
-    def may_read(self, ctx: Any, agent: Any, loc: rs.Location) -> str | None:
+    def may_read(self, ctx: Context, agent: Any, loc: rs.Location) -> str | None:
         if loc.area != rs.LINEAGE or loc.lineage == self._own(agent):
             return None
         return self.may_read_others(ctx, agent)
 
-    def may_read_others(self, ctx: Any, agent: Any) -> str | None:
+    def may_read_others(self, ctx: Context, agent: Any) -> str | None:
         """Why the agent may not read other lineages' storage, or None (the same rule as the leaderboard's)."""
         stand = self._others_stand(ctx, agent)
         if stand == "closed":
@@ -35,7 +41,7 @@ class StorageActions:
                     f"(age {ctx.config.lifecycle.maturity_ticks})")
         return None
 
-    def _others_stand(self, ctx: Any, agent: Any) -> str:
+    def _others_stand(self, ctx: Context, agent: Any) -> str:
         """'supervisor', 'closed' (by the station's flag), 'immature' or 'open': where the agent stands
         toward other lineages' storage. The flag binds everyone but supervisors, who review all lineages."""
         if agent.role == "supervisor":
@@ -44,7 +50,7 @@ class StorageActions:
             return "closed"
         return "open" if self.sees_all(ctx, agent) else "immature"
 
-    def may_write(self, ctx: Any, agent: Any, loc: rs.Location, verb: str) -> str | None:
+    def may_write(self, ctx: Context, agent: Any, loc: rs.Location, verb: str) -> str | None:
         if loc.area is None or not loc.parts:
             return f"name the file to {verb}, e.g. shared/notes.md or lineage/helpers.py"
         if loc.area == rs.SYSTEM:
@@ -54,7 +60,9 @@ class StorageActions:
         return None
 
     @action("storage", params=StorageParams, yaml_required=False)
-    def storage(self, ctx: Any, agent: Any, args: str | None, p: StorageParams | None) -> Outcome:
+    def storage(self, ctx: Context, agent: Any, args: str | None, p: StorageParams | None) -> Outcome:
+        """The `storage` action's operations (list, read, write, delete, ...). Kept whole: one
+        dispatch over the operation word, each branch a few lines with its own access check."""
         text = (args or "").strip()
         op, _, rest = text.partition(" ")
         op, rest = op.lower(), rest.strip()
@@ -130,7 +138,7 @@ class StorageActions:
         size = rs.human_size(len(content.encode("utf-8")))
         return Outcome([f"{'Created' if created else 'Overwrote'} {loc.display} ({size})."])
 
-    def _storage_view(self, ctx: Any, agent: Any) -> str:
+    def _storage_view(self, ctx: Context, agent: Any) -> str:
         """The storage sections asked for last turn, shown once. What they show comes from the disk, which
         running code also changes, so it is a recorded input: a replayed station shows the same text."""
         state = self.state(agent)
@@ -143,7 +151,7 @@ class StorageActions:
                              lambda: {"text": self._storage_sections(ctx, agent, view)})
         return str(payload.get("text", ""))
 
-    def _storage_sections(self, ctx: Any, agent: Any, view: dict[str, Any]) -> str:
+    def _storage_sections(self, ctx: Context, agent: Any, view: dict[str, Any]) -> str:
         parts = []
         if view.get("info"):
             parts.append(self._storage_info(ctx, agent))
@@ -155,7 +163,7 @@ class StorageActions:
                 self._storage_read(ctx, agent, str(path)) for path in view["reads"]))
         return "\n\n".join(parts)
 
-    def _storage_info(self, ctx: Any, agent: Any) -> str:
+    def _storage_info(self, ctx: Context, agent: Any) -> str:
         root = self.storage_root(ctx)
         own = self._own(agent)
         areas = [("shared", rs.Location(rs.SHARED), "`storage/shared`", "list, read, write, delete"),
@@ -172,7 +180,7 @@ class StorageActions:
         lines += ["", ctx.texts.render(rules), "", ctx.texts.render("research_storage_code_example")]
         return "\n".join(lines)
 
-    def _storage_listing(self, ctx: Any, agent: Any, path: str, page: int) -> str:
+    def _storage_listing(self, ctx: Context, agent: Any, path: str, page: int) -> str:
         root = self.storage_root(ctx)
         try:
             loc = rs.parse_path(path, agent.lineage)
@@ -199,7 +207,7 @@ class StorageActions:
             lines.append(f"Next page: `storage list {loc.display} {page + 1}`")
         return "\n".join(lines)
 
-    def _area_overview(self, ctx: Any, agent: Any) -> str:
+    def _area_overview(self, ctx: Context, agent: Any) -> str:
         own = self._own(agent)
         lines = ["`storage/` holds these areas:", "- `shared/`: everyone reads and writes",
                  "- `system/`: task files, read-only"]
@@ -211,7 +219,7 @@ class StorageActions:
                 lines.append("- other lineages (read-only): " + ", ".join(f"`{n}/`" for n in others))
         return "\n".join(lines)
 
-    def _storage_read(self, ctx: Any, agent: Any, path: str) -> str:
+    def _storage_read(self, ctx: Context, agent: Any, path: str) -> str:
         limit = ctx.config.research.storage_read_max_chars
         try:
             loc = rs.parse_path(path, agent.lineage)

@@ -122,9 +122,7 @@ class EvaluationWorker(InputWorker):
             # Runs left 'running' by an earlier process died with it (one engine per station).
             store.execute("UPDATE evaluation_runs SET state='abandoned' WHERE state='running'")
             if self.executor is None:
-                from station.executors import (
-                    create_executor,  # the executors load Ray etc. only when used
-                )
+                from station.executors import create_executor  # the executors load Ray etc. only when used
                 hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
                 config = self.config.research.executor
                 self.executor = create_executor(config, hide=hidden, scratch_base=config.scratch_dir)
