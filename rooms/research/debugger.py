@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from station.models import BudgetExceeded, ModelError
 
-from .pipeline import Outcome
+from .pipeline import Trail
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 TRACEBACK_CHARS = 6000  # the end of a traceback is what matters
@@ -32,7 +32,7 @@ def failure_text(result: dict[str, Any]) -> str:
     return f"{result.get('error') or 'unknown error'}\n\n{trace}".strip()
 
 
-def conversation(texts: Any, task: Any, so_far: Outcome) -> list[dict[str, str]]:
+def conversation(texts: Any, task: Any, so_far: Trail) -> list[dict[str, str]]:
     first = so_far.versions[0]
     messages = [{"role": "user", "text": texts.render(
         "debugger_first", task_title=task.title, task_spec=task.spec(), entry=task.entry,
@@ -44,7 +44,7 @@ def conversation(texts: Any, task: Any, so_far: Outcome) -> list[dict[str, str]]
     return messages
 
 
-def propose(texts: Any, task: Any, so_far: Outcome, get_model: Callable[[], Any]) -> dict[str, Any]:
+def propose(texts: Any, task: Any, so_far: Trail, get_model: Callable[[], Any]) -> dict[str, Any]:
     """One debugger call as a recorded payload; a provider failure counts as giving up."""
     messages = conversation(texts, task, so_far)
     try:

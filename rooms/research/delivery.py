@@ -23,7 +23,7 @@ from station.context import Context, Event, Hook, StationPaused, WaitInterrupted
 from station.store import dumps
 
 from . import debugger, states
-from .pipeline import Outcome, walk
+from .pipeline import Trail, walk
 from .store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
 from .text import clip_log
 from .worker import EvaluationWorker
@@ -115,7 +115,7 @@ def complete(ctx: Context, row: Any) -> bool:
                 **debugger_settings(ctx)) is not None
 
 
-def walk_recorded(ctx: Context, row: Any) -> Outcome:
+def walk_recorded(ctx: Context, row: Any) -> Trail:
     outcome = walk(row, lambda key, kind, make: recorded(ctx, "evaluation", key, kind), run_code=None, debug=None,
                    **debugger_settings(ctx))
     assert outcome is not None
@@ -140,7 +140,7 @@ def final_status(result: dict[str, Any]) -> str:
     return "timed_out" if result.get("status") == "timeout" else "failed"
 
 
-def apply(ctx: Context, row: Any, outcome: Outcome) -> None:
+def apply(ctx: Context, row: Any, outcome: Trail) -> None:
     reported = outcome.reported
     result = reported.result
     status = final_status(result)
@@ -164,7 +164,7 @@ def apply(ctx: Context, row: Any, outcome: Outcome) -> None:
              score=result.get("score") if status == "finished" else None, version=reported.number)
 
 
-def result_message(ctx: Context, row: Any, outcome: Outcome, status: str) -> str:
+def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
     texts, cfg = ctx.texts, ctx.config.research
     task = ctx.tasks.get(row["task"])
     reported = outcome.reported
@@ -205,7 +205,7 @@ def _metric_lines(task: Any, result: dict[str, Any]) -> str:
     return "".join(lines)
 
 
-def _debug_summary(ctx: Context, outcome: Outcome) -> str:
+def _debug_summary(ctx: Context, outcome: Trail) -> str:
     texts = ctx.texts
     original = outcome.versions[0]
     reported = outcome.reported

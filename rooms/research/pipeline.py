@@ -22,7 +22,7 @@ from typing import Any, Callable
 # produced (the readiness check). `make()` produces it (only the worker's fetch calls it).
 Fetch = Callable[[str, str, Callable[[], dict[str, Any]]], "dict[str, Any] | None"]
 RunCode = Callable[[int, str], dict[str, Any]]  # (version, code) -> run payload
-Debug = Callable[[int, "Outcome"], dict[str, Any]]  # (attempt, the path so far) -> debug payload
+Debug = Callable[[int, "Trail"], dict[str, Any]]  # (attempt, the path so far) -> debug payload
 
 
 def run_key(evaluation: int, version: int) -> str:
@@ -47,7 +47,9 @@ class Version:
 
 
 @dataclass
-class Outcome:
+class Trail:
+    """Every version of one evaluation that ran, in order, and the debugger's proposals between them."""
+
     versions: list[Version]
     proposals: list[dict[str, Any]] = field(default_factory=list)  # debug payloads, in order
 
@@ -67,7 +69,7 @@ def may_debug(row: Any, first: dict[str, Any], enabled: bool) -> bool:
 
 
 def walk(row: Any, fetch: Fetch, *, run_code: RunCode | None, debug: Debug | None, debugger_enabled: bool,
-         max_attempts: int) -> Outcome | None:
+         max_attempts: int) -> Trail | None:
     """The evaluation's outcome, or None as soon as an input is missing (and `fetch` may not make it)."""
     number = row["id"]
 
@@ -79,11 +81,11 @@ def walk(row: Any, fetch: Fetch, *, run_code: RunCode | None, debug: Debug | Non
     first = run(1, "author", row["code"])
     if first is None:
         return None
-    outcome = Outcome([first])
+    outcome = Trail([first])
     if not may_debug(row, first.result, debugger_enabled):
         return outcome
     for attempt in range(1, max_attempts + 1):
-        so_far = Outcome(list(outcome.versions), list(outcome.proposals))
+        so_far = Trail(list(outcome.versions), list(outcome.proposals))
         proposal = fetch(debug_key(number, attempt), "eval_debug", lambda: _need(debug)(attempt, so_far))
         if proposal is None:
             return None

@@ -29,7 +29,7 @@ from station.store import Store, absolute
 
 from . import debugger
 from . import storage as rs
-from .pipeline import Outcome, walk
+from .pipeline import Trail, walk
 from .store import open_evaluations
 from .text import clip_log
 from .visibility import sees_all
@@ -212,7 +212,7 @@ class EvaluationWorker(InputWorker):
             raise SystemFailure(row["id"], result.error or "the executor failed")
         return run_payload(task, result, self.executor.name)
 
-    def _debug(self, task: Any, so_far: Outcome) -> dict[str, Any]:
+    def _debug(self, task: Any, so_far: Trail) -> dict[str, Any]:
         return debugger.propose(self.texts, task, so_far, self._debugger_model)
 
     def _debugger_model(self) -> Any:
