@@ -18,7 +18,7 @@ YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)
 
 
-def parse_verdict(text: str) -> tuple[bool, str] | None:
+def parse_grade(text: str) -> tuple[bool, str] | None:
     """(passed, comment) from the grader's reply, or None if it gave no usable verdict."""
     block = YAML_BLOCK.search(text)
     if block:
@@ -67,7 +67,7 @@ class TestGrader(Hook):
                 return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
             reply = ctx.obtain(f"grade/{row['id']}/{call}", "verdict", row["agent"], produce,
                                request_hash([{"role": "user", "text": prompt}]))
-            verdict = parse_verdict(reply.get("text") or "")
+            verdict = parse_grade(reply.get("text") or "")
             if verdict is not None:
                 passed, comment = verdict
                 self._close(ctx, row, "pass" if passed else "fail", comment or "(no comment)", call, test)
