@@ -102,7 +102,7 @@ class Station:
         return cls(store, config)
 
     def close(self) -> None:
-        for hook in self.ctx.hooks:  # background workers (reviewer, evaluator) stop with the station
+        for hook in self.ctx.hooks:  # background workers (reviews, evaluations) stop with the station
             getattr(hook, "close", lambda: None)()
         self.ctx.models.close()
         self.store.close()

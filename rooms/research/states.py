@@ -8,7 +8,7 @@ that, this module tells apart:
                  for training tasks, the progress the harness last reported
     undelivered  every input recorded; the engine delivers it at the author's next turn
 
-`evaluation_runs` is the background evaluator's bookkeeping. When no process runs the station,
+`evaluation_runs` is the evaluation worker's bookkeeping. When no process runs the station,
 a row it left 'running' is stale (the run died with the process and starts again on resume), so
 a stopped station never shows anything running.
 """

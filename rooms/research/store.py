@@ -3,7 +3,7 @@
 World state only changes inside engine units: the Research Counter inserts a queued
 evaluation; the evaluation hook applies a finished one (status, score, logs) in the same
 transaction that delivers the author's message, so a result is shown exactly when it has
-been sent. `evaluation_runs` is the one exception: the background evaluator's own
+been sent. `evaluation_runs` is the one exception: the evaluation worker's own
 bookkeeping of what is running where (not world state; never read by rooms' logic).
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ MIGRATIONS = [
         input_key TEXT NOT NULL,               -- the recorded input holding the whole result
         PRIMARY KEY (evaluation, version)
     );
-    CREATE TABLE evaluation_runs (            -- the background evaluator's bookkeeping (not world state)
+    CREATE TABLE evaluation_runs (            -- the evaluation worker's bookkeeping (not world state)
         evaluation INTEGER NOT NULL,
         version INTEGER NOT NULL,
         state TEXT NOT NULL,                   -- running / done / abandoned (its process ended)
@@ -144,5 +144,5 @@ def open_evaluations(store: Any) -> list[Any]:
 
 
 def running_ids(store: Any) -> set[int]:
-    """Evaluations the background evaluator is running now (runtime bookkeeping)."""
+    """Evaluations the evaluation worker is running now (runtime bookkeeping)."""
     return {r[0] for r in store.all("SELECT DISTINCT evaluation FROM evaluation_runs WHERE state='running'")}

@@ -2,7 +2,7 @@
 
 Supervisors and mature agents see every lineage; an immature agent sees only its own lineage
 (and the System baselines). The room applies the rule through its Context (`ResearchCounter.sees_all`,
-which its SQL scope and other lineages' storage build on); the background evaluator, which has no
+which its SQL scope and other lineages' storage build on); the evaluation worker, which has no
 Context, applies it to a run's author read on its own store connection (`worker.sees_other_lineages`).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The background evaluator: runs queued evaluations in the sandbox and records their results as inputs.
+"""The evaluation worker: runs queued evaluations in the sandbox and records their results as inputs.
 
 It changes no world state. For each queued evaluation (oldest first, at most
 `research.executor.max_parallel` at once, each on its own thread) it walks the evaluation's
