@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from station.store import Store, dumps
 
@@ -114,7 +115,7 @@ class Author:
     generation: int | None
 
     @classmethod
-    def of(cls, agent: Any) -> "Author":
+    def of(cls, agent: Any) -> Author:
         return cls(agent.name, agent.session, agent.lineage, agent.generation)
 
 
@@ -139,7 +140,7 @@ class Capsule:
     word_count: int = 0
 
     @classmethod
-    def from_row(cls, row: Any) -> "Capsule":
+    def from_row(cls, row: Any) -> Capsule:
         data = dict(row)
         data["tags"] = json.loads(data["tags"])
         data["recipients"] = json.loads(data["recipients"])
@@ -167,7 +168,7 @@ class Message:
     deleted: bool
 
     @classmethod
-    def from_row(cls, row: Any) -> "Message":
+    def from_row(cls, row: Any) -> Message:
         data = dict(row)
         data["deleted"] = bool(data["deleted"])
         return cls(**data)

@@ -15,8 +15,9 @@ first version that does not crash, or after `debugger.max_attempts` proposals.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # fetch(key, kind, make) -> the recorded payload, or None when it is missing and may not be
 # produced (the readiness check). `make()` produces it (only the worker's fetch calls it).
@@ -86,7 +87,7 @@ def walk(row: Any, fetch: Fetch, *, run_code: RunCode | None, debug: Debug | Non
         return outcome
     for attempt in range(1, max_attempts + 1):
         so_far = Trail(list(outcome.versions), list(outcome.proposals))
-        proposal = fetch(debug_key(number, attempt), "eval_debug", lambda: _need(debug)(attempt, so_far))
+        proposal = fetch(debug_key(number, attempt), "eval_debug", lambda attempt=attempt, so_far=so_far: _need(debug)(attempt, so_far))
         if proposal is None:
             return None
         outcome.proposals.append(proposal)

@@ -9,7 +9,8 @@ bookkeeping of what is running where (not world state; never read by rooms' logi
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SYSTEM_AUTHOR = "System"
 OPEN_STATES = ("queued",)  # not yet delivered; 'running' is known from evaluation_runs
