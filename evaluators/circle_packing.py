@@ -39,6 +39,7 @@ def scripted_circles(n: int, seen: Any, rng: random.Random) -> dict[str, str]:
         1 if "Square grid" in seen.prompt else 0
     level = max(seen.notes.get("cp_level", 0), shown)
     seen.notes["cp_level"] = level + 1
+    constants: dict[str, int]
     if level == 0:
         kind, constants, title = "grid", {}, f"Square grid of {n} equal circles"
         abstract = "Equal circles on the smallest square grid that holds them, as a reference point."

@@ -177,7 +177,7 @@ def queue(store: Store, command: dict[str, Any]) -> int:
     with store.transaction():
         cur = store.execute("INSERT INTO operator_queue(command, queued_at) VALUES(?, ?)",
                             (dumps(command), time.time()))
-    return int(cur.lastrowid)
+    return int(cur.lastrowid)  # type: ignore[arg-type]  # an INSERT sets it
 
 
 def recorded_by_point(source: Store) -> dict[int, list[tuple[str, dict]]]:

@@ -74,10 +74,10 @@ class Conversations:
             return [{"role": e.role, "text": e.text} for e in entries]
         protected = self.protected_ticks(session)
         removed: dict[int, dict[str, Any]] = {}
-        for block in pruned:
-            for t in range(block["ticks"][0], block["ticks"][1] + 1):
+        for pruned_block in pruned:
+            for t in range(pruned_block["ticks"][0], pruned_block["ticks"][1] + 1):
                 if t not in protected:
-                    removed[t] = block
+                    removed[t] = pruned_block
         out: list[dict[str, str]] = []
         summarised: set[int] = set()
         for e in entries:

@@ -368,7 +368,7 @@ class Engine:
         ctx, handler, room = self.ctx, log.internal, log.internal_room or agent.location
         assert handler is not None
         steps: list[dict[str, str]] = []
-        prompt = handler.first_prompt(ctx, agent)
+        prompt: str | None = handler.first_prompt(ctx, agent)
         limit = ctx.config.engine.max_internal_steps
         while prompt is not None:
             if len(steps) >= limit:

@@ -47,8 +47,8 @@ def _span(numbers: list[int]) -> str:
     numbers = sorted(set(numbers))
     parts: list[str] = []
     start = prev = None
-    for n in numbers + [None]:  # type: ignore[list-item]
-        if start is not None and (n is None or n != prev + 1):
+    for n in numbers + [None]:
+        if start is not None and (n is None or n != prev + 1):  # type: ignore[operator]  # prev is set while start is
             parts.append(str(start) if start == prev else f"{start}-{prev}")
             start = None
         if n is not None and start is None:
@@ -162,7 +162,7 @@ def get_paper(store: Store, number: int) -> dict[str, Any]:
     sub = _accepted_submissions(store).get(number)
     verdict = None
     if sub is not None:
-        raw = store.one("SELECT verdict FROM paper_submissions WHERE id=?", (sub["id"],))["verdict"]
+        raw = store.one("SELECT verdict FROM paper_submissions WHERE id=?", (sub["id"],))["verdict"]  # type: ignore[index]  # sub's own row
         verdict = json.loads(raw) if raw else None
     score = sub["score"] if sub and sub["score"] is not None else _score_in(review["content"] if review else None)
     return {

@@ -218,7 +218,7 @@ def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
     rows = station.store.all(sql, (agent.session, tick) if tick is not None else (agent.session,))
     if not rows and tick is not None:
         span = station.store.one("SELECT MIN(tick), MAX(tick) FROM turns WHERE session=?", (agent.session,))
-        has = f"its turns are at ticks {span[0]}-{span[1]}" if span[0] is not None else "it has no turns yet"
+        has = f"its turns are at ticks {span[0]}-{span[1]}" if span[0] is not None else "it has no turns yet"  # type: ignore[index]  # an aggregate: always one row
         raise ValueError(f"{name} has no turn at tick {tick}; {has}")
     if not rows:
         console.print(f"[yellow]{name} has no turns yet.[/]")

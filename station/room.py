@@ -158,7 +158,8 @@ RoomClass = TypeVar("RoomClass", bound=type[Room])
 
 def register_room(cls: RoomClass) -> RoomClass:
     """Register a room class under its short name; a config enables it unless `rooms.disabled` lists it."""
-    return ROOMS.register(cls.short)(cls)
+    ROOMS.register(cls.short)(cls)
+    return cls  # the same class, typed as the caller's (the registry's entry type is type[Room])
 
 
 def validate_params(spec: ActionSpec, raw: dict[str, Any] | None) -> tuple[Params | None, str | None, list[str]]:

@@ -26,7 +26,7 @@ def station_log(directory: Path) -> Iterator[IO[str]]:
     sys.stderr.flush()
     terminal_fd = os.dup(2)
     if _writes_to_fd2(sys.stderr):
-        terminal = os.fdopen(os.dup(terminal_fd), "w", encoding=sys.stderr.encoding, errors="replace", buffering=1)
+        terminal: IO[str] = os.fdopen(os.dup(terminal_fd), "w", encoding=sys.stderr.encoding, errors="replace", buffering=1)
     else:  # sys.stderr was replaced (a caller capturing our output): keep writing to it
         terminal = sys.stderr
     handler = logging.StreamHandler(log)

@@ -116,8 +116,8 @@ def _condition_drive(rng: np.random.Generator, n: int, n_conditions: int, length
 def _profile(rng: np.random.Generator, kind: str, length: int, n: int, driven: np.ndarray) -> np.ndarray:
     t = np.arange(length, dtype=np.float64)[:, None]
     if kind == "flashes":  # 3-frame flashes at a fixed period
-        period = rng.integers(40, 71)
-        return (((t + rng.integers(period)) % period) < 3).astype(float)
+        cycle = rng.integers(40, 71)
+        return (((t + rng.integers(cycle)) % cycle) < 3).astype(float)
     if kind == "drifting":
         period = rng.uniform(60, 120)
         return 0.5 * (1 + np.sin(2 * np.pi * t / period + rng.uniform(0, 2 * np.pi)))

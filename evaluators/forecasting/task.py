@@ -123,7 +123,7 @@ class Forecasting(JaxTrainingTask):
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
         mae = float(np.mean([s["mae"] for s in scored]))
-        metrics = {name: float(np.mean([s["metrics"][name] for s in scored])) for name in METRICS}
+        metrics: dict[str, float | None] = {name: float(np.mean([s["metrics"][name] for s in scored])) for name in METRICS}
         refs = self.dataset.references()
         lines = ["Naive predictors on the whole validation split (MAE, lower is better): "
                  + ", ".join(f"{name.replace('_', ' ')} {ref['mae']:.6f}" for name, ref in refs.items())]

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from station.run_types import Mount, RunResult
+from station.run_types import Mount, RunResult, RunStatus
 
 from ..base import Task, Verdict
 
@@ -162,6 +162,7 @@ def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0
                "value": r.value if isinstance(r.value, dict) else None} for n, r in enumerate(trials)]
     usable = [r for r in trials if r.status == "ok"]
     broken = next((r for r in trials if r.status == "system_error"), None)
+    status: RunStatus
     if broken is not None:  # the machinery failed, not the code: no partial score is charged to anyone
         status, error, trace, code = "system_error", broken.error, None, None
     elif usable:

@@ -14,7 +14,7 @@ import math
 import shutil
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -34,7 +34,7 @@ class Dataset:
             source = Path(h5ad).expanduser().resolve()
             if not source.is_file():
                 raise ValueError(f"batch_integration: no file {source} (params.h5ad)")
-            self.source = source
+            self.source: Path | None = source
             key = f"file-{source.stem}-{batch_key}-{label_key}"
             self.name = f"{source.name}"
         else:
@@ -71,13 +71,14 @@ class Dataset:
     def _from_file(self, out: Path) -> None:
         from .simulate import load_h5ad, split_for_task
 
-        if not self.source.exists():
-            raise ValueError(f"batch_integration: no file {self.source}")
-        full = load_h5ad(self.source, batch_key=self.batch_key, label_key=self.label_key)
+        source = cast(Path, self.source)  # _build calls this only when source is not None
+        if not source.exists():
+            raise ValueError(f"batch_integration: no file {source}")
+        full = load_h5ad(source, batch_key=self.batch_key, label_key=self.label_key)
         task_input, solution = split_for_task(full)
         task_input.write_h5ad(out / "train_input.h5ad")
         solution.write_h5ad(out / "train_solution.h5ad")
-        (out / "dataset.json").write_text(json.dumps({"source": str(self.source), "cells": int(full.n_obs),
+        (out / "dataset.json").write_text(json.dumps({"source": str(source), "cells": int(full.n_obs),
                                                       "genes": int(full.n_vars)}))
 
     def info(self) -> dict[str, Any]:

@@ -66,7 +66,7 @@ class BatchIntegration(Task):
     entry = "_station_integrate"
     filename = "submission.py"
     timeout_s = 1800.0
-    memory_mb = 16384
+    memory_mb: int | None = 16384
     max_processes = 256
     max_result_mb = 768  # an embedding (up to 5000 float32 dimensions a cell) and a kNN graph's arrays
     num_cpus = 2.0

@@ -85,7 +85,7 @@ class LevelSet:
             self._eval = np.load(self.ensure().input_dir / "eval_levels.npy")
         return self._eval
 
-    def solved(self, actions: np.ndarray, max_steps: int) -> np.ndarray:
+    def solved(self, actions: object, max_steps: int) -> np.ndarray:  # checked: the run's untrusted output
         """Which held-out levels the action sequences solve, replayed under the trusted rules."""
         levels = self.eval_levels()
         if not isinstance(actions, np.ndarray) or actions.ndim != 2 or actions.shape[0] != len(levels):

@@ -20,6 +20,7 @@ import io
 import json
 import os
 import sys
+from typing import NoReturn
 
 MANIFEST = "result.json"
 ARRAY_KINDS = "biufc"  # bool, integers, floats, complex
@@ -83,7 +84,7 @@ def formatted_traceback(err: BaseException) -> str:
     return buffer.getvalue()
 
 
-def finish(out_dir: str, record: dict) -> None:
+def finish(out_dir: str, record: dict) -> NoReturn:
     """Write the record and leave at once (no atexit handlers, no waiting for stray threads)."""
     with open(os.path.join(out_dir, MANIFEST), "w") as f:
         json.dump(record, f)
@@ -106,9 +107,9 @@ def main(entry: str, filename: str, out_dir: str) -> None:
     name = os.path.splitext(filename)[0]
     try:
         spec = importlib.util.spec_from_file_location(name, os.path.join(scratch, filename))
-        module = importlib.util.module_from_spec(spec)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]  # None raises: an import failure
         sys.modules[name] = module  # `import submission` from its own helpers finds this one
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]  # likewise a spec without a loader
     except BaseException as err:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
         finish(out_dir, failure(f"Import failed: {one_line(err)}", err))
     function = getattr(module, entry, None)

@@ -37,9 +37,9 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, cast
 
-from ..run_types import RunResult, RunSpec
+from ..run_types import RunResult, RunSpec, RunStatus
 from . import disk
 from .results import ResultRefused, StreamCapture, load_result, read_status
 
@@ -113,9 +113,9 @@ class LocalExecutor:
                 os.close(fd)
 
     def _choose_mode(self, requested: Isolation) -> str:
-        def works(flags: list[str]) -> bool:
+        def works(flags: list[str]) -> bool:  # called only once unshare is found
             try:
-                return subprocess.run([self.unshare, *flags, "true"], capture_output=True, timeout=30).returncode == 0
+                return subprocess.run([cast(str, self.unshare), *flags, "true"], capture_output=True, timeout=30).returncode == 0
             except OSError:
                 return False
 
@@ -197,14 +197,15 @@ class LocalExecutor:
         for s in storages.values():
             s.before = disk.scan(s.path, tidy=True, gid=SANDBOX_GID if uid is not None else None)
         if uid is not None:
-            for path in (scratch, out, scratch / spec.filename):
-                os.chown(path, uid, SANDBOX_GID)
+            for owned in (scratch, out, scratch / spec.filename):
+                os.chown(owned, uid, SANDBOX_GID)
             run_dir.chmod(0o711)  # process mode reaches work/ through it; the rest stays root's
+        hidden: tuple[str | Path, ...] = (*ALWAYS_HIDDEN, *self.hide, self.scratch_base)
         config = {
             "mode": self.mode, "uid": uid, "gid": SANDBOX_GID, "run_dir": str(run_dir),
             "scratch": str(scratch), "out_dir": str(out), "tmpfs_mb": spec.max_file_mb,
             "private_tmp": list(PRIVATE_TMP),
-            "hide": sorted({os.path.realpath(p) for p in (*ALWAYS_HIDDEN, *self.hide, self.scratch_base)}),
+            "hide": sorted({os.path.realpath(p) for p in hidden}),
             "keep": sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, HERE)}),
             "mounts": [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in spec.mounts],
             "rlimits": self._rlimits(spec, uid),
@@ -219,7 +220,7 @@ class LocalExecutor:
     def _rlimits(self, spec: RunSpec, uid: int | None) -> dict[str, list[int | None]]:
         cpu = cpu_budget(spec)  # per process here; the whole tree's total is watched by _Watch
         memory = spec.memory_mb << 20 if spec.memory_mb else None
-        limits = {"RLIMIT_CPU": [cpu, cpu + 1], "RLIMIT_AS": [memory, memory],
+        limits: dict[str, list[int | None]] = {"RLIMIT_CPU": [cpu, cpu + 1], "RLIMIT_AS": [memory, memory],
                   "RLIMIT_FSIZE": [spec.max_file_mb << 20] * 2, "RLIMIT_CORE": [0, 0]}
         if self.mode != "process" or uid is not None:  # otherwise it would count all of our user's processes
             # one more than allowed, so that _Watch sees the excess and says why the run failed
@@ -229,7 +230,7 @@ class LocalExecutor:
     def _command(self, run_dir: Path) -> list[str]:
         prefix = [self.setpriv, "--pdeathsig", "KILL", "--"] if self.setpriv else []
         if self.mode != "process":
-            prefix += [self.unshare, *self._namespace_flags(self.mode)]
+            prefix += [cast(str, self.unshare), *self._namespace_flags(self.mode)]  # namespace modes need unshare
         return [*prefix, self.python, "-I", "-S", str(INIT), str(run_dir / "sandbox.json")]
 
     def _launch(self, spec: RunSpec, run_dir: Path, watch: _Watch) -> RunResult:
@@ -267,7 +268,7 @@ class LocalExecutor:
         return self._outcome(spec, run_dir, proc.returncode, stop, result)
 
     def _supervise(self, proc: subprocess.Popen, pidfd: int, spec: RunSpec, watch: _Watch,
-                   progress: Path) -> tuple[str, str] | None:
+                   progress: Path) -> tuple[RunStatus, str] | None:
         """Wait for the run to end (None) or for a reason to stop it: ("timeout" or "error", why).
         Meanwhile pass on what a training harness reports about its progress, and watch the caps."""
         deadline = time.monotonic() + spec.timeout_s
@@ -282,7 +283,7 @@ class LocalExecutor:
                 return "error", broken
         return "timeout", f"Execution timed out after {spec.timeout_s:g} seconds"
 
-    def _outcome(self, spec: RunSpec, run_dir: Path, returncode: int, stop: tuple[str, str] | None,
+    def _outcome(self, spec: RunSpec, run_dir: Path, returncode: int, stop: tuple[RunStatus, str] | None,
                  result: RunResult) -> RunResult:
         status = read_status(str(run_dir))
         result.isolation = self._isolation(status)

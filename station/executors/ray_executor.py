@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ..run_types import RunResult, RunSpec
 from .local import LocalExecutor
@@ -296,7 +296,7 @@ class RayExecutor:
 
                 ray.shutdown()
                 self._release.set()
-                self._owner.join()
+                cast(threading.Thread, self._owner).join()  # started whenever _initialized_here
             self._task, self._initialized_here, self._owner = None, False, None
 
 

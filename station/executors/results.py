@@ -48,9 +48,9 @@ class StreamCapture:
             del self.tail[:len(self.tail) - self.tail_limit]
 
     def text(self) -> str:
-        tail = self.tail[max(0, len(self.tail) - self.tail_limit):]
-        cut = self.total - len(self.head) - len(tail)
-        head, tail = self.head.decode("utf-8", "replace"), bytes(tail).decode("utf-8", "replace")
+        kept = self.tail[max(0, len(self.tail) - self.tail_limit):]
+        cut = self.total - len(self.head) - len(kept)
+        head, tail = self.head.decode("utf-8", "replace"), bytes(kept).decode("utf-8", "replace")
         return f"{head}\n[... {cut:,} bytes cut ...]\n{tail}" if cut else head + tail
 
 

@@ -214,7 +214,7 @@ def main() -> None:
     if failed:
         write_status(run_fd, {"setup_error": f"could not start the code: {failed}"})
         sys.exit(SETUP_FAILED)
-    record = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
+    record: dict[str, object] = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
     if cfg["uid"] is not None:
         layers.append(f"uid {cfg['uid']}")
     if in_namespaces or cfg["uid"] is not None:

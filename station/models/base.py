@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..registry import Registry
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
 # Model providers by config name: each makes a Model from (config, stop=..., on_wait=...).
@@ -91,6 +94,8 @@ class ModelError(RuntimeError):
     bad request: a human must act), `context_overflow` (the conversation no longer fits), or
     `interrupted` (the station was asked to stop while waiting to retry).
     """
+
+    config: ModelConfig | None  # the settings that failed: set (not always) by PooledModel, read with getattr
 
     def __init__(self, message: str, *, permanent: bool = False, kind: str | None = None) -> None:
         super().__init__(message)

@@ -76,10 +76,10 @@ class GeminiModel(RemoteModel):
         options: dict[str, Any] = {"timeout": int(config.timeout_s * 1000)}
         if config.base_url:
             options["base_url"] = config.base_url
-        self.client = genai.Client(api_key=key, http_options=options)
+        self.client = genai.Client(api_key=key, http_options=options)  # type: ignore[arg-type]  # HttpOptionsDict's keys
 
     def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
-        response = self.client.models.generate_content(model=self.config.name, contents=contents(messages),
+        response = self.client.models.generate_content(model=self.config.name, contents=contents(messages),  # type: ignore[arg-type]  # ContentDicts, as plain dicts
                                                        config=self._config(system))
         return reply_from(response)
 

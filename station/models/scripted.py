@@ -130,7 +130,7 @@ def _last_notes(history: list[Message]) -> dict[str, Any]:
     return {}
 
 
-def _yaml_block(fields: dict[str, str]) -> str:
+def _yaml_block(fields: dict[str, Any]) -> str:  # values JSON-encoded: strings and numbers
     body = "\n".join(f"{k}: {json.dumps(v)}" for k, v in fields.items())
     return f"```yaml\n{body}\n```"
 

@@ -97,7 +97,8 @@ def score_plot(points: Iterable[tuple[int, float, str]], width: int = 760, heigh
              f"<text x='{right - 30}' y='{bottom + 16}' class='label'>{max(ticks)}</text>"]
     for n, task in enumerate(sorted({p[2] for p in points})):
         mine = [p for p in points if p[2] == task]
-        best, path = None, []
+        best = None
+        path: list[str] = []
         for tick, score, _ in mine:
             parts.append(f"<circle cx='{x(tick):.1f}' cy='{y(score):.1f}' r='3' class='dot task{n % 4}'>"
                          f"<title>tick {tick}: {score:.6g}</title></circle>")

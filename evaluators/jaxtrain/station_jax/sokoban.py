@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import sokoban_env as env
@@ -166,7 +167,8 @@ class Learner:
                  unroll: int) -> None:
         self.network, self.optimizer, self.training_step, self.hparams = network, optimizer, training_step, hparams
         self.levels, self.max_steps, self.n_envs, self.unroll = levels, max_steps, n_envs, unroll
-        self._update = self._evaluate = None
+        self._update: Callable[..., Any] | None = None
+        self._evaluate: Callable[..., Any] | None = None
 
     def start(self, key, params):
         import jax
