@@ -87,7 +87,11 @@ def walk(row: Any, fetch: Fetch, *, run_code: RunCode | None, debug: Debug | Non
         return outcome
     for attempt in range(1, max_attempts + 1):
         so_far = Trail(list(outcome.versions), list(outcome.proposals))
-        proposal = fetch(debug_key(number, attempt), "eval_debug", lambda attempt=attempt, so_far=so_far: _need(debug)(attempt, so_far))
+
+        def propose(attempt: int = attempt, so_far: Trail = so_far) -> dict[str, Any]:
+            return _need(debug)(attempt, so_far)
+
+        proposal = fetch(debug_key(number, attempt), "eval_debug", propose)
         if proposal is None:
             return None
         outcome.proposals.append(proposal)

@@ -8,13 +8,14 @@ that value (evaluators/), never from anything the code printed.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..run_types import RunResult, RunSpec
 
 
 class Executor(Protocol):
     name: str
+    on_progress: Callable[[str, str], None] | None  # (run label, what its harness reported)
 
     def run(self, spec: RunSpec) -> RunResult:
         """Run one submission to its end (blocking; safe to call from several threads)."""
