@@ -22,16 +22,16 @@ was submitted in, before the next tick starts.
 An unreadable verdict is asked for again in the same dialogue; a provider error is retried
 with the same request; after `reviewer.max_attempts` the submission is closed as failed, the
 author is told, the operator is alerted, and nothing waits on it any more.
+
+The verdict is read in verdict.py, and the dialogue (its turns, a submission's walk through it,
+the messages sent) is kept in dialogue.py; this module holds the hook that drives it, what a
+verdict does, and the background worker.
 """
 from __future__ import annotations
 
-import json
 import logging
-import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
-
-import yaml
+from collections.abc import Callable
+from typing import Any
 
 from station.agents import AgentRegistry
 from station.background import InputWorker, Stopped, apply_ready, recorded
@@ -40,6 +40,9 @@ from station.conversation import Conversations
 from station.models import ModelError
 from station.models.base import INTERRUPTED, PERMANENT
 from station.store import Store, dumps
+
+from .dialogue import Dialogue, Outcome, Prompts, review_submission
+from .verdict import Verdict
 
 MIGRATIONS = [
     """
@@ -86,326 +89,6 @@ POLL_SECONDS = 0.5  # the background worker's queue poll (it is also woken by ea
 ERROR_PAUSE_SECONDS = 5.0
 AUTHOR_OF_CALLS = "reviewer"  # the `agent` argument of the reviewer's model calls
 log = logging.getLogger(__name__)
-
-
-# -- reading a verdict (spec §7.5) ------------------------------------------------------------
-YAML_OPEN = re.compile(r"```\s*yaml", re.IGNORECASE)
-SCORE_TEXT = re.compile(r"(?<![a-z_])score\s*\**\s*:\s*\**\s*(10|[1-9])\b")
-LEADING_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
-
-
-@dataclass
-class Verdict:
-    score: int
-    comment: str | None
-    suggestion: str | None
-    extra: dict[str, Any]
-    status: str  # "success" (from the YAML block) or "parsing_error" (score read from free text)
-    decision: str | None = None  # the reviewer's own accept/reject word, if it gave one
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"score": self.score, "comment": self.comment, "suggestion": self.suggestion,
-                "extra": self.extra, "status": self.status, "reviewer_decision": self.decision}
-
-
-def _score(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        number = float(value)
-    else:
-        found = LEADING_NUMBER.match(str(value))
-        if not found:
-            return None
-        number = float(found.group(1))
-    return max(1, min(10, int(number)))
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        text = "\n".join(f"- {item}" for item in value)
-    else:
-        text = str(value)
-    return text.strip() or None
-
-
-def _field(value: Any) -> Any:
-    """An extra field: a number when it reads as one, else a string; None when missing."""
-    if value is None or isinstance(value, bool):
-        return None if value is None else str(value).lower()
-    if isinstance(value, (int, float)):
-        return value
-    text = str(value).strip()
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return int(number) if number.is_integer() and "." not in text else number
-
-
-def _yaml_mapping(text: str) -> dict | None:
-    """The first ```yaml block (up to the next line holding ```), if it is a mapping."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if YAML_OPEN.search(line)), None)
-    if start is None:
-        return None
-    end = next((j for j in range(start + 1, len(lines)) if "```" in lines[j]), None)
-    if end is None:
-        return None
-    try:
-        data = yaml.safe_load("\n".join(lines[start + 1:end]))
-    except yaml.YAMLError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def parse_verdict(text: str, extra_fields: Iterable[str] = ()) -> Verdict | None:
-    """The verdict in a reviewer's reply, or None when it holds no score at all.
-
-    The first ```yaml block is read as a mapping (score clamped to 1-10, comment, suggestion,
-    extra fields, an optional `decision`). Without a usable block, the last `score: N` in the
-    text is taken (N from 1 to 10) and the verdict is marked `parsing_error`.
-    """
-    extra_fields = list(extra_fields)
-    data = _yaml_mapping(text)
-    if data is not None:
-        score = _score(data.get("score"))
-        if score is not None:
-            return Verdict(score, _text(data.get("comment")), _text(data.get("suggestion")),
-                           {name: _field(data.get(name)) for name in extra_fields}, "success",
-                           _text(data.get("decision")))
-    found = SCORE_TEXT.findall(text.lower())
-    if found:
-        return Verdict(int(found[-1]), None, None, {name: None for name in extra_fields}, "parsing_error")
-    return None
-
-
-# -- the reviewer's dialogue -----------------------------------------------------------------
-@dataclass
-class Turn:
-    seq: int
-    generation: int
-    submission: int | None
-    role: str
-    text: str
-    last_paper: int = 0
-    state: str = "live"
-
-
-class Dialogue:
-    """The live part of the reviewer's dialogue, and how it changes. Loaded from and saved to the store."""
-
-    def __init__(self, turns: list[Turn], generation: int, context_tries: int, next_seq: int) -> None:
-        self.turns = turns  # live turns, in the order they were written
-        self.generation, self.context_tries = generation, context_tries
-        self.next_seq = next_seq
-        self._touched: dict[int, Turn] = {}
-        self._stored = {t.seq for t in turns}
-
-    @classmethod
-    def load(cls, store: Store) -> "Dialogue":
-        state = store.one("SELECT generation, context_tries FROM reviewer_state WHERE id=1")
-        rows = store.all("SELECT * FROM reviewer_turns WHERE state='live' ORDER BY seq")
-        turns = [Turn(r["seq"], r["generation"], r["submission"], r["role"], r["text"], r["last_paper"])
-                 for r in rows]
-        last = store.scalar("SELECT MAX(seq) FROM reviewer_turns") or 0
-        return cls(turns, state["generation"], state["context_tries"], last + 1)
-
-    def save(self, store: Store, tick: int) -> None:
-        store.execute("UPDATE reviewer_state SET generation=?, context_tries=? WHERE id=1",
-                      (self.generation, self.context_tries))
-        for turn in sorted(self._touched.values(), key=lambda t: t.seq):
-            if turn.seq in self._stored:
-                store.execute("UPDATE reviewer_turns SET state=? WHERE seq=?", (turn.state, turn.seq))
-            else:
-                store.execute("INSERT INTO reviewer_turns(seq, tick, generation, submission, role, text, last_paper, "
-                              "state) VALUES(?,?,?,?,?,?,?,?)", (turn.seq, tick, turn.generation, turn.submission,
-                                                                  turn.role, turn.text, turn.last_paper, turn.state))
-                self._stored.add(turn.seq)
-        self._touched.clear()
-
-    # -- what is sent ---------------------------------------------------------------------
-    def ordered(self) -> list[Turn]:
-        """The context turn first (it is rewritten after pruning), then the reviews in order."""
-        return [t for t in self.turns if t.submission is None] + [t for t in self.turns if t.submission is not None]
-
-    def messages(self) -> list[dict[str, str]]:
-        return [{"role": t.role, "text": t.text} for t in self.ordered()]
-
-    def has_context(self) -> bool:
-        return any(t.submission is None and t.role == "assistant" for t in self.turns)
-
-    def reviews(self) -> list[int]:
-        return list(dict.fromkeys(t.submission for t in self.turns if t.submission is not None))
-
-    def has_turns(self, submission: int) -> bool:
-        return any(t.submission == submission for t in self.turns)
-
-    def last_paper(self) -> int:
-        return max((t.last_paper for t in self.turns), default=0)
-
-    # -- changes --------------------------------------------------------------------------
-    def add(self, submission: int | None, role: str, text: str, last_paper: int = 0) -> None:
-        turn = Turn(self.next_seq, self.generation, submission, role, text, last_paper)
-        self.next_seq += 1
-        self.turns.append(turn)
-        self._touched[turn.seq] = turn
-
-    def _retire(self, turns: list[Turn], state: str) -> None:
-        for turn in turns:
-            turn.state = state
-            self._touched[turn.seq] = turn
-        gone = {t.seq for t in turns}
-        self.turns = [t for t in self.turns if t.seq not in gone]
-
-    def prune(self, keep: int) -> None:
-        """Keep the newest `keep` reviews; the context turn is written afresh before the next call."""
-        kept = set(self.reviews()[-keep:])
-        self._retire([t for t in self.turns if t.submission not in kept], "pruned")
-        self.generation += 1
-        self.context_tries = 0
-
-    def drop(self, submission: int) -> None:
-        """A failed submission's exchanges leave the dialogue: there is no verdict to remember."""
-        self._retire([t for t in self.turns if t.submission == submission], "dropped")
-
-
-# -- one submission, as a path through recorded inputs ---------------------------------------
-# fetch(key, kind, agent, history, make_prompt) -> the input's payload, or None when it is not
-# recorded (only the readiness check answers None). `history` is the dialogue sent before the
-# new message; make_prompt() -> (the new message, the highest paper number it mentions) is
-# called by a fetch that may ask the model, and by the hold-mode fetch to fingerprint the request.
-Fetch = Callable[..., "dict[str, Any] | None"]
-
-
-@dataclass
-class Call:
-    kind: str  # "context" or "review"
-    attempt: int
-    key: str
-    history: list[int]
-    payload: dict[str, Any]
-    status: str
-    verdict: Verdict | None = None
-
-
-@dataclass
-class Outcome:
-    verdict: Verdict | None  # None: every attempt failed
-    attempts: int
-    calls: list[Call] = field(default_factory=list)
-
-
-def answered(payload: dict[str, Any]) -> bool:
-    return not payload.get("error") and bool((payload.get("text") or "").strip())
-
-
-def failure(payload: dict[str, Any]) -> str:
-    return "model_error" if payload.get("error") else "empty_reply"
-
-
-def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetch, prompts: "Prompts | None"
-                      ) -> Outcome | None:
-    """Walk one submission through the dialogue (pruning, context turn, attempts).
-
-    Returns None as soon as `fetch` has no payload for a step (the readiness check); the
-    dialogue is then left half-way and must be thrown away.
-    """
-    sub_id = submission["id"]
-    calls: list[Call] = []
-    if len(dialogue.reviews()) >= cfg.history_max:
-        dialogue.prune(cfg.history_keep)
-    for attempt in range(1, cfg.max_attempts + 1):
-        if not dialogue.has_context():
-            key = f"review-context/{dialogue.generation}/{dialogue.context_tries + 1}"
-            payload = fetch(key, "review_context", None, [],
-                            (lambda: prompts.context()) if prompts else _no_prompt)
-            if payload is None:
-                return None
-            if answered(payload):
-                dialogue.add(None, "user", payload["prompt"], int(payload.get("last_paper") or 0))
-                dialogue.add(None, "assistant", payload["text"])
-                calls.append(Call("context", attempt, key, [], payload, "acknowledged"))
-            else:
-                dialogue.context_tries += 1
-                calls.append(Call("context", attempt, key, [], payload, failure(payload)))
-                continue
-        history = [t.seq for t in dialogue.ordered()]
-        since = dialogue.last_paper()
-        if dialogue.has_turns(sub_id):
-            make = (lambda: prompts.retry()) if prompts else _no_prompt
-        else:
-            make = (lambda: prompts.submission(submission, since)) if prompts else _no_prompt
-        key = f"review/{sub_id}/{attempt}"
-        payload = fetch(key, "review", submission["agent"], dialogue.messages(), make)
-        if payload is None:
-            return None
-        if not answered(payload):
-            calls.append(Call("review", attempt, key, history, payload, failure(payload)))
-            continue
-        dialogue.add(sub_id, "user", payload["prompt"], int(payload.get("last_paper") or 0))
-        dialogue.add(sub_id, "assistant", payload["text"])
-        verdict = parse_verdict(payload["text"], cfg.extra_fields)
-        if verdict is None:
-            calls.append(Call("review", attempt, key, history, payload, "unreadable"))
-            continue
-        calls.append(Call("review", attempt, key, history, payload, verdict.status, verdict))
-        return Outcome(verdict, attempt, calls)
-    dialogue.drop(sub_id)
-    return Outcome(None, cfg.max_attempts, calls)
-
-
-def _no_prompt() -> tuple[str, int]:
-    raise RuntimeError("the reviewer tried to build a prompt where only recorded inputs may be used")
-
-
-# -- what the reviewer is sent -----------------------------------------------------------------
-class Prompts:
-    """The reviewer's messages, built from the world as `ctx.store` shows it now."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-
-    def papers(self, after: int = 0) -> list[Any]:
-        return self.ctx.store.all(
-            "SELECT number, title, author, created_tick, abstract FROM capsules WHERE room='archive' AND scope='' "
-            "AND deleted=0 AND number>? ORDER BY number", (after,))
-
-    def _entries(self, rows: list[Any]) -> str:
-        return "\n".join(self.ctx.texts.render("reviewer_paper_entry", number=r["number"], title=r["title"],
-                                               author=r["author"], tick=r["created_tick"],
-                                               abstract=" ".join((r["abstract"] or "").split()))
-                         for r in rows)
-
-    def task(self) -> str:
-        room = self.ctx.room("research")
-        text = room.task_summary(self.ctx) if room is not None else None
-        return text.strip() if text and text.strip() else self.ctx.texts.render("reviewer_no_task")
-
-    def _extra_fields(self) -> str:
-        fields = self.ctx.config.reviewer.extra_fields
-        return "".join(self.ctx.texts.render("reviewer_extra_field", name=name) + "\n" for name in fields)
-
-    def context(self) -> tuple[str, int]:
-        rows = self.papers()
-        papers = self._entries(rows) if rows else self.ctx.texts.render("reviewer_no_papers")
-        text = self.ctx.texts.render("reviewer_context", task=self.task(), papers=papers)
-        return text, max((r["number"] for r in rows), default=0)
-
-    def submission(self, submission: Any, since: int) -> tuple[str, int]:
-        rows = self.papers(after=since)
-        new = ("\n" + self.ctx.texts.render("reviewer_new_papers", papers=self._entries(rows)) + "\n") if rows else ""
-        tags = ", ".join(json.loads(submission["tags"] or "[]"))
-        text = self.ctx.texts.render(
-            "reviewer_submission", title=submission["title"], tags=tags or "(none)",
-            word_count=len(submission["content"].split()), new_papers=new, abstract=submission["abstract"],
-            content=submission["content"], extra_fields=self._extra_fields())
-        return text, max([since, *(r["number"] for r in rows)])
-
-    def retry(self) -> tuple[str, int]:
-        return self.ctx.texts.render("reviewer_retry", extra_fields=self._extra_fields()), 0
 
 
 def call_model(get_model: Callable[[], Any], system: str, messages: list[dict[str, str]], prompt: str,
@@ -524,25 +207,34 @@ class Reviewer(Hook):
 
     # -- a verdict's effects (spec §7.6) ----------------------------------------------------
     def _apply(self, ctx: Context, row: Any, outcome: Outcome) -> None:
-        cfg, texts = ctx.config.reviewer, ctx.texts
         verdict = outcome.verdict
         if verdict is None:
             decision = "failed"
         else:
-            decision = "accepted" if verdict.score >= cfg.pass_threshold else "rejected"
+            decision = "accepted" if verdict.score >= ctx.config.reviewer.pass_threshold else "rejected"
         self._record_calls(ctx, row, outcome, decision)
         author = ctx.agents.get(row["agent"])
         present = author is not None and author.active and author.session == row["session"]
         if verdict is None:
-            ctx.store.execute("UPDATE paper_submissions SET status='failed', attempts=?, verdict=?, decided_tick=? "
-                              "WHERE id=?", (outcome.attempts, dumps({"status": "failed"}), ctx.tick, row["id"]))
-            if present:
-                ctx.notify(author, texts.render("reviewer_failed", title=row["title"], attempts=outcome.attempts),
-                           "review")
-            ctx.emit("operator_alert", row["agent"], problem="paper review failed", submission=row["id"],
-                     attempts=outcome.attempts)
-            ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision=decision, score=None, paper=None)
-            return
+            self._failed(ctx, row, outcome.attempts, author, present)
+        else:
+            self._decided(ctx, row, verdict, outcome.attempts, decision, author, present)
+
+    def _failed(self, ctx: Context, row: Any, attempts: int, author: Any, present: bool) -> None:
+        """Every attempt failed: the submission is closed, its author (if still present) and the operator told."""
+        ctx.store.execute("UPDATE paper_submissions SET status='failed', attempts=?, verdict=?, decided_tick=? "
+                          "WHERE id=?", (attempts, dumps({"status": "failed"}), ctx.tick, row["id"]))
+        if present:
+            ctx.notify(author, ctx.texts.render("reviewer_failed", title=row["title"], attempts=attempts),
+                       "review")
+        ctx.emit("operator_alert", row["agent"], problem="paper review failed", submission=row["id"],
+                 attempts=attempts)
+        ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision="failed", score=None, paper=None)
+
+    def _decided(self, ctx: Context, row: Any, verdict: Verdict, attempts: int, decision: str, author: Any,
+                 present: bool) -> None:
+        """A verdict was read: the paper is published (accepted) or not, and the author is told."""
+        cfg, texts = ctx.config.reviewer, ctx.texts
         fallback = verdict.status == "parsing_error"
         comment = verdict.comment or texts.render("reviewer_fallback_comment" if fallback else "reviewer_no_comment")
         suggestion = verdict.suggestion or texts.render(
@@ -559,7 +251,7 @@ class Reviewer(Hook):
             number = archive.publish(ctx, row, review)
         record = {**verdict.as_dict(), "comment": comment, "suggestion": suggestion}
         ctx.store.execute("UPDATE paper_submissions SET status=?, attempts=?, score=?, verdict=?, decided_tick=?, "
-                          "capsule_number=? WHERE id=?", (decision, outcome.attempts, verdict.score, dumps(record),
+                          "capsule_number=? WHERE id=?", (decision, attempts, verdict.score, dumps(record),
                                                           ctx.tick, number, row["id"]))
         if decision == "rejected":
             if present:
@@ -567,23 +259,29 @@ class Reviewer(Hook):
                                                 threshold=cfg.pass_threshold, comment=comment,
                                                 suggestion=suggestion), "review")
         else:
-            told = {row["agent"]}
-            if present:
-                ctx.notify(author, texts.render("reviewer_accepted", title=row["title"], number=number,
-                                                score=verdict.score, comment=comment, suggestion=suggestion),
-                           "review")
-            elif row["lineage"]:
-                for kin in ctx.agents.active():
-                    if kin.lineage == row["lineage"]:
-                        ctx.notify(kin, texts.render("reviewer_lineage_published", author=row["agent"],
-                                                     lineage=row["lineage"], title=row["title"], number=number,
-                                                     score=verdict.score), "review")
-                        told.add(kin.name)
-            description = author.description if author is not None else ""
-            ctx.broadcast(texts.render("reviewer_announcement", author=row["agent"], description=description,
-                                       title=row["title"], number=number), "publication", exclude=sorted(told))
+            self._announce(ctx, row, verdict, number, comment, suggestion, author, present)
         ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision=decision, score=verdict.score,
                  paper=number)
+
+    def _announce(self, ctx: Context, row: Any, verdict: Verdict, number: int | None, comment: str, suggestion: str,
+                  author: Any, present: bool) -> None:
+        """An accepted paper: its author (or, if gone, the author's lineage) is told, then everyone else."""
+        texts = ctx.texts
+        told = {row["agent"]}
+        if present:
+            ctx.notify(author, texts.render("reviewer_accepted", title=row["title"], number=number,
+                                            score=verdict.score, comment=comment, suggestion=suggestion),
+                       "review")
+        elif row["lineage"]:
+            for kin in ctx.agents.active():
+                if kin.lineage == row["lineage"]:
+                    ctx.notify(kin, texts.render("reviewer_lineage_published", author=row["agent"],
+                                                 lineage=row["lineage"], title=row["title"], number=number,
+                                                 score=verdict.score), "review")
+                    told.add(kin.name)
+        description = author.description if author is not None else ""
+        ctx.broadcast(texts.render("reviewer_announcement", author=row["agent"], description=description,
+                                   title=row["title"], number=number), "publication", exclude=sorted(told))
 
     def _record_calls(self, ctx: Context, row: Any, outcome: Outcome, decision: str) -> None:
         configured = ctx.config.reviewer.model.name
