@@ -18,7 +18,7 @@ from helpers import act, events, make_station, prompt_at, record_requests, recur
     section, yaml_block
 from station.engine import Engine, StationPaused
 from rooms.archive.reviewer import Reviewer
-from rooms.archive.verdict import parse_verdict
+from rooms.archive.verdict import parse_paper_verdict
 from station.models.replay import ReplayModel
 from station.models.scripted_reviewer import ACK, ScriptedReviewer, score_paper
 from station.store import Store, canonical_dump
@@ -95,7 +95,7 @@ def reviewer_hook(st: Station) -> Reviewer:
 def test_a_yaml_block_gives_score_comment_suggestion_and_extra_fields() -> None:
     text = ("Checklist:\n- 1.1 met\n\n```YAML\nscore: 7\ncomment: Solid.\nsuggestion: |\n  More settings.\n"
             "novelty_score: 8\nclarity: '6.5'\nverdict_note: fine\ndecision: accept\n```\nThanks.")
-    v = parse_verdict(text, ["novelty_score", "clarity", "verdict_note", "missing_one"])
+    v = parse_paper_verdict(text, ["novelty_score", "clarity", "verdict_note", "missing_one"])
     assert v is not None and v.status == "success"
     assert (v.score, v.comment, v.suggestion, v.decision) == (7, "Solid.", "More settings.", "accept")
     assert v.extra == {"novelty_score": 8, "clarity": 6.5, "verdict_note": "fine", "missing_one": None}
@@ -103,34 +103,34 @@ def test_a_yaml_block_gives_score_comment_suggestion_and_extra_fields() -> None:
 
 @pytest.mark.parametrize("raw, expected", [(14, 10), (0, 1), (-3, 1), (10, 10), ("7/10", 7), (6.8, 6), ("9", 9)])
 def test_the_score_is_clamped_to_1_to_10(raw: Any, expected: int) -> None:
-    v = parse_verdict(yaml_block(yaml.safe_dump({"score": raw, "comment": "c"})))
+    v = parse_paper_verdict(yaml_block(yaml.safe_dump({"score": raw, "comment": "c"})))
     assert v is not None and v.score == expected and v.status == "success"
 
 
 def test_only_the_first_yaml_block_counts() -> None:
-    v = parse_verdict(yaml_block("score: 4\ncomment: first") + "\nlater:\n" + yaml_block("score: 9\ncomment: second"))
+    v = parse_paper_verdict(yaml_block("score: 4\ncomment: first") + "\nlater:\n" + yaml_block("score: 9\ncomment: second"))
     assert v is not None and (v.score, v.comment) == (4, "first")
 
 
 def test_free_text_fallback_reads_10_as_10_and_the_last_score_wins() -> None:
-    v = parse_verdict("My verdict. Score: 10")
+    v = parse_paper_verdict("My verdict. Score: 10")
     assert v is not None and v.score == 10 and v.status == "parsing_error"
     assert v.comment is None and v.suggestion is None
-    v = parse_verdict("At first I thought score: 3, but after checking the IDs, **Score:** 8 is fair.")
+    v = parse_paper_verdict("At first I thought score: 3, but after checking the IDs, **Score:** 8 is fair.")
     assert v is not None and v.score == 8
     # A block without a usable score falls back to the text, and so does broken YAML.
-    v = parse_verdict("score:9 overall\n" + yaml_block("comment: no score here"))
+    v = parse_paper_verdict("score:9 overall\n" + yaml_block("comment: no score here"))
     assert v is not None and (v.score, v.status) == (9, "parsing_error")
-    v = parse_verdict("```yaml\nscore: [unclosed\n```\nscore: 5")
+    v = parse_paper_verdict("```yaml\nscore: [unclosed\n```\nscore: 5")
     assert v is not None and (v.score, v.status) == (5, "parsing_error")
 
 
 def test_no_score_at_all_is_no_verdict() -> None:
-    assert parse_verdict("I liked it a lot.") is None
-    assert parse_verdict(yaml_block("comment: fine\nsuggestion: none")) is None
-    assert parse_verdict("score: 11 and score: 0") is None  # out of range is not a score
-    assert parse_verdict("novelty_score: 9") is None  # another field's score is not the score
-    assert parse_verdict(yaml_block("score: high")) is None
+    assert parse_paper_verdict("I liked it a lot.") is None
+    assert parse_paper_verdict(yaml_block("comment: fine\nsuggestion: none")) is None
+    assert parse_paper_verdict("score: 11 and score: 0") is None  # out of range is not a score
+    assert parse_paper_verdict("novelty_score: 9") is None  # another field's score is not the score
+    assert parse_paper_verdict(yaml_block("score: high")) is None
 
 
 # -- the scripted reviewer ----------------------------------------------------------------------
@@ -145,18 +145,18 @@ def test_the_scripted_reviewer_scores_by_its_fixed_rule() -> None:
 def test_the_scripted_reviewer_acknowledges_context_and_reviews_papers() -> None:
     model = ScriptedReviewer()
     ack = model.complete([{"role": "user", "text": "the criteria ..."}], system=None, agent="reviewer")
-    assert ack.text == ACK and parse_verdict(ack.text) is None
+    assert ack.text == ACK and parse_paper_verdict(ack.text) is None
     sub = f"## New submission\n----- BEGIN PAPER CONTENT -----\n{GOOD}\n----- END PAPER CONTENT -----\nReview it."
     messages = [{"role": "user", "text": "criteria"}, {"role": "assistant", "text": ACK}, {"role": "user", "text": sub}]
-    v = parse_verdict(model.complete(messages, system=None, agent="reviewer").text)
+    v = parse_paper_verdict(model.complete(messages, system=None, agent="reviewer").text)
     assert v is not None and v.status == "success" and v.score == 9 and v.comment and v.suggestion
     # A retry message holds no paper: the reviewer judges the paper it was last sent.
     retry = messages + [{"role": "assistant", "text": "hmm"}, {"role": "user", "text": "again, with YAML"}]
-    again = parse_verdict(model.complete(retry, system=None, agent="reviewer").text)
+    again = parse_paper_verdict(model.complete(retry, system=None, agent="reviewer").text)
     assert again is not None and again.score == 9
     broken = ScriptedReviewer("scripted-reviewer-malformed")
     assert broken.complete(messages[:1], system=None, agent="reviewer").text == ACK
-    assert parse_verdict(broken.complete(messages, system=None, agent="reviewer").text) is None
+    assert parse_paper_verdict(broken.complete(messages, system=None, agent="reviewer").text) is None
 
 
 # -- verdicts in a running station ---------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 from station.context import Context
 from station.store import Store
 
-from .verdict import Verdict, parse_verdict
+from .verdict import PaperVerdict, parse_paper_verdict
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Dialogue:
     @classmethod
     def load(cls, store: Store) -> Dialogue:
         state = store.one("SELECT generation, context_tries FROM reviewer_state WHERE id=1")
+        assert state is not None  # the reviewer's migration made the one row
         rows = store.all("SELECT * FROM reviewer_turns WHERE state='live' ORDER BY seq")
         turns = [Turn(r["seq"], r["generation"], r["submission"], r["role"], r["text"], r["last_paper"])
                  for r in rows]
@@ -119,12 +120,12 @@ class Call:
     history: list[int]
     payload: dict[str, Any]
     status: str
-    verdict: Verdict | None = None
+    verdict: PaperVerdict | None = None
 
 
 @dataclass
-class Outcome:
-    verdict: Verdict | None  # None: every attempt failed
+class ReviewOutcome:
+    verdict: PaperVerdict | None  # None: every attempt failed
     attempts: int
     calls: list[Call] = field(default_factory=list)
 
@@ -138,7 +139,7 @@ def failure(payload: dict[str, Any]) -> str:
 
 
 def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetch, prompts: Prompts | None
-                      ) -> Outcome | None:
+                      ) -> ReviewOutcome | None:
     """Walk one submission through the dialogue (pruning, context turn, attempts).
 
     Returns None as soon as `fetch` has no payload for a step (the readiness check); the
@@ -178,14 +179,14 @@ def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetc
             continue
         dialogue.add(sub_id, "user", payload["prompt"], int(payload.get("last_paper") or 0))
         dialogue.add(sub_id, "assistant", payload["text"])
-        verdict = parse_verdict(payload["text"], cfg.extra_fields)
+        verdict = parse_paper_verdict(payload["text"], cfg.extra_fields)
         if verdict is None:
             calls.append(Call("review", attempt, key, history, payload, "unreadable"))
             continue
         calls.append(Call("review", attempt, key, history, payload, verdict.status, verdict))
-        return Outcome(verdict, attempt, calls)
+        return ReviewOutcome(verdict, attempt, calls)
     dialogue.drop(sub_id)
-    return Outcome(None, cfg.max_attempts, calls)
+    return ReviewOutcome(None, cfg.max_attempts, calls)
 
 
 def _no_prompt() -> tuple[str, int]:

@@ -41,8 +41,8 @@ from station.models import ModelError
 from station.models.base import INTERRUPTED, PERMANENT
 from station.store import Store, dumps
 
-from .dialogue import Dialogue, Outcome, Prompts, review_submission
-from .verdict import Verdict
+from .dialogue import Dialogue, ReviewOutcome, Prompts, review_submission
+from .verdict import PaperVerdict
 
 MIGRATIONS = [
     """
@@ -206,7 +206,7 @@ class Reviewer(Hook):
             self.worker = None
 
     # -- a verdict's effects (spec §7.6) ----------------------------------------------------
-    def _apply(self, ctx: Context, row: Any, outcome: Outcome) -> None:
+    def _apply(self, ctx: Context, row: Any, outcome: ReviewOutcome) -> None:
         verdict = outcome.verdict
         if verdict is None:
             decision = "failed"
@@ -231,7 +231,7 @@ class Reviewer(Hook):
                  attempts=attempts)
         ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision="failed", score=None, paper=None)
 
-    def _decided(self, ctx: Context, row: Any, verdict: Verdict, attempts: int, decision: str, author: Any,
+    def _decided(self, ctx: Context, row: Any, verdict: PaperVerdict, attempts: int, decision: str, author: Any,
                  present: bool) -> None:
         """A verdict was read: the paper is published (accepted) or not, and the author is told."""
         cfg, texts = ctx.config.reviewer, ctx.texts
@@ -263,7 +263,7 @@ class Reviewer(Hook):
         ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision=decision, score=verdict.score,
                  paper=number)
 
-    def _announce(self, ctx: Context, row: Any, verdict: Verdict, number: int | None, comment: str, suggestion: str,
+    def _announce(self, ctx: Context, row: Any, verdict: PaperVerdict, number: int | None, comment: str, suggestion: str,
                   author: Any, present: bool) -> None:
         """An accepted paper: its author (or, if gone, the author's lineage) is told, then everyone else."""
         texts = ctx.texts
@@ -283,7 +283,7 @@ class Reviewer(Hook):
         ctx.broadcast(texts.render("reviewer_announcement", author=row["agent"], description=description,
                                    title=row["title"], number=number), "publication", exclude=sorted(told))
 
-    def _record_calls(self, ctx: Context, row: Any, outcome: Outcome, decision: str) -> None:
+    def _record_calls(self, ctx: Context, row: Any, outcome: ReviewOutcome, decision: str) -> None:
         configured = ctx.config.reviewer.model.name
         last = len(outcome.calls) - 1
         for i, call in enumerate(outcome.calls):

@@ -15,7 +15,7 @@ LEADING_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
 
 @dataclass
-class Verdict:
+class PaperVerdict:
     score: int
     comment: str | None
     suggestion: str | None
@@ -81,7 +81,7 @@ def _yaml_mapping(text: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def parse_verdict(text: str, extra_fields: Iterable[str] = ()) -> Verdict | None:
+def parse_paper_verdict(text: str, extra_fields: Iterable[str] = ()) -> PaperVerdict | None:
     """The verdict in a reviewer's reply, or None when it holds no score at all.
 
     The first ```yaml block is read as a mapping (score clamped to 1-10, comment, suggestion,
@@ -93,10 +93,10 @@ def parse_verdict(text: str, extra_fields: Iterable[str] = ()) -> Verdict | None
     if data is not None:
         score = _score(data.get("score"))
         if score is not None:
-            return Verdict(score, _text(data.get("comment")), _text(data.get("suggestion")),
+            return PaperVerdict(score, _text(data.get("comment")), _text(data.get("suggestion")),
                            {name: _field(data.get(name)) for name in extra_fields}, "success",
                            _text(data.get("decision")))
     found = SCORE_TEXT.findall(text.lower())
     if found:
-        return Verdict(int(found[-1]), None, None, {name: None for name in extra_fields}, "parsing_error")
+        return PaperVerdict(int(found[-1]), None, None, {name: None for name in extra_fields}, "parsing_error")
     return None
