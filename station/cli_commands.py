@@ -143,7 +143,8 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
 def _say_what_evaluations_wait(station: Station, *, interrupted: bool) -> None:
     from rooms.research import states
 
-    done = dict(station.store.all("SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status"))
+    done = {r[0]: r[1] for r in station.store.all(
+        "SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status")}
     print(f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
           f"{done.get('timed_out', 0)} timed out (`station status` and the web viewer show each one)")
     found = states.open_evaluations(station.store, live=True)

@@ -37,11 +37,9 @@ def _binned_trend(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Median of y in quantile bins of x, linearly interpolated back to every x."""
     n_bins = int(min(25, max(1, len(x) // 20)))
     order = np.argsort(x, kind="stable")
-    centres, values = [], []
-    for part in np.array_split(order, n_bins):
-        centres.append(np.median(x[part]))
-        values.append(np.median(y[part]))
-    centres, values = np.asarray(centres), np.asarray(values)
+    parts = np.array_split(order, n_bins)
+    centres = np.asarray([np.median(x[part]) for part in parts])
+    values = np.asarray([np.median(y[part]) for part in parts])
     keep = np.concatenate([[True], np.diff(centres) > 0])
     return np.interp(x, centres[keep], values[keep])
 
@@ -77,9 +75,9 @@ def batch_hvg_order(counts: sp.spmatrix, batch: np.ndarray, n_top: int) -> np.nd
         ranks.append(rank)
     if not ranks:
         raise ValueError("batch_hvg_order needs a batch with at least two cells")
-    ranks = np.array(ranks)
-    n_batches_top = (ranks < n_top).sum(axis=0)
-    median_rank = np.median(ranks, axis=0)
+    stacked = np.array(ranks)
+    n_batches_top = (stacked < n_top).sum(axis=0)
+    median_rank = np.median(stacked, axis=0)
     return np.lexsort((np.arange(G), median_rank, -n_batches_top))
 
 
