@@ -10,9 +10,10 @@ import io
 import math
 import random
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from station.registry import Registry
 from station.run_types import Mount, RunResult, RunSpec

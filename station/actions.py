@@ -46,7 +46,6 @@ from typing import Any
 
 import yaml
 
-
 # YAML 1.1's numbers less its base-60 forms (YAML 1.2 dropped them too): an agent's `ticks: 12:45`
 # is the range it wrote, not the number 765.
 _NUMBER = {
@@ -346,7 +345,7 @@ def _load_params(yaml_text: str) -> tuple[dict[str, Any] | None, str | None]:
         data = yaml.load(yaml_text + "\n", Loader=_YAML_LOADER)
     except yaml.MarkedYAMLError as exc:
         return None, _describe_yaml_error(exc)
-    except Exception as exc:  # reader/encoding/recursion errors: still never raise
+    except Exception as exc:  # noqa: BLE001 - reader/encoding/recursion errors: still never raise
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return None, f"YAML error: {reason}"
     if data is None:  # only comments

@@ -9,8 +9,9 @@ import copy
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from .store import Store, dumps
 
@@ -104,7 +105,7 @@ class Agent:
                 dumps(asdict(self)))
 
     @classmethod
-    def from_json(cls, text: str) -> "Agent":
+    def from_json(cls, text: str) -> Agent:
         return cls(**json.loads(text))
 
 

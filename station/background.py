@@ -10,8 +10,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .context import Context
 from .store import Store

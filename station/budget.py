@@ -12,9 +12,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .config import ModelConfig, Price, StationConfig
 from .models.base import BudgetExceeded, Message, Usage, estimate_conversation

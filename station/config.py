@@ -64,7 +64,7 @@ class ModelConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ModelConfig":
+    def _consistent(self) -> ModelConfig:
         if self.provider == "replay" and not self.replay_file:
             raise ValueError("provider 'replay' needs replay_file")
         if self.thinking_budget and self.provider == "anthropic" and self.thinking_budget >= self.max_output_tokens:
@@ -112,7 +112,7 @@ class AgentSpec(Section):
     max_age: int | None = Field(None, gt=0, description="default: lifecycle.max_age")
 
     @model_validator(mode="after")
-    def _recursive_needs_lineage(self) -> "AgentSpec":
+    def _recursive_needs_lineage(self) -> AgentSpec:
         if self.kind == "recursive" and not self.lineage:
             raise ValueError("recursive agents need a lineage")
         if self.kind == "guest" and self.lineage:
@@ -210,7 +210,7 @@ class ReviewerConfig(Section):
     history_keep: int = Field(10, ge=1)
 
     @model_validator(mode="after")
-    def _keep_below_max(self) -> "ReviewerConfig":
+    def _keep_below_max(self) -> ReviewerConfig:
         if self.history_keep >= self.history_max:
             raise ValueError("history_keep must be smaller than history_max")
         return self
@@ -360,7 +360,7 @@ class StationConfig(Section):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
     @model_validator(mode="after")
-    def _priced_when_budgeted(self) -> "StationConfig":
+    def _priced_when_budgeted(self) -> StationConfig:
         if self.budget.station_usd is None and self.budget.agent_usd is None:
             return self
         unpriced = sorted({m.name for m in self.all_models() if m.remote and m.name not in self.prices})

@@ -8,9 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .agents import Agent, AgentRegistry
 from .config import StationConfig
@@ -89,7 +90,7 @@ class EventKind(str, Enum):
 EVENT_KINDS = frozenset(kind.value for kind in EventKind)
 
 
-def check_hooks(hooks: list["Hook"]) -> None:
+def check_hooks(hooks: list[Hook]) -> None:
     """Refuse a hook that waits for a kind the station never emits."""
     for hook in hooks:
         unknown = sorted(set(hook.events) - EVENT_KINDS)
@@ -108,7 +109,7 @@ class Hook:
     # the world's determinism: changing it changes what a replay of an older station writes.
     order: int = 100
 
-    def handle(self, ctx: "Context", event: Event) -> None:  # pragma: no cover - interface
+    def handle(self, ctx: Context, event: Event) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -224,7 +225,7 @@ class Context:
         raise NeedInput(key, kind, agent, produce, request_hash)
 
     # -- rooms ----------------------------------------------------------------------------
-    def room(self, short: str) -> "Room | None":
+    def room(self, short: str) -> Room | None:
         return self.rooms.get(short)
 
     def room_name(self, short: str) -> str:

@@ -13,7 +13,8 @@ a file the station's config does not already replay needs the same flag.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from .config import AgentSpec, ModelConfig, StationConfig, parse_config

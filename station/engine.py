@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from . import commands, lifecycle
 from .agents import Agent
@@ -74,7 +75,7 @@ class TurnUsage:
 
 
 class Engine:
-    def __init__(self, station: "Station", *, replay_source: Store | None = None,
+    def __init__(self, station: Station, *, replay_source: Store | None = None,
                  on_progress: Callable[[Progress], None] | None = None) -> None:
         self.station = station
         self.ctx = station.ctx

@@ -8,7 +8,8 @@ error that lists the known ones. A leaf module: it imports nothing of the projec
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -5,8 +5,9 @@ an action's YAML against the action's pydantic model, and calls the handler with
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -27,9 +28,9 @@ class Params(BaseModel):
 class InternalAction(Protocol):
     """Extra model exchanges inside the same turn (codex reading, a test answer, exit)."""
 
-    def first_prompt(self, ctx: "Context", agent: "Agent") -> str: ...
+    def first_prompt(self, ctx: Context, agent: Agent) -> str: ...
 
-    def step(self, ctx: "Context", agent: "Agent", reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Agent, reply: str) -> tuple[str | None, list[str]]:
         """Take the agent's reply; return the next prompt (None ends it) and result lines."""
 
 
@@ -84,54 +85,54 @@ class Room:
                     found[spec.name] = spec
         cls.actions = found
 
-    def hooks(self, config: "StationConfig") -> list["Hook"]:
+    def hooks(self, config: StationConfig) -> list[Hook]:
         """The hooks this room brings (its grader, reviewer, deliveries, housekeeping); they
         are loaded with the room, so a disabled room's hooks never run."""
         return []
 
     # -- what a room may tell the rest of the station (each default: nothing) -------------------
-    def system_notices(self, ctx: "Context", agent: "Agent") -> list[str]:
+    def system_notices(self, ctx: Context, agent: Agent) -> list[str]:
         """Lines for the agent's System Messages this turn, wherever it is."""
         return []
 
-    def awaiting_operator(self, ctx: "Context") -> list[str]:
+    def awaiting_operator(self, ctx: Context) -> list[str]:
         """What waits for the operator's answer (a tick-end pause names them)."""
         return []
 
-    def answer_operator(self, ctx: "Context", request: int, text: str | None) -> bool:
+    def answer_operator(self, ctx: Context, request: int, text: str | None) -> bool:
         """Take the operator's answer to request number `request`; False when it is not this
         room's. A request that cannot be answered raises ValueError with a sentence for the operator."""
         return False
 
-    def status_counts(self, ctx: "Context") -> dict[str, Any]:
+    def status_counts(self, ctx: Context) -> dict[str, Any]:
         """Counts merged into `station status` (a dict value is merged into the key's dict)."""
         return {}
 
-    def lineage_credits(self, ctx: "Context") -> dict[str, float]:
+    def lineage_credits(self, ctx: Context) -> dict[str, float]:
         """Credit per lineage, added to its utility when a guest chooses a lineage to join."""
         return {}
 
-    def task_summary(self, ctx: "Context") -> str | None:
+    def task_summary(self, ctx: Context) -> str | None:
         """The research task in short, for reviewers (None: this room has none)."""
         return None
 
     # -- what the agent sees ----------------------------------------------------------------
-    def help_values(self, ctx: "Context") -> dict[str, Any]:
+    def help_values(self, ctx: Context) -> dict[str, Any]:
         return {}
 
-    def help(self, ctx: "Context", agent: "Agent") -> str:
+    def help(self, ctx: Context, agent: Agent) -> str:
         return ctx.texts.help(self.short, **self.help_values(ctx))
 
-    def render(self, ctx: "Context", agent: "Agent") -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         """The room's content for this agent (without the first-visit help)."""
         return ""
 
-    def refusal(self, ctx: "Context", agent: "Agent") -> str | None:
+    def refusal(self, ctx: Context, agent: Agent) -> str | None:
         if agent.is_guest and not self.guests_allowed:
             return f"The {self.name} is open to recursive agents only. Pass the test in the Test Chamber first."
         return None
 
-    def output(self, ctx: "Context", agent: "Agent") -> str:
+    def output(self, ctx: Context, agent: Agent) -> str:
         """First-visit help (once) followed by the content; rendering marks the help as seen."""
         refused = self.refusal(ctx, agent)
         if refused:
@@ -145,7 +146,7 @@ class Room:
         return "\n\n".join(p for p in parts if p)
 
     # -- what the agent does ----------------------------------------------------------------
-    def action_refusal(self, ctx: "Context", agent: "Agent", spec: ActionSpec) -> str | None:
+    def action_refusal(self, ctx: Context, agent: Agent, spec: ActionSpec) -> str | None:
         guests = self.guests_allowed if spec.guests is None else spec.guests
         if agent.is_guest and not guests:
             return f"'{spec.name}' in the {self.name} is for recursive agents only."

@@ -12,9 +12,10 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .safe_text import valid, valid_params
 
@@ -197,7 +198,7 @@ class Store:
         return db
 
     @classmethod
-    def create(cls, directory: str | Path, **kwargs: Any) -> "Store":
+    def create(cls, directory: str | Path, **kwargs: Any) -> Store:
         d = Path(directory)
         if (d / DB_NAME).exists():
             raise StoreError(f"a station already exists at {d}")

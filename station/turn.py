@@ -117,7 +117,7 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
     try:
         with ctx.store.savepoint():
             outcome = spec.handler(room, ctx, agent, action.args, params)
-    except Exception as err:  # a bug in a room must not take the station down
+    except Exception as err:  # noqa: BLE001 - a bug in a room must not take the station down
         ctx.agents.restore(saved)
         log.log(here, f"'{action.name}' failed inside the station and was undone; the operator was alerted.")
         ctx.emit("operator_alert", agent.name, problem=f"action {action.name} raised {err!r}",

@@ -51,7 +51,7 @@ class Station:
         return self.store.dir
 
     @classmethod
-    def create(cls, directory: str | Path, config: StationConfig) -> "Station":
+    def create(cls, directory: str | Path, config: StationConfig) -> Station:
         """A new station at tick 1 with its initial population.
 
         It is built in a temporary sibling directory and renamed into place, so a crash during
@@ -94,7 +94,7 @@ class Station:
         return cls.open(final)
 
     @classmethod
-    def open(cls, directory: str | Path) -> "Station":
+    def open(cls, directory: str | Path) -> Station:
         store = Store(directory)
         store.migrate("station", CORE_MIGRATIONS)
         config = parse_config(store.get_meta("config"), f"{directory}/station.db")

@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from evaluators.jaxtrain.station_jax.windows import (
-    CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts,
+    CONTEXT,
+    HORIZON,
+    HORIZONS_REPORTED,
+    gather,
+    mae_by_horizon,
+    window_starts,
 )
 
 from ..cache import build_once, exclusive
@@ -64,7 +69,7 @@ class ForecastDataset:
         # dataset.json is moved into place last, so it marks a finished build
         return (self.private_dir / "dataset.json").exists() and all((self.input_dir / f).exists() for f in INPUT_FILES)
 
-    def ensure(self) -> "ForecastDataset":
+    def ensure(self) -> ForecastDataset:
         build_once(self.dir, self.ready, self._build)
         return self
 

@@ -51,7 +51,7 @@ class Dataset:
     def ready(self) -> bool:
         return (self.input_dir / "train_input.h5ad").exists() and (self.private_dir / "train_solution.h5ad").exists()
 
-    def ensure(self) -> "Dataset":
+    def ensure(self) -> Dataset:
         build_once(self.dir, self.ready, self._build)
         return self
 

@@ -98,7 +98,7 @@ def _embedding(result: Any, inputs: Inputs) -> None:
                 raise ValueError("corrected_counts contains NaN or infinite values")
             emb = sc.pp.pca(counts, n_comps=min(N_PCS, min(counts.shape) - 1), svd_solver="arpack",
                             return_info=False)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's result is reported, not raised
             inputs.emb_problem = f"PCA of corrected_counts failed: {one_line(exc)}"
             emb = None
     else:
@@ -141,7 +141,7 @@ def _graph(result: Any, inputs: Inputs) -> None:
             conn.eliminate_zeros()
             conn.sort_indices()
             inputs.conn = conn
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's graph is reported, not raised
             inputs.graph_problem = one_line(exc)
     elif inputs.emb is not None:
         inputs.graph_source = f"{N_NEIGHBORS}-NN graph of X_emb"
@@ -153,7 +153,7 @@ def _graph(result: Any, inputs: Inputs) -> None:
             conn.eliminate_zeros()
             conn.sort_indices()
             inputs.conn = conn
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of the graph build is reported, not raised
             inputs.graph_problem = f"building the neighbour graph from X_emb failed: {one_line(exc)}"
     else:
         inputs.graph_problem = ("no neighbour graph: the result has no obsp['connectivities'] and no usable "

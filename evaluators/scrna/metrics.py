@@ -173,7 +173,7 @@ def compute_metrics(result: Any, solution: Any, *, cell_cycle_genes: tuple[Seque
             except MetricSkipped as exc:
                 for name in names:
                     problems.setdefault(name, str(exc))
-            except Exception as exc:  # one failing metric must not take the others down
+            except Exception as exc:  # noqa: BLE001 - one failing metric must not take the others down
                 for name in names:
                     problems.setdefault(name, one_line(exc))
             clock[key] = time.perf_counter() - step

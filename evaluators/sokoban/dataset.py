@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from ..cache import build_once
-
 from .levels import make_level_set, replay
 
 GENERATOR = "reverse-play-v1"
@@ -48,7 +47,7 @@ class LevelSet:
     def ready(self) -> bool:
         return (self.input_dir / "eval_levels.npy").exists()
 
-    def ensure(self) -> "LevelSet":
+    def ensure(self) -> LevelSet:
         build_once(self.dir, self.ready, self._build)
         return self
 

@@ -169,7 +169,7 @@ def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetc
         if dialogue.has_turns(sub_id):
             make = (lambda: prompts.retry()) if prompts else _no_prompt
         else:
-            make = (lambda: prompts.submission(submission, since)) if prompts else _no_prompt
+            make = (lambda: prompts.submission(submission, since)) if prompts else _no_prompt  # noqa: B023 - called at once, inside this iteration
         key = f"review/{sub_id}/{attempt}"
         payload = fetch(key, "review", submission["agent"], dialogue.messages(), make)
         if payload is None:

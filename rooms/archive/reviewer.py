@@ -41,7 +41,7 @@ from station.models import ModelError
 from station.models.base import INTERRUPTED, PERMANENT
 from station.store import Store, dumps
 
-from .dialogue import Dialogue, ReviewOutcome, Prompts, review_submission
+from .dialogue import Dialogue, Prompts, ReviewOutcome, review_submission
 from .verdict import PaperVerdict
 
 MIGRATIONS = [

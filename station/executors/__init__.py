@@ -5,8 +5,9 @@ Ray is imported only by ray_executor.py, and only when a RayExecutor is used.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..registry import Registry
 from ..run_types import Mount, RunResult, RunSpec, RunStatus

@@ -8,7 +8,8 @@ that value (evaluators/), never from anything the code printed.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..run_types import RunResult, RunSpec
 

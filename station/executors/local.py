@@ -34,10 +34,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal, cast
+from typing import Literal, cast
 
 from ..run_types import RunResult, RunSpec, RunStatus
 from . import disk
@@ -488,7 +489,7 @@ class _Watch:
             max_files = max(spec.max_files, s.before.files)
 
             def charged(u: disk.Usage) -> bool:
-                return u.over(max_bytes, max_files) and (u.wrote or self.owner is None)
+                return u.over(max_bytes, max_files) and (u.wrote or self.owner is None)  # noqa: B023 - called at once, inside this iteration
 
             if final:
                 gid = SANDBOX_GID if self.owner is not None else None

@@ -30,8 +30,9 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from ..run_types import RunResult, RunSpec
 from .local import LocalExecutor

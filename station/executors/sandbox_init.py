@@ -151,7 +151,7 @@ def start_code(cfg: dict) -> None:
     for name, (soft, hard) in cfg["rlimits"].items():  # None: unlimited (as far as allowed)
         limit = getattr(resource, name)
         ceiling = resource.getrlimit(limit)[1]
-        clamp = (lambda v: ceiling if v is None or (ceiling != resource.RLIM_INFINITY and v > ceiling) else v)
+        clamp = (lambda v: ceiling if v is None or (ceiling != resource.RLIM_INFINITY and v > ceiling) else v)  # noqa: B023 - called at once, inside this iteration
         resource.setrlimit(limit, (clamp(soft), clamp(hard)))
     os.umask(0o002)  # files in writable storage stay writable for the other runs' uids (same group)
     os.chdir(cfg["scratch"])

@@ -2,13 +2,23 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..config import ModelConfig
 from ..registry import UnknownName
 from . import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
-from .base import (PROVIDERS, SCRIPTED_POLICIES, BudgetExceeded, Message, Model, ModelError, Reply, Usage,
-                   estimate_conversation)
+from .base import (
+    PROVIDERS,
+    SCRIPTED_POLICIES,
+    BudgetExceeded,
+    Message,
+    Model,
+    ModelError,
+    Reply,
+    Usage,
+    estimate_conversation,
+)
 from .replay import ReplayModel
 from .scripted import ScriptedModel
 

@@ -1,8 +1,9 @@
 """The Model protocol: what the engine needs from anything that writes an agent's replies."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..registry import Registry
 
@@ -11,9 +12,9 @@ if TYPE_CHECKING:
 
 Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
 # Model providers by config name: each makes a Model from (config, stop=..., on_wait=...).
-PROVIDERS: Registry[Callable[..., "Model"]] = Registry("model provider")
+PROVIDERS: Registry[Callable[..., Model]] = Registry("model provider")
 # The offline policies of the system roles, by model-name prefix: each makes a Model from its name.
-SCRIPTED_POLICIES: Registry[Callable[[str], "Model"]] = Registry("scripted policy")
+SCRIPTED_POLICIES: Registry[Callable[[str], Model]] = Registry("scripted policy")
 LENGTH = "length"  # Reply.finish_reason of a reply cut off by max_output_tokens
 
 
@@ -68,7 +69,7 @@ class Reply:
             return None
         return self.usage.output_tokens + self.usage.reasoning_tokens
 
-    def within(self, limit: int) -> "Reply":
+    def within(self, limit: int) -> Reply:
         """The reply with its text and thinking cut to `limit` characters each, before anything is
         stored: a runaway 50 MB answer would otherwise be kept (and shown) in full, several times."""
         if len(self.text) <= limit and len(self.thinking or "") <= limit:
@@ -77,7 +78,7 @@ class Reply:
                        cut_from=len(self.text) if len(self.text) > limit else None)
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> "Reply":
+    def from_payload(cls, payload: dict[str, Any]) -> Reply:
         return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
                    usage=Usage(**payload.get("usage", {})), cost_usd=payload.get("cost_usd"),
                    overflow=payload.get("overflow"), cut_from=payload.get("cut_from"),

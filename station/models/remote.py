@@ -20,12 +20,12 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..config import ModelConfig
-from .base import (INTERRUPTED, LENGTH, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply,
-                   estimate_conversation)
+from .base import INTERRUPTED, LENGTH, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply, estimate_conversation
 
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
 LONGEST_RETRY_AFTER_S = 15 * 60  # a server asking for longer is treated as asking for this

@@ -16,7 +16,8 @@ import json
 import math
 import random
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
 

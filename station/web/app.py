@@ -31,8 +31,9 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import FastAPI, Form, Request

@@ -13,8 +13,8 @@ import posixpath
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from fastapi.testclient import TestClient
@@ -63,7 +63,7 @@ def export(directory: str | Path, out: str | Path, *, force: bool = False, limit
         if answer.status_code != 200 or "text/html" not in answer.headers.get("content-type", ""):
             continue
         target = file_for(url)
-        html = LINK.sub(lambda m: _relink(m, url, target, queue, seen), answer.text)
+        html = LINK.sub(lambda m: _relink(m, url, target, queue, seen), answer.text)  # noqa: B023 - called at once by sub(), inside this iteration
         path = out / target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(html, encoding="utf-8")

@@ -7,8 +7,8 @@ fetched as the page loads, telling whoever serves it that (and when) someone rea
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from html import escape
-from typing import Iterable
 
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml

@@ -13,8 +13,18 @@ import os
 import time
 from typing import Any
 
-from .hooks import (Clock, ContractError, device_names, hyperparameters, load_hooks, plain, report_progress,
-                    require_finite, run_phase, seal)
+from .hooks import (
+    Clock,
+    ContractError,
+    device_names,
+    hyperparameters,
+    load_hooks,
+    plain,
+    report_progress,
+    require_finite,
+    run_phase,
+    seal,
+)
 from .model import Model, count_parameters
 from .windows import CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
 

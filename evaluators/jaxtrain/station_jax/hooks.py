@@ -13,8 +13,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 DEFAULT_BASE_SEED = 0  # fixed, so that an evaluation can be repeated; the spec's time-based default cannot
 

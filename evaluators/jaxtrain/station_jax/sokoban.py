@@ -20,10 +20,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import sokoban_env as env
 from . import hooks as common
-from .hooks import (Clock, ContractError, device_names, hyperparameters, load_hooks, plain, require_finite,
-                    run_phase, seal)
+from . import sokoban_env as env
+from .hooks import (
+    Clock,
+    ContractError,
+    device_names,
+    hyperparameters,
+    load_hooks,
+    plain,
+    require_finite,
+    run_phase,
+    seal,
+)
 from .model import count_parameters
 
 DEFAULTS = {"learning_rate": 4e-4, "entropy_coef": 0.01, "value_coef": 0.5, "gamma": 0.97, "gae_lambda": 0.97}
