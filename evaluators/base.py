@@ -4,6 +4,7 @@ A task says what agents read (its spec), how a submission is run (entry point, r
 timeout) and how the returned data is scored. Scoring runs in the trusted parent, from the
 plain data the sandbox returned; evaluators never see the engine or the store.
 """
+
 from __future__ import annotations
 
 import io
@@ -36,8 +37,13 @@ class Verdict:
             raise ValueError("a successful verdict needs a finite score")
 
     def to_payload(self) -> dict[str, Any]:
-        return {"success": self.success, "score": self.score, "details": self.details,
-                "metrics": dict(self.metrics), "sort_key": list(self.sort_key) if self.sort_key else None}
+        return {
+            "success": self.success,
+            "score": self.score,
+            "details": self.details,
+            "metrics": dict(self.metrics),
+            "sort_key": list(self.sort_key) if self.sort_key else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -115,15 +121,29 @@ class Task:
         """How one submission runs: the task's entry, limits and data, with the caller's storage mounts."""
         # CPU time adds up over threads and processes: a run may use all its cores for the whole wall clock.
         cpu_seconds = math.ceil(self.timeout_s * max(1.0, self.num_cpus))
-        return RunSpec(code=self.program(code), mode=self.mode, entry=self.entry, filename=self.filename,
-                       mounts=[*mounts, *self.data_mounts()], timeout_s=self.timeout_s, cpu_seconds=cpu_seconds,
-                       memory_mb=self.memory_mb, max_processes=self.max_processes,
-                       max_scratch_mb=self.max_scratch_mb, max_storage_mb=self.max_storage_mb,
-                       max_files=self.max_files, max_result_mb=self.max_result_mb, num_cpus=self.num_cpus,
-                       num_gpus=0.0 if cpu_only else self.num_gpus, env=self.env(), label=label)
+        return RunSpec(
+            code=self.program(code),
+            mode=self.mode,
+            entry=self.entry,
+            filename=self.filename,
+            mounts=[*mounts, *self.data_mounts()],
+            timeout_s=self.timeout_s,
+            cpu_seconds=cpu_seconds,
+            memory_mb=self.memory_mb,
+            max_processes=self.max_processes,
+            max_scratch_mb=self.max_scratch_mb,
+            max_storage_mb=self.max_storage_mb,
+            max_files=self.max_files,
+            max_result_mb=self.max_result_mb,
+            num_cpus=self.num_cpus,
+            num_gpus=0.0 if cpu_only else self.num_gpus,
+            env=self.env(),
+            label=label,
+        )
 
-    def execute(self, executor: Any, code: str, *, mounts: list[Mount], label: str,
-                cpu_only: bool = False) -> RunResult:
+    def execute(
+        self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
+    ) -> RunResult:
         """Run one submission to its end: one sandboxed run here; training tasks run several."""
         return executor.run(self.run_spec(code, mounts=mounts, label=label, cpu_only=cpu_only))
 
@@ -134,9 +154,11 @@ SCRIPTED_TYPO_RATE = 0.12  # how often a scripted submission holds a slip the de
 
 def register(kind: str) -> Callable[[type[Task]], type[Task]]:
     """Register a task class under `kind`, the name configs give as `research.tasks[].evaluator`."""
+
     def mark(cls: type[Task]) -> type[Task]:
         cls.kind = kind
         return TASKS.register(kind)(cls)
+
     return mark
 
 
@@ -165,7 +187,14 @@ def has_real_code(code: str) -> bool:
         tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return bool(code.strip())  # let the run report the syntax error
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-            tokenize.ENDMARKER, tokenize.ENCODING}
+    skip = {
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.ENDMARKER,
+        tokenize.ENCODING,
+    }
     meaningful = [t for t in tokens if t.type not in skip]
     return any(t.type != tokenize.STRING for t in meaningful)

@@ -1,5 +1,6 @@
 """Task data cached on disk, built once: a lock so one process builds while the others wait,
 and a fresh `building/` folder that is moved into place only when the build is complete."""
+
 from __future__ import annotations
 
 import fcntl

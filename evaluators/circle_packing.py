@@ -5,6 +5,7 @@ allowed, an overlap of 1e-16 is not. Its order of checks and its formulas are pa
 contract, since published packings sit within ~5e-16 of tangency and any other arithmetic could
 flip their verdict.
 """
+
 from __future__ import annotations
 
 import operator
@@ -35,8 +36,13 @@ def scripted_circles(n: int, seen: Any, rng: random.Random) -> dict[str, str]:
     from .programs import program
 
     # Build on what the leaderboard shows: after a grid, try rows; after rows, optimise.
-    shown = 2 if ("Hexagonal rows" in seen.prompt or "Optimised centres" in seen.prompt) else \
-        1 if "Square grid" in seen.prompt else 0
+    shown = (
+        2
+        if ("Hexagonal rows" in seen.prompt or "Optimised centres" in seen.prompt)
+        else 1
+        if "Square grid" in seen.prompt
+        else 0
+    )
     level = max(seen.notes.get("cp_level", 0), shown)
     seen.notes["cp_level"] = level + 1
     constants: dict[str, int]
@@ -53,9 +59,11 @@ def scripted_circles(n: int, seen: Any, rng: random.Random) -> dict[str, str]:
         starts, hops, seed = min(2 + 2 * step, 12), min(8 * step, 40), rng.randrange(10_000)
         kind, constants = "optimized", {"STARTS": starts, "HOPS": hops, "SEED": seed}
         title = f"Optimised centres and radii: {starts} starts, {hops} perturbation rounds (seed {seed})"
-        abstract = (f"Maximise the sum of radii over centres and radii with SLSQP from {starts} random starts and "
-                    f"{hops} rounds of perturbing the best layout, then shrink radii just enough to satisfy every "
-                    "constraint exactly.")
+        abstract = (
+            f"Maximise the sum of radii over centres and radii with SLSQP from {starts} random starts and "
+            f"{hops} rounds of perturbing the best layout, then shrink radii just enough to satisfy every "
+            "constraint exactly."
+        )
         tags = "optimization, slsqp, restarts"
     code = program(kind, n, **constants)
     if rng.random() < SCRIPTED_TYPO_RATE and "np.zeros(" in code:
@@ -105,8 +113,10 @@ class CirclePacking(Task):
         if problem:
             details = f"Verification failed: {problem}"
             if worst <= TOLERANCE_HINT:
-                details += (f" With a tolerance of {TOLERANCE_HINT:g} the sum of radii would be {total:.6f}; that is "
-                            "not the score, since no tolerance is allowed: shrink the radii very slightly.")
+                details += (
+                    f" With a tolerance of {TOLERANCE_HINT:g} the sum of radii would be {total:.6f}; that is "
+                    "not the score, since no tolerance is allowed: shrink the radii very slightly."
+                )
             return Verdict(False, details=details)
         return Verdict(True, total, f"Valid packing of {self.n} circles; sum of radii = {total:.6f}")
 
@@ -143,13 +153,16 @@ class CirclePacking(Task):
             bad = ~np.isfinite(array)
             if bad.any():
                 where = int(np.argwhere(bad)[0][0])
-                raise PackingError(f"{name} holds NaN or infinite values ({int(bad.sum())} in all; "
-                                   f"the first at circle {where}).")
+                raise PackingError(
+                    f"{name} holds NaN or infinite values ({int(bad.sum())} in all; the first at circle {where})."
+                )
         small = np.flatnonzero(~(radii > 0))
         if small.size:
             i = int(small[0])
-            raise PackingError(f"every radius must be > 0, but circle {i} has radius {float(radii[i])!r} "
-                               f"({small.size} circle(s) in all).")
+            raise PackingError(
+                f"every radius must be > 0, but circle {i} has radius {float(radii[i])!r} "
+                f"({small.size} circle(s) in all)."
+            )
 
     @staticmethod
     def _check_geometry(centers: np.ndarray, radii: np.ndarray) -> tuple[str | None, float]:
@@ -170,15 +183,19 @@ class CirclePacking(Task):
             k = int(np.flatnonzero(outside)[0])
             side = int(np.argmax(crossings[k]))
             names = ("left", "right", "bottom", "top")
-            return (f"circle {k} (center ({float(x[k])!r}, {float(y[k])!r}), radius {float(r[k])!r}) crosses the {names[side]} side of "
-                    f"the square by {crossings[k, side]:.3g}; {int(outside.sum())} circle(s) cross a side in all "
-                    "(circles are numbered from 0)."), worst
+            return (
+                f"circle {k} (center ({float(x[k])!r}, {float(y[k])!r}), radius {float(r[k])!r}) crosses the {names[side]} side of "
+                f"the square by {crossings[k, side]:.3g}; {int(outside.sum())} circle(s) cross a side in all "
+                "(circles are numbered from 0)."
+            ), worst
         if overlapping.size:
             p = int(overlapping[np.argmax(reach[overlapping] - dist[overlapping])])
             a, b = int(i[p]), int(j[p])
-            return (f"circles {a} and {b} overlap by {reach[p] - dist[p]:.3g} (distance between centers "
-                    f"{float(dist[p])!r} < r{a} + r{b} = {float(reach[p])!r}); {overlapping.size} overlapping pair(s) in all, "
-                    "this is the worst (circles are numbered from 0)."), worst
+            return (
+                f"circles {a} and {b} overlap by {reach[p] - dist[p]:.3g} (distance between centers "
+                f"{float(dist[p])!r} < r{a} + r{b} = {float(reach[p])!r}); {overlapping.size} overlapping pair(s) in all, "
+                "this is the worst (circles are numbered from 0)."
+            ), worst
         return None, worst
 
     # ----- what agents read ----------------------------------------------------------------------
@@ -247,18 +264,22 @@ It is valid but far from good: a better packing mixes circle sizes.
     # ----- baselines -----------------------------------------------------------------------------
 
     def baselines(self) -> list[Baseline]:
-        return [Baseline(
-            title="Ring Pattern Baseline",
-            tags=("baseline", "rings"),
-            abstract=("A centre circle surrounded by concentric rings of circles (ring k holds a share of the "
-                      "circles proportional to k). Each circle starts at half the distance to its nearest "
-                      "neighbour, then grows into the room left by the others and the sides; a final exact "
-                      "scale-down guarantees validity. A simple, deliberately unoptimised reference point."),
-            code=_RING_BASELINE.replace("N_CIRCLES", str(self.n)),
-        )]
+        return [
+            Baseline(
+                title="Ring Pattern Baseline",
+                tags=("baseline", "rings"),
+                abstract=(
+                    "A centre circle surrounded by concentric rings of circles (ring k holds a share of the "
+                    "circles proportional to k). Each circle starts at half the distance to its nearest "
+                    "neighbour, then grows into the room left by the others and the sides; a final exact "
+                    "scale-down guarantees validity. A simple, deliberately unoptimised reference point."
+                ),
+                code=_RING_BASELINE.replace("N_CIRCLES", str(self.n)),
+            )
+        ]
 
 
-_EXAMPLE = '''import numpy as np
+_EXAMPLE = """import numpy as np
 
 
 def construct_packing():
@@ -270,7 +291,7 @@ def construct_packing():
     k = np.arange(n)
     centers = np.column_stack([(2 * (k % cols) + 1) / (2 * cols), (2 * (k // cols) + 1) / (2 * rows)])
     return centers, np.full(n, r)
-'''
+"""
 
 _RING_BASELINE = '''"""Ring Pattern Baseline: a centre circle and concentric rings, radii grown to fit."""
 import numpy as np

@@ -3,6 +3,7 @@
 There is nothing to measure, so every run that exits normally "succeeds" with the nominal score
 1.0; what matters is the output, which the station keeps in the run's logs.
 """
+
 from __future__ import annotations
 
 import random
@@ -16,12 +17,18 @@ from .base import Task, Verdict, register
 def scripted_probe(seen: Any, rng: random.Random) -> dict[str, str]:
     """The scripted researcher runs small scripts that print statistics."""
     count = seen.notes["general_runs"] = seen.notes.get("general_runs", 0) + 1
-    code = (f"import platform, statistics\n"
-            f"values = [((i * 7919) % 101) / 10 for i in range({50 * count})]\n"
-            f"print('python', platform.python_version())\n"
-            f"print('mean', round(statistics.mean(values), 3), 'stdev', round(statistics.stdev(values), 3))\n")
-    return {"title": f"Small statistics probe {count}", "tags": "probe", "content": code,
-            "abstract": "A short script that prints the interpreter version and summary statistics."}
+    code = (
+        f"import platform, statistics\n"
+        f"values = [((i * 7919) % 101) / 10 for i in range({50 * count})]\n"
+        f"print('python', platform.python_version())\n"
+        f"print('mean', round(statistics.mean(values), 3), 'stdev', round(statistics.stdev(values), 3))\n"
+    )
+    return {
+        "title": f"Small statistics probe {count}",
+        "tags": "probe",
+        "content": code,
+        "abstract": "A short script that prints the interpreter version and summary statistics.",
+    }
 
 
 @register("general_python")
@@ -61,7 +68,12 @@ recorded as failed, with its error in the logs.
 
     def score(self, result: RunResult) -> Verdict:
         if result.status != "ok":  # the parent normally handles these; stay correct if asked anyway
-            return Verdict(False, details=f"The program did not finish normally ({result.error or result.status}); "
-                                          "see the run's logs.")
-        return Verdict(True, 1.0, "The program ran to completion (exit status 0). Nothing is scored here: "
-                                  "its output is in the run's logs.")
+            return Verdict(
+                False,
+                details=f"The program did not finish normally ({result.error or result.status}); see the run's logs.",
+            )
+        return Verdict(
+            True,
+            1.0,
+            "The program ran to completion (exit status 0). Nothing is scored here: its output is in the run's logs.",
+        )

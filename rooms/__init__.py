@@ -1,5 +1,6 @@
 """The rooms of a station. Importing a room's module registers it (`@register_room`); `load_rooms` builds
 the enabled ones in the order the Lobby lists them."""
+
 from __future__ import annotations
 
 from station.room import ROOMS, Room

@@ -3,6 +3,7 @@
 A malformed *range* aborts the whole command (nothing runs); a malformed single item only
 produces an "invalid ID" line. Expanded ranges are bounded so no action does unbounded work.
 """
+
 from __future__ import annotations
 
 import re
@@ -88,6 +89,7 @@ def _expand(item: str, limit: int, messages: bool) -> list[Target]:
 
         def make(k: int) -> Target:  # type: ignore[misc]
             return Target(number, k)
+
     if a > b:
         raise IdError(f"'{item}': the range starts after it ends")
     if b - a + 1 > limit:

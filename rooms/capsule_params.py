@@ -4,6 +4,7 @@ Types are checked by pydantic (a list where a title belongs is an error, a numbe
 its text); sizes, control characters and empty values are checked here against the station's
 `capsules` limits, each with a clear message.
 """
+
 from __future__ import annotations
 
 import re

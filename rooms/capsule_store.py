@@ -5,6 +5,7 @@ lineage for Private Memory); nothing is ever physically deleted. Read marks are 
 *session*, so a guest's reading carries over when it ascends. Mail visibility is stored as
 membership rows (author and recipients, by session) so listings stay indexed lookups.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,12 +92,14 @@ MIGRATIONS = [
     );
     CREATE INDEX paper_submissions_status ON paper_submissions(status, id);
     CREATE INDEX paper_submissions_agent ON paper_submissions(agent, tick);
-    """,
+    """
 ]
 
-CAPSULE_COLUMNS = ("id, room, scope, number, author, author_session, author_lineage, author_generation, "
-                   "created_tick, updated_tick, title, abstract, tags, recipients, deleted, message_count, "
-                   "word_count")
+CAPSULE_COLUMNS = (
+    "id, room, scope, number, author, author_session, author_lineage, author_generation, "
+    "created_tick, updated_tick, title, abstract, tags, recipients, deleted, message_count, "
+    "word_count"
+)
 MAX_NUMBER = 2**63 - 1  # SQLite's largest integer
 WHOLE = 0  # the k under which "the capsule itself was read" is stored
 
@@ -194,13 +197,19 @@ class Capsules:
         """The capsule with this number, deleted or not."""
         if not 0 < number <= MAX_NUMBER:
             return None  # beyond any number SQLite stores: certainly not a capsule
-        row = self.store.one(f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND number=?",
-                             (self.room, self.scope, number))
+        row = self.store.one(
+            f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND number=?",
+            (self.room, self.scope, number),
+        )
         return Capsule.from_row(row) if row else None
 
     def messages(self, capsule: Capsule, *, with_deleted: bool = False) -> list[Message]:
-        rows = self.store.all("SELECT * FROM capsule_messages WHERE capsule=?"
-                              + ("" if with_deleted else " AND deleted=0") + " ORDER BY k", (capsule.id,))
+        rows = self.store.all(
+            "SELECT * FROM capsule_messages WHERE capsule=?"
+            + ("" if with_deleted else " AND deleted=0")
+            + " ORDER BY k",
+            (capsule.id,),
+        )
         return [Message.from_row(r) for r in rows]
 
     def message(self, capsule: Capsule, k: int) -> Message | None:
@@ -217,8 +226,13 @@ class Capsules:
     def count(self, *, member: int | None = None, exclude: Sequence[int] = ()) -> int:
         extra, params = self._visible(member)
         skip = f" AND number NOT IN ({','.join('?' * len(exclude))})" if exclude else ""
-        return self.store.scalar(f"SELECT COUNT(*) FROM capsules WHERE room=? AND scope=? AND deleted=0{extra}{skip}",
-                                 (self.room, self.scope, *params, *exclude)) or 0
+        return (
+            self.store.scalar(
+                f"SELECT COUNT(*) FROM capsules WHERE room=? AND scope=? AND deleted=0{extra}{skip}",
+                (self.room, self.scope, *params, *exclude),
+            )
+            or 0
+        )
 
     def page(self, page: int, size: int, *, member: int | None = None, exclude: Sequence[int] = ()) -> list[Capsule]:
         """Live capsules, newest number first, without the excluded (pinned) numbers."""
@@ -227,7 +241,8 @@ class Capsules:
         rows = self.store.all(
             f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND deleted=0{extra}{skip} "
             "ORDER BY number DESC LIMIT ? OFFSET ?",
-            (self.room, self.scope, *params, *exclude, size, (page - 1) * size))
+            (self.room, self.scope, *params, *exclude, size, (page - 1) * size),
+        )
         return [Capsule.from_row(r) for r in rows]
 
     def live(self, numbers: Iterable[int], *, member: int | None = None) -> list[Capsule]:
@@ -237,7 +252,9 @@ class Capsules:
         extra, params = self._visible(member)
         rows = self.store.all(
             f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND deleted=0{extra} "
-            f"AND number IN ({','.join('?' * len(wanted))})", (self.room, self.scope, *params, *wanted))
+            f"AND number IN ({','.join('?' * len(wanted))})",
+            (self.room, self.scope, *params, *wanted),
+        )
         return [Capsule.from_row(r) for r in rows]
 
     def all_live(self, *, member: int | None = None, limit: int) -> list[Capsule]:
@@ -245,7 +262,9 @@ class Capsules:
         extra, params = self._visible(member)
         rows = self.store.all(
             f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND deleted=0{extra} "
-            "ORDER BY created_tick, number LIMIT ?", (self.room, self.scope, *params, limit))
+            "ORDER BY created_tick, number LIMIT ?",
+            (self.room, self.scope, *params, limit),
+        )
         return [Capsule.from_row(r) for r in rows]
 
     def tagged(self, tag: str, *, member: int | None = None, limit: int) -> list[Capsule]:
@@ -253,21 +272,46 @@ class Capsules:
         rows = self.store.all(
             f"SELECT {CAPSULE_COLUMNS} FROM capsules WHERE room=? AND scope=? AND deleted=0{extra} "
             "AND id IN (SELECT capsule FROM capsule_tags WHERE tag=?) ORDER BY number DESC LIMIT ?",
-            (self.room, self.scope, *params, tag.lower(), limit))
+            (self.room, self.scope, *params, tag.lower(), limit),
+        )
         return [Capsule.from_row(r) for r in rows]
 
     # -- writing --------------------------------------------------------------------------
-    def create(self, author: Author, tick: int, *, title: str, content: str, abstract: str | None = None,
-               tags: Sequence[str] = (), recipients: Sequence[str] = (), members: Iterable[int] = (),
-               created_tick: int | None = None) -> Capsule:
-        number = 1 + (self.store.scalar("SELECT MAX(number) FROM capsules WHERE room=? AND scope=?",
-                                        (self.room, self.scope)) or 0)
+    def create(
+        self,
+        author: Author,
+        tick: int,
+        *,
+        title: str,
+        content: str,
+        abstract: str | None = None,
+        tags: Sequence[str] = (),
+        recipients: Sequence[str] = (),
+        members: Iterable[int] = (),
+        created_tick: int | None = None,
+    ) -> Capsule:
+        number = 1 + (
+            self.store.scalar("SELECT MAX(number) FROM capsules WHERE room=? AND scope=?", (self.room, self.scope)) or 0
+        )
         cur = self.store.execute(
             "INSERT INTO capsules(room, scope, number, author, author_session, author_lineage, author_generation, "
             "created_tick, updated_tick, title, abstract, tags, recipients) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (self.room, self.scope, number, author.name, author.session, author.lineage, author.generation,
-             tick if created_tick is None else created_tick, tick, title, abstract, dumps(list(tags)),
-             dumps(list(recipients))))
+            (
+                self.room,
+                self.scope,
+                number,
+                author.name,
+                author.session,
+                author.lineage,
+                author.generation,
+                tick if created_tick is None else created_tick,
+                tick,
+                title,
+                abstract,
+                dumps(list(tags)),
+                dumps(list(recipients)),
+            ),
+        )
         capsule_id = cur.lastrowid
         assert capsule_id is not None  # an INSERT always sets it
         self._set_tags(capsule_id, tags)
@@ -282,13 +326,31 @@ class Capsules:
         self.store.execute(
             "INSERT INTO capsule_messages(capsule, k, author, author_session, author_lineage, author_generation, "
             "tick, title, content, word_count) VALUES(?,?,?,?,?,?,?,?,?,?)",
-            (capsule.id, k, author.name, author.session, author.lineage, author.generation, tick, title,
-             content, word_count(content)))
+            (
+                capsule.id,
+                k,
+                author.name,
+                author.session,
+                author.lineage,
+                author.generation,
+                tick,
+                title,
+                content,
+                word_count(content),
+            ),
+        )
         self._recount(capsule.id, tick)
         return k
 
-    def update_capsule(self, capsule: Capsule, tick: int, *, title: str | None = None, abstract: str | None = None,
-                       tags: Sequence[str] | None = None) -> None:
+    def update_capsule(
+        self,
+        capsule: Capsule,
+        tick: int,
+        *,
+        title: str | None = None,
+        abstract: str | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> None:
         if title is not None:
             self.store.execute("UPDATE capsules SET title=? WHERE id=?", (title, capsule.id))
         if abstract is not None:
@@ -299,13 +361,16 @@ class Capsules:
             self._set_tags(capsule.id, tags)
         self.store.execute("UPDATE capsules SET updated_tick=? WHERE id=?", (tick, capsule.id))
 
-    def update_message(self, capsule: Capsule, k: int, tick: int, *, title: str | None = None,
-                       content: str | None = None) -> None:
+    def update_message(
+        self, capsule: Capsule, k: int, tick: int, *, title: str | None = None, content: str | None = None
+    ) -> None:
         if title is not None:
             self.store.execute("UPDATE capsule_messages SET title=? WHERE capsule=? AND k=?", (title, capsule.id, k))
         if content is not None:
-            self.store.execute("UPDATE capsule_messages SET content=?, word_count=? WHERE capsule=? AND k=?",
-                               (content, word_count(content), capsule.id, k))
+            self.store.execute(
+                "UPDATE capsule_messages SET content=?, word_count=? WHERE capsule=? AND k=?",
+                (content, word_count(content), capsule.id, k),
+            )
         self._recount(capsule.id, tick)
 
     def delete_capsule(self, capsule: Capsule, tick: int) -> None:
@@ -320,41 +385,48 @@ class Capsules:
             self.store.execute("UPDATE capsules SET deleted=1 WHERE id=?", (capsule.id,))
 
     def add_recipients(self, capsule: Capsule, names: Sequence[str], sessions: Iterable[int], tick: int) -> None:
-        self.store.execute("UPDATE capsules SET recipients=?, updated_tick=? WHERE id=?",
-                           (dumps([*capsule.recipients, *names]), tick, capsule.id))
+        self.store.execute(
+            "UPDATE capsules SET recipients=?, updated_tick=? WHERE id=?",
+            (dumps([*capsule.recipients, *names]), tick, capsule.id),
+        )
         self.add_members(capsule.id, sessions)
 
     def add_members(self, capsule_id: int, sessions: Iterable[int]) -> None:
-        self.store.executemany("INSERT OR IGNORE INTO capsule_members(session, capsule) VALUES(?, ?)",
-                                  [(s, capsule_id) for s in sessions])
+        self.store.executemany(
+            "INSERT OR IGNORE INTO capsule_members(session, capsule) VALUES(?, ?)", [(s, capsule_id) for s in sessions]
+        )
 
     def _set_tags(self, capsule_id: int, tags: Iterable[str]) -> None:
-        self.store.executemany("INSERT OR IGNORE INTO capsule_tags(tag, capsule) VALUES(?, ?)",
-                                  [(t.lower(), capsule_id) for t in tags])
+        self.store.executemany(
+            "INSERT OR IGNORE INTO capsule_tags(tag, capsule) VALUES(?, ?)", [(t.lower(), capsule_id) for t in tags]
+        )
 
     def _recount(self, capsule_id: int, tick: int) -> None:
         self.store.execute(
             "UPDATE capsules SET updated_tick=?, "
             "message_count=(SELECT COUNT(*) FROM capsule_messages WHERE capsule=capsules.id AND deleted=0), "
             "word_count=(SELECT COALESCE(SUM(word_count), 0) FROM capsule_messages "
-            "            WHERE capsule=capsules.id AND deleted=0) WHERE id=?", (tick, capsule_id))
+            "            WHERE capsule=capsules.id AND deleted=0) WHERE id=?",
+            (tick, capsule_id),
+        )
 
 
 # -- per-session read marks ------------------------------------------------------------------
 def mark_read(store: Store, session: int, items: Iterable[tuple[int, int]]) -> None:
     """Mark (capsule id, k) pairs read; k = WHOLE marks the capsule itself."""
-    store.executemany("INSERT OR IGNORE INTO capsule_reads(session, capsule, k) VALUES(?, ?, ?)",
-                         [(session, c, k) for c, k in items])
+    store.executemany(
+        "INSERT OR IGNORE INTO capsule_reads(session, capsule, k) VALUES(?, ?, ?)", [(session, c, k) for c, k in items]
+    )
 
 
 def mark_unread(store: Store, session: int, items: Iterable[tuple[int, int]]) -> None:
-    store.executemany("DELETE FROM capsule_reads WHERE session=? AND capsule=? AND k=?",
-                         [(session, c, k) for c, k in items])
+    store.executemany(
+        "DELETE FROM capsule_reads WHERE session=? AND capsule=? AND k=?", [(session, c, k) for c, k in items]
+    )
 
 
 def read_ks(store: Store, session: int, capsule: Capsule) -> set[int]:
-    return {r[0] for r in store.all("SELECT k FROM capsule_reads WHERE session=? AND capsule=?",
-                                    (session, capsule.id))}
+    return {r[0] for r in store.all("SELECT k FROM capsule_reads WHERE session=? AND capsule=?", (session, capsule.id))}
 
 
 def unread_counts(store: Store, session: int, capsules: Sequence[Capsule]) -> dict[int, int]:
@@ -366,7 +438,8 @@ def unread_counts(store: Store, session: int, capsules: Sequence[Capsule]) -> di
         "SELECT m.capsule, COUNT(*) FROM capsule_messages m JOIN capsule_reads r "
         "ON r.session=? AND r.capsule=m.capsule AND r.k=m.k "
         f"WHERE m.deleted=0 AND m.capsule IN ({','.join('?' * len(ids))}) GROUP BY m.capsule",
-        (session, *ids))
+        (session, *ids),
+    )
     seen = {r[0]: r[1] for r in rows}
     return {c.id: c.message_count - seen.get(c.id, 0) for c in capsules}
 

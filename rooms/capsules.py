@@ -5,6 +5,7 @@ change (`after_*`, notifications); everything else — listing, paging, reading 
 read marks, previews, edits, soft deletion, pins, tag search — is here. Bulk output (what an
 agent reads) goes to its System Messages for the next prompt; the action log gets one line.
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -107,8 +108,10 @@ class CapsuleRoom(Room):
                 agent.flags["capsule_help_shown"] = True
                 parts.append(f"---\n**Help Message - Capsule Protocol**\n\n{ctx.texts.help('capsule')}\n\n---")
             else:
-                parts.append("The capsule actions work here as in the other capsule rooms; "
-                             "`/execute_action{help capsule}` shows their guide again.")
+                parts.append(
+                    "The capsule actions work here as in the other capsule rooms; "
+                    "`/execute_action{help capsule}` shows their guide again."
+                )
         parts.append(self.render(ctx, agent))
         return "\n\n".join(p for p in parts if p)
 
@@ -139,15 +142,25 @@ class CapsuleRoom(Room):
 
     def _pinned_numbers(self, ctx: Context, agent: Any, caps: Capsules) -> list[int]:
         prefix = cs.full_id(self.short, caps.scope, 0)[:-1]
-        return [int(pid[len(prefix):]) for pid in self._pins(agent)
-                if pid.startswith(prefix) and pid[len(prefix):].isdigit()]
+        return [
+            int(pid[len(prefix) :])
+            for pid in self._pins(agent)
+            if pid.startswith(prefix) and pid[len(prefix) :].isdigit()
+        ]
 
     def columns(self) -> list[str]:
         return ["ID", "Title", "Author", "Date", "Words", "Msgs", "Status"]
 
     def row(self, capsule: Capsule, label: str) -> list[str]:
-        return [str(capsule.number), cell(capsule.title), cell(capsule.author), f"Tick {capsule.created_tick}",
-                str(capsule.word_count), str(capsule.message_count), label]
+        return [
+            str(capsule.number),
+            cell(capsule.title),
+            cell(capsule.author),
+            f"Tick {capsule.created_tick}",
+            str(capsule.word_count),
+            str(capsule.message_count),
+            label,
+        ]
 
     def _table(self, ctx: Context, agent: Any, capsules: list[Capsule]) -> str:
         unread = cs.unread_counts(ctx.store, agent.session, capsules)
@@ -159,8 +172,7 @@ class CapsuleRoom(Room):
 
     # -- creating and replying ----------------------------------------------------------
     def missing(self, p: Any) -> list[str]:
-        return [name for name in self.required
-                if getattr(p, name, None) is None or not str(getattr(p, name)).strip()]
+        return [name for name in self.required if getattr(p, name, None) is None or not str(getattr(p, name)).strip()]
 
     def check_fields(self, ctx: Context, p: Any, *, max_words: int | None = None) -> tuple[list[str], str | None]:
         """(tags, problem) for the fields of a create."""
@@ -184,8 +196,15 @@ class CapsuleRoom(Room):
             return problem
         caps = self.capsules(ctx, agent)
         assert caps is not None
-        capsule = caps.create(Author.of(agent), ctx.tick, title=p.title.strip(), content=p.content or "",
-                              abstract=p.abstract.strip() if p.abstract else None, tags=tags, **extra)
+        capsule = caps.create(
+            Author.of(agent),
+            ctx.tick,
+            title=p.title.strip(),
+            content=p.content or "",
+            abstract=p.abstract.strip() if p.abstract else None,
+            tags=tags,
+            **extra,
+        )
         cs.mark_read(ctx.store, agent.session, [(capsule.id, WHOLE), (capsule.id, 1)])
         return capsule
 
@@ -216,11 +235,14 @@ class CapsuleRoom(Room):
         if problem:
             return Outcome([f"Reply refused: {problem}."])
         assert caps is not None
-        k = caps.add_message(capsule, Author.of(agent), ctx.tick, title=p.title.strip() if p.title else None,
-                             content=p.content)
+        k = caps.add_message(
+            capsule, Author.of(agent), ctx.tick, title=p.title.strip() if p.title else None, content=p.content
+        )
         cs.mark_read(ctx.store, agent.session, [(capsule.id, k)])
-        return Outcome([f"Replied to capsule {capsule.number} as message {capsule.number}-{k}."]
-                       + self.after_reply(ctx, agent, capsule, k))
+        return Outcome(
+            [f"Replied to capsule {capsule.number} as message {capsule.number}-{k}."]
+            + self.after_reply(ctx, agent, capsule, k)
+        )
 
     # -- reading -------------------------------------------------------------------------
     def _targets(self, ctx: Context, args: str | None, **kw: Any) -> list[Target | str]:
@@ -254,13 +276,15 @@ class CapsuleRoom(Room):
         cs.mark_read(ctx.store, agent.session, marks)
         if deferred:
             outputs.append(f"Not shown, to keep this message readable: {', '.join(deferred)}. Read them next.")
-        ctx.notify(agent, f"**{self.name}: read {args.strip() if args else ''}**\n\n" + SEPARATOR.join(outputs),
-                   "capsule_read")
+        ctx.notify(
+            agent, f"**{self.name}: read {args.strip() if args else ''}**\n\n" + SEPARATOR.join(outputs), "capsule_read"
+        )
         shown = ", ".join(str(t) for t in targets)
         return Outcome([f"Read {shown}: the content will be in your System Messages next turn."])
 
-    def _read_one(self, ctx: Context, agent: Any, caps: Capsules, capsule: Capsule,
-                  k: int | None) -> tuple[str, list[tuple[int, int]], int]:
+    def _read_one(
+        self, ctx: Context, agent: Any, caps: Capsules, capsule: Capsule, k: int | None
+    ) -> tuple[str, list[tuple[int, int]], int]:
         already = cs.read_ks(ctx.store, agent.session, capsule)
         n = capsule.number
         if k is not None:
@@ -269,10 +293,9 @@ class CapsuleRoom(Room):
                 return f"Message {n}-{k}: not found in capsule {n}.", [], 0
             if k in already:
                 return f"Message {n}-{k}: already read (`unread {n}-{k}` shows it again).", [], 0
-            text = (f"**Capsule {n}: {capsule.title}**\n" + self._message_text(n, message))
+            text = f"**Capsule {n}: {capsule.title}**\n" + self._message_text(n, message)
             return text, [(capsule.id, k)], message.word_count
-        lines = [f"**Capsule {n}: {capsule.title}**",
-                 f"By {capsule.author}, created at tick {capsule.created_tick}."]
+        lines = [f"**Capsule {n}: {capsule.title}**", f"By {capsule.author}, created at tick {capsule.created_tick}."]
         if capsule.tags:
             lines.append(f"Tags: {', '.join(capsule.tags)}")
         if capsule.abstract:
@@ -327,8 +350,10 @@ class CapsuleRoom(Room):
             more = len(capsules) > limit
             entries = [self._preview_text(c) for c in capsules[:limit]]
             if more:
-                entries.append(f"Only the oldest {limit} are shown; preview a range such as "
-                               f"`preview {capsules[limit].number}:{capsules[limit].number + limit - 1}` for more.")
+                entries.append(
+                    f"Only the oldest {limit} are shown; preview a range such as "
+                    f"`preview {capsules[limit].number}:{capsules[limit].number + limit - 1}` for more."
+                )
             if not entries:
                 return Outcome(["There is nothing to preview here yet."])
         else:
@@ -345,14 +370,17 @@ class CapsuleRoom(Room):
                     entries.append(f"Capsule {target.number}: not found, or you may not see it.")
                 else:
                     entries.append(self._preview_text(capsule))  # type: ignore[arg-type]
-        ctx.notify(agent, f"**{self.name}: preview {(args or '').strip()}**\n\n" + SEPARATOR.join(entries),
-                   "capsule_preview")
+        ctx.notify(
+            agent, f"**{self.name}: preview {(args or '').strip()}**\n\n" + SEPARATOR.join(entries), "capsule_preview"
+        )
         return Outcome([f"Previewed {len(entries)} item(s): see your System Messages next turn."])
 
     def _preview_text(self, c: Capsule) -> str:
         abstract = f"Abstract: {c.abstract}" if c.abstract else "(No abstract.)"
-        return (f"**Capsule {c.number}: {c.title}**\nBy {c.author} at tick {c.created_tick}; "
-                f"{c.message_count} message(s), {c.word_count} words.\n{abstract}")
+        return (
+            f"**Capsule {c.number}: {c.title}**\nBy {c.author} at tick {c.created_tick}; "
+            f"{c.message_count} message(s), {c.word_count} words.\n{abstract}"
+        )
 
     @action("search")
     def search(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
@@ -370,8 +398,9 @@ class CapsuleRoom(Room):
         return Outcome([f"Found {len(hits)} capsule(s) tagged '{tag}': listed in your System Messages next turn."])
 
     # -- changing ------------------------------------------------------------------------
-    def _edit_target(self, ctx: Context, agent: Any, args: str | None,
-                     verb: str) -> tuple[Capsules, Capsule, cs.Message | None] | str:
+    def _edit_target(
+        self, ctx: Context, agent: Any, args: str | None, verb: str
+    ) -> tuple[Capsules, Capsule, cs.Message | None] | str:
         try:
             target = parse_single(args)
         except IdError as err:
@@ -405,17 +434,25 @@ class CapsuleRoom(Room):
             return Outcome([f"Update refused: {', '.join(nulls)} cannot be empty (null); leave a key out to keep it."])
         limits = self.limits(ctx)
         tags, tag_problem = limits.tag_list(p.tags) if p.tags is not None else ([], None)
-        problem = ((limits.title(p.title) if p.title is not None else None)
-                   or (limits.body(p.content) if p.content is not None else None)
-                   or (limits.abstract(p.abstract) if p.abstract is not None else None) or tag_problem)
+        problem = (
+            (limits.title(p.title) if p.title is not None else None)
+            or (limits.body(p.content) if p.content is not None else None)
+            or (limits.abstract(p.abstract) if p.abstract is not None else None)
+            or tag_problem
+        )
         if problem:
             return Outcome([f"Update refused: {problem}."])
         n = capsule.number
         if message is None:
             if not given & {"title", "content", "abstract", "tags"}:
                 return Outcome(["Update refused: give at least one of title, abstract, tags or content."])
-            caps.update_capsule(capsule, ctx.tick, title=p.title.strip() if p.title else None,
-                                abstract=p.abstract, tags=tags if p.tags is not None else None)
+            caps.update_capsule(
+                capsule,
+                ctx.tick,
+                title=p.title.strip() if p.title else None,
+                abstract=p.abstract,
+                tags=tags if p.tags is not None else None,
+            )
             if p.title is not None:
                 caps.update_message(capsule, 1, ctx.tick, title=p.title.strip())
             if p.content is not None:
@@ -424,8 +461,9 @@ class CapsuleRoom(Room):
         else:
             if p.title is None and p.content is None:
                 return Outcome(["Update refused: to edit a message give its content and/or title."])
-            caps.update_message(capsule, message.k, ctx.tick, title=p.title.strip() if p.title else None,
-                                content=p.content)
+            caps.update_message(
+                capsule, message.k, ctx.tick, title=p.title.strip() if p.title else None, content=p.content
+            )
             if message.k == 1 and p.title is not None:
                 caps.update_capsule(capsule, ctx.tick, title=p.title.strip())
             changed = [message.k]
@@ -446,8 +484,11 @@ class CapsuleRoom(Room):
             if reader is None:
                 continue
             cs.mark_unread(ctx.store, session, [(capsule.id, k) for k in ks])
-            ctx.notify(reader, ctx.texts.render("capsule_updated", room=self.name, item=item,
-                                                title=current.title, editor=editor.name), "capsule_update")
+            ctx.notify(
+                reader,
+                ctx.texts.render("capsule_updated", room=self.name, item=item, title=current.title, editor=editor.name),
+                "capsule_update",
+            )
             told += 1
         return told
 
@@ -495,13 +536,19 @@ class CapsuleRoom(Room):
                 continue
             assert capsule is not None
             if on:
-                lines.append(f"Capsule {target.number} is already pinned." if capsule.full_id in pins
-                             else f"Pinned capsule {target.number}.")
+                lines.append(
+                    f"Capsule {target.number} is already pinned."
+                    if capsule.full_id in pins
+                    else f"Pinned capsule {target.number}."
+                )
                 if capsule.full_id not in pins:
                     pins.append(capsule.full_id)
             else:
-                lines.append(f"Unpinned capsule {target.number}." if capsule.full_id in pins
-                             else f"Capsule {target.number} was not pinned.")
+                lines.append(
+                    f"Unpinned capsule {target.number}."
+                    if capsule.full_id in pins
+                    else f"Capsule {target.number} was not pinned."
+                )
                 if capsule.full_id in pins:
                     pins.remove(capsule.full_id)
         return Outcome(lines)
@@ -519,4 +566,3 @@ class CapsuleRoom(Room):
         count = ctx.store.scalar("SELECT COUNT(*) FROM capsules WHERE room=? AND deleted=0", (self.short,)) or 0
         key = {"private_memory": "private", "public_memory": "public"}.get(self.short, self.short)
         return {"capsules": {key: count}}
-

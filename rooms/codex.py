@@ -1,4 +1,5 @@
 """Codex Room: the station's founding texts, read one module per exchange inside the turn."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,9 @@ class CodexReading:
 
     def _prompt(self, ctx: Context) -> str:
         m = self.modules[self.index]
-        return ctx.texts.render("codex_module", index=self.index + 1, count=len(self.modules),
-                                title=m.title, content=m.text)
+        return ctx.texts.render(
+            "codex_module", index=self.index + 1, count=len(self.modules), title=m.title, content=m.text
+        )
 
     def first_prompt(self, ctx: Context, agent: Any) -> str:
         return self._prompt(ctx)
@@ -33,8 +35,7 @@ class CodexRoom(Room):
 
     def render(self, ctx: Context, agent: Any) -> str:
         status = agent.room_state("codex").get("read", {})
-        rows = ["**Codex Read Status**", "", "| Module ID | Title | Last Read Tick | Word Count |",
-                "|---|---|---|---|"]
+        rows = ["**Codex Read Status**", "", "| Module ID | Title | Last Read Tick | Word Count |", "|---|---|---|---|"]
         for m in ctx.texts.modules:
             last = f"Tick {status[m.id]}" if m.id in status else "Not yet read"
             title = m.title.replace("|", r"\|")

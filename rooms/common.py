@@ -5,6 +5,7 @@ recent message once (plus again on a re-render within the same tick). At each ti
 older than `common_room.archive_after_ticks` is tagged with its batch period; nothing is
 deleted, and `history` reads any span back.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,7 +33,7 @@ MIGRATIONS = [
         tick INTEGER NOT NULL,
         PRIMARY KEY (message, reader)
     );
-    """,
+    """
 ]
 
 MAX_MESSAGE_CHARS = 5000
@@ -112,9 +113,13 @@ class CommonRoom(Room):
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.common_room
-        return {"display_ticks": cfg.display_ticks, "archive_after_ticks": cfg.archive_after_ticks,
-                "batch_ticks": cfg.batch_ticks, "max_chars": MAX_MESSAGE_CHARS,
-                "max_invitees": MAX_INVITEES}
+        return {
+            "display_ticks": cfg.display_ticks,
+            "archive_after_ticks": cfg.archive_after_ticks,
+            "batch_ticks": cfg.batch_ticks,
+            "max_chars": MAX_MESSAGE_CHARS,
+            "max_invitees": MAX_INVITEES,
+        }
 
     def status_counts(self, ctx: Context) -> dict[str, Any]:
         return {"common_room_messages": ctx.store.scalar("SELECT COUNT(*) FROM common_messages")}
@@ -123,9 +128,12 @@ class CommonRoom(Room):
     def render(self, ctx: Context, agent: Any) -> str:
         window = ctx.config.common_room.display_ticks
         present = sorted(a.name for a in ctx.agents.active() if a.location == self.short)
-        lines = [f"**Agents currently present:** {', '.join(present) if present else 'nobody'}",
-                 f"(Presence is only informational: whoever looks in within {window} ticks reads what "
-                 "was said, present or not. `invite` asks others to come.)", ""]
+        lines = [
+            f"**Agents currently present:** {', '.join(present) if present else 'nobody'}",
+            f"(Presence is only informational: whoever looks in within {window} ticks reads what "
+            "was said, present or not. `invite` asks others to come.)",
+            "",
+        ]
         rows = ctx.store.all(
             "SELECT m.id, m.tick, m.author, m.content FROM common_messages m "
             "LEFT JOIN common_reads r ON r.message = m.id AND r.reader = ? "
@@ -153,13 +161,15 @@ class CommonRoom(Room):
             raise ValueError("both a speaker and a non-empty message are needed")
         if len(text) > MAX_MESSAGE_CHARS:
             raise ValueError(f"the message is {len(text)} characters; at most {MAX_MESSAGE_CHARS}")
-        cur = ctx.store.execute("INSERT INTO common_messages(tick, author, content) VALUES(?, ?, ?)",
-                                (ctx.tick, speaker, text))
+        cur = ctx.store.execute(
+            "INSERT INTO common_messages(tick, author, content) VALUES(?, ?, ?)", (ctx.tick, speaker, text)
+        )
         assert cur.lastrowid is not None  # an INSERT always sets it
         message_id = int(cur.lastrowid)
         # The speaker has read their own words.
-        ctx.store.execute("INSERT INTO common_reads(message, reader, tick) VALUES(?, ?, ?)",
-                          (message_id, speaker, ctx.tick))
+        ctx.store.execute(
+            "INSERT INTO common_reads(message, reader, tick) VALUES(?, ?, ?)", (message_id, speaker, ctx.tick)
+        )
         return message_id
 
     # -- actions ----------------------------------------------------------------------------
@@ -209,16 +219,20 @@ class CommonRoom(Room):
             return Outcome([self._periods(ctx)])
         m = SPAN.match(wanted)
         if not m:
-            return Outcome([f"Usage: `history <tick>` or `history <first>-<last>` (e.g. history 21-40); "
-                            f"'{wanted}' is neither."])
+            return Outcome(
+                [f"Usage: `history <tick>` or `history <first>-<last>` (e.g. history 21-40); '{wanted}' is neither."]
+            )
         first, last = int(m.group(1)), int(m.group(2) or m.group(1))
         if first < 1 or first > last:
             return Outcome([f"'{wanted}' is not a valid span: ticks start at 1 and the first comes first."])
         if last - first + 1 > batch:
-            return Outcome([f"A span of at most {batch} ticks can be read at once; {first}-{last} covers "
-                            f"{last - first + 1}."])
-        rows = ctx.store.all("SELECT tick, author, content FROM common_messages WHERE tick BETWEEN ? AND ? "
-                             "ORDER BY tick, id", (first, last))
+            return Outcome(
+                [f"A span of at most {batch} ticks can be read at once; {first}-{last} covers {last - first + 1}."]
+            )
+        rows = ctx.store.all(
+            "SELECT tick, author, content FROM common_messages WHERE tick BETWEEN ? AND ? ORDER BY tick, id",
+            (first, last),
+        )
         if not rows:
             return Outcome([f"Nothing was said in the Common Room during ticks {first}-{last}."])
         shown: list[Any] = []
@@ -230,19 +244,25 @@ class CommonRoom(Room):
             shown.append(text)
             size += len(text)
         body = "\n\n---\n\n".join(shown)
-        rest = rows[len(shown):]
+        rest = rows[len(shown) :]
         if rest:
             nxt = rest[0]["tick"]
-            more = (f"Ask for `history {nxt}-{last}` to read on." if nxt > first
-                    else f"Tick {first} alone holds more than one reading can show.")
+            more = (
+                f"Ask for `history {nxt}-{last}` to read on."
+                if nxt > first
+                else f"Tick {first} alone holds more than one reading can show."
+            )
             body += f"\n\n({len(rest)} more message(s) of this span are not shown. {more})"
         ctx.notify(agent, f"Common Room talk, ticks {first}-{last}:\n\n{body}", "common_history")
-        return Outcome([f"{len(shown)} message(s) from ticks {first}-{last} will appear in your "
-                        "System Messages next turn."])
+        return Outcome(
+            [f"{len(shown)} message(s) from ticks {first}-{last} will appear in your System Messages next turn."]
+        )
 
     def _periods(self, ctx: Context) -> str:
-        rows = ctx.store.all("SELECT period_start AS a, period_end AS b, COUNT(*) AS n FROM common_messages "
-                             "WHERE period_start IS NOT NULL GROUP BY period_start ORDER BY period_start")
+        rows = ctx.store.all(
+            "SELECT period_start AS a, period_end AS b, COUNT(*) AS n FROM common_messages "
+            "WHERE period_start IS NOT NULL GROUP BY period_start ORDER BY period_start"
+        )
         if rows:
             listed = ", ".join(f"{r['a']}-{r['b']} ({r['n']} message{'' if r['n'] == 1 else 's'})" for r in rows)
             text = f"Archived periods: {listed}."

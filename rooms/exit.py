@@ -1,4 +1,5 @@
 """Exit: leaving the station for good, after a short reflection that must be confirmed."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """External Counter: a recursive agent asks the human operator for help (one open request at a time)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +12,7 @@ from station.room import Outcome, Params, Room, action, register_room
 MIGRATIONS = [
     """CREATE TABLE human_requests (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
        agent TEXT NOT NULL, model TEXT NOT NULL, title TEXT NOT NULL, content TEXT NOT NULL,
-       resolved_tick INTEGER, response TEXT)""",
+       resolved_tick INTEGER, response TEXT)"""
 ]
 
 
@@ -38,12 +39,16 @@ def answer_request(ctx: Context, request_id: int, response: str | None) -> str:
         raise ValueError(f"no human request #{request_id}")
     if row["resolved_tick"] is not None:
         raise ValueError(f"request #{request_id} was already answered at tick {row['resolved_tick']}")
-    ctx.store.execute("UPDATE human_requests SET resolved_tick=?, response=? WHERE id=?",
-                      (ctx.tick, response, request_id))
+    ctx.store.execute(
+        "UPDATE human_requests SET resolved_tick=?, response=? WHERE id=?", (ctx.tick, response, request_id)
+    )
     agent = ctx.agents.get(row["agent"])
     if agent is not None and agent.active:
-        text = (ctx.texts.render("request_answered", request_id=request_id, response=response) if response
-                else ctx.texts.render("request_resolved", request_id=request_id))
+        text = (
+            ctx.texts.render("request_answered", request_id=request_id, response=response)
+            if response
+            else ctx.texts.render("request_resolved", request_id=request_id)
+        )
         ctx.notify(agent, text, "human_answer")
     return row["agent"]
 
@@ -62,24 +67,34 @@ class ExternalCounter(Room):
     def awaiting_operator(self, ctx: Context) -> list[str]:
         """Open requests of agents still here (the engine may pause for them)."""
         rows = ctx.store.all("SELECT id, agent FROM human_requests WHERE resolved_tick IS NULL ORDER BY id")
-        return [f"request #{r['id']} from {r['agent']}" for r in rows
-                if (a := ctx.agents.get(r["agent"])) is not None and a.active]
+        return [
+            f"request #{r['id']} from {r['agent']}"
+            for r in rows
+            if (a := ctx.agents.get(r["agent"])) is not None and a.active
+        ]
 
     def render(self, ctx: Context, agent: Any) -> str:
         row = open_request(ctx, agent.name)
         if row is None:
             return "No open request. To ask the station's human operator for help, use `request_human` (see `help external`)."
-        return (f"Your request #{row['id']} (\"{row['title']}\", tick {row['tick']}) is open. "
-                "The operator will answer with a system message, which can take many ticks; keep working meanwhile.")
+        return (
+            f'Your request #{row["id"]} ("{row["title"]}", tick {row["tick"]}) is open. '
+            "The operator will answer with a system message, which can take many ticks; keep working meanwhile."
+        )
 
     @action("request_human", params=RequestParams)
     def request_human(self, ctx: Context, agent: Any, args: str | None, p: RequestParams) -> Outcome:
         row = open_request(ctx, agent.name)
         if row is not None:
-            return Outcome([f"You already have an open request (#{row['id']}); wait for its answer before asking again."])
+            return Outcome(
+                [f"You already have an open request (#{row['id']}); wait for its answer before asking again."]
+            )
         title = (p.title or "").strip() or f"Request from {agent.name} at tick {ctx.tick}"
         cur = ctx.store.execute(
             "INSERT INTO human_requests(tick, agent, model, title, content) VALUES(?, ?, ?, ?, ?)",
-            (ctx.tick, agent.name, agent.model["name"], title, p.content))
+            (ctx.tick, agent.name, agent.model["name"], title, p.content),
+        )
         ctx.emit("human_request", agent.name, request_id=cur.lastrowid, title=title)
-        return Outcome([f"Request #{cur.lastrowid} was sent to the operator. The answer will arrive as a system message."])
+        return Outcome(
+            [f"Request #{cur.lastrowid} was sent to the operator. The answer will arrive as a system message."]
+        )

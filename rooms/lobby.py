@@ -1,4 +1,5 @@
 """Lobby: where every guest arrives; lists the rooms and who may enter them."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,8 +17,11 @@ class Lobby(Room):
         life = ctx.config.lifecycle
         return {
             "life_section": ctx.texts.render("life_section", max_age=life.max_age) if life.max_age else "",
-            "isolation_section": (ctx.texts.render("isolation_section", isolation_ticks=life.maturity_ticks)
-                                  if life.maturity_ticks else ""),
+            "isolation_section": (
+                ctx.texts.render("isolation_section", isolation_ticks=life.maturity_ticks)
+                if life.maturity_ticks
+                else ""
+            ),
             "guest_mail_limit": ctx.config.rooms.guest_mail_limit,
         }
 
@@ -33,5 +37,7 @@ class Lobby(Room):
             elif room.maturity_gated and not mature:
                 marker = f" (opens at age {ctx.config.lifecycle.maturity_ticks})"
             lines.append(f"- {room.name} (`{room.short}`){marker}")
-        lines.append("\nThe Lobby has no actions of its own: use `goto <room>` to move and `help <room>` to learn a room.")
+        lines.append(
+            "\nThe Lobby has no actions of its own: use `goto <room>` to move and `help <room>` to learn a room."
+        )
         return "\n".join(lines)

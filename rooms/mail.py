@@ -3,6 +3,7 @@
 Mail is addressed to exact identities (`Spiro II`), never to lineages, and stays with the
 session of each participant. Only agents can be addressed: the reviewer is not one.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -65,7 +66,9 @@ class MailRoom(CapsuleRoom):
             return f"only the author may {verb} it"
         return None
 
-    def _recipients(self, ctx: Context, agent: Any, raw: list[str] | str | None) -> tuple[list[Any], list[str], str | None]:
+    def _recipients(
+        self, ctx: Context, agent: Any, raw: list[str] | str | None
+    ) -> tuple[list[Any], list[str], str | None]:
         """(agents, warnings, problem) for a recipient list: exact names of agents that exist."""
         names = sorted(set(as_list(raw)) - {agent.name})
         if not names:
@@ -76,8 +79,14 @@ class MailRoom(CapsuleRoom):
         found = {n: ctx.agents.get(n) for n in names}
         unknown = [n for n, a in found.items() if a is None]
         if unknown:
-            return [], [], (f"no agent is called {', '.join(unknown)} (names are exact, e.g. 'Spiro II'; "
-                            "the room lists who you can write to)")
+            return (
+                [],
+                [],
+                (
+                    f"no agent is called {', '.join(unknown)} (names are exact, e.g. 'Spiro II'; "
+                    "the room lists who you can write to)"
+                ),
+            )
         people = [person for n in names if (person := found[n]) is not None]  # none is unknown here
         gone = [a.name for a in people if not a.active]
         warnings = [f"Note: {', '.join(gone)} no longer active in the station; they will not read it."] if gone else []
@@ -95,8 +104,9 @@ class MailRoom(CapsuleRoom):
         people, warnings, problem = self._recipients(ctx, agent, p.recipients)
         if problem:
             return Outcome([f"Mail not sent: {problem}."])
-        capsule = self.new_capsule(ctx, agent, p, recipients=[a.name for a in people],
-                                   members=[agent.session, *(a.session for a in people)])
+        capsule = self.new_capsule(
+            ctx, agent, p, recipients=[a.name for a in people], members=[agent.session, *(a.session for a in people)]
+        )
         if isinstance(capsule, str):
             return Outcome([f"Mail not sent: {capsule}."])
         if agent.is_guest:
@@ -104,8 +114,13 @@ class MailRoom(CapsuleRoom):
             state["sent"] = state.get("sent", 0) + 1
         for person in people:
             if person.active:
-                ctx.notify(person, ctx.texts.render("mail_new", sender=agent.name, number=capsule.number,
-                                                    title=capsule.title, content=p.content), "mail")
+                ctx.notify(
+                    person,
+                    ctx.texts.render(
+                        "mail_new", sender=agent.name, number=capsule.number, title=capsule.title, content=p.content
+                    ),
+                    "mail",
+                )
                 cs.mark_read(ctx.store, person.session, [(capsule.id, cs.WHOLE), (capsule.id, 1)])
         sent = f"Sent mail {capsule.number}: '{capsule.title}' to {', '.join(capsule.recipients)}."
         return Outcome([sent] + warnings)
@@ -113,15 +128,26 @@ class MailRoom(CapsuleRoom):
     def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
         message = cs.Capsules(ctx.store, self.short).message(capsule, k)
         assert message is not None
-        sessions = set(r[0] for r in ctx.store.all("SELECT session FROM capsule_members WHERE capsule=?",
-                                                   (capsule.id,)))
+        sessions = set(
+            r[0] for r in ctx.store.all("SELECT session FROM capsule_members WHERE capsule=?", (capsule.id,))
+        )
         told = []
         for person in ctx.agents.active():
             if person.session in sessions and person.session != agent.session:
                 title = f" ({message.title})" if message.title else ""
-                ctx.notify(person, ctx.texts.render("mail_reply", sender=agent.name, number=capsule.number, k=k,
-                                                    title=capsule.title, reply_title=title, content=message.content),
-                           "mail")
+                ctx.notify(
+                    person,
+                    ctx.texts.render(
+                        "mail_reply",
+                        sender=agent.name,
+                        number=capsule.number,
+                        k=k,
+                        title=capsule.title,
+                        reply_title=title,
+                        content=message.content,
+                    ),
+                    "mail",
+                )
                 cs.mark_read(ctx.store, person.session, [(capsule.id, k)])
                 told.append(person.name)
         return [f"Delivered to: {', '.join(told)}."] if told else ["Nobody else on this mail is active now."]
@@ -150,9 +176,17 @@ class MailRoom(CapsuleRoom):
         body = caps.message(capsule, 1)
         for person in new:
             if person.active:
-                ctx.notify(person, ctx.texts.render("mail_forward", sender=agent.name, author=capsule.author,
-                                                    number=capsule.number, title=capsule.title,
-                                                    content=body.content if body and not body.deleted else ""),
-                           "mail")
+                ctx.notify(
+                    person,
+                    ctx.texts.render(
+                        "mail_forward",
+                        sender=agent.name,
+                        author=capsule.author,
+                        number=capsule.number,
+                        title=capsule.title,
+                        content=body.content if body and not body.deleted else "",
+                    ),
+                    "mail",
+                )
                 cs.mark_read(ctx.store, person.session, [(capsule.id, 1)])
         return Outcome([f"Forwarded mail {capsule.number} to {', '.join(a.name for a in new)}."] + warnings)

@@ -3,13 +3,16 @@
 Candidates are matched against the names of active agents directly, longest name first, so
 `@Spiro XII` is Spiro XII (not Spiro) and e-mail addresses never produce junk.
 """
+
 from __future__ import annotations
 
 
 def mentioned_names(text: str, names: list[str]) -> list[str]:
     """Names mentioned in `text`, in order of first mention, each once."""
-    forms = sorted({(form, name) for name in names for form in (name.lower(), name.lower().replace(" ", "_"))},
-                   key=lambda pair: -len(pair[0]))
+    forms = sorted(
+        {(form, name) for name in names for form in (name.lower(), name.lower().replace(" ", "_"))},
+        key=lambda pair: -len(pair[0]),
+    )
     lowered, found = text.lower(), []
     start = lowered.find("@")
     while start >= 0:

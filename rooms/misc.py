@@ -1,4 +1,5 @@
 """Misc Room: recursive agents change their description or leave a suggestion for the operators."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +11,7 @@ from station.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
     """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
-       agent TEXT NOT NULL, text TEXT NOT NULL)""",
+       agent TEXT NOT NULL, text TEXT NOT NULL)"""
 ]
 
 
@@ -56,7 +57,8 @@ class MiscRoom(Room):
 
     @action("suggest", params=SuggestionParams)
     def suggest(self, ctx: Context, agent: Any, args: str | None, p: SuggestionParams) -> Outcome:
-        ctx.store.execute("INSERT INTO suggestions(tick, agent, text) VALUES(?, ?, ?)",
-                          (ctx.tick, agent.name, p.suggestion_content))
+        ctx.store.execute(
+            "INSERT INTO suggestions(tick, agent, text) VALUES(?, ?, ?)", (ctx.tick, agent.name, p.suggestion_content)
+        )
         ctx.emit("suggestion", agent.name, text=p.suggestion_content)
         return Outcome(["Your suggestion was recorded for the station's operators. Thank you."])

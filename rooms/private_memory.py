@@ -4,6 +4,7 @@ Nothing is copied between generations: the collection is keyed by the lineage, s
 sees what its ancestors wrote. A guest offered an ancestor may look at that lineage's notes
 read-only before deciding whether to inherit.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,14 +40,18 @@ class PrivateMemoryRoom(CapsuleRoom):
 
     def refusal(self, ctx: Context, agent: Any) -> str | None:
         if self.scope(ctx, agent) is None:
-            return ("The Private Memory Room holds the notes of recursive agents' lineages. Pass the test in "
-                    "the Test Chamber and ascend to have one (a guest offered an ancestor may preview its notes).")
+            return (
+                "The Private Memory Room holds the notes of recursive agents' lineages. Pass the test in "
+                "the Test Chamber and ascend to have one (a guest offered an ancestor may preview its notes)."
+            )
         return None
 
     def action_refusal(self, ctx: Context, agent: Any, spec: ActionSpec) -> str | None:
         if agent.is_guest and spec.name not in READ_ONLY:
-            return (f"'{spec.name}' is not possible in a read-only preview; inherit the lineage to write here. "
-                    f"Available now: {', '.join(sorted(READ_ONLY))}.")
+            return (
+                f"'{spec.name}' is not possible in a read-only preview; inherit the lineage to write here. "
+                f"Available now: {', '.join(sorted(READ_ONLY))}."
+            )
         return None
 
     def help(self, ctx: Context, agent: Any) -> str:
@@ -56,8 +61,10 @@ class PrivateMemoryRoom(CapsuleRoom):
         if not agent.is_guest:
             return f"Notes of the {agent.lineage} lineage (shared by all its generations)."
         ancestor = self.previewed_ancestor(ctx, agent)
-        return (f"**Read-only preview** of the notes of {ancestor.name}'s lineage ({ancestor.lineage}). "
-                "If you inherit it, they become yours to extend and edit.")
+        return (
+            f"**Read-only preview** of the notes of {ancestor.name}'s lineage ({ancestor.lineage}). "
+            "If you inherit it, they become yours to extend and edit."
+        )
 
     @action("create", params=NoteParams)
     def create(self, ctx: Context, agent: Any, args: str | None, p: NoteParams) -> Outcome:

@@ -1,4 +1,5 @@
 """Public Memory Room: the station's forum, with @mentions, reply notices and muting (spec §6.2)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,13 +41,25 @@ class PublicMemoryRoom(CapsuleRoom):
         assert message is not None
         mentioned = [a for a in self._mentions(ctx, agent, message.content) if ctx.is_mature(a)]
         for target in mentioned:
-            ctx.notify(target, ctx.texts.render(
-                "public_mention", author=agent.name, number=capsule.number, title=capsule.title,
-                content=message.content), "public_memory")
+            ctx.notify(
+                target,
+                ctx.texts.render(
+                    "public_mention",
+                    author=agent.name,
+                    number=capsule.number,
+                    title=capsule.title,
+                    content=message.content,
+                ),
+                "public_memory",
+            )
             cs.mark_read(ctx.store, target.session, [(capsule.id, 1)])
-        ctx.broadcast(ctx.texts.render("public_new", author=agent.name, number=capsule.number, title=capsule.title,
-                                       words=capsule.word_count),
-                      "public_memory", exclude=[agent.name, *(a.name for a in mentioned)])
+        ctx.broadcast(
+            ctx.texts.render(
+                "public_new", author=agent.name, number=capsule.number, title=capsule.title, words=capsule.word_count
+            ),
+            "public_memory",
+            exclude=[agent.name, *(a.name for a in mentioned)],
+        )
         return [f"Mentioned and notified: {', '.join(a.name for a in mentioned)}."] if mentioned else []
 
     def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
@@ -62,8 +75,13 @@ class PublicMemoryRoom(CapsuleRoom):
             if capsule.full_id in self._muted(target):
                 continue
             text = "public_reply_mention" if target.name in mentioned else "public_reply"
-            ctx.notify(target, ctx.texts.render(text, author=agent.name, number=capsule.number, k=k,
-                                                title=capsule.title, content=message.content), "public_memory")
+            ctx.notify(
+                target,
+                ctx.texts.render(
+                    text, author=agent.name, number=capsule.number, k=k, title=capsule.title, content=message.content
+                ),
+                "public_memory",
+            )
             if target.name in mentioned:
                 cs.mark_read(ctx.store, target.session, [(capsule.id, k)])
             told.append(target.name)

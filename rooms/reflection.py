@@ -3,6 +3,7 @@
 The rounds are an internal action: the engine runs them after the reply's other actions,
 and the answers are kept in the conversation only (never parsed for actions).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,14 +38,15 @@ def rounds(value: Any, default: int, most: int) -> tuple[int, list[str]]:
             pass
     if number is None:
         shown = str(value) if len(str(value)) <= 40 else str(value)[:40] + "..."
-        return default, [f"Warning: 'tick: {shown}' is not a whole number; reflecting for the default "
-                         f"{default} ticks."]
+        return default, [f"Warning: 'tick: {shown}' is not a whole number; reflecting for the default {default} ticks."]
     if number <= 0:
-        return default, [f"Warning: 'tick' must be at least 1 (got {number}); reflecting for the default "
-                         f"{default} ticks."]
+        return default, [
+            f"Warning: 'tick' must be at least 1 (got {number}); reflecting for the default {default} ticks."
+        ]
     if number > most:
-        return most, [f"Warning: at most {most} reflection ticks are allowed (asked for {number}); "
-                      f"reflecting for {most}."]
+        return most, [
+            f"Warning: at most {most} reflection ticks are allowed (asked for {number}); reflecting for {most}."
+        ]
     return number, []
 
 
@@ -86,8 +88,10 @@ class ReflectionChamber(Room):
 
     def render(self, ctx: Context, agent: Any) -> str:
         state = agent.room_state(self.short)
-        lines = ["A quiet place to think things through at length. Start with `/execute_action{reflect}` "
-                 "(optionally with a ```yaml block giving `prompt` and `tick`)."]
+        lines = [
+            "A quiet place to think things through at length. Start with `/execute_action{reflect}` "
+            "(optionally with a ```yaml block giving `prompt` and `tick`)."
+        ]
         if state.get("count"):
             lines.append(f"You have reflected here {state['count']} time(s); the last at tick {state['last_tick']}.")
         return "\n".join(lines)

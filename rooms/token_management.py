@@ -1,4 +1,5 @@
 """Token Management Room: recursive agents prune past ticks from the context they are sent."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,10 @@ class PruneParams(Params):
     prune_blocks: Annotated[list[PruneBlock], Field(min_length=1, max_length=100)] | None = None
 
 
-USAGE = ("Usage: /execute_action{prune_response 441:458} (those ticks removed completely), or "
-         "/execute_action{prune_response} with a ```yaml block listing prune_blocks (ticks and a summary).")
+USAGE = (
+    "Usage: /execute_action{prune_response 441:458} (those ticks removed completely), or "
+    "/execute_action{prune_response} with a ```yaml block listing prune_blocks (ticks and a summary)."
+)
 
 
 def parse_ticks(value: int | str) -> tuple[int, int]:
@@ -70,11 +73,20 @@ class TokenManagementRoom(Room):
         ticks = sorted((t for t in counts if t not in pruned or t in protected), reverse=True)
         pages = max(1, -(-len(ticks) // PAGE_ROWS))
         page = min(max(1, agent.room_state(self.short).get("page", 1)), pages)
-        lines += ["", f"**Dialogue History (Page {page} / {pages})**", "", "| Tick | Full Response Length |", "|---|---|"]
-        for t in ticks[(page - 1) * PAGE_ROWS: page * PAGE_ROWS]:
+        lines += [
+            "",
+            f"**Dialogue History (Page {page} / {pages})**",
+            "",
+            "| Tick | Full Response Length |",
+            "|---|---|",
+        ]
+        for t in ticks[(page - 1) * PAGE_ROWS : page * PAGE_ROWS]:
             lines.append(f"| {t}{' (Protected)' if t in protected else ''} | {counts[t]} |")
-        lines += ["", "Tip: one `prune_response` can hold several blocks.",
-                  "Tip: don't wait idly for the cooldown; keep working and prune later."]
+        lines += [
+            "",
+            "Tip: one `prune_response` can hold several blocks.",
+            "Tip: don't wait idly for the cooldown; keep working and prune later.",
+        ]
         return "\n".join(lines)
 
     @action("page")
@@ -90,8 +102,9 @@ class TokenManagementRoom(Room):
         if left:
             return Outcome([f"Pruning cooldown active: {left} tick(s) remaining."])
         if args and p.prune_blocks:
-            return Outcome(["Nothing was pruned: give the ticks either on the action line or in "
-                            "prune_blocks, not both. " + USAGE])
+            return Outcome(
+                ["Nothing was pruned: give the ticks either on the action line or in prune_blocks, not both. " + USAGE]
+            )
         if not args and not p.prune_blocks:
             return Outcome(["Nothing was pruned: no ticks were given. " + USAGE])
         # The argument form is one block with no summary: the same checks, complete removal.
@@ -110,11 +123,17 @@ class TokenManagementRoom(Room):
                 errors.append(f"block {i}: {err}")
                 continue
             span = set(range(a, b + 1))
-            problem = (f"includes the current or a future tick (now {ctx.tick})" if b >= ctx.tick
-                       else f"tick(s) {sorted(span & already)} are already pruned" if span & already
-                       else f"tick(s) {sorted(span & protected)} are protected" if span & protected
-                       else f"tick(s) {sorted(span & taken)} appear in an earlier block" if span & taken
-                       else None)
+            problem = (
+                f"includes the current or a future tick (now {ctx.tick})"
+                if b >= ctx.tick
+                else f"tick(s) {sorted(span & already)} are already pruned"
+                if span & already
+                else f"tick(s) {sorted(span & protected)} are protected"
+                if span & protected
+                else f"tick(s) {sorted(span & taken)} appear in an earlier block"
+                if span & taken
+                else None
+            )
             if problem:
                 errors.append(f"block {i} ({a}-{b}): {problem}")
             taken |= span
@@ -125,10 +144,15 @@ class TokenManagementRoom(Room):
         agent.room_state(self.short)["last_prune_tick"] = ctx.tick
         described = "; ".join(
             f"{b['ticks'][0]}-{b['ticks'][1]}: " + (f"'{b['summary'][:50]}'" if b["summary"] else "complete removal")
-            for b in blocks)
+            for b in blocks
+        )
         n_ticks = sum(b["ticks"][1] - b["ticks"][0] + 1 for b in blocks)
-        return Outcome([f"Pruned {len(blocks)} block(s), {n_ticks} tick(s): {described}. "
-                        "Your next prompt's context is smaller; past actions are not undone."])
+        return Outcome(
+            [
+                f"Pruned {len(blocks)} block(s), {n_ticks} tick(s): {described}. "
+                "Your next prompt's context is smaller; past actions are not undone."
+            ]
+        )
 
 
 def _pruned_ticks(agent: Any) -> set[int]:

@@ -50,10 +50,12 @@ import yaml
 # is the range it wrote, not the number 765.
 _NUMBER = {
     "tag:yaml.org,2002:int": re.compile(
-        r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+        r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"
+    ),
     "tag:yaml.org,2002:float": re.compile(
         r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
 }
 
 
@@ -62,7 +64,8 @@ class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
 
     yaml_implicit_resolvers = {
         first: [(tag, _NUMBER.get(tag, pattern)) for tag, pattern in resolvers]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
 
 _YAML_LOADER = _YamlLoader
@@ -71,10 +74,7 @@ _YAML_LOADER = _YamlLoader
 # so parsing stays linear in the size of the reply (no nested quantifiers).
 _THOUGHT_FENCE = re.compile(r"[ \t]*```[ \t]*thought\b", re.I)
 _THINK_OPEN = re.compile(r"<(think|thinking)[ \t]*>", re.I)
-_THINK_CLOSE = {
-    "think": re.compile(r"</think[ \t]*>", re.I),
-    "thinking": re.compile(r"</thinking[ \t]*>", re.I),
-}
+_THINK_CLOSE = {"think": re.compile(r"</think[ \t]*>", re.I), "thinking": re.compile(r"</thinking[ \t]*>", re.I)}
 _FENCE_CLOSE = re.compile(r"[ \t]*```[ \t]*")
 _YAML_OPEN = re.compile(r"[ \t]*```[ \t]*ya?ml[ \t]*", re.I)
 _ACTION = re.compile(r"[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?`?/execute_action\{([^{}]*)\}")
@@ -84,10 +84,7 @@ _ACTION = re.compile(r"[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?`?/execute_action\{
 _MAX_YAML_NODES = 50_000
 _MAX_YAML_DEPTH = 100
 
-_EMPTY_ACTION_ERROR = (
-    "Empty action command: write the action name inside the braces, "
-    "e.g. /execute_action{goto lobby}."
-)
+_EMPTY_ACTION_ERROR = "Empty action command: write the action name inside the braces, e.g. /execute_action{goto lobby}."
 
 
 @dataclass(frozen=True)
@@ -272,8 +269,7 @@ def _cut_to_closer(lines: list[str], start: int, closer: re.Pattern[str]) -> Non
         lines[i] = ""
 
 
-def _build_action(lines: list[str], blocks: dict[int, _Block], index: int, content: str,
-                  stop: int) -> ParsedAction:
+def _build_action(lines: list[str], blocks: dict[int, _Block], index: int, content: str, stop: int) -> ParsedAction:
     parts = content.split(None, 1)
     name = parts[0].lower() if parts else ""
     args = parts[1].strip() if len(parts) > 1 else None

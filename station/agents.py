@@ -3,6 +3,7 @@
 An agent *session* is one life: a guest and the recursive agent it ascends into share the
 session (and so the conversation), while each has its own record under its own name.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,21 @@ ACTIVE, ENDED, ASCENDED = "active", "ended", "ascended"
 RESERVED_LINEAGES = {"shared", "architect", "lineage", "guest", "system"}
 GUEST_DESCRIPTION = "A new guest agent."
 
-_ROMAN = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
-          (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
+_ROMAN = [
+    (1000, "M"),
+    (900, "CM"),
+    (500, "D"),
+    (400, "CD"),
+    (100, "C"),
+    (90, "XC"),
+    (50, "L"),
+    (40, "XL"),
+    (10, "X"),
+    (9, "IX"),
+    (5, "V"),
+    (4, "IV"),
+    (1, "I"),
+]
 
 
 def roman(n: int) -> str:
@@ -100,9 +114,18 @@ class Agent:
         return self.rooms.setdefault(short, {})
 
     def to_row(self) -> tuple:
-        return (self.name, self.session, self.state, self.position, self.kind, self.lineage,
-                self.model.get("name", ""), self.succeeded_by, int(bool(self.flags.get("respawn_pending"))),
-                dumps(asdict(self)))
+        return (
+            self.name,
+            self.session,
+            self.state,
+            self.position,
+            self.kind,
+            self.lineage,
+            self.model.get("name", ""),
+            self.succeeded_by,
+            int(bool(self.flags.get("respawn_pending"))),
+            dumps(asdict(self)),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Agent:
@@ -155,8 +178,9 @@ class AgentRegistry:
 
     def where(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
         """Agents matching an SQL condition on the indexed columns (state, kind, lineage, ...)."""
-        names = [r["name"] for r in self.store.all(
-            f"SELECT name FROM agents WHERE {condition} ORDER BY {order}", params)]
+        names = [
+            r["name"] for r in self.store.all(f"SELECT name FROM agents WHERE {condition} ORDER BY {order}", params)
+        ]
         return [a for a in (self.get(n) for n in names) if a is not None]
 
     def active(self) -> list[Agent]:
@@ -188,22 +212,25 @@ class AgentRegistry:
         return self.where("lineage=?", (lineage,))
 
     def lineages(self) -> list[str]:
-        return [r[0] for r in self.store.all("SELECT DISTINCT lineage FROM agents WHERE lineage IS NOT NULL ORDER BY 1")]
+        return [
+            r[0] for r in self.store.all("SELECT DISTINCT lineage FROM agents WHERE lineage IS NOT NULL ORDER BY 1")
+        ]
 
 
 def ancestor_candidates(registry: AgentRegistry, guest: Agent) -> list[Agent]:
     """Ended recursive agents of the same model with no successor, not offered to another guest."""
     offered = {a.offered_ancestor for a in registry.active() if a.is_guest and a.name != guest.name}
-    heirless = registry.where("state=? AND kind=? AND model_name=? AND successor IS NULL AND lineage IS NOT NULL",
-                              (ENDED, RECURSIVE, guest.model.get("name", "")))
+    heirless = registry.where(
+        "state=? AND kind=? AND model_name=? AND successor IS NULL AND lineage IS NOT NULL",
+        (ENDED, RECURSIVE, guest.model.get("name", "")),
+    )
     return [a for a in heirless if a.name not in offered]
 
 
 def assigned_candidate(registry: AgentRegistry, guest: Agent, same_model: list[Agent]) -> Agent | None:
     """The operator-assigned ancestor, by agent name then lineage, same model first."""
     wanted = guest.assigned_ancestor
-    any_model = registry.where("state=? AND kind=? AND successor IS NULL AND lineage IS NOT NULL",
-                               (ENDED, RECURSIVE))
+    any_model = registry.where("state=? AND kind=? AND successor IS NULL AND lineage IS NOT NULL", (ENDED, RECURSIVE))
     for pool in (same_model, any_model):
         for match in ([a for a in pool if a.name == wanted], [a for a in pool if a.lineage == wanted]):
             if match:
@@ -211,12 +238,14 @@ def assigned_candidate(registry: AgentRegistry, guest: Agent, same_model: list[A
     return None
 
 
-def lineage_utility(registry: AgentRegistry, lineage: str, tick: int, penalty: float,
-                    credits: dict[str, float]) -> float:
+def lineage_utility(
+    registry: AgentRegistry, lineage: str, tick: int, penalty: float, credits: dict[str, float]
+) -> float:
     """Credits earned by the lineage (breakthroughs, good papers) minus a lifespan penalty."""
     lifespan = sum(
         ((a.exit_tick if a.exit_tick is not None else tick) - (a.ascend_tick or a.birth_tick))
-        for a in registry.by_lineage(lineage) if a.kind == RECURSIVE
+        for a in registry.by_lineage(lineage)
+        if a.kind == RECURSIVE
     )
     return credits.get(lineage, 0.0) - penalty * lifespan
 

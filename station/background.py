@@ -5,6 +5,7 @@ A feature walks each item as a pure function of the inputs recorded so far. Its
 changing no world state; the engine applies items only through `apply_ready`, whose list of
 complete items is a recorded input itself, so a replay applies the same items at the same points.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -60,8 +61,15 @@ class InputWorker(threading.Thread):
         self.wake.set()
         self.join(timeout)
 
-    def produce(self, store: Store, key: str, kind: str, agent: str | None, make: Callable[[], dict[str, Any]],
-                request_hash: str | None = None) -> dict[str, Any]:
+    def produce(
+        self,
+        store: Store,
+        key: str,
+        kind: str,
+        agent: str | None,
+        make: Callable[[], dict[str, Any]],
+        request_hash: str | None = None,
+    ) -> dict[str, Any]:
         """The input recorded under `key`, else `make()`'s payload, recorded in its own transaction."""
         found = store.get_input(key)
         if found is not None:
@@ -73,16 +81,25 @@ class InputWorker(threading.Thread):
         if self.discard_late and self.stop.is_set():
             raise Stopped
         try:
-            store.record_input(key, kind, store.get_meta("tick", 1), agent, payload, request_hash,
-                               time.perf_counter() - began)
+            store.record_input(
+                key, kind, store.get_meta("tick", 1), agent, payload, request_hash, time.perf_counter() - began
+            )
         except sqlite3.IntegrityError:  # recorded meanwhile by another connection: that one stands
             return store.get_input(key) or payload
         self.recorded.set()
         return payload
 
 
-def apply_ready(ctx: Context, key: str, kind: str, rows: Iterable[Any], find_ready: Callable[[], list[int]],
-                apply: Callable[[Any], None], *, in_order: bool = False) -> None:
+def apply_ready(
+    ctx: Context,
+    key: str,
+    kind: str,
+    rows: Iterable[Any],
+    find_ready: Callable[[], list[int]],
+    apply: Callable[[Any], None],
+    *,
+    in_order: bool = False,
+) -> None:
     """Apply each of `rows` (by `id`) that the ready list recorded under `key` names, in the order of `rows`.
 
     The list is obtained like any input: the first time it is `find_ready()` (run outside the
@@ -97,9 +114,12 @@ def apply_ready(ctx: Context, key: str, kind: str, rows: Iterable[Any], find_rea
             break
 
 
-def recorded(ctx: Context, what: str, key: str, kind: str, agent: str | None = None,
-             request_hash: str | None = None) -> dict[str, Any]:
+def recorded(
+    ctx: Context, what: str, key: str, kind: str, agent: str | None = None, request_hash: str | None = None
+) -> dict[str, Any]:
     """An input a ready list promised: obtained (a replay copies it from its source), never produced."""
+
     def missing() -> dict[str, Any]:
         raise RuntimeError(f"{what} input {key!r} was listed as ready but is not recorded")
+
     return ctx.obtain(key, kind, agent, missing, request_hash)

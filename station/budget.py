@@ -7,6 +7,7 @@ forgotten, even if the process dies before the reply is applied. A replay spends
 Before each call the ledger reserves the call's worst case (the prompt's estimated size plus
 `max_output_tokens`); if that could cross a cap the call is not made and the station pauses.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -29,10 +30,12 @@ def cost_usd(price: Price | None, usage: Usage) -> float:
     cached = usage.cached_input_tokens
     written = usage.cache_write_tokens
     fresh = max(0, usage.input_tokens - cached - written)
-    dollars = (fresh * price.input
-               + cached * (price.cached_input if price.cached_input is not None else price.input)
-               + written * (price.cache_write if price.cache_write is not None else price.input)
-               + (usage.output_tokens + usage.reasoning_tokens) * price.output)
+    dollars = (
+        fresh * price.input
+        + cached * (price.cached_input if price.cached_input is not None else price.input)
+        + written * (price.cache_write if price.cache_write is not None else price.input)
+        + (usage.output_tokens + usage.reasoning_tokens) * price.output
+    )
     return dollars / 1_000_000
 
 
@@ -53,11 +56,13 @@ class Ledger:
         self.tokens: dict[str, int] = {}
         self.usd: dict[str, float] = {}
         if directory is not None:
-            self._db = sqlite3.connect(Path(directory) / "station.db", isolation_level=None, timeout=60.0,
-                                       check_same_thread=False)
+            self._db = sqlite3.connect(
+                Path(directory) / "station.db", isolation_level=None, timeout=60.0, check_same_thread=False
+            )
             for who, tokens, usd in self._db.execute(
-                    "SELECT who, SUM(input_tokens + output_tokens + reasoning_tokens), SUM(cost_usd) "
-                    "FROM spend GROUP BY who"):
+                "SELECT who, SUM(input_tokens + output_tokens + reasoning_tokens), SUM(cost_usd) "
+                "FROM spend GROUP BY who"
+            ):
                 self.tokens[who], self.usd[who] = int(tokens or 0), float(usd or 0.0)
 
     def close(self) -> None:
@@ -73,8 +78,10 @@ class Ledger:
     def reserve(self, who: str, model: ModelConfig, messages: list[Message], system: str | None) -> Reservation:
         cfg = self.config()
         tokens = int(estimate_conversation(messages, system) * PROMPT_MARGIN) + model.max_output_tokens
-        worst = cost_usd(cfg.prices.get(model.name), Usage(input_tokens=tokens - model.max_output_tokens,
-                                                           output_tokens=model.max_output_tokens))
+        worst = cost_usd(
+            cfg.prices.get(model.name),
+            Usage(input_tokens=tokens - model.max_output_tokens, output_tokens=model.max_output_tokens),
+        )
         with self._lock:
             problem = self._crossing(cfg, who, tokens, worst, model.name)
             if problem:
@@ -82,8 +89,15 @@ class Ledger:
             self._add(who, tokens, worst)
         return Reservation(who, tokens, worst)
 
-    def settle(self, reservation: Reservation, model: ModelConfig, usage: Usage | None, *,
-               latency_s: float | None = None, retries: int = 0) -> float:
+    def settle(
+        self,
+        reservation: Reservation,
+        model: ModelConfig,
+        usage: Usage | None,
+        *,
+        latency_s: float | None = None,
+        retries: int = 0,
+    ) -> float:
         """Replace the reservation by what the call really used; returns its cost."""
         spent = cost_usd(self.config().prices.get(model.name), usage) if usage is not None else 0.0
         tokens = (usage.input_tokens + usage.output_tokens + usage.reasoning_tokens) if usage is not None else 0
@@ -95,9 +109,22 @@ class Ledger:
                     "INSERT INTO spend(at, tick, who, model, provider, input_tokens, cached_input_tokens, "
                     "cache_write_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, retries) "
                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (time.time(), int(tick[0]) if tick else None, reservation.who, model.name, model.provider,
-                     usage.input_tokens, usage.cached_input_tokens, usage.cache_write_tokens, usage.output_tokens,
-                     usage.reasoning_tokens, spent, latency_s, retries))
+                    (
+                        time.time(),
+                        int(tick[0]) if tick else None,
+                        reservation.who,
+                        model.name,
+                        model.provider,
+                        usage.input_tokens,
+                        usage.cached_input_tokens,
+                        usage.cache_write_tokens,
+                        usage.output_tokens,
+                        usage.reasoning_tokens,
+                        spent,
+                        latency_s,
+                        retries,
+                    ),
+                )
         return spent
 
     def _add(self, who: str, tokens: int, usd: float) -> None:
@@ -109,20 +136,28 @@ class Ledger:
         station_tokens, station_usd = self.station_totals()
         call = f"the next call ({who}, {model}) may use up to {tokens:,} tokens"
         if caps.station_usd is not None and station_usd + usd > caps.station_usd:
-            return (f"the station's money budget would be crossed: spent ${station_usd:.4f} of "
-                    f"${caps.station_usd:.4f}, and {call} costing up to ${usd:.4f}. Raise budget.station_usd "
-                    "(station set DIR budget.station_usd AMOUNT) to go on")
+            return (
+                f"the station's money budget would be crossed: spent ${station_usd:.4f} of "
+                f"${caps.station_usd:.4f}, and {call} costing up to ${usd:.4f}. Raise budget.station_usd "
+                "(station set DIR budget.station_usd AMOUNT) to go on"
+            )
         if caps.station_tokens is not None and station_tokens + tokens > caps.station_tokens:
-            return (f"the station's token budget would be crossed: used {station_tokens:,} of "
-                    f"{caps.station_tokens:,}, and {call}. Raise budget.station_tokens to go on")
+            return (
+                f"the station's token budget would be crossed: used {station_tokens:,} of "
+                f"{caps.station_tokens:,}, and {call}. Raise budget.station_tokens to go on"
+            )
         if who in ROLES:
             return None
         mine_tokens, mine_usd = self.tokens.get(who, 0), self.usd.get(who, 0.0)
         if caps.agent_usd is not None and mine_usd + usd > caps.agent_usd:
-            return (f"{who}'s money budget would be crossed: spent ${mine_usd:.4f} of ${caps.agent_usd:.4f}, "
-                    f"and {call} costing up to ${usd:.4f}. Raise budget.agent_usd, or end the agent "
-                    "(station end-agent DIR NAME), to go on")
+            return (
+                f"{who}'s money budget would be crossed: spent ${mine_usd:.4f} of ${caps.agent_usd:.4f}, "
+                f"and {call} costing up to ${usd:.4f}. Raise budget.agent_usd, or end the agent "
+                "(station end-agent DIR NAME), to go on"
+            )
         if caps.agent_tokens is not None and mine_tokens + tokens > caps.agent_tokens:
-            return (f"{who}'s token budget would be crossed: used {mine_tokens:,} of {caps.agent_tokens:,}, "
-                    f"and {call}. Raise budget.agent_tokens, or end the agent, to go on")
+            return (
+                f"{who}'s token budget would be crossed: used {mine_tokens:,} of {caps.agent_tokens:,}, "
+                f"and {call}. Raise budget.agent_tokens, or end the agent, to go on"
+            )
         return None

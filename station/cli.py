@@ -1,4 +1,5 @@
 """The `station` command: create, run, inspect, replay and operate stations."""
+
 # This module builds the parser and runs a command line: it maps each command and its arguments to a
 # function of cli_commands.py (or readers_cli.py), and turns the errors a command may end in into one line.
 from __future__ import annotations
@@ -101,8 +102,12 @@ def _add_tool_commands(sub: Any) -> None:
     s.add_argument("task", help="a station config file, or a task name with parameters (circle_packing:n=32)")
     s.add_argument("submission", help="the submission's Python file")
     s.add_argument("--task-id", help="with a config file: which of its tasks (default 1)")
-    s.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="with a task name: where to run it (a config file brings its own)")
+    s.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="with a task name: where to run it (a config file brings its own)",
+    )
     s.add_argument("--timeout", type=float, help="override the task's time limit (seconds)")
     s.add_argument("--json", action="store_true", help="print the whole result as JSON")
     s.set_defaults(fn=cmd_evaluate)
@@ -111,13 +116,22 @@ def _add_tool_commands(sub: Any) -> None:
     s.add_argument("dir")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     s.add_argument("--port", type=int, default=8470)
-    s.add_argument("--token", help="operator token, at least 16 characters (required off loopback; "
-                   "or STATION_WEB_TOKEN)")
-    s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                   help="also answer requests for this host name or address (repeatable; loopback names and "
-                   "the bound address always are)")
-    s.add_argument("--public-read", action="store_true",
-                   help="off loopback, let anyone read the pages without the token (operating still needs it)")
+    s.add_argument(
+        "--token", help="operator token, at least 16 characters (required off loopback; or STATION_WEB_TOKEN)"
+    )
+    s.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name or address (repeatable; loopback names and "
+        "the bound address always are)",
+    )
+    s.add_argument(
+        "--public-read",
+        action="store_true",
+        help="off loopback, let anyone read the pages without the token (operating still needs it)",
+    )
     s.add_argument("--run", action="store_true", help="also run the station (pause and resume it from the page)")
     s.set_defaults(fn=cmd_serve)
 
@@ -135,32 +149,47 @@ def _add_tool_commands(sub: Any) -> None:
 
 def _add_change_commands(sub: Any) -> None:
     """Operator commands that change a station's config or add an agent."""
-    s = sub.add_parser("set", help="change a safe config value (budget.*, prices.*, turns, ...) or a model "
-                       "setting (agents.N.model.name, reviewer.model.base_url, ...) of a station")
+    s = sub.add_parser(
+        "set",
+        help="change a safe config value (budget.*, prices.*, turns, ...) or a model "
+        "setting (agents.N.model.name, reviewer.model.base_url, ...) of a station",
+    )
     s.add_argument("dir")
-    s.add_argument("key", help="dotted key, e.g. budget.station_usd, or agents.0.model.name (N: the index of the "
-                   "agents: entry) and reviewer/grading/debugger.model.F, F one of base_url, name, api, timeout_s, "
-                   "max_retries, options, context_limit, max_output_tokens")
+    s.add_argument(
+        "key",
+        help="dotted key, e.g. budget.station_usd, or agents.0.model.name (N: the index of the "
+        "agents: entry) and reviewer/grading/debugger.model.F, F one of base_url, name, api, timeout_s, "
+        "max_retries, options, context_limit, max_output_tokens",
+    )
     s.add_argument("value", help="a YAML value, e.g. 25, null, concurrent")
-    s.add_argument("--allow-new-endpoint", action="store_true",
-                   help="accept a model that sends an API key to an endpoint the station's config does not use")
+    s.add_argument(
+        "--allow-new-endpoint",
+        action="store_true",
+        help="accept a model that sends an API key to an endpoint the station's config does not use",
+    )
     s.set_defaults(fn=cmd_set)
 
     s = sub.add_parser("spawn", help="add one agent (an agents: entry as YAML) to a station")
     s.add_argument("dir")
-    s.add_argument("spec", help="the agent as YAML, e.g. '{kind: guest, model: {provider: scripted}}', "
-                   "or a file holding it")
-    s.add_argument("--allow-new-endpoint", action="store_true",
-                   help="accept a model that sends an API key to an endpoint the station's config does not use")
+    s.add_argument(
+        "spec", help="the agent as YAML, e.g. '{kind: guest, model: {provider: scripted}}', or a file holding it"
+    )
+    s.add_argument(
+        "--allow-new-endpoint",
+        action="store_true",
+        help="accept a model that sends an API key to an endpoint the station's config does not use",
+    )
     s.set_defaults(fn=cmd_spawn)
 
 
 def _add_operator_commands(sub: Any) -> None:
     """The operator's messages, answers, ends of sessions and pause."""
-    for op, helptext in (("message", "send a system message to an agent (or * for all)"),
-                         ("answer", "answer an agent's External Counter request"),
-                         ("end_agent", "end an agent's session at its next turn"),
-                         ("pause", "stop a running station cleanly after the turn in flight")):
+    for op, helptext in (
+        ("message", "send a system message to an agent (or * for all)"),
+        ("answer", "answer an agent's External Counter request"),
+        ("end_agent", "end an agent's session at its next turn"),
+        ("pause", "stop a running station cleanly after the turn in flight"),
+    ):
         s = sub.add_parser(op.replace("_", "-"), help=helptext)
         s.add_argument("dir")
         if op == "message":
@@ -195,7 +224,12 @@ def _main(argv: list[str] | None) -> int:
             setattr(args, name, os.path.abspath(getattr(args, name)))
     try:
         return args.fn(args)
-    except (CliError, StationBusy, StoreError, ValueError) as err:  # ConfigError, TextsError, CommandError are ValueErrors
+    except (
+        CliError,
+        StationBusy,
+        StoreError,
+        ValueError,
+    ) as err:  # ConfigError, TextsError, CommandError are ValueErrors
         print(f"station: {clean(str(err))}", file=sys.stderr)
         return 2
     except (OSError, sqlite3.DatabaseError) as err:
@@ -211,8 +245,10 @@ def storage_failure(err: BaseException, directory: str | None) -> str | None:
     Every turn commits whole or not at all, so such a stop loses nothing that was committed."""
     where = directory or "the station directory"
     if getattr(err, "errno", None) == errno.ENOSPC or "database or disk is full" in str(err):
-        return (f"the disk holding {where} is full ({err}); free some space and run the same command again: "
-                "the station goes on from its last committed turn")
+        return (
+            f"the disk holding {where} is full ({err}); free some space and run the same command again: "
+            "the station goes on from its last committed turn"
+        )
     if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
         return damaged(Path(where) / DB_NAME, err)
     return None

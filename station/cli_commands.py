@@ -3,6 +3,7 @@ commands are in readers_cli.py), and the live progress line of `run` and `replay
 
 Light to import, like cli.py: each command imports the heavy modules (pydantic config, rich, the
 engine, the rooms) it needs when it runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,10 @@ class StatusLine:
             return
         rate = self.turns / elapsed if elapsed > 0 else 0.0
         where = f"{p.agent} in {p.room}" if p.agent else f"tick {p.tick} finished"
-        line = (f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
-                + self._evaluations(p.tick))
+        line = (
+            f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
+            + self._evaluations(p.tick)
+        )
         if self.tty:
             self.stream.write("\r\x1b[K" + line)
             self.stream.flush()
@@ -68,8 +71,10 @@ class StatusLine:
 
             self._evals_at = time.monotonic()
             c = states.counts(self.store, live=True, recent_ticks=self.RECENT_TICKS, tick=tick)
-            self._evals = (f" | evals: {c['running']} running, {c['queued']} queued, "
-                           f"{c['failed']} failed in {self.RECENT_TICKS} ticks")
+            self._evals = (
+                f" | evals: {c['running']} running, {c['queued']} queued, "
+                f"{c['failed']} failed in {self.RECENT_TICKS} ticks"
+            )
         return self._evals
 
     def done(self) -> None:
@@ -97,9 +102,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if Store.exists(directory):
         if args.config:
-            print(f"resuming the existing station at {directory} (its stored config is used; "
-                  f"{args.config} is ignored: change a setting with `station set {directory} KEY VALUE`, "
-                  "e.g. agents.0.model.name)", file=sys.stderr)
+            print(
+                f"resuming the existing station at {directory} (its stored config is used; "
+                f"{args.config} is ignored: change a setting with `station set {directory} KEY VALUE`, "
+                "e.g. agents.0.model.name)",
+                file=sys.stderr,
+            )
     elif args.config:
         Station.create(directory, load_config(args.config)).close()
     else:
@@ -119,6 +127,7 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
 
     def request_stop(signum: int, frame: Any) -> None:
         engine.stop.set()  # the turn in flight finishes and commits first
+
     old = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     status = engine.on_progress
     pause_file = station.dir / report.PAUSE_FILE
@@ -143,19 +152,27 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
 def _say_what_evaluations_wait(station: Station, *, interrupted: bool) -> None:
     from rooms.research import states
 
-    done = {r[0]: r[1] for r in station.store.all(
-        "SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status")}
-    print(f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
-          f"{done.get('timed_out', 0)} timed out (`station status` and the web viewer show each one)")
+    done = {
+        r[0]: r[1]
+        for r in station.store.all("SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status")
+    }
+    print(
+        f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
+        f"{done.get('timed_out', 0)} timed out (`station status` and the web viewer show each one)"
+    )
     found = states.open_evaluations(station.store, live=True)
     if interrupted:  # a run cut short by Ctrl-C loses its progress: say which
         for e in found:
             if e.state == "running":
-                print(f"evaluation #{e.id} is running ({e.elapsed_s:.0f} s): it is stopped now and runs again from "
-                      "the start when the station runs again")
+                print(
+                    f"evaluation #{e.id} is running ({e.elapsed_s:.0f} s): it is stopped now and runs again from "
+                    "the start when the station runs again"
+                )
     if found:
-        print(f"{len(found)} evaluation(s) not delivered yet ({', '.join(f'#{e.id}' for e in found)}); "
-              "they go on when the station runs again")
+        print(
+            f"{len(found)} evaluation(s) not delivered yet ({', '.join(f'#{e.id}' for e in found)}); "
+            "they go on when the station runs again"
+        )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -180,8 +197,7 @@ def cmd_dialogue(args: argparse.Namespace) -> int:
     from . import report
     from .world import Station
 
-    report.print_dialogue(Station.open(args.dir), args.agent, tick=args.tick, full=args.full,
-                          console=report.Terminal())
+    report.print_dialogue(Station.open(args.dir), args.agent, tick=args.tick, full=args.full, console=report.Terminal())
     return 0
 
 
@@ -208,8 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise CliError(f"replay diverged: {err}") from None
         finally:
             station.close()
-    print(f"replayed {source_dir} up to tick {until} into {out}; "
-          f"`station run --dir {out}` continues it on its own")
+    print(f"replayed {source_dir} up to tick {until} into {out}; `station run --dir {out}` continues it on its own")
     return code
 
 
@@ -219,8 +234,10 @@ def cmd_backup(args: argparse.Namespace) -> int:
     if target.exists():
         raise CliError(f"{target} exists; choose a new file")
     store.backup(target)
-    print(f"backed up {args.dir} (tick {store.get_meta('tick')}) to {target}; "
-          f"restore by putting it in a new directory as station.db")
+    print(
+        f"backed up {args.dir} (tick {store.get_meta('tick')}) to {target}; "
+        f"restore by putting it in a new directory as station.db"
+    )
     return 0
 
 
@@ -266,12 +283,12 @@ def cmd_set(args: argparse.Namespace) -> int:
 
     store = Store(args.dir)
     command = commands.set_command(store, args.key, args.value)
-    for line in endpoints.check_set(endpoints.stored_config(store), args.key, command.get("value"),
-                                    allow=args.allow_new_endpoint):  # no key may go somewhere new unasked
+    for line in endpoints.check_set(
+        endpoints.stored_config(store), args.key, command.get("value"), allow=args.allow_new_endpoint
+    ):  # no key may go somewhere new unasked
         print(line, file=sys.stderr)
     number = commands.queue(store, command)
-    print(f"{args.key} = {command['value']!r} queued as operator command #{number}; it takes effect "
-          f"{_when(args.dir)}")
+    print(f"{args.key} = {command['value']!r} queued as operator command #{number}; it takes effect {_when(args.dir)}")
     return 0
 
 
@@ -332,15 +349,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         token, source = os.environ.get("STATION_WEB_TOKEN"), "STATION_WEB_TOKEN"
     check_token(token, source)
     runner = StationRunner(args.dir)
-    app = create_app(args.dir, host=args.host, token=token, runner=runner, allow_hosts=args.allow_host,
-                     public_read=args.public_read)
+    app = create_app(
+        args.dir, host=args.host, token=token, runner=runner, allow_hosts=args.allow_host, public_read=args.public_read
+    )
     if args.run:
         print(runner.resume(), file=sys.stderr)
-    print(f"serving {args.dir} on http://{args.host}:{args.port}/ (Ctrl-C stops the server"
-          + (" and the station, after its turn in flight)" if args.run else ")"), file=sys.stderr)
+    print(
+        f"serving {args.dir} on http://{args.host}:{args.port}/ (Ctrl-C stops the server"
+        + (" and the station, after its turn in flight)" if args.run else ")"),
+        file=sys.stderr,
+    )
     if args.host in WILDCARDS and not args.allow_host:
-        print("only loopback names are answered until you add, with --allow-host, the name or address "
-              "others reach this machine by", file=sys.stderr)
+        print(
+            "only loopback names are answered until you add, with --allow-host, the name or address "
+            "others reach this machine by",
+            file=sys.stderr,
+        )
     if args.public_read and not is_loopback(args.host):
         print("--public-read: anyone who can reach the server may read every page", file=sys.stderr)
     try:
@@ -384,6 +408,7 @@ def elapsed_line(what: str):
         while not done.wait(1.0):
             sys.stderr.write(f"\r{what}: {time.monotonic() - began:.0f} s ")
             sys.stderr.flush()
+
     thread = threading.Thread(target=show, daemon=True)
     thread.start()
     try:
@@ -421,13 +446,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         score = "n.a." if result["score"] is None else f"{result['score']:.{task.display_precision}f}"
-        lines = [f"task:      {task.title}", f"status:    {result['status']}"
-                 + (f" ({result['error']})" if result.get("error") else ""),
-                 f"score:     {score}"]
-        lines += [f"  {name}: {shown(value, task.metric_formats.get(name))}"
-                  for name, value in sorted(result["metrics"].items())]
-        lines += [f"details:   {result['details'] or '-'}", f"duration:  {result['duration_s']:.2f} s",
-                  f"sandbox:   {', '.join(result['isolation']) or 'none'}"]
+        lines = [
+            f"task:      {task.title}",
+            f"status:    {result['status']}" + (f" ({result['error']})" if result.get("error") else ""),
+            f"score:     {score}",
+        ]
+        lines += [
+            f"  {name}: {shown(value, task.metric_formats.get(name))}"
+            for name, value in sorted(result["metrics"].items())
+        ]
+        lines += [
+            f"details:   {result['details'] or '-'}",
+            f"duration:  {result['duration_s']:.2f} s",
+            f"sandbox:   {', '.join(result['isolation']) or 'none'}",
+        ]
         for stream in ("stdout", "stderr"):
             text = result[stream] if stream == "stdout" else (result["stderr"] or result.get("traceback") or "")
             if text.strip():

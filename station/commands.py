@@ -10,6 +10,7 @@ Commands (JSON objects):
                                                        setting (agents.N.model.name, reviewer.model.api, ...)
   {"op": "spawn", "agent": {<an agents: entry>}}        add one agent (it acts from the next turn)
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,7 @@ SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.")
 # A model's settings that can be corrected on a live station (a wrong model name, API or endpoint):
 # under agents.N.model. (N: the index of the `agents:` entry) and reviewer/grading/debugger.model.
 # Not the provider or api_key_env: those decide which key is sent, and where.
-MODEL_FIELDS = ("base_url", "name", "api", "timeout_s", "max_retries", "options", "context_limit",
-                "max_output_tokens")
+MODEL_FIELDS = ("base_url", "name", "api", "timeout_s", "max_retries", "options", "context_limit", "max_output_tokens")
 MODEL_OWNERS = ("agents.N", "reviewer", "grading", "debugger")
 MODEL_KEY = re.compile(r"^(?P<owner>agents\.(?P<index>\d+)|reviewer|grading|debugger)\.model\.(?P<field>[^.]+)$")
 # Where the config a station was created with is kept once a `set` changes it: what a replay starts from.
@@ -42,8 +42,10 @@ INITIAL_CONFIG = "initial_config"
 def changeable() -> str:
     """The keys `station set` (and the operator page) accept, in words."""
     owners = ", ".join(f"{o}.model.FIELD" for o in MODEL_OWNERS)
-    return (", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS)
-            + f"; and a model's {', '.join(MODEL_FIELDS)} as {owners} (N: the index of the agents: entry, from 0)")
+    return (
+        ", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS)
+        + f"; and a model's {', '.join(MODEL_FIELDS)} as {owners} (N: the index of the agents: entry, from 0)"
+    )
 
 
 class CommandError(ValueError):
@@ -54,8 +56,14 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
     op = command.get("op")
     if op not in OPS:
         raise CommandError(f"unknown operator command {op!r}; known: {', '.join(OPS)}")
-    required = {"message": ("to", "text"), "answer": ("request", "text"), "end_agent": ("agent",), "pause": (),
-                "set": ("key",), "spawn": ("agent",)}[op]
+    required = {
+        "message": ("to", "text"),
+        "answer": ("request", "text"),
+        "end_agent": ("agent",),
+        "pause": (),
+        "set": ("key",),
+        "spawn": ("agent",),
+    }[op]
     missing = [k for k in required if command.get(k) in (None, "")]
     if missing:
         raise CommandError(f"operator command '{op}' needs: {', '.join(missing)}")
@@ -65,8 +73,9 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
             raise CommandError("operator command 'set' needs a key: a dotted config path")
         model = MODEL_KEY.match(key)
         if model is not None and model["field"] not in MODEL_FIELDS:
-            raise CommandError(f"'{key}' cannot be changed on a station: a model's changeable settings are "
-                               + ", ".join(MODEL_FIELDS))
+            raise CommandError(
+                f"'{key}' cannot be changed on a station: a model's changeable settings are " + ", ".join(MODEL_FIELDS)
+            )
         if model is None and not any(key == k or key.startswith(k) for k in SAFE_KEYS):
             raise CommandError(f"'{key}' cannot be changed on a station; changeable: {changeable()}")
     if op == "spawn":
@@ -145,8 +154,10 @@ def check_model_value(model: dict[str, Any], key: str, field: str, value: Any) -
 def one_line(text: str, key: str) -> str:
     """A config refusal ("invalid station config (set KEY):" and one line per problem) as one line."""
     lines = [line.strip() for line in text.splitlines()[1:] if line.strip()] or [text.strip()]
-    detail = "; ".join(line.removeprefix("(top level): ").replace(": Value error, ", ": ")
-                       .removeprefix("Value error, ") for line in lines)
+    detail = "; ".join(
+        line.removeprefix("(top level): ").replace(": Value error, ", ": ").removeprefix("Value error, ")
+        for line in lines
+    )
     return detail if detail.startswith(f"{key}:") else f"{key}: {detail}"
 
 
@@ -176,8 +187,9 @@ def queue(store: Store, command: dict[str, Any]) -> int:
     """Queue a command for the engine (works whether or not the station is running)."""
     validate(command)
     with store.transaction():
-        cur = store.execute("INSERT INTO operator_queue(command, queued_at) VALUES(?, ?)",
-                            (dumps(command), time.time()))
+        cur = store.execute(
+            "INSERT INTO operator_queue(command, queued_at) VALUES(?, ?)", (dumps(command), time.time())
+        )
     return int(cur.lastrowid)  # type: ignore[arg-type]  # an INSERT sets it
 
 
@@ -190,8 +202,9 @@ def recorded_by_point(source: Store) -> dict[int, list[tuple[str, dict]]]:
     return out
 
 
-def due_commands(store: Store, replayed: dict[int, list[tuple[str, dict]]] | None,
-                 point: int) -> Iterator[tuple[str, dict]]:
+def due_commands(
+    store: Store, replayed: dict[int, list[tuple[str, dict]]] | None, point: int
+) -> Iterator[tuple[str, dict]]:
     """Commands to apply now: queued ones live, or in a replay the source's ones recorded at this point."""
     if replayed is not None:
         for key, payload in replayed.get(point, []):
@@ -270,8 +283,11 @@ def model_owners(config: StationConfig, model: ModelConfig) -> list[str]:
     """The config keys (agents.0.model, reviewer.model, ...) whose model is `model`."""
     want = model.model_dump(mode="json")
     found = [f"agents.{i}.model" for i, spec in enumerate(config.agents) if spec.model.model_dump(mode="json") == want]
-    return found + [f"{o}.model" for o in ("reviewer", "grading", "debugger")
-                    if getattr(config, o).model.model_dump(mode="json") == want]
+    return found + [
+        f"{o}.model"
+        for o in ("reviewer", "grading", "debugger")
+        if getattr(config, o).model.model_dump(mode="json") == want
+    ]
 
 
 def _same_model(settings: dict[str, Any], model: dict[str, Any]) -> bool:
@@ -322,10 +338,14 @@ def model_fix(config: StationConfig | None, model: ModelConfig | None, directory
     where = shlex.quote(str(directory)) if directory is not None else "DIR"
     owners = model_owners(config, model) if config is not None and model is not None else []
     if config is not None and model is not None and not owners:
-        return (f"Fix the key, or, since this model's settings are no config entry's (an operator's spawn), "
-                f"end the agent (`station end-agent {where} {shlex.quote(who or 'AGENT')}`) and spawn it again "
-                "with corrected ones")
+        return (
+            f"Fix the key, or, since this model's settings are no config entry's (an operator's spawn), "
+            f"end the agent (`station end-agent {where} {shlex.quote(who or 'AGENT')}`) and spawn it again "
+            "with corrected ones"
+        )
     key = owners[0] if owners else "agents.N.model"
     also = f" (the same settings as {', '.join(owners[1:])}: set those too)" if len(owners) > 1 else ""
-    return (f"Fix the key, or the model's settings with `station set {where} {key}.name NEW` (or {key}.api chat, "
-            f"{key}.base_url URL, {key}.options YAML){also}")
+    return (
+        f"Fix the key, or the model's settings with `station set {where} {key}.name NEW` (or {key}.api chat, "
+        f"{key}.base_url URL, {key}.options YAML){also}"
+    )

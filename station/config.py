@@ -3,6 +3,7 @@
 Unknown keys and bad values fail at start-up with the key's dotted path, e.g.
 `lifecycle.max_age: Input should be greater than 0 (got -3)`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,22 +31,34 @@ class ModelConfig(Section):
     one, or the one named by `api_key_env`), so a stored config holds no secret.
     """
 
-    provider: str = Field("scripted", description="a registered model provider: scripted, replay, anthropic, "
-                          "openai, gemini")
+    provider: str = Field(
+        "scripted", description="a registered model provider: scripted, replay, anthropic, openai, gemini"
+    )
     name: str = Field("scripted-newcomer", min_length=1, description="model id; lineages match on it")
     temperature: float | None = Field(1.0, ge=0.0, le=2.0, description="null: the provider's default")
     max_output_tokens: int = Field(8192, gt=0)
-    context_limit: int | None = Field(None, gt=0, description="the model's context window; agents are warned "
-                                      "and ended before it (with the token budget, whichever is smaller)")
+    context_limit: int | None = Field(
+        None,
+        gt=0,
+        description="the model's context window; agents are warned "
+        "and ended before it (with the token budget, whichever is smaller)",
+    )
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
-        None, description="openai: reasoning.effort (with a reasoning summary)")
+        None, description="openai: reasoning.effort (with a reasoning summary)"
+    )
     thinking_budget: int | None = Field(None, ge=0, description="anthropic and gemini: thinking tokens per reply")
-    api: Literal["responses", "chat"] = Field("responses", description="openai: Responses API, or Chat "
-                                              "Completions (what OpenAI-compatible servers speak; the "
-                                              "default when base_url is set)")
+    api: Literal["responses", "chat"] = Field(
+        "responses",
+        description="openai: Responses API, or Chat "
+        "Completions (what OpenAI-compatible servers speak; the "
+        "default when base_url is set)",
+    )
     base_url: str | None = Field(None, description="another endpoint: a proxy, or an OpenAI-compatible server")
-    api_key_env: str | None = Field(None, pattern=ENV_NAME, description="environment variable holding the key "
-                                    "(default: ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY)")
+    api_key_env: str | None = Field(
+        None,
+        pattern=ENV_NAME,
+        description="environment variable holding the key (default: ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY)",
+    )
     timeout_s: float = Field(600.0, gt=0, description="one request, including a streamed reply")
     max_retries: int = Field(10, ge=0, le=100, description="retries of a transient failure before pausing")
     retry_base_s: float = Field(2.0, ge=0, description="first backoff delay; doubles with each retry")
@@ -200,8 +213,9 @@ class ArchiveConfig(Section):
 
 
 class ReviewerConfig(Section):
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-reviewer", temperature=0.3,
-                                                                   max_output_tokens=20_000))
+    model: ModelConfig = Field(
+        default_factory=lambda: ModelConfig(name="scripted-reviewer", temperature=0.3, max_output_tokens=20_000)
+    )
     pass_threshold: int = Field(6, ge=1, le=10, description="accept when score >= this")
     max_attempts: int = Field(3, ge=1, le=20, description="reviewer calls per paper before giving up")
     hold_tick: bool = Field(True, description="the next tick starts only when every pending paper is reviewed")
@@ -247,14 +261,20 @@ class ExecutorConfig(Section):
         if value not in EXECUTORS:
             raise ValueError(f"Input should be one of {', '.join(map(repr, EXECUTORS.names()))}")
         return value
+
     max_parallel: int = Field(2, ge=1, le=256, description="evaluations running at once")
-    scratch_dir: str | None = Field(None, description="where each run's scratch folder is made (on every "
-                                    "worker host); null: the system's temp dir")
-    ray_address: str | None = Field(None, description="join this Ray cluster (e.g. ray://host:10001 or auto); "
-                                    "null starts a local instance")
+    scratch_dir: str | None = Field(
+        None, description="where each run's scratch folder is made (on every worker host); null: the system's temp dir"
+    )
+    ray_address: str | None = Field(
+        None, description="join this Ray cluster (e.g. ray://host:10001 or auto); null starts a local instance"
+    )
     ray_num_cpus: int | None = Field(None, gt=0, description="CPUs of a local Ray instance (default: all)")
-    ray_queue_timeout_s: float | None = Field(None, gt=0, description="give up a run no Ray worker has taken "
-                                              "after this long (e.g. it asks for a GPU the cluster lacks)")
+    ray_queue_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="give up a run no Ray worker has taken after this long (e.g. it asks for a GPU the cluster lacks)",
+    )
 
 
 class ResearchConfig(Section):
@@ -263,8 +283,12 @@ class ResearchConfig(Section):
     tasks: list[TaskConfig] = Field(default_factory=list, description="no tasks: no Research Counter")
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     max_open_per_agent: int = Field(2, ge=1, le=100, description="unfinished evaluations one agent may have")
-    wait_ticks: int | None = Field(2, ge=1, description="the tick waits for evaluations this many ticks old "
-                                   "(counting the submission tick); null never waits")
+    wait_ticks: int | None = Field(
+        2,
+        ge=1,
+        description="the tick waits for evaluations this many ticks old "
+        "(counting the submission tick); null never waits",
+    )
     cooldown_ticks: int = Field(0, ge=0, description="ticks between one agent's submissions; 0 disables")
     no_score: bool = Field(False, description="hide scores from agents (evaluations still run)")
     show_tag_stats: bool = False
@@ -295,11 +319,14 @@ class StagnationConfig(Section):
 
     enabled: bool = True
     threshold_ticks: int = Field(120, ge=1, description="ticks without a new best before Protocol I")
-    deep_threshold_ticks: int = Field(240, ge=1, description="further ticks before Deep Stagnation, and "
-                                      "between its code names")
+    deep_threshold_ticks: int = Field(
+        240, ge=1, description="further ticks before Deep Stagnation, and between its code names"
+    )
     breakthrough: Literal["tag", "global"] = Field(
-        "tag", description="tag: progress among the code name's tagged submissions also counts (no cycling "
-        "while the tagged track improves); global: only a new overall best")
+        "tag",
+        description="tag: progress among the code name's tagged submissions also counts (no cycling "
+        "while the tagged track improves); global: only a new overall best",
+    )
 
 
 class CodexConfig(Section):
@@ -315,10 +342,12 @@ class PromptConfig(Section):
     """How the station's prompts are written (the texts come from the codex either way)."""
 
     style: Literal["full", "compact"] = Field(
-        "full", description="full: the paper's prompts (no system prompt, the welcome in the first message); "
+        "full",
+        description="full: the paper's prompts (no system prompt, the welcome in the first message); "
         "compact: for small or local models: the standing rules (action syntax with an example, the rooms, "
         "token advice) in one short system prompt sent the provider's own way (so it can be cached), a "
-        "short welcome, and no repeated navigation help")
+        "short welcome, and no repeated navigation help",
+    )
 
 
 class EngineConfig(Section):
@@ -354,8 +383,10 @@ class StationConfig(Section):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     turns: Literal["sequential", "concurrent"] = Field(
-        "sequential", description="concurrent: every prompt of a tick is built from the world at its start, "
-        "the model calls run in parallel, and the replies are applied in turn order")
+        "sequential",
+        description="concurrent: every prompt of a tick is built from the world at its start, "
+        "the model calls run in parallel, and the replies are applied in turn order",
+    )
     prices: dict[str, Price] = Field(default_factory=dict, description="by model name, for costs and budgets")
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
@@ -365,14 +396,14 @@ class StationConfig(Section):
             return self
         unpriced = sorted({m.name for m in self.all_models() if m.remote and m.name not in self.prices})
         if unpriced:
-            raise ValueError(f"a money budget is set but these models have no price: {', '.join(unpriced)} "
-                             "(add them under prices:)")
+            raise ValueError(
+                f"a money budget is set but these models have no price: {', '.join(unpriced)} (add them under prices:)"
+            )
         return self
 
     def all_models(self) -> list[ModelConfig]:
         """Every model the station may call: agents', reviewer's, grader's and debugger's."""
-        return [spec.model for spec in self.agents] + [self.reviewer.model, self.grading.model,
-                                                       self.debugger.model]
+        return [spec.model for spec in self.agents] + [self.reviewer.model, self.grading.model, self.debugger.model]
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
@@ -397,9 +428,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep)
 
@@ -434,8 +463,10 @@ def load_config(path: str | Path) -> StationConfig:
     except OSError as err:
         raise ConfigError(f"cannot read config {p}: {err.strerror}") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"config {p} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
-                          f"{err.start}); save it as UTF-8 YAML") from None
+        raise ConfigError(
+            f"config {p} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); save it as UTF-8 YAML"
+        ) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader subclass
     except yaml.YAMLError as err:

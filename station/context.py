@@ -3,6 +3,7 @@
 Everything here runs inside the engine's open transaction, so whatever a room or hook does
 is committed together with the turn (or rolled back with it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,9 @@ class NeedInput(Exception):
     under `key`, and runs the unit of work again; the second time `obtain` finds the input.
     """
 
-    def __init__(self, key: str, kind: str, agent: str | None, produce: Callable[[], dict],
-                 request_hash: str | None = None) -> None:
+    def __init__(
+        self, key: str, kind: str, agent: str | None, produce: Callable[[], dict], request_hash: str | None = None
+    ) -> None:
         super().__init__(key)
         self.key, self.kind, self.agent, self.produce = key, kind, agent, produce
         self.request_hash = request_hash
@@ -95,8 +97,10 @@ def check_hooks(hooks: list[Hook]) -> None:
     for hook in hooks:
         unknown = sorted(set(hook.events) - EVENT_KINDS)
         if unknown:
-            raise ValueError(f"hook {hook.name!r} ({type(hook).__name__}) waits for unknown event kind(s) {unknown}; "
-                             f"known: {', '.join(sorted(EVENT_KINDS))}")
+            raise ValueError(
+                f"hook {hook.name!r} ({type(hook).__name__}) waits for unknown event kind(s) {unknown}; "
+                f"known: {', '.join(sorted(EVENT_KINDS))}"
+            )
 
 
 class Hook:
@@ -127,8 +131,9 @@ MATURE_ONLY_KINDS = {"termination", "publication", "public_memory"}
 
 
 class Context:
-    def __init__(self, store: Store, config: StationConfig, texts: Texts,
-                 agents: AgentRegistry, conversations: Conversations) -> None:
+    def __init__(
+        self, store: Store, config: StationConfig, texts: Texts, agents: AgentRegistry, conversations: Conversations
+    ) -> None:
         self.store, self.config, self.texts = store, config, texts
         self.agents, self.conversations = agents, conversations
         self.rooms: dict[str, Room] = {}
@@ -162,12 +167,12 @@ class Context:
     def notify(self, agent: Agent | str, text: str, kind: str = "system") -> None:
         name = agent if isinstance(agent, str) else agent.name
         self.store.execute(
-            "INSERT INTO messages(agent, tick, kind, text) VALUES(?, ?, ?, ?)",
-            (name, self.tick, kind, text.strip()),
+            "INSERT INTO messages(agent, tick, kind, text) VALUES(?, ?, ?, ?)", (name, self.tick, kind, text.strip())
         )
 
-    def broadcast(self, text: str, kind: str, *, exclude: Iterable[str] = (),
-                  recursive_only: bool = False) -> list[str]:
+    def broadcast(
+        self, text: str, kind: str, *, exclude: Iterable[str] = (), recursive_only: bool = False
+    ) -> list[str]:
         """Send to every active agent; kinds in MATURE_ONLY_KINDS skip immature agents."""
         skip = set(exclude)
         sent = []
@@ -182,15 +187,12 @@ class Context:
 
     def pending_messages(self, agent: Agent) -> list[tuple[int, str]]:
         rows = self.store.all(
-            "SELECT id, text FROM messages WHERE agent=? AND delivered_tick IS NULL ORDER BY id",
-            (agent.name,),
+            "SELECT id, text FROM messages WHERE agent=? AND delivered_tick IS NULL ORDER BY id", (agent.name,)
         )
         return [(r["id"], r["text"]) for r in rows]
 
     def mark_delivered(self, ids: list[int]) -> None:
-        self.store.executemany(
-            "UPDATE messages SET delivered_tick=? WHERE id=?", [(self.tick, i) for i in ids]
-        )
+        self.store.executemany("UPDATE messages SET delivered_tick=? WHERE id=?", [(self.tick, i) for i in ids])
 
     # -- events and hooks -----------------------------------------------------------------
     def emit(self, kind: str, agent: str | None = None, **payload: Any) -> None:
@@ -206,8 +208,9 @@ class Context:
                 hook.handle(self, event)
 
     # -- recorded inputs ------------------------------------------------------------------
-    def obtain(self, key: str, kind: str, agent: str | None, produce: Callable[[], dict],
-               request_hash: str | None = None) -> dict[str, Any]:
+    def obtain(
+        self, key: str, kind: str, agent: str | None, produce: Callable[[], dict], request_hash: str | None = None
+    ) -> dict[str, Any]:
         """The recorded input under `key`; fetched (via NeedInput) the first time only."""
         payload = self.store.get_input(key)
         if payload is not None:

@@ -3,6 +3,7 @@
 Raw entries are never deleted: pruning (Token Management) only changes what `context()`
 returns, so a restarted station rebuilds exactly the context it would have sent.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,17 +32,14 @@ class Conversations:
 
     def entries(self, session: int) -> list[Entry]:
         if session not in self._committed:
-            rows = self.store.all(
-                "SELECT tick, role, text FROM conversation WHERE session=? ORDER BY id", (session,)
-            )
+            rows = self.store.all("SELECT tick, role, text FROM conversation WHERE session=? ORDER BY id", (session,))
             self._committed[session] = [Entry(r["tick"], r["role"], r["text"]) for r in rows]
         return self._committed[session] + self._pending.get(session, [])
 
     def append(self, session: int, tick: int, role: str, text: str) -> None:
         self.entries(session)  # make sure the committed part is loaded first
         self.store.execute(
-            "INSERT INTO conversation(session, tick, role, text) VALUES(?, ?, ?, ?)",
-            (session, tick, role, text),
+            "INSERT INTO conversation(session, tick, role, text) VALUES(?, ?, ?, ?)", (session, tick, role, text)
         )
         self._pending.setdefault(session, []).append(Entry(tick, role, text))
 
@@ -62,10 +60,7 @@ class Conversations:
     # -- pruning ----------------------------------------------------------------------------
     def protected_ticks(self, session: int) -> set[int]:
         """Ticks in which a station message carries a protected keyword (first-visit help, ...)."""
-        return {
-            e.tick for e in self.entries(session)
-            if e.role == "user" and any(k in e.text for k in self.keywords)
-        }
+        return {e.tick for e in self.entries(session) if e.role == "user" and any(k in e.text for k in self.keywords)}
 
     def context(self, session: int, pruned: list[dict[str, Any]]) -> list[dict[str, str]]:
         """The messages a model is sent: pruned ticks removed, their summaries in place."""

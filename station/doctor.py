@@ -10,6 +10,7 @@ With `--call` it always sends one tiny prompt, whatever the lookup said, and sho
 latency, tokens and cost; for a server at `base_url` it then sends two at once, to tell whether
 the server answers more than one request at a time (`turns: concurrent` needs that to gain).
 """
+
 from __future__ import annotations
 
 import json
@@ -81,15 +82,18 @@ def look_up(model: Any, config: ModelConfig) -> Lookup:
     try:
         entries = model.listed_models()
     except Exception:  # noqa: BLE001
-        return Lookup("the server neither looks models up nor lists them (no /v1/models): the name is not "
-                      "checked", "unknown")
+        return Lookup(
+            "the server neither looks models up nor lists them (no /v1/models): the name is not checked", "unknown"
+        )
     names = [str(e.get("id")) for e in entries]
     if config.name in names:
         return Lookup(f"model {config.name} is listed by the server", "ok", entries)
-    shown = ", ".join(names[:SHOWN_MODELS]) + (f" and {len(names) - SHOWN_MODELS} more"
-                                                if len(names) > SHOWN_MODELS else "")
-    return Lookup(f"model {config.name} is not among the server's models; it lists: {shown or 'none'}",
-                  "unlisted", entries)
+    shown = ", ".join(names[:SHOWN_MODELS]) + (
+        f" and {len(names) - SHOWN_MODELS} more" if len(names) > SHOWN_MODELS else ""
+    )
+    return Lookup(
+        f"model {config.name} is not among the server's models; it lists: {shown or 'none'}", "unlisted", entries
+    )
 
 
 # -- the context a server serves ----------------------------------------------------------------
@@ -144,32 +148,43 @@ def server_context(model: Any, config: ModelConfig, entries: list[dict[str, Any]
             return int(found.group(1)), "Ollama num_ctx"
         trained = [_tokens(v) for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")]
         if trained and trained[0]:
-            return trained[0], ("Ollama model_info context_length: the model's own; Ollama serves only "
-                                "OLLAMA_CONTEXT_LENGTH (a few thousand by default) unless num_ctx is set")
+            return trained[0], (
+                "Ollama model_info context_length: the model's own; Ollama serves only "
+                "OLLAMA_CONTEXT_LENGTH (a few thousand by default) unless num_ctx is set"
+            )
     if _tokens(_dig(entry, "meta", "n_ctx_train")):
-        return entry["meta"]["n_ctx_train"], "/v1/models meta.n_ctx_train: the model's trained context; the " \
-                                             "server may serve less"
+        return entry["meta"][
+            "n_ctx_train"
+        ], "/v1/models meta.n_ctx_train: the model's trained context; the server may serve less"
     return None
 
 
 def context_notes(config: ModelConfig, found: tuple[int, str] | None) -> list[str]:
     if found is None:
-        return ["the server does not say how large a context it serves: set context_limit to it (llama.cpp "
-                "--n_ctx / -c, vLLM --max-model-len, Ollama OLLAMA_CONTEXT_LENGTH)"]
+        return [
+            "the server does not say how large a context it serves: set context_limit to it (llama.cpp "
+            "--n_ctx / -c, vLLM --max-model-len, Ollama OLLAMA_CONTEXT_LENGTH)"
+        ]
     size, source = found
     notes = [f"server context: {size:,} tokens ({source})"]
     limit = config.context_limit
     if limit is None:
-        notes.append(f"WARNING: context_limit is not set, so agents are not warned before the server's "
-                     f"{size:,} tokens fill up, and a full context ends their session with an error: "
-                     f"set context_limit: {size}")
+        notes.append(
+            f"WARNING: context_limit is not set, so agents are not warned before the server's "
+            f"{size:,} tokens fill up, and a full context ends their session with an error: "
+            f"set context_limit: {size}"
+        )
     elif limit > size:
-        notes.append(f"WARNING: context_limit {limit:,} is larger than the server's context ({size:,} tokens): "
-                     f"set context_limit: {size} (or serve a larger context)")
+        notes.append(
+            f"WARNING: context_limit {limit:,} is larger than the server's context ({size:,} tokens): "
+            f"set context_limit: {size} (or serve a larger context)"
+        )
     if config.max_output_tokens * 2 > size:
-        notes.append(f"WARNING: max_output_tokens {config.max_output_tokens:,} is more than half the server's "
-                     f"context ({size:,} tokens), which the conversation and the reply share (vLLM refuses a "
-                     f"request whose prompt plus max_output_tokens exceeds it): lower it")
+        notes.append(
+            f"WARNING: max_output_tokens {config.max_output_tokens:,} is more than half the server's "
+            f"context ({size:,} tokens), which the conversation and the reply share (vLLM refuses a "
+            f"request whose prompt plus max_output_tokens exceeds it): lower it"
+        )
     return notes
 
 
@@ -187,8 +202,10 @@ def tiny_call(model: Any, config: ModelConfig, prices: dict) -> tuple[str, bool]
         return f"FAILED: {err}", False
     dollars = cost_usd(prices.get(config.name), reply.usage)
     u = reply.usage
-    text = (f"{reply.text.strip()[:30]!r} in {seconds:.1f} s, {u.input_tokens} in / "
-            f"{u.output_tokens + u.reasoning_tokens} out tokens, ${dollars:.5f}")
+    text = (
+        f"{reply.text.strip()[:30]!r} in {seconds:.1f} s, {u.input_tokens} in / "
+        f"{u.output_tokens + u.reasoning_tokens} out tokens, ${dollars:.5f}"
+    )
     if reply.finish_reason == LENGTH:
         text += f"; cut off at max_output_tokens ({model.config.max_output_tokens})"
     return text, True
@@ -204,8 +221,10 @@ def concurrency_note(model: Any) -> str:
             return f"two calls at once: FAILED: {short(str(err), 200)}"
     fast, slow = times
     if slow >= SERIAL_RATIO * max(fast, 0.001):
-        return (f"two calls at once took {fast:.2f} s and {slow:.2f} s: the server answers one request at a time, "
-                f"so `turns: concurrent` gains nothing with it")
+        return (
+            f"two calls at once took {fast:.2f} s and {slow:.2f} s: the server answers one request at a time, "
+            f"so `turns: concurrent` gains nothing with it"
+        )
     return f"two calls at once took {fast:.2f} s and {slow:.2f} s: the server answers them together"
 
 
@@ -221,17 +240,26 @@ def check_model(config: ModelConfig, uses: str, *, call: bool, prices: dict) -> 
     except ModelError as err:
         return Finding(uses, config, key, f"FAILED: {err}", "-", False)
     lookup = look_up(model, config)
-    notes = context_notes(config, server_context(model, config, lookup.entries)) \
-        if config.provider == "openai" and config.base_url else []
+    notes = (
+        context_notes(config, server_context(model, config, lookup.entries))
+        if config.provider == "openai" and config.base_url
+        else []
+    )
     if not call:
         return Finding(uses, config, key, lookup.text, "not tried (--call)", lookup.state in ("ok", "unknown"), notes)
-    small = probe.model_copy(update={"timeout_s": min(config.timeout_s, CALL_TIMEOUT_S),
-                                     "max_output_tokens": max(256, (config.thinking_budget or 0) + 256)})
+    small = probe.model_copy(
+        update={
+            "timeout_s": min(config.timeout_s, CALL_TIMEOUT_S),
+            "max_output_tokens": max(256, (config.thinking_budget or 0) + 256),
+        }
+    )
     caller = create_model(small)
     text, answered = tiny_call(caller, config, prices)
     if answered and lookup.state == "unlisted":
-        notes.append(f"the server answered for {config.name} although it does not list it (some servers answer "
-                     f"with whatever model they loaded, whatever the name)")
+        notes.append(
+            f"the server answered for {config.name} although it does not list it (some servers answer "
+            f"with whatever model they loaded, whatever the name)"
+        )
     if answered and config.base_url:
         notes.append(concurrency_note(caller))
     return Finding(uses, config, key, lookup.text, text, answered, notes)
@@ -239,8 +267,11 @@ def check_model(config: ModelConfig, uses: str, *, call: bool, prices: dict) -> 
 
 def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
     uses: dict[str, tuple[ModelConfig, list[str]]] = {}
-    named = [(f"agents[{i}]", spec.model) for i, spec in enumerate(config.agents)] + \
-        [("reviewer", config.reviewer.model), ("grader", config.grading.model), ("debugger", config.debugger.model)]
+    named = [(f"agents[{i}]", spec.model) for i, spec in enumerate(config.agents)] + [
+        ("reviewer", config.reviewer.model),
+        ("grader", config.grading.model),
+        ("debugger", config.debugger.model),
+    ]
     for use, model in named:
         key = model.model_dump_json()
         uses.setdefault(key, (model, []))[1].append(use)
@@ -248,7 +279,7 @@ def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
 
 
 def _cell(text: str) -> str:
-    return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 12].rstrip() + "… (below)"
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 12].rstrip() + "… (below)"
 
 
 def render(findings: list[Finding]) -> str:
@@ -259,10 +290,20 @@ def render(findings: list[Finding]) -> str:
     details: list[tuple[Finding, list[str]]] = []
     for f in findings:
         where = f.model.base_url or "default endpoint"
-        long = [f"{name}: {text}" for name, text in (("endpoint", f.endpoint), ("tiny call", f.call))
-                if len(text) > CELL_CHARS]  # a server's long error reads better whole, below the table
-        table.add_row(f.uses, f.model.provider, f"{f.model.name}\n{where}" if f.model.remote else f.model.name,
-                      f.key, _cell(f.endpoint), _cell(f.call), style=None if f.ok else "red")
+        long = [
+            f"{name}: {text}"
+            for name, text in (("endpoint", f.endpoint), ("tiny call", f.call))
+            if len(text) > CELL_CHARS
+        ]  # a server's long error reads better whole, below the table
+        table.add_row(
+            f.uses,
+            f.model.provider,
+            f"{f.model.name}\n{where}" if f.model.remote else f.model.name,
+            f.key,
+            _cell(f.endpoint),
+            _cell(f.call),
+            style=None if f.ok else "red",
+        )
         if long or f.notes:
             details.append((f, long + f.notes))
     console = Console(record=True, width=160)

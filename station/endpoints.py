@@ -11,6 +11,7 @@ A model with no custom endpoint sends its key to its provider's own API, which i
 In the same way, a replayed model reads its `replay_file` (shown to whoever reads its dialogue):
 a file the station's config does not already replay needs the same flag.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -63,8 +64,7 @@ def _urls_in(value: Any, under_url_key: bool = False) -> Iterator[str]:
 def normal(url: str) -> str:
     """One spelling per endpoint: scheme and host in lower case, no trailing slash."""
     parts = urlsplit(url.strip())
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}" if parts.netloc \
-        else url.strip()
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}" if parts.netloc else url.strip()
 
 
 def routes(models: Iterable[ModelConfig]) -> set[tuple[str, str]]:
@@ -87,8 +87,10 @@ def check(config: StationConfig, models: Iterable[ModelConfig], *, allow: bool =
             new.append(f"allowed by {ALLOW_FLAG}: this model sends {env} to {url}")
             continue
         where = "does not use" if url not in known_urls else f"does not send {env} to"
-        raise NewEndpoint(f"refused: this model would send {env} to {url} which this station's config {where}; "
-                          f"give {ALLOW_FLAG} on the command line if you mean it")
+        raise NewEndpoint(
+            f"refused: this model would send {env} to {url} which this station's config {where}; "
+            f"give {ALLOW_FLAG} on the command line if you mean it"
+        )
     return new
 
 
@@ -99,8 +101,10 @@ def _new_files(config: StationConfig, models: list[ModelConfig], allow: bool) ->
     new = []
     for path in sorted({m.replay_file for m in models if m.replay_file} - known):
         if not allow:
-            raise NewEndpoint(f"refused: this model would read {path}, a file this station's config does not "
-                              f"replay; give {ALLOW_FLAG} on the command line if you mean it")
+            raise NewEndpoint(
+                f"refused: this model would read {path}, a file this station's config does not "
+                f"replay; give {ALLOW_FLAG} on the command line if you mean it"
+            )
         new.append(f"allowed by {ALLOW_FLAG}: this model reads {path}")
     return new
 

@@ -10,6 +10,7 @@ inputs rebuilds the same world.
 Progress within a tick is the set of sessions that have a committed turn at that tick
 (not an index into the turn order, which shifts when agents come and go).
 """
+
 from __future__ import annotations
 
 import threading
@@ -50,10 +51,14 @@ def pause_message(who: str | None, err: Exception, config: Any = None, directory
     assert isinstance(err, ModelError)
     if err.permanent:
         fix = commands.model_fix(config, getattr(err, "config", None), directory, who)
-        return (f"a model call{whose} failed and retrying cannot help: {err}. {fix}, then run the station "
-                "again; the turn starts over and nothing is lost.")
-    return (f"a model call{whose} kept failing: {err}. Run the station again to retry; the turn starts over "
-            "and nothing is lost.")
+        return (
+            f"a model call{whose} failed and retrying cannot help: {err}. {fix}, then run the station "
+            "again; the turn starts over and nothing is lost."
+        )
+    return (
+        f"a model call{whose} kept failing: {err}. Run the station again to retry; the turn starts over "
+        "and nothing is lost."
+    )
 
 
 @dataclass
@@ -70,13 +75,24 @@ class TurnUsage:
                 setattr(u, name, getattr(u, name) + getattr(r.usage, name))
         latency = self.latencies
         costs = [r.cost_usd for r in self.calls if r.cost_usd is not None]
-        return (u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens,
-                round(sum(latency), 3) if latency else None, round(sum(costs), 8) if costs else None)
+        return (
+            u.input_tokens,
+            u.cached_input_tokens,
+            u.output_tokens,
+            u.reasoning_tokens,
+            round(sum(latency), 3) if latency else None,
+            round(sum(costs), 8) if costs else None,
+        )
 
 
 class Engine:
-    def __init__(self, station: Station, *, replay_source: Store | None = None,
-                 on_progress: Callable[[Progress], None] | None = None) -> None:
+    def __init__(
+        self,
+        station: Station,
+        *,
+        replay_source: Store | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
         self.station = station
         self.ctx = station.ctx
         self.store = station.store
@@ -113,8 +129,11 @@ class Engine:
             if self._tick_just_ended and self.ctx.config.operator.pause_on_human_request:
                 waiting = [w for room in self.ctx.rooms.values() for w in room.awaiting_operator(self.ctx)]
                 if waiting:
-                    return ("paused at the end of a tick: waiting for the operator to answer "
-                            + ", ".join(waiting) + " (station answer DIR ID TEXT; running again resumes)")
+                    return (
+                        "paused at the end of a tick: waiting for the operator to answer "
+                        + ", ".join(waiting)
+                        + " (station answer DIR ID TEXT; running again resumes)"
+                    )
         return "stopped"
 
     def step(self) -> bool:
@@ -149,7 +168,7 @@ class Engine:
             return
         folder = self.station.dir / "backups"
         self.store.backup(folder / f"resume_at_tick_{self.ctx.tick:07d}.db")
-        for old in sorted(folder.glob("resume_at_tick_*.db"))[:-cfg.backups_kept]:
+        for old in sorted(folder.glob("resume_at_tick_*.db"))[: -cfg.backups_kept]:
             old.unlink()
 
     def _unit(self, body: Callable[[], None]) -> None:
@@ -162,8 +181,15 @@ class Engine:
                 self._rolled_back()
                 began = time.perf_counter()
                 payload = self._produce(need.agent, need.produce)  # outside any transaction: may take minutes
-                self.store.record_input(need.key, need.kind, self.ctx.tick, need.agent, payload,
-                                        need.request_hash, time.perf_counter() - began)
+                self.store.record_input(
+                    need.key,
+                    need.kind,
+                    self.ctx.tick,
+                    need.agent,
+                    payload,
+                    need.request_hash,
+                    time.perf_counter() - began,
+                )
                 continue
             except BaseException:
                 self._rolled_back()
@@ -210,8 +236,9 @@ class Engine:
         agent = ctx.agents.get(name)
         assert agent is not None
         if agent.flags.get("end_requested"):
-            lifecycle.end_session(ctx, agent, lifecycle.OPERATOR,
-                                  respawn_wanted=ctx.config.lifecycle.respawn_after_operator_end)
+            lifecycle.end_session(
+                ctx, agent, lifecycle.OPERATOR, respawn_wanted=ctx.config.lifecycle.respawn_after_operator_end
+            )
             return
         if agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age:
             lifecycle.end_session(ctx, agent, lifecycle.LIFE_LIMIT)
@@ -227,8 +254,7 @@ class Engine:
         internal: list[dict[str, str]] = []
         if reply.overflow:
             log = TurnLog()
-            log.log(agent.location, "Your conversation no longer fits the model's context window; "
-                    "your session ended.")
+            log.log(agent.location, "Your conversation no longer fits the model's context window; your session ended.")
             lifecycle.end_session(ctx, agent, lifecycle.OVERFLOW)
         elif (agent.context_tokens or 0) >= lifecycle.effective_limit(ctx, agent):
             log = TurnLog()
@@ -254,9 +280,23 @@ class Engine:
             "context_tokens, tokens_spent, started_at, finished_at, input_tokens, cached_input_tokens, "
             "output_tokens, reasoning_tokens, latency_s, cost_usd, finish_reason) "
             "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (ctx.tick, agent.session, agent.name, live.location, prompt, reply.text, reply.thinking,
-             dumps({"parsed": log.actions, "history": log.history}), dumps(internal),
-             live.context_tokens, live.tokens_spent, started, time.time(), *usage.columns(), reply.finish_reason),
+            (
+                ctx.tick,
+                agent.session,
+                agent.name,
+                live.location,
+                prompt,
+                reply.text,
+                reply.thinking,
+                dumps({"parsed": log.actions, "history": log.history}),
+                dumps(internal),
+                live.context_tokens,
+                live.tokens_spent,
+                started,
+                time.time(),
+                *usage.columns(),
+                reply.finish_reason,
+            ),
         )
         self._done.add(agent.session)
         ctx.emit("turn_finished", live.name, actions=[a["name"] for a in log.actions if a.get("ok")])
@@ -284,6 +324,7 @@ class Engine:
                     return {"text": "", "overflow": str(err)}
                 raise
             return reply.within(limit).to_payload()
+
         return produce
 
     def _exchange(self, agent: Agent, step: int, prompt: str, model: Model, usage: TurnUsage) -> Reply:
@@ -314,22 +355,27 @@ class Engine:
         """Every prompt of this tick, from the world as the tick starts (turns: concurrent)."""
         ctx = self.ctx
         for agent in ctx.agents.active():
-            if agent.session in self._done or agent.flags.get("end_requested") or \
-                    (agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age):
+            if (
+                agent.session in self._done
+                or agent.flags.get("end_requested")
+                or (agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age)
+            ):
                 continue  # its turn ends it, or it has acted already
             ctx.emit("turn_started", agent.name)
             agent = ctx.agents.get(agent.name) or agent  # a hook may have changed it
             prompt = compose(ctx, agent)
             ctx.agents.save(agent)
-            self.store.execute("INSERT INTO turn_prompts(tick, session, prompt) VALUES(?,?,?)",
-                               (ctx.tick, agent.session, prompt))
+            self.store.execute(
+                "INSERT INTO turn_prompts(tick, session, prompt) VALUES(?,?,?)", (ctx.tick, agent.session, prompt)
+            )
         self.store.set_meta("prompts_tick", ctx.tick)
 
     def _prebuilt_prompt(self, agent: Agent) -> str | None:
         # Looked up whatever the mode: if the operator switched to sequential mid-tick, a prompt
         # already built (and perhaps answered) must still be the one this turn uses.
-        return self.store.scalar("SELECT prompt FROM turn_prompts WHERE tick=? AND session=?",
-                                 (self.ctx.tick, agent.session))
+        return self.store.scalar(
+            "SELECT prompt FROM turn_prompts WHERE tick=? AND session=?", (self.ctx.tick, agent.session)
+        )
 
     def _prefetch(self) -> None:
         """Ask every model for this tick's first replies at once, and record each answer."""
@@ -359,8 +405,7 @@ class Engine:
                 except BaseException as err:  # noqa: BLE001 - keep the others' replies, then report
                     failure = failure or err
                     continue
-                self.store.record_input(key, "reply", ctx.tick, who, payload, digest,
-                                        time.perf_counter() - began)
+                self.store.record_input(key, "reply", ctx.tick, who, payload, digest, time.perf_counter() - began)
         if failure is not None:
             raise failure
 

@@ -1,4 +1,5 @@
 """Births, ascensions, departures and the warnings of a life (tokens, age, maturity)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,15 +27,22 @@ def create_agent(ctx: Context, spec: AgentSpec) -> Agent:
     else:
         generation, name = None, ctx.agents.next_guest_name()
     agent = Agent(
-        name=name, session=ctx.agents.next_session(), kind=spec.kind, model=spec.model.model_dump(),
-        birth_tick=ctx.tick, position=ctx.agents.next_position(),
-        description=spec.description or (f"{name}, generation {generation} of the {spec.lineage} lineage."
-                                         if recursive else GUEST_DESCRIPTION),
-        lineage=spec.lineage if recursive else None, generation=generation,
+        name=name,
+        session=ctx.agents.next_session(),
+        kind=spec.kind,
+        model=spec.model.model_dump(),
+        birth_tick=ctx.tick,
+        position=ctx.agents.next_position(),
+        description=spec.description
+        or (f"{name}, generation {generation} of the {spec.lineage} lineage." if recursive else GUEST_DESCRIPTION),
+        lineage=spec.lineage if recursive else None,
+        generation=generation,
         ascend_tick=ctx.tick if recursive else None,
         max_age=spec.max_age if spec.max_age is not None else cfg.lifecycle.max_age,
         token_budget=spec.token_budget or (cfg.tokens.recursive_budget if recursive else cfg.tokens.guest_budget),
-        role=spec.role, system_prompt=spec.system_prompt, note=spec.note,
+        role=spec.role,
+        system_prompt=spec.system_prompt,
+        note=spec.note,
         assigned_ancestor=spec.assigned_ancestor,
     )
     ctx.agents.save(agent)
@@ -45,10 +53,16 @@ def create_agent(ctx: Context, spec: AgentSpec) -> Agent:
 def respawn(ctx: Context, departed: Agent) -> Agent:
     """A fresh guest with the departed agent's model settings and token budget."""
     guest = Agent(
-        name=ctx.agents.next_guest_name(), session=ctx.agents.next_session(), kind=GUEST,
-        model=dict(departed.model), birth_tick=ctx.tick, position=ctx.agents.next_position(),
-        max_age=ctx.config.lifecycle.max_age, token_budget=departed.token_budget,
-        system_prompt=departed.system_prompt, note=f"respawned in place of {departed.name}",
+        name=ctx.agents.next_guest_name(),
+        session=ctx.agents.next_session(),
+        kind=GUEST,
+        model=dict(departed.model),
+        birth_tick=ctx.tick,
+        position=ctx.agents.next_position(),
+        max_age=ctx.config.lifecycle.max_age,
+        token_budget=departed.token_budget,
+        system_prompt=departed.system_prompt,
+        note=f"respawned in place of {departed.name}",
     )
     ctx.agents.save(guest)
     ctx.emit("agent_spawned", guest.name, agent_kind=GUEST, model=guest.model["name"], replaces=departed.name)
@@ -75,24 +89,42 @@ def end_session(ctx: Context, agent: Agent, reason: str, *, respawn_wanted: bool
     agent.flags["respawn_pending"] = respawn_wanted
     ctx.agents.save(agent)
     if agent.kind == RECURSIVE and reason != OPERATOR:
-        ctx.broadcast(ctx.texts.render("termination_announcement", name=agent.name, reason=reason, tick=ctx.tick),
-                      "termination", exclude=[agent.name])
+        ctx.broadcast(
+            ctx.texts.render("termination_announcement", name=agent.name, reason=reason, tick=ctx.tick),
+            "termination",
+            exclude=[agent.name],
+        )
     ctx.emit("agent_departed", agent.name, reason=reason, respawn=respawn_wanted)
 
 
-def ascend(ctx: Context, guest: Agent, lineage: str, generation: int, description: str,
-           ancestor: Agent | None) -> Agent:
+def ascend(
+    ctx: Context, guest: Agent, lineage: str, generation: int, description: str, ancestor: Agent | None
+) -> Agent:
     """The guest becomes `<lineage> <generation>`: same session, conversation, age and tokens."""
     name = f"{lineage} {roman(generation)}"
     rooms: dict[str, Any] = {k: dict(v) for k, v in guest.rooms.items()}
     rooms.get("private_memory", {}).pop("help_shown", None)
     agent = Agent(
-        name=name, session=guest.session, kind=RECURSIVE, model=dict(guest.model),
-        birth_tick=guest.birth_tick, position=guest.position, description=description,
-        lineage=lineage, generation=generation, ascend_tick=ctx.tick, max_age=guest.max_age,
-        token_budget=guest.token_budget, context_tokens=guest.context_tokens,
-        tokens_spent=guest.tokens_spent, role=guest.role, system_prompt=guest.system_prompt,
-        meta_prompt=guest.meta_prompt, note=guest.note, rooms=rooms, location="lobby",
+        name=name,
+        session=guest.session,
+        kind=RECURSIVE,
+        model=dict(guest.model),
+        birth_tick=guest.birth_tick,
+        position=guest.position,
+        description=description,
+        lineage=lineage,
+        generation=generation,
+        ascend_tick=ctx.tick,
+        max_age=guest.max_age,
+        token_budget=guest.token_budget,
+        context_tokens=guest.context_tokens,
+        tokens_spent=guest.tokens_spent,
+        role=guest.role,
+        system_prompt=guest.system_prompt,
+        meta_prompt=guest.meta_prompt,
+        note=guest.note,
+        rooms=rooms,
+        location="lobby",
         flags={k: v for k, v in guest.flags.items() if k in ("maturity_sent", "life_warning_sent")},
     )
     guest.state, guest.ascended_to, guest.offered_ancestor = ASCENDED, name, None
@@ -103,10 +135,19 @@ def ascend(ctx: Context, guest: Agent, lineage: str, generation: int, descriptio
         ancestor.succeeded_by = name
         ctx.agents.save(ancestor)
     ctx.notify(agent, ctx.texts.render("ascended_welcome", name=name), "ascension_self")
-    ctx.broadcast(ctx.texts.render("ascension_announcement", name=name, description=description),
-                  "ascension", exclude=[guest.name, name])
-    ctx.emit("agent_ascended", name, guest=guest.name, lineage=lineage, generation=generation,
-             ancestor=ancestor.name if ancestor else None)
+    ctx.broadcast(
+        ctx.texts.render("ascension_announcement", name=name, description=description),
+        "ascension",
+        exclude=[guest.name, name],
+    )
+    ctx.emit(
+        "agent_ascended",
+        name,
+        guest=guest.name,
+        lineage=lineage,
+        generation=generation,
+        ancestor=ancestor.name if ancestor else None,
+    )
     return agent
 
 
@@ -115,13 +156,22 @@ def queue_warnings(ctx: Context, agent: Agent) -> None:
     tokens = ctx.config.tokens
     limit = effective_limit(ctx, agent)
     used = agent.context_tokens or 0
-    pre, warn = ((tokens.guest_prewarning_ratio, tokens.guest_warning_ratio) if agent.is_guest
-                 else (tokens.recursive_prewarning_ratio, tokens.recursive_warning_ratio))
+    pre, warn = (
+        (tokens.guest_prewarning_ratio, tokens.guest_warning_ratio)
+        if agent.is_guest
+        else (tokens.recursive_prewarning_ratio, tokens.recursive_warning_ratio)
+    )
     prefix = "guest" if agent.is_guest else "recursive"
-    values = dict(used=f"{used:,}", limit=f"{limit:,}", pct=f"{100 * used / limit:.0f}",
-                  reserve=token_amount(token_reserve(limit)))
-    for flag, ratio, text in (("token_prewarning_sent", pre, f"{prefix}_token_prewarning"),
-                              ("token_warning_sent", warn, f"{prefix}_token_warning")):
+    values = dict(
+        used=f"{used:,}",
+        limit=f"{limit:,}",
+        pct=f"{100 * used / limit:.0f}",
+        reserve=token_amount(token_reserve(limit)),
+    )
+    for flag, ratio, text in (
+        ("token_prewarning_sent", pre, f"{prefix}_token_prewarning"),
+        ("token_warning_sent", warn, f"{prefix}_token_warning"),
+    ):
         if used >= ratio * limit and used < limit:
             if not agent.flags.get(flag):
                 agent.flags[flag] = True
@@ -134,4 +184,3 @@ def queue_warnings(ctx: Context, agent: Agent) -> None:
         if 0 < left <= life.life_warning_ticks:
             agent.flags["life_warning_sent"] = True
             ctx.notify(agent, ctx.texts.render("life_warning", ticks_left=left), "life_warning")
-

@@ -12,6 +12,7 @@ with an example, the rooms, token advice) go once into a short system prompt ins
 the provider's own way so that it can be cached. The full style sends no system prompt but
 the agent's own, as the paper did.
 """
+
 from __future__ import annotations
 
 import traceback
@@ -67,10 +68,13 @@ def standing_rules(ctx: Context, agent: Agent) -> str:
     lines = [  # sentences that follow the token advice
         ctx.texts.render("compact_life_line", max_age=life.max_age) if life.max_age else "",
         ctx.texts.render("compact_isolation_line", isolation_ticks=life.maturity_ticks, rooms=", ".join(gated))
-        if life.maturity_ticks and gated else "",
+        if life.maturity_ticks and gated
+        else "",
     ]
     return ctx.texts.render(
-        "compact_system", rooms=listed, example_room="codex" if "codex" in ctx.rooms else "lobby",
+        "compact_system",
+        rooms=listed,
+        example_room="codex" if "codex" in ctx.rooms else "lobby",
         reserve=token_amount(token_reserve(effective_limit(ctx, agent))),
         life="".join(f" {line}" for line in lines if line),
     )
@@ -85,10 +89,16 @@ def room_view(ctx: Context, room: Any, agent: Agent) -> str:
     except ENGINE_SIGNALS:
         raise
     except Exception as err:  # noqa: BLE001 - a room's bug or a hostile file must not stop the station
-        ctx.emit("operator_alert", agent.name, problem=f"the view of {room.short} raised {err!r}",
-                 traceback=traceback.format_exc(limit=8))
-        return (f"(The {room.name} could not be shown this turn: {type(err).__name__}. The operator was alerted; "
-                "your actions here still work.)")
+        ctx.emit(
+            "operator_alert",
+            agent.name,
+            problem=f"the view of {room.short} raised {err!r}",
+            traceback=traceback.format_exc(limit=8),
+        )
+        return (
+            f"(The {room.name} could not be shown this turn: {type(err).__name__}. The operator was alerted; "
+            "your actions here still work.)"
+        )
 
 
 def system_information(ctx: Context, agent: Agent) -> str:
@@ -101,14 +111,18 @@ def system_information(ctx: Context, agent: Agent) -> str:
         f"- Agent Status: {'Guest Agent' if agent.is_guest else 'Recursive Agent'}",
     ]
     if compact(ctx):  # nothing said that the agent knows without being told
-        lines = [line for line in lines if not (line == "- Station Status: Healthy" or
-                                                line == f"- Agent Description: {GUEST_DESCRIPTION}")]
+        lines = [
+            line
+            for line in lines
+            if not (line == "- Station Status: Healthy" or line == f"- Agent Description: {GUEST_DESCRIPTION}")
+        ]
     if agent.meta_prompt:
         lines.append(f"- Agent Meta Prompt:\n```\n{agent.meta_prompt}\n```")
     limit = effective_limit(ctx, agent)
     guest_ceiling = ctx.config.tokens.guest_ceiling
-    ceiling = (" (guest ceiling; ascend to raise it)" if agent.is_guest and limit == guest_ceiling < agent.token_budget
-               else "")  # not when the model's context window is what limits it
+    ceiling = (
+        " (guest ceiling; ascend to raise it)" if agent.is_guest and limit == guest_ceiling < agent.token_budget else ""
+    )  # not when the model's context window is what limits it
     if agent.context_tokens is None:
         lines.append(f"- Agent Token Budget: Max {limit:,} (usage not yet recorded){ceiling}")
     else:
@@ -154,18 +168,16 @@ def room_history(ctx: Context, agent: Agent) -> tuple[str, set[str]]:
 def current_state(ctx: Context, agent: Agent, *, already_shown: bool) -> str:
     room = ctx.room(agent.location) or ctx.room("lobby")
     assert room is not None
-    output = ("(Shown above under Room Output History.)" if already_shown else room_view(ctx, room, agent))
-    parts = [
-        "## Current State",
-        f"**Current Location:** {room.name}",
-        f"**Room Output:**\n{output}",
-    ]
+    output = "(Shown above under Room Output History.)" if already_shown else room_view(ctx, room, agent)
+    parts = ["## Current State", f"**Current Location:** {room.name}", f"**Room Output:**\n{output}"]
     if compact(ctx):  # the system prompt says how to move and get help
         return "\n\n".join(parts)
-    return "\n\n".join([
-        *parts,
-        "**Navigation & Help:**\n"
-        f"- `/execute_action{{help {room.short}}}` shows this room's help again (any room: `help <room>`); "
-        "`goto <room>` moves you.\n"
-        "- Put each action on a line of its own. If actions misbehave, `help lobby` explains the syntax.",
-    ])
+    return "\n\n".join(
+        [
+            *parts,
+            "**Navigation & Help:**\n"
+            f"- `/execute_action{{help {room.short}}}` shows this room's help again (any room: `help <room>`); "
+            "`goto <room>` moves you.\n"
+            "- Put each action on a line of its own. If actions misbehave, `help lobby` explains the syntax.",
+        ]
+    )

@@ -7,6 +7,7 @@ them with rich. Everything agents (or the reviewing model) wrote is untrusted: i
 terminal control sequences and only ever printed as `Text` or `Markdown`, so rich markup inside
 it (`[bold red]`) is shown as written, never interpreted.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,9 +65,16 @@ def _author(name: str, lineage: str | None, generation: int | None) -> dict[str,
 
 
 def _message(row: Any) -> dict[str, Any]:
-    return {"k": row["k"], "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
-            "session": row["author_session"], "tick": row["tick"], "title": row["title"],
-            "content": row["content"], "words": row["word_count"], "deleted": bool(row["deleted"])}
+    return {
+        "k": row["k"],
+        "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
+        "session": row["author_session"],
+        "tick": row["tick"],
+        "title": row["title"],
+        "content": row["content"],
+        "words": row["word_count"],
+        "deleted": bool(row["deleted"]),
+    }
 
 
 def _is_review(row: Any) -> bool:
@@ -115,16 +123,26 @@ def list_papers(store: Store, *, include_unpublished: bool = False, status: str 
             "       (SELECT m.content FROM capsule_messages m WHERE m.capsule=c.id AND m.author=? "
             "             AND m.author_session IS NULL ORDER BY m.k LIMIT 1) AS review "
             f"FROM capsules c WHERE c.room='archive' AND c.scope=''{deleted} ORDER BY c.number",
-            (REVIEWER.name, REVIEWER.name))
+            (REVIEWER.name, REVIEWER.name),
+        )
         accepted = _accepted_submissions(store)
         for r in rows:
             sub = accepted.get(r["number"])
             score = sub["score"] if sub and sub["score"] is not None else _score_in(r["review"])
-            papers.append({"number": r["number"], "title": r["title"],
-                           "author": _author(r["author"], r["author_lineage"], r["author_generation"]),
-                           "tick": r["created_tick"], "score": score, "replies": r["replies"],
-                           "words": r["word_count"], "tags": json.loads(r["tags"]), "deleted": bool(r["deleted"]),
-                           "submission": sub["id"] if sub else None})
+            papers.append(
+                {
+                    "number": r["number"],
+                    "title": r["title"],
+                    "author": _author(r["author"], r["author_lineage"], r["author_generation"]),
+                    "tick": r["created_tick"],
+                    "score": score,
+                    "replies": r["replies"],
+                    "words": r["word_count"],
+                    "tags": json.loads(r["tags"]),
+                    "deleted": bool(r["deleted"]),
+                    "submission": sub["id"] if sub else None,
+                }
+            )
     wants_submissions = status in ("rejected", "pending", "failed") or (include_unpublished and status is None)
     if wants_submissions and _has_table(store, "paper_submissions"):
         where, params = ("status=?", (status,)) if status else ("status!='accepted'", ())
@@ -136,15 +154,25 @@ def list_papers(store: Store, *, include_unpublished: bool = False, status: str 
 def _accepted_submissions(store: Store) -> dict[int, dict[str, Any]]:
     if not _has_table(store, "paper_submissions"):
         return {}
-    rows = store.all("SELECT id, score, capsule_number FROM paper_submissions "
-                     "WHERE status='accepted' AND capsule_number IS NOT NULL ORDER BY id")
+    rows = store.all(
+        "SELECT id, score, capsule_number FROM paper_submissions "
+        "WHERE status='accepted' AND capsule_number IS NOT NULL ORDER BY id"
+    )
     return {r["capsule_number"]: {"id": r["id"], "score": r["score"]} for r in rows}
 
 
 def _submission_summary(r: Any) -> dict[str, Any]:
-    return {"id": r["id"], "title": r["title"], "author": _author(r["agent"], r["lineage"], r["generation"]),
-            "tick": r["tick"], "status": r["status"], "score": r["score"], "attempts": r["attempts"],
-            "decided_tick": r["decided_tick"], "paper": r["capsule_number"]}
+    return {
+        "id": r["id"],
+        "title": r["title"],
+        "author": _author(r["agent"], r["lineage"], r["generation"]),
+        "tick": r["tick"],
+        "status": r["status"],
+        "score": r["score"],
+        "attempts": r["attempts"],
+        "decided_tick": r["decided_tick"],
+        "paper": r["capsule_number"],
+    }
 
 
 def get_paper(store: Store, number: int) -> dict[str, Any]:
@@ -166,14 +194,30 @@ def get_paper(store: Store, number: int) -> dict[str, Any]:
         verdict = json.loads(raw) if raw else None
     score = sub["score"] if sub and sub["score"] is not None else _score_in(review["content"] if review else None)
     return {
-        "number": number, "title": row["title"], "abstract": row["abstract"], "tags": json.loads(row["tags"]),
+        "number": number,
+        "title": row["title"],
+        "abstract": row["abstract"],
+        "tags": json.loads(row["tags"]),
         "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
-        "tick": row["created_tick"], "deleted": bool(row["deleted"]), "words": row["word_count"],
+        "tick": row["created_tick"],
+        "deleted": bool(row["deleted"]),
+        "words": row["word_count"],
         "body": _message(body) if body else None,
-        "review": ({"tick": review["tick"], "content": review["content"], "score": score,
-                    "comment": (verdict or {}).get("comment"), "suggestion": (verdict or {}).get("suggestion"),
-                    "deleted": bool(review["deleted"])} if review else None),
-        "score": score, "submission": sub["id"] if sub else None, "replies": replies,
+        "review": (
+            {
+                "tick": review["tick"],
+                "content": review["content"],
+                "score": score,
+                "comment": (verdict or {}).get("comment"),
+                "suggestion": (verdict or {}).get("suggestion"),
+                "deleted": bool(review["deleted"]),
+            }
+            if review
+            else None
+        ),
+        "score": score,
+        "submission": sub["id"] if sub else None,
+        "replies": replies,
     }
 
 
@@ -187,15 +231,30 @@ def get_submission(store: Store, sid: int) -> dict[str, Any]:
         known = f"submissions: {_span(ids)}" if ids else "there are none yet"
         raise ValueError(f"no submission s:{sid} ({known})")
     data = _submission_summary(row)
-    data.update(abstract=row["abstract"], content=row["content"], tags=json.loads(row["tags"]),
-                verdict=json.loads(row["verdict"]) if row["verdict"] else None, reviews=[])
+    data.update(
+        abstract=row["abstract"],
+        content=row["content"],
+        tags=json.loads(row["tags"]),
+        verdict=json.loads(row["verdict"]) if row["verdict"] else None,
+        reviews=[],
+    )
     if _has_table(store, "paper_reviews"):
         for r in store.all("SELECT * FROM paper_reviews WHERE submission=? ORDER BY id", (sid,)):
-            data["reviews"].append({
-                "kind": r["kind"], "attempt": r["attempt"], "tick": r["tick"], "model": r["model"],
-                "prompt": r["prompt"], "response": r["response"], "thinking": r["thinking"], "error": r["error"],
-                "status": r["status"], "decision": r["decision"],
-                "extracted": json.loads(r["extracted"]) if r["extracted"] else None})
+            data["reviews"].append(
+                {
+                    "kind": r["kind"],
+                    "attempt": r["attempt"],
+                    "tick": r["tick"],
+                    "model": r["model"],
+                    "prompt": r["prompt"],
+                    "response": r["response"],
+                    "thinking": r["thinking"],
+                    "error": r["error"],
+                    "status": r["status"],
+                    "decision": r["decision"],
+                    "extracted": json.loads(r["extracted"]) if r["extracted"] else None,
+                }
+            )
     return data
 
 
@@ -219,23 +278,33 @@ def get_thread(store: Store, room: str, number: int, *, lineage: str | None = No
         known = f"{plural}: {_span(numbers)}" if numbers else f"there are no {plural} yet"
         where = f" of the {scope} lineage" if short == "private_memory" else ""
         raise ValueError(f"no {thing} {number}{where} ({known})")
-    messages = [_message(m) for m in store.all("SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k",
-                                               (row["id"],))]
+    messages = [
+        _message(m) for m in store.all("SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k", (row["id"],))
+    ]
     participants: list[str] = []
     for name in [row["author"], *(m["author"]["name"] for m in messages)]:
         if name not in participants:
             participants.append(name)
-    return {"room": short, "thing": thing, "scope": scope, "number": number, "title": row["title"],
-            "abstract": row["abstract"], "tags": json.loads(row["tags"]),
-            "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
-            "recipients": json.loads(row["recipients"]), "participants": participants,
-            "created_tick": row["created_tick"], "updated_tick": row["updated_tick"],
-            "deleted": bool(row["deleted"]), "messages": messages}
+    return {
+        "room": short,
+        "thing": thing,
+        "scope": scope,
+        "number": number,
+        "title": row["title"],
+        "abstract": row["abstract"],
+        "tags": json.loads(row["tags"]),
+        "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
+        "recipients": json.loads(row["recipients"]),
+        "participants": participants,
+        "created_tick": row["created_tick"],
+        "updated_tick": row["updated_tick"],
+        "deleted": bool(row["deleted"]),
+        "messages": messages,
+    }
 
 
 def _private_scope(store: Store, number: int, lineage: str | None) -> str:
-    scopes = [r[0] for r in store.all("SELECT DISTINCT scope FROM capsules WHERE room='private_memory' "
-                                      "ORDER BY scope")]
+    scopes = [r[0] for r in store.all("SELECT DISTINCT scope FROM capsules WHERE room='private_memory' ORDER BY scope")]
     if lineage is not None:
         wanted = lineage_key(lineage.strip())
         if wanted in scopes:
@@ -245,15 +314,21 @@ def _private_scope(store: Store, number: int, lineage: str | None) -> str:
             return folded[0]
         known = f"lineages with notes: {', '.join(scopes)}" if scopes else "no lineage has notes yet"
         raise ValueError(f"no private notes of a lineage {lineage!r} ({known})")
-    holders = [r[0] for r in store.all("SELECT scope FROM capsules WHERE room='private_memory' AND number=? "
-                                       "ORDER BY scope", (number,))]
+    holders = [
+        r[0]
+        for r in store.all(
+            "SELECT scope FROM capsules WHERE room='private_memory' AND number=? ORDER BY scope", (number,)
+        )
+    ]
     if len(holders) == 1:
         return holders[0]
     if not holders:
         known = f"lineages with notes: {', '.join(scopes)}" if scopes else "no lineage has notes yet"
         raise ValueError(f"no private note {number} in any lineage ({known})")
-    raise ValueError(f"private note {number} exists in {len(holders)} lineages ({', '.join(holders)}); "
-                     "choose one with --lineage NAME")
+    raise ValueError(
+        f"private note {number} exists in {len(holders)} lineages ({', '.join(holders)}); "
+        "choose one with --lineage NAME"
+    )
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -272,36 +347,60 @@ def render_papers(data: dict[str, Any], console: Console | None = None) -> None:
     papers, subs = data["papers"], data["submissions"]
     if papers:
         table = Table(title="Archive papers", title_justify="left")
-        for name, kw in (("#", {"justify": "right"}), ("title", {"ratio": 1}), ("author", {}),
-                         ("tick", {"justify": "right"}), ("score", {"justify": "right"}),
-                         ("replies", {"justify": "right"})):
+        for name, kw in (
+            ("#", {"justify": "right"}),
+            ("title", {"ratio": 1}),
+            ("author", {}),
+            ("tick", {"justify": "right"}),
+            ("score", {"justify": "right"}),
+            ("replies", {"justify": "right"}),
+        ):
             table.add_column(name, **kw)
         for p in papers:
             style = "dim" if p["deleted"] else ""
             title = cell(p["title"], style)
             if p["deleted"]:
                 title.append(" (deleted)", style="dim italic")
-            table.add_row(Text(str(p["number"])), title, cell(p["author"]["name"]), Text(str(p["tick"])),
-                          Text(_score(p["score"])), Text(str(p["replies"])), style=style)
+            table.add_row(
+                Text(str(p["number"])),
+                title,
+                cell(p["author"]["name"]),
+                Text(str(p["tick"])),
+                Text(_score(p["score"])),
+                Text(str(p["replies"])),
+                style=style,
+            )
         console.print(table)
     if subs:
         table = Table(title="Submissions not published", title_justify="left")
-        for name, kw in (("id", {"justify": "right"}), ("title", {"ratio": 1}), ("author", {}),
-                         ("tick", {"justify": "right"}), ("status", {}), ("score", {"justify": "right"}),
-                         ("attempts", {"justify": "right"})):
+        for name, kw in (
+            ("id", {"justify": "right"}),
+            ("title", {"ratio": 1}),
+            ("author", {}),
+            ("tick", {"justify": "right"}),
+            ("status", {}),
+            ("score", {"justify": "right"}),
+            ("attempts", {"justify": "right"}),
+        ):
             table.add_column(name, **kw)
         colour = {"rejected": "red", "pending": "yellow", "failed": "magenta", "accepted": "green"}
         for s in subs:
-            table.add_row(Text(f"s:{s['id']}"), cell(s["title"]), cell(s["author"]["name"]), Text(str(s["tick"])),
-                          Text(s["status"], style=colour.get(s["status"], "")), Text(_score(s["score"])),
-                          Text(str(s["attempts"])))
+            table.add_row(
+                Text(f"s:{s['id']}"),
+                cell(s["title"]),
+                cell(s["author"]["name"]),
+                Text(str(s["tick"])),
+                Text(s["status"], style=colour.get(s["status"], "")),
+                Text(_score(s["score"])),
+                Text(str(s["attempts"])),
+            )
         console.print(table)
     if not papers and not subs:
-        console.print(Text("No papers match." if data.get("filtered") else "No papers have been published yet.",
-                           style="yellow"))
+        console.print(
+            Text("No papers match." if data.get("filtered") else "No papers have been published yet.", style="yellow")
+        )
         return
-    console.print(Text("Read one with `station paper DIR N` (a submission: `station paper DIR s:N`).",
-                       style="dim"))
+    console.print(Text("Read one with `station paper DIR N` (a submission: `station paper DIR s:N`).", style="dim"))
 
 
 def render_paper(paper: dict[str, Any], console: Console | None = None) -> None:
@@ -317,8 +416,9 @@ def render_paper(paper: dict[str, Any], console: Console | None = None) -> None:
     if paper["tags"]:
         console.print(Text("tags: ", style="dim") + plain(", ".join(map(str, paper["tags"])), limit=2000))
     if paper["deleted"]:
-        console.print(Text("This paper was deleted by its lineage; it is kept in the station's records.",
-                           style="dim italic"))
+        console.print(
+            Text("This paper was deleted by its lineage; it is kept in the station's records.", style="dim italic")
+        )
     if paper["abstract"]:
         console.print(Panel(plain(paper["abstract"]), title=Text("Abstract"), border_style="blue"))
     body = paper["body"]
@@ -368,8 +468,13 @@ def render_submission(sub: dict[str, Any], console: Console | None = None) -> No
             parts += [Text("Comment", style="bold"), plain(verdict["comment"])]
         if verdict.get("suggestion"):
             parts += [Text("Suggestion", style="bold"), plain(verdict["suggestion"])]
-        console.print(Panel(Group(*parts), title=Text(f"Verdict · {sub['status']} · score {_score(sub['score'])}"),
-                            border_style="green" if sub["status"] == "accepted" else "red"))
+        console.print(
+            Panel(
+                Group(*parts),
+                title=Text(f"Verdict · {sub['status']} · score {_score(sub['score'])}"),
+                border_style="green" if sub["status"] == "accepted" else "red",
+            )
+        )
     if not sub["reviews"]:
         note = "The reviewer has not answered yet." if sub["status"] == "pending" else "No reviewer exchanges stored."
         console.print(Text(note, style="dim"))
@@ -397,8 +502,9 @@ def render_thread(thread: dict[str, Any], console: Console | None = None) -> Non
     console.print(plain(thread["title"], "bold", limit=2000))
     facts = f"started by {_who(thread['author'])} at tick {thread['created_tick']}"
     live = sum(1 for m in thread["messages"] if not m["deleted"])
-    facts += f" · {len(thread['messages'])} message(s)" + (f", {live} not deleted" if live != len(thread["messages"])
-                                                            else "")
+    facts += f" · {len(thread['messages'])} message(s)" + (
+        f", {live} not deleted" if live != len(thread["messages"]) else ""
+    )
     console.print(plain(facts))
     if thread["room"] == "mail":
         console.print(plain(f"from {thread['author']['name']} to {', '.join(thread['recipients']) or '(nobody)'}"))
@@ -421,5 +527,4 @@ def _print_message(console: Console, number: int, m: dict[str, Any]) -> None:
         console.print(plain(head, "dim", limit=500) + Text("  (deleted)", style="dim"))
         return
     style = "green" if m["author"]["name"] == REVIEWER.name else "cyan"
-    console.print(Panel(markdown(m["content"]), title=plain(head, limit=500), title_align="left",
-                        border_style=style))
+    console.print(Panel(markdown(m["content"]), title=plain(head, limit=500), title_align="left", border_style=style))

@@ -1,6 +1,7 @@
 """The reader commands `station papers`, `paper` and `thread`: their arguments, and the functions that
 run them. Light to import, so that building the `station` parser stays fast; the queries and the
 rendering (rich, the rooms, the world) are in readers.py and imported when a command runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,9 @@ def add_reader_commands(sub: Any) -> None:
     s = sub.add_parser("papers", help="the Archive's papers (and with --all the unpublished submissions)")
     s.add_argument("dir")
     s.add_argument("--all", action="store_true", help="also list submissions that were not published")
-    s.add_argument("--status", choices=PAPER_STATES,
-                   help="only submissions with this status (accepted = the published papers)")
+    s.add_argument(
+        "--status", choices=PAPER_STATES, help="only submissions with this status (accepted = the published papers)"
+    )
     s.set_defaults(fn=cmd_papers)
 
     s = sub.add_parser("paper", help="one Archive paper with its review and replies (s:N: a submission)")

@@ -5,6 +5,7 @@ or `REGISTRY.lazy("name", "package.module:attribute")` for one whose module pull
 dependency (a provider SDK, Ray), imported only when that name is used. An unknown name is an
 error that lists the known ones. A leaf module: it imports nothing of the project.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,6 +28,7 @@ class Registry(Generic[T]):
         def mark(entry: T) -> T:
             self._add(name, entry)
             return entry
+
         return mark
 
     def lazy(self, name: str, path: str) -> None:
@@ -51,8 +53,9 @@ class Registry(Generic[T]):
 
     def _add(self, name: str, entry: T | str) -> None:
         if name in self._entries and _where(self._entries[name]) != _where(entry):
-            raise ValueError(f"{self.kind} {name!r} is registered twice: {_where(self._entries[name])} "
-                             f"and {_where(entry)}")
+            raise ValueError(
+                f"{self.kind} {name!r} is registered twice: {_where(self._entries[name])} and {_where(entry)}"
+            )
         self._entries[name] = entry
 
 

@@ -1,4 +1,5 @@
 """Read-only views of a station for people: status (text and a stable JSON shape), agents, dialogues."""
+
 from __future__ import annotations
 
 import json
@@ -59,18 +60,29 @@ def spend(station: Station) -> dict[str, Any]:
     rows = station.store.all(
         "SELECT who, COUNT(*) AS calls, SUM(cost_usd) AS usd, SUM(input_tokens) AS input, "
         "SUM(cached_input_tokens) AS cached, SUM(output_tokens) AS output, SUM(reasoning_tokens) AS reasoning, "
-        "SUM(retries) AS retries, AVG(latency_s) AS latency FROM spend GROUP BY who ORDER BY who")
-    by_caller = {r["who"]: {"calls": r["calls"], "usd": round(r["usd"] or 0.0, 6), "input_tokens": r["input"] or 0,
-                            "cached_input_tokens": r["cached"] or 0, "output_tokens": r["output"] or 0,
-                            "reasoning_tokens": r["reasoning"] or 0, "retries": r["retries"] or 0,
-                            "mean_latency_s": round(r["latency"], 3) if r["latency"] is not None else None}
-                 for r in rows}
-    total = {key: sum(c[key] for c in by_caller.values())
-             for key in ("calls", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens",
-                         "retries")}
+        "SUM(retries) AS retries, AVG(latency_s) AS latency FROM spend GROUP BY who ORDER BY who"
+    )
+    by_caller = {
+        r["who"]: {
+            "calls": r["calls"],
+            "usd": round(r["usd"] or 0.0, 6),
+            "input_tokens": r["input"] or 0,
+            "cached_input_tokens": r["cached"] or 0,
+            "output_tokens": r["output"] or 0,
+            "reasoning_tokens": r["reasoning"] or 0,
+            "retries": r["retries"] or 0,
+            "mean_latency_s": round(r["latency"], 3) if r["latency"] is not None else None,
+        }
+        for r in rows
+    }
+    total = {
+        key: sum(c[key] for c in by_caller.values())
+        for key in ("calls", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "retries")
+    }
     total["usd"] = round(sum(c["usd"] for c in by_caller.values()), 6)
-    total["cached_share"] = round(total["cached_input_tokens"] / total["input_tokens"], 4) \
-        if total["input_tokens"] else None
+    total["cached_share"] = (
+        round(total["cached_input_tokens"] / total["input_tokens"], 4) if total["input_tokens"] else None
+    )
     return {**total, "by_caller": by_caller, "budget": station.config.budget.model_dump()}
 
 
@@ -80,13 +92,22 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
     money = spend(station)
     agents = []
     for a in station.agents.active():
-        agents.append({
-            "name": a.name, "kind": a.kind, "room": a.location, "age": a.age(ctx.tick),
-            "max_age": a.max_age, "mature": ctx.is_mature(a), "lineage": a.lineage,
-            "generation": a.generation, "model": a.model["name"], "context_tokens": a.context_tokens,
-            "tokens_spent": a.tokens_spent,
-            "spend_usd": money["by_caller"].get(a.name, {}).get("usd", 0.0),
-        })
+        agents.append(
+            {
+                "name": a.name,
+                "kind": a.kind,
+                "room": a.location,
+                "age": a.age(ctx.tick),
+                "max_age": a.max_age,
+                "mature": ctx.is_mature(a),
+                "lineage": a.lineage,
+                "generation": a.generation,
+                "model": a.model["name"],
+                "context_tokens": a.context_tokens,
+                "tokens_spent": a.tokens_spent,
+                "spend_usd": money["by_caller"].get(a.name, {}).get("usd", 0.0),
+            }
+        )
     counts: dict[str, Any] = {
         "turns": store.scalar("SELECT COUNT(*) FROM turns"),
         "agents_ever": store.scalar("SELECT COUNT(*) FROM agents"),
@@ -135,25 +156,39 @@ def status_text(data: dict[str, Any]) -> str:
         "",
     ]
     caps, papers = c["capsules"], c.get("papers")
-    social = [f"capsules: {caps['private']} private notes, {caps['public']} forum threads, "
-              f"{caps['archive']} papers, {caps['mail']} mails"]
+    social = [
+        f"capsules: {caps['private']} private notes, {caps['public']} forum threads, "
+        f"{caps['archive']} papers, {caps['mail']} mails"
+    ]
     if papers:
-        social.append(f"submitted papers: {papers['accepted']} accepted, {papers['rejected']} rejected, "
-                      f"{papers['pending']} pending, {papers['failed']} not reviewable")
+        social.append(
+            f"submitted papers: {papers['accepted']} accepted, {papers['rejected']} rejected, "
+            f"{papers['pending']} pending, {papers['failed']} not reviewable"
+        )
     if "common_room_messages" in c:
         social.append(f"common room: {c['common_room_messages']} messages")
     if "reflections" in c:
         social.append(f"reflections: {c['reflections']}")
     if "research_best" in c:
         sub = c["submissions"]
-        social.append(f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
-                      f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out")
-        social += [f"  #{e['id']} {e['state']}" + (f" {e['elapsed_s']:.0f} s" if e["elapsed_s"] is not None else "")
-                   + (f" ({e['progress']})" if e["progress"] else "") + f": {e['title']!r} by {e['author']}"
-                   for e in data.get("evaluations", []) if e["state"] == "running"]
+        social.append(
+            f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
+            f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out"
+        )
+        social += [
+            f"  #{e['id']} {e['state']}"
+            + (f" {e['elapsed_s']:.0f} s" if e["elapsed_s"] is not None else "")
+            + (f" ({e['progress']})" if e["progress"] else "")
+            + f": {e['title']!r} by {e['author']}"
+            for e in data.get("evaluations", [])
+            if e["state"] == "running"
+        ]
         best = sorted(c["research_best"].items(), key=lambda item: natural_order(item[0]))
-        social += [f"best on task {task}: {shown(b['score'])} (evaluation #{b['evaluation']} by {b['author']}, "
-                   f"tick {b['tick']})" for task, b in best]
+        social += [
+            f"best on task {task}: {shown(b['score'])} (evaluation #{b['evaluation']} by {b['author']}, "
+            f"tick {b['tick']})"
+            for task, b in best
+        ]
     lines[-1:-1] = social
     if data.get("pause_reason"):
         lines[2:2] = [f"paused: {data['pause_reason']}"]
@@ -161,14 +196,17 @@ def status_text(data: dict[str, Any]) -> str:
     if money["calls"]:
         cached = f", {money['cached_share']:.0%} of input from cache" if money["cached_share"] is not None else ""
         budget = ", ".join(f"{k} {v:,}" for k, v in money["budget"].items() if v is not None)
-        lines.insert(-1, f"spend: ${money['usd']:.4f} over {money['calls']:,} model calls "
-                     f"({money['input_tokens']:,} input, {money['output_tokens']:,} output, "
-                     f"{money['reasoning_tokens']:,} reasoning tokens{cached})"
-                     + (f"; budget: {budget}" if budget else ""))
+        lines.insert(
+            -1,
+            f"spend: ${money['usd']:.4f} over {money['calls']:,} model calls "
+            f"({money['input_tokens']:,} input, {money['output_tokens']:,} output, "
+            f"{money['reasoning_tokens']:,} reasoning tokens{cached})" + (f"; budget: {budget}" if budget else ""),
+        )
         # callers other than the active agents: roles (reviewer, grader) and agents who left, often
         # many and mostly free (scripted or cached), so only those who spent are named
-        others = [(who, c["usd"]) for who, c in money["by_caller"].items()
-                  if who not in {a["name"] for a in data["agents"]}]
+        others = [
+            (who, c["usd"]) for who, c in money["by_caller"].items() if who not in {a["name"] for a in data["agents"]}
+        ]
         paid = [f"{who} ${usd:.4f}" for who, usd in others if usd > 0]
         free = len(others) - len(paid)
         if paid:
@@ -178,9 +216,10 @@ def status_text(data: dict[str, Any]) -> str:
     for a in data["agents"]:
         lineage = f" gen {a['generation']}" if a["generation"] else ""
         tokens = f"{a['context_tokens']:,}" if a["context_tokens"] is not None else "-"
-        lines.append(f"  {a['name']:<16} {a['kind']:<9} {a['room']:<17} age {a['age']:>4}{lineage:<7} "
-                     f"context {tokens:>9}  spent {a['tokens_spent']:,}"
-                     + (f"  ${a['spend_usd']:.4f}" if a["spend_usd"] else ""))
+        lines.append(
+            f"  {a['name']:<16} {a['kind']:<9} {a['room']:<17} age {a['age']:>4}{lineage:<7} "
+            f"context {tokens:>9}  spent {a['tokens_spent']:,}" + (f"  ${a['spend_usd']:.4f}" if a["spend_usd"] else "")
+        )
     return clean("\n".join(lines))  # pause reasons, titles and progress notes come from agents and code
 
 
@@ -192,11 +231,19 @@ def agents_table(station: Station, *, include_ended: bool) -> str:
             continue
         end = a.exit_tick if a.exit_tick is not None else tick
         age = "-" if a.state == "ascended" else str(end - a.birth_tick)  # the life goes on under the new name
-        table.add_row(a.name, a.kind, a.state + (f" ({a.exit_reason})" if a.exit_reason else ""),
-                      a.location, str(a.birth_tick), str(a.exit_tick or ""), age,
-                      f"{a.lineage} {a.generation}" if a.lineage else "", a.model["name"],
-                      f"{a.context_tokens:,}" if a.context_tokens is not None else "-",
-                      a.ascended_to and f"-> {a.ascended_to}" or a.succeeded_by and f"heir: {a.succeeded_by}" or "")
+        table.add_row(
+            a.name,
+            a.kind,
+            a.state + (f" ({a.exit_reason})" if a.exit_reason else ""),
+            a.location,
+            str(a.birth_tick),
+            str(a.exit_tick or ""),
+            age,
+            f"{a.lineage} {a.generation}" if a.lineage else "",
+            a.model["name"],
+            f"{a.context_tokens:,}" if a.context_tokens is not None else "-",
+            a.ascended_to and f"-> {a.ascended_to}" or a.succeeded_by and f"heir: {a.succeeded_by}" or "",
+        )
     console = Console()  # on a terminal: its own width
     if not console.is_terminal:
         console.width = 100_000  # piped: one line per agent (the table takes only the width it needs)
@@ -208,8 +255,9 @@ def agents_table(station: Station, *, include_ended: bool) -> str:
 ACTION_LINE = re.compile(r"^\s*`?/execute_action\{[^{}]*\}`?\s*$")
 
 
-def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
-                   console: Console | None = None) -> None:
+def print_dialogue(
+    station: Station, name: str, *, tick: int | None, full: bool, console: Console | None = None
+) -> None:
     console = console or Console()
     agent = station.agents.get(name)
     if agent is None:
@@ -223,14 +271,21 @@ def print_dialogue(station: Station, name: str, *, tick: int | None, full: bool,
     if not rows:
         console.print(f"[yellow]{name} has no turns yet.[/]")
     for row in rows:
-        console.rule(f"[bold]tick {row['tick']}[/] · {row['agent']} · ends in {row['room']} · "
-                     f"context {row['context_tokens'] or 0:,} tokens")
+        console.rule(
+            f"[bold]tick {row['tick']}[/] · {row['agent']} · ends in {row['room']} · "
+            f"context {row['context_tokens'] or 0:,} tokens"
+        )
         prompt = row["prompt"] if full else _prompt_digest(row["prompt"])
         console.print(Panel(markdown(prompt), title="station → agent", border_style="blue"))
         console.print(Panel(_highlight(row["reply"]), title="agent" + _finish_note(row), border_style="green"))
         for i, step in enumerate(json.loads(row["internal"]), 1):
-            console.print(Panel(markdown(step["prompt"] if full else step["prompt"][:600]),
-                                title=f"exchange {i}: station", border_style="cyan"))
+            console.print(
+                Panel(
+                    markdown(step["prompt"] if full else step["prompt"][:600]),
+                    title=f"exchange {i}: station",
+                    border_style="cyan",
+                )
+            )
             console.print(Panel(_highlight(step["reply"]), title=f"exchange {i}: agent", border_style="green"))
 
 
@@ -247,8 +302,11 @@ def _finish_note(row: Any) -> str:
 
 def _prompt_digest(prompt: str) -> str:
     """The parts of a prompt that change turn to turn: messages and last turn's results."""
-    keep = [s for s in prompt.split("\n\n---\n\n")
-            if s.startswith(("## System Messages", "## Actions Detected", "## Room Output History"))]
+    keep = [
+        s
+        for s in prompt.split("\n\n---\n\n")
+        if s.startswith(("## System Messages", "## Actions Detected", "## Room Output History"))
+    ]
     digest = "\n\n".join(keep)
     return digest if len(digest) < 4000 else digest[:4000] + "\n\n… (use --full for the whole prompt)"
 

@@ -3,6 +3,7 @@
 The engine knows no room by name. It asks a room for its output, checks access, validates
 an action's YAML against the action's pydantic model, and calls the handler with the result.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -50,15 +51,27 @@ class ActionSpec:
     yaml_required: bool
 
 
-def action(name: str, *, params: type[Params] | None = None, internal: bool = False,
-           guests: bool | None = None, yaml_required: bool | None = None) -> Callable:
+def action(
+    name: str,
+    *,
+    params: type[Params] | None = None,
+    internal: bool = False,
+    guests: bool | None = None,
+    yaml_required: bool | None = None,
+) -> Callable:
     """Declare a room method as the handler of `name`."""
+
     def mark(fn: Callable) -> Callable:
         fn.__action__ = ActionSpec(  # type: ignore[attr-defined]
-            name=name, handler=fn, params=params, internal=internal, guests=guests,
+            name=name,
+            handler=fn,
+            params=params,
+            internal=internal,
+            guests=guests,
             yaml_required=params is not None if yaml_required is None else yaml_required,
         )
         return fn
+
     return mark
 
 
@@ -171,14 +184,14 @@ def validate_params(spec: ActionSpec, raw: dict[str, Any] | None) -> tuple[Param
     fields = spec.params.model_fields
     if raw is None:
         if spec.yaml_required:
-            return None, (f"it needs a ```yaml block right below the action with: "
-                          f"{_describe_fields(spec.params)}."), []
+            return None, (f"it needs a ```yaml block right below the action with: {_describe_fields(spec.params)}."), []
         raw = {}
     notes = []
     unknown = sorted(k for k in raw if k not in fields)
     if unknown:
-        notes.append(f"Note: '{spec.name}' ignored unknown YAML key(s): {', '.join(unknown)} "
-                     f"(it reads: {', '.join(fields)}).")
+        notes.append(
+            f"Note: '{spec.name}' ignored unknown YAML key(s): {', '.join(unknown)} (it reads: {', '.join(fields)})."
+        )
     try:
         return spec.params.model_validate(raw), None, notes
     except ValidationError as err:

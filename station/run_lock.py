@@ -2,6 +2,7 @@
 
 The lock is an advisory `flock` on `run.lock`, so it goes away with the process that held it.
 """
+
 from __future__ import annotations
 
 import fcntl

@@ -3,6 +3,7 @@
 A leaf module (it imports nothing of the project), so research tasks can describe runs and
 read results without depending on the engine or on any executor.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

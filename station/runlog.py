@@ -7,6 +7,7 @@ directory, Python's logging goes there too (Ray's logger included, see executors
 and the station's own output (the status line, messages, errors) uses a copy of the terminal's
 descriptor made first.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,9 @@ def station_log(directory: Path) -> Iterator[IO[str]]:
     sys.stderr.flush()
     terminal_fd = os.dup(2)
     if _writes_to_fd2(sys.stderr):
-        terminal: IO[str] = os.fdopen(os.dup(terminal_fd), "w", encoding=sys.stderr.encoding, errors="replace", buffering=1)
+        terminal: IO[str] = os.fdopen(
+            os.dup(terminal_fd), "w", encoding=sys.stderr.encoding, errors="replace", buffering=1
+        )
     else:  # sys.stderr was replaced (a caller capturing our output): keep writing to it
         terminal = sys.stderr
     handler = logging.StreamHandler(log)

@@ -6,6 +6,7 @@ and the HTTP clients refuse them with an exception, which used to stop the stati
 Everything that enters the store or a prompt passes through `valid()`: valid pairs become the
 character they encode, anything else becomes U+FFFD, shown as such.
 """
+
 from __future__ import annotations
 
 from typing import Any

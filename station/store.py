@@ -6,6 +6,7 @@ tables without the engine knowing them.  All writes of one agent turn happen ins
 `transaction()`; recorded inputs (model replies, verdicts, operator commands) are kept in the
 `inputs` table, keyed so that a turn re-executed after a crash finds the reply it already got.
 """
+
 from __future__ import annotations
 
 import json
@@ -154,8 +155,10 @@ def absolute(directory: str | Path) -> Path:
     return Path(os.path.abspath(directory))
 
 
-RECOVERY = ("Restore it from a backup (`station backup` makes one, safely, while a station runs) or move it "
-            "away; nothing was changed")
+RECOVERY = (
+    "Restore it from a backup (`station backup` makes one, safely, while a station runs) or move it "
+    "away; nothing was changed"
+)
 
 
 def damaged(db_path: Path, err: sqlite3.DatabaseError) -> str:
@@ -220,9 +223,7 @@ class Store:
     # -- schema ---------------------------------------------------------------------------
     def migrate(self, component: str, migrations: list[str]) -> None:
         """Apply the migrations of `component` that this database has not seen yet."""
-        row = self.db.execute(
-            "SELECT version FROM schema_versions WHERE component=?", (component,)
-        ).fetchone()
+        row = self.db.execute("SELECT version FROM schema_versions WHERE component=?", (component,)).fetchone()
         have = row["version"] if row else 0
         if have > len(migrations):
             raise StoreError(
@@ -286,16 +287,32 @@ class Store:
         row = self.db.execute("SELECT payload FROM inputs WHERE key=?", (key,)).fetchone()
         return json.loads(row["payload"]) if row else None
 
-    def put_input(self, key: str, kind: str, tick: int, agent: str | None, payload: dict[str, Any],
-                  request_hash: str | None = None, latency_s: float | None = None) -> None:
+    def put_input(
+        self,
+        key: str,
+        kind: str,
+        tick: int,
+        agent: str | None,
+        payload: dict[str, Any],
+        request_hash: str | None = None,
+        latency_s: float | None = None,
+    ) -> None:
         self.execute(
             "INSERT INTO inputs(key, kind, tick, agent, payload, request_hash, latency_s, recorded_at) "
             "VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
             (key, kind, tick, agent, dumps(payload), request_hash, latency_s, time.time()),
         )
 
-    def record_input(self, key: str, kind: str, tick: int, agent: str | None, payload: dict[str, Any],
-                     request_hash: str | None = None, latency_s: float | None = None) -> None:
+    def record_input(
+        self,
+        key: str,
+        kind: str,
+        tick: int,
+        agent: str | None,
+        payload: dict[str, Any],
+        request_hash: str | None = None,
+        latency_s: float | None = None,
+    ) -> None:
         """Write one input in its own committed transaction (before it is applied)."""
         with self.transaction():
             self.put_input(key, kind, tick, agent, payload, request_hash, latency_s)

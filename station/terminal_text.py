@@ -4,6 +4,7 @@ Every command that prints such text goes through `clean` (or the rich wrappers b
 sequences could otherwise retitle the window, clear the screen or write the clipboard (OSC 52),
 and rich markup inside the text (`[bold red]`) must be shown as written, never interpreted.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,11 +15,11 @@ if TYPE_CHECKING:  # rich loads only where something is drawn: `station --help` 
     from rich.text import Text
 
 _ESCAPE_SEQUENCES = re.compile(
-    "\x1b\\[[0-?]*[ -/]*[@-~]"             # CSI: colours, cursor moves, screen clearing
+    "\x1b\\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, screen clearing
     "|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?"  # OSC: window titles, hyperlinks, clipboard writes
-    "|\x1b[PX^_][^\x1b]*(?:\x1b\\\\)?"      # DCS, SOS, PM, APC strings
-    "|\x1b[ -/]*[0-~]"                     # the remaining two- and three-byte escapes
-    "|\x9b[0-?]*[ -/]*[@-~]"               # CSI in its 8-bit form
+    "|\x1b[PX^_][^\x1b]*(?:\x1b\\\\)?"  # DCS, SOS, PM, APC strings
+    "|\x1b[ -/]*[0-~]"  # the remaining two- and three-byte escapes
+    "|\x9b[0-?]*[ -/]*[@-~]"  # CSI in its 8-bit form
 )
 # C0 controls but tab and line feed, DEL, C1 controls, and the bidirectional overrides that make
 # text read differently from how it is stored.

@@ -9,6 +9,7 @@ With `prompt.style: compact`, help is looked up under `help/compact/` first (in 
 shared), so a room can have a short first-visit help for small models; rooms without one keep
 their usual help.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,8 +67,9 @@ class TestDefinition:
 
 
 class Texts:
-    def __init__(self, set_name: str, overrides: dict[str, str] | None = None,
-                 root: Path = CODEX_ROOT, style: str = "full") -> None:
+    def __init__(
+        self, set_name: str, overrides: dict[str, str] | None = None, root: Path = CODEX_ROOT, style: str = "full"
+    ) -> None:
         set_dir = Path(set_name) if ("/" in set_name or set_name.startswith(".")) else root / "sets" / set_name
         if not set_dir.is_dir():
             known = sorted(p.name for p in (root / "sets").iterdir()) if (root / "sets").is_dir() else []
@@ -143,7 +145,7 @@ def _split_codex(path: Path) -> list[CodexModule]:
     modules = []
     for i, head in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
-        body = re.sub(r"\n{3,}", "\n\n", text[head.end():end]).strip()
+        body = re.sub(r"\n{3,}", "\n\n", text[head.end() : end]).strip()
         modules.append(CodexModule(id=head.group(1), title=head.group(2), text=body))
     return modules
 
@@ -157,14 +159,16 @@ def _load_tests(path: Path) -> list[TestDefinition]:
     tests = []
     for i, entry in enumerate(raw):
         try:
-            tests.append(TestDefinition(
-                id=str(entry["id"]).strip(),  # ids are strings even when written as numbers
-                title=str(entry["title"]),
-                goal=str(entry.get("goal", "")),
-                question=str(entry["question"]),
-                pass_criteria=str(entry.get("pass_criteria", "")),
-                key_terms=tuple(tuple(str(t) for t in group) for group in entry.get("key_terms") or []),
-            ))
+            tests.append(
+                TestDefinition(
+                    id=str(entry["id"]).strip(),  # ids are strings even when written as numbers
+                    title=str(entry["title"]),
+                    goal=str(entry.get("goal", "")),
+                    question=str(entry["question"]),
+                    pass_criteria=str(entry.get("pass_criteria", "")),
+                    key_terms=tuple(tuple(str(t) for t in group) for group in entry.get("key_terms") or []),
+                )
+            )
         except (KeyError, TypeError) as err:
             raise TextsError(f"{path}: test #{i + 1} is missing or has a bad field: {err}") from None
     return tests

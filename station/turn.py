@@ -3,6 +3,7 @@
 Every problem becomes a clear line in the agent's next prompt; an action that crashes is
 undone alone (savepoint) and reported, so bad input never damages the world.
 """
+
 from __future__ import annotations
 
 import traceback
@@ -17,8 +18,10 @@ from .context import Context
 
 GLOBAL_ACTIONS = ("goto", "go", "help", "meta", "exit")
 HELP_TOPICS = ("capsule",)  # help texts that belong to no single room
-YAML_TIPS = ("Tips: put the ```yaml block on the line right after the action, close it with ```, "
-             "and indent the lines of a `|` block by two spaces.")
+YAML_TIPS = (
+    "Tips: put the ```yaml block on the line right after the action, close it with ```, "
+    "and indent the lines of a `|` block by two spaces."
+)
 
 
 @dataclass
@@ -40,12 +43,15 @@ class TurnLog:
 def cut_notice(tokens: int | None) -> str:
     """What an agent is told when the model stopped its reply at max_output_tokens."""
     after = f"after {tokens:,} tokens " if tokens else ""
-    return (f"Your last reply was cut off {after}(the model's max_output_tokens limit); anything after the cut, "
-            "actions included, was not received. Keep replies shorter.")
+    return (
+        f"Your last reply was cut off {after}(the model's max_output_tokens limit); anything after the cut, "
+        "actions included, was not received. Keep replies shorter."
+    )
 
 
-def execute_reply(ctx: Context, agent: Agent, text: str, cut_from: int | None = None,
-                  cut_tokens: int | None = None) -> TurnLog:
+def execute_reply(
+    ctx: Context, agent: Agent, text: str, cut_from: int | None = None, cut_tokens: int | None = None
+) -> TurnLog:
     """`cut_from`: the reply's length before it was cut to the engine's max_reply_chars on arrival;
     `cut_tokens`: the model stopped the reply at max_output_tokens, after this many tokens (0: unknown)."""
     log = TurnLog()
@@ -53,16 +59,21 @@ def execute_reply(ctx: Context, agent: Agent, text: str, cut_from: int | None = 
         log.log(agent.location, cut_notice(cut_tokens))
     limit = ctx.config.engine.max_reply_chars
     if cut_from is not None or len(text) > limit:  # the latter: a reply recorded before replies were cut
-        log.log(agent.location, f"Your reply was {cut_from or len(text):,} characters long; only the first "
-                                f"{limit:,} were read and kept.")
+        log.log(
+            agent.location,
+            f"Your reply was {cut_from or len(text):,} characters long; only the first {limit:,} were read and kept.",
+        )
         text = text[:limit]
     parsed = parse_actions(text, max_actions=ctx.config.engine.max_actions_per_reply)
     if not text.strip():
         log.log(agent.location, "Your reply was empty, so no action was taken. You stayed where you were.")
         log.summary.append("No action was received last turn (the reply was empty).")
     elif not parsed:
-        log.log(agent.location, "No action was found in your reply; you stayed where you were. "
-                "An action is a line that starts with /execute_action{...}.")
+        log.log(
+            agent.location,
+            "No action was found in your reply; you stayed where you were. "
+            "An action is a line that starts with /execute_action{...}.",
+        )
         log.summary.append("No action was received last turn.")
     for index, action in enumerate(parsed):
         if not agent.active:
@@ -78,8 +89,14 @@ def execute_reply(ctx: Context, agent: Agent, text: str, cut_from: int | None = 
 
 def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -> None:
     here = agent.location
-    record = {"name": action.name, "args": action.args, "params": action.to_json()["params"],
-              "error": action.error, "room": here, "ok": False}
+    record = {
+        "name": action.name,
+        "args": action.args,
+        "params": action.to_json()["params"],
+        "error": action.error,
+        "room": here,
+        "ok": False,
+    }
     log.actions.append(record)
     if not action.name:
         log.log(here, f"Error: {action.error}")
@@ -92,8 +109,11 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
     spec = room.actions.get(action.name)
     if spec is None:
         elsewhere = [r.short for r in ctx.rooms.values() if action.name in r.actions]
-        hint = f" It is an action of: {', '.join(elsewhere)}." if elsewhere else \
-            f" Actions here: {', '.join(room.actions) or 'none'}; everywhere: goto, help, meta, exit."
+        hint = (
+            f" It is an action of: {', '.join(elsewhere)}."
+            if elsewhere
+            else f" Actions here: {', '.join(room.actions) or 'none'}; everywhere: goto, help, meta, exit."
+        )
         log.log(here, f"Action '{action.name}' is not recognized in the {room.name}.{hint}")
         return
     refused = room.refusal(ctx, agent) or room.action_refusal(ctx, agent, spec)
@@ -101,8 +121,11 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
         log.log(here, refused)
         return
     if spec.internal and log.internal is not None:
-        log.log(here, f"'{action.name}' was not run: only one reading, test or other exchange can start per "
-                "reply, and one already started. Use it in a later turn.")
+        log.log(
+            here,
+            f"'{action.name}' was not run: only one reading, test or other exchange can start per "
+            "reply, and one already started. Use it in a later turn.",
+        )
         return
     if spec.params is not None and action.error and action.params is None and action.yaml_text is not None:
         log.log(here, f"'{action.name}' was not run: its {action.error}. {YAML_TIPS}")
@@ -120,8 +143,12 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
     except Exception as err:  # noqa: BLE001 - a bug in a room must not take the station down
         ctx.agents.restore(saved)
         log.log(here, f"'{action.name}' failed inside the station and was undone; the operator was alerted.")
-        ctx.emit("operator_alert", agent.name, problem=f"action {action.name} raised {err!r}",
-                 traceback=traceback.format_exc(limit=8))
+        ctx.emit(
+            "operator_alert",
+            agent.name,
+            problem=f"action {action.name} raised {err!r}",
+            traceback=traceback.format_exc(limit=8),
+        )
         return
     outcome = outcome if isinstance(outcome, Outcome) else Outcome(list(outcome or []))
     for line in outcome.lines:
@@ -148,8 +175,11 @@ def _global(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -> b
             log.log(here, f"The help on {topic}s will appear in your System Messages next turn.")
             return True
         if room is None:
-            log.log(here, f"No help for '{target}': unknown room. Rooms: {', '.join(ctx.rooms)}; "
-                    f"other topics: {', '.join(HELP_TOPICS)}.")
+            log.log(
+                here,
+                f"No help for '{target}': unknown room. Rooms: {', '.join(ctx.rooms)}; "
+                f"other topics: {', '.join(HELP_TOPICS)}.",
+            )
             return False
         ctx.notify(agent, f"Help for {room.name}:\n\n{room.help(ctx, agent)}", "help")
         log.log(here, f"The help for the {room.name} will appear in your System Messages next turn.")
@@ -179,8 +209,11 @@ def _goto(ctx: Context, agent: Agent, target: str, log: TurnLog) -> bool:
         return False
     limit = ctx.config.lifecycle.maturity_ticks
     if room.maturity_gated and not ctx.is_mature(agent):
-        log.log(here, f"The {room.name} opens to agents aged {limit} ticks or more (you are "
-                f"{agent.age(ctx.tick)}). Keep working on your own ideas meanwhile; do not wait.")
+        log.log(
+            here,
+            f"The {room.name} opens to agents aged {limit} ticks or more (you are "
+            f"{agent.age(ctx.tick)}). Keep working on your own ideas meanwhile; do not wait.",
+        )
         return False
     if room.short == "exit" and agent.role == "supervisor":
         log.log(here, "Supervisors cannot enter the Exit.")

@@ -1,4 +1,5 @@
 """Opening and creating a station directory: store, config, texts, rooms, hooks, context."""
+
 from __future__ import annotations
 
 import os
@@ -86,8 +87,10 @@ class Station:
         if any((building / leftover).exists() for leftover in ("station.db-wal", "station.db-shm")):
             free = shutil.disk_usage(building).free  # a close that could not checkpoint: usually a full disk
             shutil.rmtree(building, ignore_errors=True)
-            raise StoreError(f"the new station could not be written completely in {final.parent} "
-                             f"({free >> 10:,} KB free there: is the disk full?); nothing was created")
+            raise StoreError(
+                f"the new station could not be written completely in {final.parent} "
+                f"({free >> 10:,} KB free there: is the disk full?); nothing was created"
+            )
         if final.exists():
             final.rmdir()  # empty (checked above)
         os.rename(building, final)

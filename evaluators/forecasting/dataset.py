@@ -9,6 +9,7 @@ as the reference preprocessing writes them (`--path DIR`).
 
 prepares one ahead of time and prints its description and the reference scores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,9 @@ def data_root() -> Path:
 
 
 class ForecastDataset:
-    def __init__(self, root: Path | str, *, size: str = "default", seed: int = 0,
-                 path: Path | str | None = None) -> None:
+    def __init__(
+        self, root: Path | str, *, size: str = "default", seed: int = 0, path: Path | str | None = None
+    ) -> None:
         self.size, self.seed = size, seed
         if path is not None:
             self.source: Path | None = Path(path).expanduser().resolve()
@@ -106,8 +108,7 @@ class ForecastDataset:
         folder = self.private_dir if split == "test" else self.input_dir
         if not (folder / f"{split}_data.npy").exists():
             raise ValueError(f"forecasting: {self.name} has no {split} split")
-        return (np.load(folder / f"{split}_data.npy", mmap_mode="r"),
-                np.load(folder / f"{split}_condition_labels.npy"))
+        return (np.load(folder / f"{split}_data.npy", mmap_mode="r"), np.load(folder / f"{split}_condition_labels.npy"))
 
     # -- description ----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -128,22 +129,28 @@ class ForecastDataset:
         """A markdown paragraph for agents: what the arrays are and how big."""
         info = self.info()
         frames, windows, low_high = info["frames"], info["windows"], info["value_range"]["train"]
-        kind = ("simulated whole-brain calcium activity (a larval-zebrafish-like recurrent network "
-                "driven through a sequence of experimental conditions)" if self.source is None
-                else "whole-brain calcium activity from ZAPBench")
+        kind = (
+            "simulated whole-brain calcium activity (a larval-zebrafish-like recurrent network "
+            "driven through a sequence of experimental conditions)"
+            if self.source is None
+            else "whole-brain calcium activity from ZAPBench"
+        )
         test = ""
         if frames["test"]:
             unseen = len(info["held_out_conditions"])
-            test = (f" The hidden test split has {frames['test']:,} frames"
-                    + (f", including {unseen} condition{'s' * (unseen > 1)} absent from train and val." if unseen else "."))
-        return (f"**Data**: {kind}, {info['n_neurons']:,} neurons, normalised per neuron (train values "
-                f"from {low_high[0]:.2f} to {low_high[1]:.2f}, mostly within [0, 1]). `train_data.npy` is "
-                f"({frames['train']:,}, {info['n_neurons']:,}) float32 and `val_data.npy` "
-                f"({frames['val']:,}, {info['n_neurons']:,}); `*_condition_labels.npy` give each frame's "
-                f"experimental condition (int; {len(info['conditions']['train'])} conditions in train). "
-                f"A forecast sees {CONTEXT} consecutive frames and predicts the next {HORIZON}; a window never "
-                f"crosses a change of condition or the end of a split, which leaves {windows['train']:,} "
-                f"train and {windows['val']:,} validation windows.{test}")
+            test = f" The hidden test split has {frames['test']:,} frames" + (
+                f", including {unseen} condition{'s' * (unseen > 1)} absent from train and val." if unseen else "."
+            )
+        return (
+            f"**Data**: {kind}, {info['n_neurons']:,} neurons, normalised per neuron (train values "
+            f"from {low_high[0]:.2f} to {low_high[1]:.2f}, mostly within [0, 1]). `train_data.npy` is "
+            f"({frames['train']:,}, {info['n_neurons']:,}) float32 and `val_data.npy` "
+            f"({frames['val']:,}, {info['n_neurons']:,}); `*_condition_labels.npy` give each frame's "
+            f"experimental condition (int; {len(info['conditions']['train'])} conditions in train). "
+            f"A forecast sees {CONTEXT} consecutive frames and predicts the next {HORIZON}; a window never "
+            f"crosses a change of condition or the end of a split, which leaves {windows['train']:,} "
+            f"train and {windows['val']:,} validation windows.{test}"
+        )
 
     # -- reference scores -------------------------------------------------------------------------
     def references(self) -> dict[str, Any]:
@@ -174,17 +181,23 @@ def reference_scores(train_data: np.ndarray, val_data: np.ndarray, val_labels: n
     per_chunk = max(1, CHUNK_BYTES // ((CONTEXT + HORIZON) * val_data.shape[1] * 8))
     sums = {name: np.zeros(HORIZON) for name in PREDICTORS}
     for first in range(0, len(starts), per_chunk):
-        x, y = gather(val_data, starts[first:first + per_chunk])
-        predictions = {"persistence": x[:, -1:], "context_mean": x.mean(axis=1, keepdims=True),
-                       "train_mean": train_mean[None, None]}
+        x, y = gather(val_data, starts[first : first + per_chunk])
+        predictions = {
+            "persistence": x[:, -1:],
+            "context_mean": x.mean(axis=1, keepdims=True),
+            "train_mean": train_mean[None, None],
+        }
         for name, pred in predictions.items():
             sums[name] += mae_by_horizon(np.broadcast_to(pred, y.shape), y) * len(y)
     scores: dict[str, Any] = {}
     for name, total in sums.items():
         curve = total / len(starts)
-        scores[name] = {"mae": float(curve.mean()), "windows": int(len(starts)),
-                        "horizons": {str(h): float(curve[h - 1]) for h in HORIZONS_REPORTED},
-                        "by_step": [float(v) for v in curve]}
+        scores[name] = {
+            "mae": float(curve.mean()),
+            "windows": int(len(starts)),
+            "horizons": {str(h): float(curve[h - 1]) for h in HORIZONS_REPORTED},
+            "by_step": [float(v) for v in curve],
+        }
     return scores
 
 
@@ -204,7 +217,7 @@ def column_stats(data: np.ndarray) -> dict[str, Any]:
     rows = max(1, CHUNK_BYTES // (data.shape[1] * 8))
     total, low, high, bad = np.zeros(data.shape[1]), np.inf, -np.inf, 0
     for first in range(0, data.shape[0], rows):
-        chunk = np.asarray(data[first:first + rows], dtype=np.float64)
+        chunk = np.asarray(data[first : first + rows], dtype=np.float64)
         finite = np.isfinite(chunk)
         bad += int(finite.size - finite.sum())
         if bad:
@@ -250,12 +263,16 @@ def import_arrays(source: Path, input_dir: Path, private_dir: Path) -> dict[str,
         data_file, label_file = source / f"{split}_data.npy", source / f"{split}_condition_labels.npy"
         data, labels = _open(data_file), _open(label_file)
         if data.ndim != 2 or 0 in data.shape:
-            raise ValueError(f"forecasting: {data_file} must be a non-empty (frames, neurons) array, got shape {data.shape}")
+            raise ValueError(
+                f"forecasting: {data_file} must be a non-empty (frames, neurons) array, got shape {data.shape}"
+            )
         if not np.issubdtype(data.dtype, np.floating):
             raise ValueError(f"forecasting: {data_file} must hold floating-point values, got {data.dtype}")
         if labels.ndim != 1 or labels.shape[0] != data.shape[0]:
-            raise ValueError(f"forecasting: {label_file} must be one label per frame of {data_file.name} "
-                             f"({data.shape[0]} frames), got shape {labels.shape}")
+            raise ValueError(
+                f"forecasting: {label_file} must be one label per frame of {data_file.name} "
+                f"({data.shape[0]} frames), got shape {labels.shape}"
+            )
         if n_neurons is not None and data.shape[1] != n_neurons:
             raise ValueError(f"forecasting: {data_file} has {data.shape[1]} neurons; train_data.npy has {n_neurons}")
         n_neurons = data.shape[1]
@@ -264,7 +281,9 @@ def import_arrays(source: Path, input_dir: Path, private_dir: Path) -> dict[str,
             raise ValueError(f"forecasting: {data_file} has {bad:,} NaN or infinite values")
         labels = _integer_labels(labels, label_file)
         if split != "test" and not len(window_starts(labels)):
-            raise ValueError(f"forecasting: {label_file} leaves no window of {CONTEXT + HORIZON} frames within one condition")
+            raise ValueError(
+                f"forecasting: {label_file} leaves no window of {CONTEXT + HORIZON} frames within one condition"
+            )
         folder = private_dir if split == "test" else input_dir
         _place(data_file, data, folder / data_file.name)
         np.save(folder / label_file.name, labels)
@@ -304,7 +323,7 @@ def _place(source: Path, data: np.ndarray, target: Path) -> None:
     out = np.lib.format.open_memmap(target, mode="w+", dtype=np.float32, shape=data.shape)
     rows = max(1, CHUNK_BYTES // (data.shape[1] * 8))
     for first in range(0, data.shape[0], rows):
-        out[first:first + rows] = data[first:first + rows]
+        out[first : first + rows] = data[first : first + rows]
     out.flush()
     del out
 

@@ -1,5 +1,6 @@
 """The offline scripted researcher's play on forecasting: it tunes the shared MLP, then makes it predict the change from the
 last frame."""
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,10 @@ def submission(seen: Any, rng: random.Random) -> dict[str, str]:
     code = (HERE / "baselines" / "shared_mlp.py").read_text(encoding="utf-8")
     code = code.replace('{"learning_rate": 1e-3, "hidden": 64}', f'{{"learning_rate": {lr}, "hidden": {hidden}}}')
     if level > 1:  # from the second try on: predict the change from the last frame, not the frames
-        code = code.replace("return jnp.swapaxes(h, 1, 2)  # (batch, 32, neurons)",
-                            "return jnp.swapaxes(h, 1, 2) + x[:, -1:, :]  # the change from the last frame")
+        code = code.replace(
+            "return jnp.swapaxes(h, 1, 2)  # (batch, 32, neurons)",
+            "return jnp.swapaxes(h, 1, 2) + x[:, -1:, :]  # the change from the last frame",
+        )
         title, tags = f"Shared MLP on top of persistence ({hidden} units, lr {lr:g})", "mlp, residual"
         abstract = "The shared-neuron MLP predicts the change from each neuron's last frame instead of the frames."
     else:

@@ -31,12 +31,15 @@ Split (like ZAPBench's): each condition is one contiguous block; of each of the 
 conditions the first 70% of the frames go to train, the next 15% to val and the last 15% to test;
 the last condition is held out whole and goes to test only.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-SIZES = {"default": {"n_neurons": 512, "frames_per_condition": 1000},
-         "small": {"n_neurons": 64, "frames_per_condition": 300}}
+SIZES = {
+    "default": {"n_neurons": 512, "frames_per_condition": 1000},
+    "small": {"n_neurons": 64, "frames_per_condition": 300},
+}
 N_CONDITIONS = 6
 KINDS = ("flashes", "drifting", "ramps", "dark", "random_dots", "looming")
 FRACTIONS = (0.70, 0.15, 0.15)  # train, val, test of each condition that is not held out
@@ -45,8 +48,9 @@ SPLITS = ("train", "val", "test")
 LEAK, RADIUS, PROCESS_NOISE, BURN_IN = 0.3, 0.95, 0.15, 300
 
 
-def simulate(seed: int = 0, n_neurons: int = 512, n_conditions: int = N_CONDITIONS,
-             frames_per_condition: int = 1000) -> dict[str, np.ndarray]:
+def simulate(
+    seed: int = 0, n_neurons: int = 512, n_conditions: int = N_CONDITIONS, frames_per_condition: int = 1000
+) -> dict[str, np.ndarray]:
     """The whole recording (`data` (T, N) float32, `condition_labels` (T,) int64) and its split:
     `{train,val,test}_data` and `{train,val,test}_condition_labels`. The last condition is held out.
     The same arguments give the same arrays, bit for bit."""
@@ -85,8 +89,8 @@ def split_masks(labels: np.ndarray, held_out: tuple[int, ...] = ()) -> dict[str,
         n_train = int(round(FRACTIONS[0] * len(where)))
         n_val = int(round(FRACTIONS[1] * len(where)))
         masks["train"][where[:n_train]] = True
-        masks["val"][where[n_train:n_train + n_val]] = True
-        masks["test"][where[n_train + n_val:]] = True
+        masks["val"][where[n_train : n_train + n_val]] = True
+        masks["test"][where[n_train + n_val :]] = True
     return masks
 
 

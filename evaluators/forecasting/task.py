@@ -7,6 +7,7 @@ score is measured here from those predictions against the station's own copy of 
 −mean(val MAE over seeds), with the MAE at horizons 1, 4, 8, 16 and 32 as secondary metrics.
 The test split stays in the dataset's private folder, which no run can see.
 """
+
 from __future__ import annotations
 
 import random
@@ -39,12 +40,28 @@ class Forecasting(JaxTrainingTask):
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
         return scripted_play(seen, rng)
 
-    def __init__(self, size: str = "default", seed: int = 0, path: str | None = None, trials: int = 3,
-                 trial_budget_s: float = 300.0, max_epochs: int = 120, patience: int = 20,
-                 trial_cpus: float = 1.0, gpus_per_trial: float | None = None, grace_s: float = 240.0,
-                 memory_mb: int | None = 6144) -> None:
-        super().__init__(trials=trials, trial_budget_s=trial_budget_s, trial_cpus=trial_cpus,
-                         gpus_per_trial=gpus_per_trial, grace_s=grace_s, memory_mb=memory_mb)
+    def __init__(
+        self,
+        size: str = "default",
+        seed: int = 0,
+        path: str | None = None,
+        trials: int = 3,
+        trial_budget_s: float = 300.0,
+        max_epochs: int = 120,
+        patience: int = 20,
+        trial_cpus: float = 1.0,
+        gpus_per_trial: float | None = None,
+        grace_s: float = 240.0,
+        memory_mb: int | None = 6144,
+    ) -> None:
+        super().__init__(
+            trials=trials,
+            trial_budget_s=trial_budget_s,
+            trial_cpus=trial_cpus,
+            gpus_per_trial=gpus_per_trial,
+            grace_s=grace_s,
+            memory_mb=memory_mb,
+        )
         if max_epochs < 1 or patience < 1:
             raise ValueError("max_epochs and patience must be at least 1")
         self.max_epochs, self.patience = max_epochs, patience
@@ -67,8 +84,9 @@ class Forecasting(JaxTrainingTask):
             n_neurons = val.shape[1]
             neurons = None
             if n_neurons > MAX_SCORED_NEURONS:  # the real ZAPBench: a fixed random subset, same for everyone
-                picked = np.random.default_rng([self.dataset.seed, 7]).choice(n_neurons, MAX_SCORED_NEURONS,
-                                                                               replace=False)
+                picked = np.random.default_rng([self.dataset.seed, 7]).choice(
+                    n_neurons, MAX_SCORED_NEURONS, replace=False
+                )
                 neurons = np.sort(picked)
             width = n_neurons if neurons is None else len(neurons)
             room = max(16, MAX_SCORED_VALUES // (HORIZON * width))
@@ -82,19 +100,35 @@ class Forecasting(JaxTrainingTask):
 
     def trial_settings(self) -> dict[str, Any]:
         starts, neurons = self.scored_windows()
-        return {"max_epochs": self.max_epochs, "patience": self.patience, "score_starts": starts.tolist(),
-                "score_neurons": None if neurons is None else neurons.tolist()}
+        return {
+            "max_epochs": self.max_epochs,
+            "patience": self.patience,
+            "score_starts": starts.tolist(),
+            "score_neurons": None if neurons is None else neurons.tolist(),
+        }
 
     # -- what agents read ---------------------------------------------------------------------------------
     def spec(self) -> str:
-        return SPEC.format(data=self.dataset.describe(), trials=self.trials, budget=self.trial_budget_s / 60,
-                           epochs=self.max_epochs, patience=self.patience, target=self.data_target)
+        return SPEC.format(
+            data=self.dataset.describe(),
+            trials=self.trials,
+            budget=self.trial_budget_s / 60,
+            epochs=self.max_epochs,
+            patience=self.patience,
+            target=self.data_target,
+        )
 
     def baselines(self) -> list[Baseline]:
         code = (Path(__file__).parent / "baselines" / "shared_mlp.py").read_text(encoding="utf-8")
-        return [Baseline("Shared-Neuron MLP", ("baseline", "mlp", "shared-weights"),
-                         "One small MLP shared by every neuron maps its last 4 frames to the next 32 "
-                         "(4 -> 64 -> 32, BatchNorm, dropout 0.1), trained with MAE.", code)]
+        return [
+            Baseline(
+                "Shared-Neuron MLP",
+                ("baseline", "mlp", "shared-weights"),
+                "One small MLP shared by every neuron maps its last 4 frames to the next 32 "
+                "(4 -> 64 -> 32, BatchNorm, dropout 0.1), trained with MAE.",
+                code,
+            )
+        ]
 
     # -- scoring --------------------------------------------------------------------------------------------
     def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
@@ -109,28 +143,36 @@ class Forecasting(JaxTrainingTask):
         val = np.load(self.dataset.input_dir / "val_data.npy", mmap_mode="r")
         by_horizon = np.zeros(HORIZON)
         for i in range(0, len(starts), 64):  # bounded memory on the real data
-            _, target = gather(val, starts[i:i + 64])
+            _, target = gather(val, starts[i : i + 64])
             if neurons is not None:
                 target = target[:, :, neurons]
-            by_horizon += mae_by_horizon(pred[i:i + 64].astype(np.float64), target) * len(target)
+            by_horizon += mae_by_horizon(pred[i : i + 64].astype(np.float64), target) * len(target)
         by_horizon /= len(starts)
         mae = float(by_horizon.mean())
         metrics = {f"Val_MAE_{h}": float(by_horizon[h - 1]) for h in HORIZONS_REPORTED}
-        line = (f"val MAE {mae:.6f} (horizon 1: {metrics['Val_MAE_1']:.4f}, 32: {metrics['Val_MAE_32']:.4f}); "
-                f"best epoch {value.get('best_epoch')} of {value.get('epochs')}, stopped by "
-                f"{value.get('stop')}, {value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}")
+        line = (
+            f"val MAE {mae:.6f} (horizon 1: {metrics['Val_MAE_1']:.4f}, 32: {metrics['Val_MAE_32']:.4f}); "
+            f"best epoch {value.get('best_epoch')} of {value.get('epochs')}, stopped by "
+            f"{value.get('stop')}, {value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}"
+        )
         return {"score": -mae, "mae": mae, "metrics": metrics, "line": line}
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
         mae = float(np.mean([s["mae"] for s in scored]))
-        metrics: dict[str, float | None] = {name: float(np.mean([s["metrics"][name] for s in scored])) for name in METRICS}
+        metrics: dict[str, float | None] = {
+            name: float(np.mean([s["metrics"][name] for s in scored])) for name in METRICS
+        }
         refs = self.dataset.references()
-        lines = ["Naive predictors on the whole validation split (MAE, lower is better): "
-                 + ", ".join(f"{name.replace('_', ' ')} {ref['mae']:.6f}" for name, ref in refs.items())]
+        lines = [
+            "Naive predictors on the whole validation split (MAE, lower is better): "
+            + ", ".join(f"{name.replace('_', ' ')} {ref['mae']:.6f}" for name, ref in refs.items())
+        ]
         starts, neurons = self.scored_windows()
         if neurons is not None or len(starts) < len(self.all_val_starts()):
-            lines.append(f"Scored on a fixed subset of the validation split: {len(starts):,} windows x "
-                         f"{self.dataset.n_neurons if neurons is None else len(neurons):,} neurons.")
+            lines.append(
+                f"Scored on a fixed subset of the validation split: {len(starts):,} windows x "
+                f"{self.dataset.n_neurons if neurons is None else len(neurons):,} neurons."
+            )
         return -mae, metrics, lines
 
 

@@ -12,6 +12,7 @@ agent's submission supplies hooks. Here, in the trusted parent:
   action sequences), never from numbers they printed. A trial that crashed, timed out or broke
   the contract is reported; the others still count.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,13 @@ HARNESS_DIR = Path(__file__).resolve().parent / "station_jax"
 HARNESS_TARGET = "station_jax"  # `import station_jax` works in the run: its working dir is on sys.path
 CHECK_TIMEOUT_S = 600.0
 
-DRIVER = '''
+DRIVER = """
 
 # ---- appended by the station: hands your hooks to the training harness (not part of your code) ----
 def _station_trial():
     import station_jax.%(module)s as _harness
     return _harness.main(globals())
-'''
+"""
 
 
 class JaxTrainingTask(Task):
@@ -46,8 +47,16 @@ class JaxTrainingTask(Task):
     data_target = ""  # where the task's data folder appears in the run, e.g. "task_data/forecasting"
     max_processes = 256  # XLA's and Ray's threads
 
-    def __init__(self, *, trials: int, trial_budget_s: float, trial_cpus: float, gpus_per_trial: float | None,
-                 grace_s: float, memory_mb: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        trials: int,
+        trial_budget_s: float,
+        trial_cpus: float,
+        gpus_per_trial: float | None,
+        grace_s: float,
+        memory_mb: int | None,
+    ) -> None:
         if not 1 <= trials <= 64:
             raise ValueError("trials must be between 1 and 64")
         if trial_budget_s <= 0 or grace_s <= 0:
@@ -77,8 +86,9 @@ class JaxTrainingTask(Task):
         return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
     # -- running ------------------------------------------------------------------------------------------
-    def execute(self, executor: Any, code: str, *, mounts: list[Mount], label: str,
-                cpu_only: bool = False) -> RunResult:
+    def execute(
+        self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
+    ) -> RunResult:
         base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
         check = executor.run(self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s)))
         if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
@@ -90,13 +100,23 @@ class JaxTrainingTask(Task):
         return combine(check, results, gpus)
 
     def _trial_spec(self, base, phase: str, trial: int, gpus: float, timeout_s: float):
-        settings = {"phase": phase, "trial": trial, "data": self.data_target, "budget_s": self.trial_budget_s,
-                    **self.trial_settings()}
+        settings = {
+            "phase": phase,
+            "trial": trial,
+            "data": self.data_target,
+            "budget_s": self.trial_budget_s,
+            **self.trial_settings(),
+        }
         # RLIMIT_AS breaks CUDA: a GPU trial runs without a memory cap (the GPU's own memory bounds it)
-        return replace(base, num_gpus=gpus, timeout_s=timeout_s, memory_mb=None if gpus else self.memory_mb,
-                       cpu_seconds=math.ceil(timeout_s * max(1.0, self.num_cpus)),
-                       env={**base.env, "STATION_TRIAL": json.dumps(settings)},
-                       label=f"{base.label}-{phase}{trial if phase == 'train' else ''}")
+        return replace(
+            base,
+            num_gpus=gpus,
+            timeout_s=timeout_s,
+            memory_mb=None if gpus else self.memory_mb,
+            cpu_seconds=math.ceil(timeout_s * max(1.0, self.num_cpus)),
+            env={**base.env, "STATION_TRIAL": json.dumps(settings)},
+            label=f"{base.label}-{phase}{trial if phase == 'train' else ''}",
+        )
 
     def _gpus_per_trial(self, executor: Any) -> float:
         if self.gpus_per_trial is not None:
@@ -143,23 +163,39 @@ class JaxTrainingTask(Task):
             return Verdict(False, details="No trial produced a usable result.\n" + "\n".join(lines))
         score, metrics, extra = self.summary(scored)
         failed = len(trials) - len(scored)
-        head = (f"{len(scored)} of {len(trials)} trials counted" + (f" ({failed} failed, listed below)" if failed else "")
-                + f"; score {score:.{self.display_precision}f}")
+        head = (
+            f"{len(scored)} of {len(trials)} trials counted"
+            + (f" ({failed} failed, listed below)" if failed else "")
+            + f"; score {score:.{self.display_precision}f}"
+        )
         if value.get("gpus_per_trial") and not any(gpu_device(s["value"]) for s in scored):
-            extra = [*extra, "Warning: each trial was given a GPU, but JAX saw only the CPU: install JAX's CUDA "
-                             "build where the trials run (pip install -e '.[gpu]')."]
+            extra = [
+                *extra,
+                "Warning: each trial was given a GPU, but JAX saw only the CPU: install JAX's CUDA "
+                "build where the trials run (pip install -e '.[gpu]').",
+            ]
         best = max(scored, key=lambda s: s["score"])
         spread = statistics.pstdev([s["score"] for s in scored]) if len(scored) > 1 else 0.0
-        tail = [f"Spread over seeds: std {spread:.{self.display_precision}f}",
-                f"Best trial {best['trial']}: hyperparameters {json.dumps(best['value'].get('hparams', {}))}"]
+        tail = [
+            f"Spread over seeds: std {spread:.{self.display_precision}f}",
+            f"Best trial {best['trial']}: hyperparameters {json.dumps(best['value'].get('hparams', {}))}",
+        ]
         return Verdict(True, score, "\n".join([head, *lines, *extra, *tail]), metrics=metrics)
 
 
 def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0.0) -> RunResult:
     """One RunResult for the evaluation: every trial's outcome as data, the logs one after another."""
-    listed = [{"trial": n, "status": r.status, "error": r.error, "duration_s": round(r.duration_s, 2),
-               "seed": (r.value or {}).get("seed") if isinstance(r.value, dict) else None,
-               "value": r.value if isinstance(r.value, dict) else None} for n, r in enumerate(trials)]
+    listed = [
+        {
+            "trial": n,
+            "status": r.status,
+            "error": r.error,
+            "duration_s": round(r.duration_s, 2),
+            "seed": (r.value or {}).get("seed") if isinstance(r.value, dict) else None,
+            "value": r.value if isinstance(r.value, dict) else None,
+        }
+        for n, r in enumerate(trials)
+    ]
     usable = [r for r in trials if r.status == "ok"]
     broken = next((r for r in trials if r.status == "system_error"), None)
     status: RunStatus
@@ -171,13 +207,17 @@ def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0
         first = next((r for r in trials if r.status == "error"), trials[0])
         status, error, trace, code = first.status, first.error, first.traceback, first.exit_code
     logs = [("check", check)] + [(f"trial {n}", r) for n, r in enumerate(trials)]
-    return RunResult(status=status,
-                     value={"check": check.value, "trials": listed, "gpus_per_trial": gpus_per_trial},
-                     stdout="\n".join(f"=== {name} ===\n{r.stdout}" for name, r in logs if r.stdout),
-                     stderr="\n".join(f"=== {name} ===\n{r.stderr}" for name, r in logs if r.stderr),
-                     exit_code=code, error=error, traceback=trace,
-                     duration_s=check.duration_s + max(r.duration_s for r in trials),
-                     isolation=trials[0].isolation)
+    return RunResult(
+        status=status,
+        value={"check": check.value, "trials": listed, "gpus_per_trial": gpus_per_trial},
+        stdout="\n".join(f"=== {name} ===\n{r.stdout}" for name, r in logs if r.stdout),
+        stderr="\n".join(f"=== {name} ===\n{r.stderr}" for name, r in logs if r.stderr),
+        exit_code=code,
+        error=error,
+        traceback=trace,
+        duration_s=check.duration_s + max(r.duration_s for r in trials),
+        isolation=trials[0].isolation,
+    )
 
 
 def gpu_device(trial: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ Its tunable constants sit at module level as `NAME = <number>` lines so that the
 rewritten: `program("optimized", 32, SEED=3)` gives the optimiser's source for n = 32 with
 another seed. Quality, for n = 26: grid (2.17) < hex (2.50) < optimized (about 2.62-2.636).
 """
+
 from __future__ import annotations
 
 import re

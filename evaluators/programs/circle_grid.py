@@ -3,6 +3,7 @@
 Every circle gets the same radius, half the grid spacing. Simple and always valid, but it
 wastes the space between rows; the other programs improve on it.
 """
+
 import numpy as np
 
 N = 26  # number of circles

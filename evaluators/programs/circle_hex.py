@@ -5,6 +5,7 @@ pattern). For fixed centres, the radii that maximise their sum solve a linear pr
     maximise sum(r)  subject to  r_i + r_j <= |c_i - c_j|,  r_i <= distance to each side.
 Several row counts are tried and the best layout is kept.
 """
+
 import numpy as np
 from scipy.optimize import linprog
 

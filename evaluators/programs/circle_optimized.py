@@ -12,6 +12,7 @@
 
 More STARTS/HOPS or another SEED usually finds a better packing (at the cost of time).
 """
+
 import numpy as np
 from scipy.optimize import minimize
 
@@ -22,11 +23,12 @@ SEED = 0  # random seed: another seed explores other layouts
 
 
 def unpack(v):
-    return v[:2 * N].reshape(N, 2), v[2 * N:]
+    return v[: 2 * N].reshape(N, 2), v[2 * N :]
 
 
 def penalty_stage(v, mu, i, j):
     """Minimise -sum(r) + mu * (squared overlaps + squared side crossings) over all pairs."""
+
     def f(v):
         c, r = unpack(v)
         diff = c[i] - c[j]
@@ -62,8 +64,15 @@ def slsqp_stage(v):
     def cons(v):
         c, r = unpack(v)
         diff = c[i] - c[j]
-        return np.concatenate([np.sum(diff * diff, axis=1) - (r[i] + r[j]) ** 2,
-                               c[:, 0] - r, c[:, 1] - r, 1 - c[:, 0] - r, 1 - c[:, 1] - r])
+        return np.concatenate(
+            [
+                np.sum(diff * diff, axis=1) - (r[i] + r[j]) ** 2,
+                c[:, 0] - r,
+                c[:, 1] - r,
+                1 - c[:, 0] - r,
+                1 - c[:, 1] - r,
+            ]
+        )
 
     def cons_jac(v):
         c, r = unpack(v)
@@ -79,10 +88,15 @@ def slsqp_stage(v):
         return jac
 
     grad = np.concatenate([np.zeros(2 * N), -np.ones(N)])
-    res = minimize(lambda v: -v[2 * N:].sum(), v, jac=lambda v: grad, method="SLSQP",
-                   bounds=[(0.0, 1.0)] * (2 * N) + [(0.0, 0.5)] * N,
-                   constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
-                   options={"maxiter": 500, "ftol": 1e-14})
+    res = minimize(
+        lambda v: -v[2 * N :].sum(),
+        v,
+        jac=lambda v: grad,
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * (2 * N) + [(0.0, 0.5)] * N,
+        constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
+        options={"maxiter": 500, "ftol": 1e-14},
+    )
     return res.x
 
 
@@ -129,8 +143,8 @@ def construct_packing():
 
     def consider(v):
         nonlocal best, best_sum
-        if v is not None and v[2 * N:].sum() > best_sum:
-            best, best_sum = v, v[2 * N:].sum()
+        if v is not None and v[2 * N :].sum() > best_sum:
+            best, best_sum = v, v[2 * N :].sum()
 
     for _ in range(max(1, STARTS)):
         consider(optimise(np.concatenate([rng.uniform(0.1, 0.9, 2 * N), np.full(N, 0.02)])))

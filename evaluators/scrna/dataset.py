@@ -6,6 +6,7 @@ normalization bounds of the control methods).
 
 prepares one ahead of time (generation, then the control methods' bounds), with progress.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,16 @@ CONTROLS = ("no_integration", "random_embedding", "perfect_embedding")
 
 
 class Dataset:
-    def __init__(self, root: Path, *, size: str = "default", seed: int = 0, h5ad: str | None = None,
-                 batch_key: str = "batch", label_key: str = "cell_type") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        size: str = "default",
+        seed: int = 0,
+        h5ad: str | None = None,
+        batch_key: str = "batch",
+        label_key: str = "cell_type",
+    ) -> None:
         self.size, self.seed, self.h5ad = size, seed, h5ad
         self.batch_key, self.label_key = batch_key, label_key
         if h5ad:
@@ -60,6 +69,7 @@ class Dataset:
             self._from_file(building)
         else:
             from .simulate import make_datasets
+
             make_datasets(building, size=self.size, seed=self.seed)
         self.input_dir.mkdir(exist_ok=True)
         (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
@@ -78,8 +88,9 @@ class Dataset:
         task_input, solution = split_for_task(full)
         task_input.write_h5ad(out / "train_input.h5ad")
         solution.write_h5ad(out / "train_solution.h5ad")
-        (out / "dataset.json").write_text(json.dumps({"source": str(source), "cells": int(full.n_obs),
-                                                      "genes": int(full.n_vars)}))
+        (out / "dataset.json").write_text(
+            json.dumps({"source": str(source), "cells": int(full.n_obs), "genes": int(full.n_vars)})
+        )
 
     def info(self) -> dict[str, Any]:
         path = self.private_dir / "dataset.json"
@@ -93,21 +104,25 @@ class Dataset:
         if self.source is not None:
             return f"A user-supplied dataset ({self.source.name}), restricted to batch-aware highly variable genes."
         cells, genes = PLANNED[self.size]
-        return (f"A simulated human-tissue-like dataset: about {cells:,} cells × {genes:,} genes from 4 batches "
-                "(experiments with different depth, dropout and gene-wise biases), about 15 cell types of very "
-                "different abundance (some rare, some missing from some batches), and cycling cells.")
+        return (
+            f"A simulated human-tissue-like dataset: about {cells:,} cells × {genes:,} genes from 4 batches "
+            "(experiments with different depth, dropout and gene-wise biases), about 15 cell types of very "
+            "different abundance (some rare, some missing from some batches), and cycling cells."
+        )
 
     # -- scoring ----------------------------------------------------------------------------------
     def solution(self) -> Any:
         with self._lock:
             if self._solution is None:
                 import anndata as ad
+
                 self.ensure()
                 self._solution = ad.read_h5ad(self.private_dir / "train_solution.h5ad")
             return self._solution
 
-    def score_arrays(self, value: dict[str, Any], *, timings: dict[str, float] | None = None
-                     ) -> tuple[dict[str, float], dict[str, str]]:
+    def score_arrays(
+        self, value: dict[str, Any], *, timings: dict[str, float] | None = None
+    ) -> tuple[dict[str, float], dict[str, str]]:
         """The raw metrics of a run's returned arrays, put back on the solution's cells."""
         import anndata as ad
         import scipy.sparse as sp
@@ -128,9 +143,14 @@ class Dataset:
         if "connectivities_data" in value:
             for name in ("connectivities", "distances"):
                 parts = [np.asarray(value[f"{name}_{p}"]) for p in ("data", "indices", "indptr")]
-                if len(parts[2]) != n + 1 or (len(parts[1]) and (parts[1].min() < 0 or parts[1].max() >= n)) or \
-                        parts[2][0] != 0 or parts[2][-1] != len(parts[1]) or len(parts[0]) != len(parts[1]) or \
-                        np.any(np.diff(parts[2]) < 0):
+                if (
+                    len(parts[2]) != n + 1
+                    or (len(parts[1]) and (parts[1].min() < 0 or parts[1].max() >= n))
+                    or parts[2][0] != 0
+                    or parts[2][-1] != len(parts[1])
+                    or len(parts[0]) != len(parts[1])
+                    or np.any(np.diff(parts[2]) < 0)
+                ):
                     raise ValueError(f"obsp['{name}'] is not a valid {n} x {n} sparse matrix")
                 if not np.isfinite(parts[0]).all() or (parts[0] < 0).any():
                     raise ValueError(f"obsp['{name}'] has NaN, infinite or negative values")

@@ -10,7 +10,7 @@ like the submission itself: scoring happens outside, on the returned arrays only
 
 INPUT_DIR = "task_data/batch_integration"  # where the input is mounted, relative to the run's directory
 
-DRIVER = '''
+DRIVER = """
 
 # ---- appended by the station: runs your function on the task's data (not part of your code) ----
 def _station_integrate():
@@ -59,4 +59,4 @@ def _station_integrate():
         return {"contract_error": "the result has neither obsm['X_emb'] nor both obsp['connectivities'] and "
                                   "obsp['distances']"}
     return _res
-''' % {"input": INPUT_DIR}
+""" % {"input": INPUT_DIR}

@@ -1,5 +1,6 @@
 """The embedding metrics: ASW batch and label, kBET, PCR and cell-cycle conservation (their
 definitions, and how they compare with OpenProblems' scib, are in metrics.py's docstring)."""
+
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from .metric_inputs import N_PCS, Inputs, MetricSkipped
 
 KBET_NEIGHBORS = 50  # scib's kBET recomputes a 50-NN graph of the embedding
 KBET_ALPHA = 0.05
-_SIZE_MAX = 2 ** 31 - 1
+_SIZE_MAX = 2**31 - 1
 
 
 class _NotEnoughNeighbours(Exception):
@@ -235,7 +236,7 @@ def cell_cycle(inputs: Inputs, genes: tuple[Sequence[str], Sequence[str]] | None
         return 0.0
     solution = inputs.solution
     normalized = _solution_normalized(inputs)
-    names = (solution.var["feature_name"] if "feature_name" in solution.var else solution.var_names)
+    names = solution.var["feature_name"] if "feature_name" in solution.var else solution.var_names
     names = pd.Index(np.asarray(names).astype(str))
     if not names.is_unique:
         names = pd.Index(ad.utils.make_index_unique(names))
@@ -249,9 +250,11 @@ def cell_cycle(inputs: Inputs, genes: tuple[Sequence[str], Sequence[str]] | None
     for batch in pd.unique(inputs.batch):
         idx = np.flatnonzero(inputs.batch == batch)
         part = normalized[idx]
-        sub = ad.AnnData(X=sp.csr_matrix(part) if sp.issparse(part) else np.asarray(part),
-                         obs=pd.DataFrame(index=pd.RangeIndex(len(idx)).astype(str)),
-                         var=pd.DataFrame(index=names))
+        sub = ad.AnnData(
+            X=sp.csr_matrix(part) if sp.issparse(part) else np.asarray(part),
+            obs=pd.DataFrame(index=pd.RangeIndex(len(idx)).astype(str)),
+            var=pd.DataFrame(index=names),
+        )
         sc.tl.score_genes_cell_cycle(sub, s_genes=s_genes, g2m_genes=g2m_genes)
         covariates = sub.obs[["S_score", "G2M_score"]].to_numpy(dtype=np.float64)
         before = _pc_regression(sub.X, covariates)

@@ -1,6 +1,7 @@
 """The graph metrics: ARI and NMI of the best Leiden clustering, graph connectivity, and iLISI and
 cLISI on shortest paths of the neighbour graph (their definitions, and how they compare with
 OpenProblems' scib, are in metrics.py's docstring)."""
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,16 @@ def ari_nmi(inputs: Inputs) -> dict[str, float]:
     work = ad.AnnData(obs=pd.DataFrame(index=pd.RangeIndex(inputs.n).astype(str)))
     best_nmi, best_clusters = -math.inf, None
     for resolution in LEIDEN_RESOLUTIONS:
-        sc.tl.leiden(work, resolution=resolution, adjacency=conn, flavor="igraph", n_iterations=2,
-                     directed=False, random_state=0, key_added="leiden")
+        sc.tl.leiden(
+            work,
+            resolution=resolution,
+            adjacency=conn,
+            flavor="igraph",
+            n_iterations=2,
+            directed=False,
+            random_state=0,
+            key_added="leiden",
+        )
         clusters = work.obs["leiden"].to_numpy()
         nmi = normalized_mutual_info_score(inputs.labels, clusters, average_method="arithmetic")
         if nmi > best_nmi:
@@ -134,12 +143,18 @@ def _shortest_path_knn(conn: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     if function is None:
         try:
             import numba
+
             function = numba.njit(cache=False, nogil=True)(_shortest_path_knn_py)
         except ImportError:  # pragma: no cover - numba comes with scanpy (umap, pynndescent)
             function = _shortest_path_knn_py
         _COMPILED["knn"] = function
-    return function(conn.indptr.astype(np.int64), conn.indices.astype(np.int64), conn.data.astype(np.float64),
-                    int(k), np.arange(conn.shape[0], dtype=np.int64))
+    return function(
+        conn.indptr.astype(np.int64),
+        conn.indices.astype(np.int64),
+        conn.data.astype(np.float64),
+        int(k),
+        np.arange(conn.shape[0], dtype=np.int64),
+    )
 
 
 def _lisi_neighbors(inputs: Inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -171,8 +186,9 @@ def _median_lisi(inputs: Inputs, codes: np.ndarray) -> float:
 
     idx, dist, short = _lisi_neighbors(inputs)
     perplexity = math.floor(idx.shape[1] / 3)
-    lisi = np.asarray(lisi_knn(NeighborsResults(indices=idx, distances=dist), codes, perplexity=perplexity),
-                      dtype=np.float64)
+    lisi = np.asarray(
+        lisi_knn(NeighborsResults(indices=idx, distances=dist), codes, perplexity=perplexity), dtype=np.float64
+    )
     lisi[short] = 1.0
     return float(np.nanmedian(lisi))
 

@@ -10,6 +10,7 @@ sqrt(cells in the batch), and genes are ranked by the variance of the standardis
 batches genes are ordered by the number of batches in which they are in the top n, then by their
 median rank - the same combination rule as scanpy's.
 """
+
 from __future__ import annotations
 
 import anndata as ad
@@ -57,19 +58,19 @@ def batch_hvg_order(counts: sp.spmatrix, batch: np.ndarray, n_top: int) -> np.nd
             continue
         mean = np.asarray(Xb.mean(axis=0), dtype=np.float64).ravel()
         sq = np.asarray(Xb.multiply(Xb).mean(axis=0), dtype=np.float64).ravel()
-        var = (sq - mean ** 2) * n / (n - 1)
+        var = (sq - mean**2) * n / (n - 1)
         ok = (mean > 0) & (var > 0)
         score = np.full(G, -np.inf)
         if ok.sum() >= 2:
             trend = _binned_trend(np.log10(mean[ok]), np.log10(var[ok]))
-            sd = np.sqrt(10.0 ** trend)
+            sd = np.sqrt(10.0**trend)
             coo = Xb[:, ok].tocoo()
             clip = (mean[ok] + sd * np.sqrt(n))[coo.col]
             x = np.minimum(coo.data.astype(np.float64), clip)
             sx = np.bincount(coo.col, weights=x, minlength=ok.sum())
             sx2 = np.bincount(coo.col, weights=x * x, minlength=ok.sum())
             m = mean[ok]
-            score[ok] = (n * m ** 2 + sx2 - 2 * m * sx) / ((n - 1) * sd ** 2)
+            score[ok] = (n * m**2 + sx2 - 2 * m * sx) / ((n - 1) * sd**2)
         rank = np.empty(G)
         rank[np.lexsort((np.arange(G), -score))] = np.arange(G)
         ranks.append(rank)
@@ -81,8 +82,9 @@ def batch_hvg_order(counts: sp.spmatrix, batch: np.ndarray, n_top: int) -> np.nd
     return np.lexsort((np.arange(G), median_rank, -n_batches_top))
 
 
-def assemble(counts: sp.csr_matrix, obs: pd.DataFrame, var: pd.DataFrame, n_flag: int,
-             order: np.ndarray | None = None) -> ad.AnnData:
+def assemble(
+    counts: sp.csr_matrix, obs: pd.DataFrame, var: pd.DataFrame, n_flag: int, order: np.ndarray | None = None
+) -> ad.AnnData:
     """The dataset in the task's layout: counts as X and layers['counts'], layers['normalized'], and
     var['batch_hvg'] flagging the first `n_flag` genes of `order` (by default `batch_hvg_order`)."""
     counts = sp.csr_matrix(counts, dtype=np.float32)
@@ -93,8 +95,9 @@ def assemble(counts: sp.csr_matrix, obs: pd.DataFrame, var: pd.DataFrame, n_flag
     flag = np.zeros(counts.shape[1], dtype=bool)
     flag[order[:n_flag]] = True
     var["batch_hvg"] = flag
-    return ad.AnnData(X=counts.copy(), obs=obs, var=var,
-                      layers={"counts": counts.copy(), "normalized": log_normalize(counts)})
+    return ad.AnnData(
+        X=counts.copy(), obs=obs, var=var, layers={"counts": counts.copy(), "normalized": log_normalize(counts)}
+    )
 
 
 def split_for_task(full: ad.AnnData, seed: int = 0) -> tuple[ad.AnnData, ad.AnnData]:
@@ -120,8 +123,9 @@ def split_for_task(full: ad.AnnData, seed: int = 0) -> tuple[ad.AnnData, ad.AnnD
     def make(obs_cols: list[str]) -> ad.AnnData:
         obs = full.obs[obs_cols].iloc[perm].copy()
         obs.index = index
-        return ad.AnnData(X=counts.copy(), obs=obs, var=var.copy(),
-                          layers={"counts": counts.copy(), "normalized": normalized.copy()})
+        return ad.AnnData(
+            X=counts.copy(), obs=obs, var=var.copy(), layers={"counts": counts.copy(), "normalized": normalized.copy()}
+        )
 
     task_input = make(["batch", "observation_joinid"])
     solution = make(need_obs + (["cell_cycle_phase"] if "cell_cycle_phase" in full.obs else []))

@@ -2,6 +2,7 @@
 of the post-processing in metrics.py's docstring): its cells checked against the solution's, the
 embedding (submitted, or the PCA of corrected counts) and the neighbour graph (submitted, or built
 from the embedding), each with the reason when it is missing or unusable."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -56,14 +57,16 @@ def check_cells(result: Any, solution: Any) -> None:
 
 def _codes(values: Any) -> np.ndarray:
     import pandas as pd
+
     return np.asarray(pd.Categorical(np.asarray(values).astype(str)).codes, dtype=np.int64)
 
 
 def prepare(result: Any, solution: Any) -> Inputs:
     """The labels from the solution, then the embedding and the neighbour graph of `result`."""
     n = solution.n_obs
-    inputs = Inputs(solution=solution, n=n, batch=_codes(solution.obs["batch"]),
-                    labels=_codes(solution.obs["cell_type"]))
+    inputs = Inputs(
+        solution=solution, n=n, batch=_codes(solution.obs["batch"]), labels=_codes(solution.obs["cell_type"])
+    )
     _embedding(result, inputs)
     _graph(result, inputs)
     return inputs
@@ -96,8 +99,7 @@ def _embedding(result: Any, inputs: Inputs) -> None:
                 finite = bool(np.isfinite(counts).all())
             if not finite:
                 raise ValueError("corrected_counts contains NaN or infinite values")
-            emb = sc.pp.pca(counts, n_comps=min(N_PCS, min(counts.shape) - 1), svd_solver="arpack",
-                            return_info=False)
+            emb = sc.pp.pca(counts, n_comps=min(N_PCS, min(counts.shape) - 1), svd_solver="arpack", return_info=False)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's result is reported, not raised
             inputs.emb_problem = f"PCA of corrected_counts failed: {one_line(exc)}"
             emb = None
@@ -156,8 +158,10 @@ def _graph(result: Any, inputs: Inputs) -> None:
         except Exception as exc:  # noqa: BLE001 - any failure of the graph build is reported, not raised
             inputs.graph_problem = f"building the neighbour graph from X_emb failed: {one_line(exc)}"
     else:
-        inputs.graph_problem = ("no neighbour graph: the result has no obsp['connectivities'] and no usable "
-                                f"embedding ({inputs.emb_problem})")
+        inputs.graph_problem = (
+            "no neighbour graph: the result has no obsp['connectivities'] and no usable "
+            f"embedding ({inputs.emb_problem})"
+        )
 
 
 def one_line(exc: BaseException) -> str:

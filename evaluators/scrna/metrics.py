@@ -108,6 +108,7 @@ iLISI and cLISI), ``ilisi``, ``clisi``, ``pcr``, ``cell_cycle_conservation`` and
 Where it lives: the post-processing is in metric_inputs.py, the embedding metrics in
 embedding_metrics.py, the graph metrics in graph_metrics.py; this module runs them all.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -122,13 +123,28 @@ from .embedding_metrics import asw_batch, asw_label, cell_cycle, kbet, pcr
 from .graph_metrics import ari_nmi, clisi, graph_connectivity, ilisi, prefetch_lisi
 from .metric_inputs import MetricSkipped, check_cells, one_line, prepare
 
-METRICS: tuple[str, ...] = ("asw_batch", "asw_label", "ari", "nmi", "graph_connectivity", "kbet",
-                            "ilisi", "clisi", "pcr", "cell_cycle_conservation")
+METRICS: tuple[str, ...] = (
+    "asw_batch",
+    "asw_label",
+    "ari",
+    "nmi",
+    "graph_connectivity",
+    "kbet",
+    "ilisi",
+    "clisi",
+    "pcr",
+    "cell_cycle_conservation",
+)
 
 
-def compute_metrics(result: Any, solution: Any, *, cell_cycle_genes: tuple[Sequence[str], Sequence[str]] | None = None,
-                    n_jobs: int = 2, timings: dict[str, float] | None = None
-                    ) -> tuple[dict[str, float], dict[str, str]]:
+def compute_metrics(
+    result: Any,
+    solution: Any,
+    *,
+    cell_cycle_genes: tuple[Sequence[str], Sequence[str]] | None = None,
+    n_jobs: int = 2,
+    timings: dict[str, float] | None = None,
+) -> tuple[dict[str, float], dict[str, str]]:
     """The ten raw metrics of `result` (a submission's AnnData) against `solution` (labelled data).
 
     Returns ``(values, problems)``: ``values`` maps each of `METRICS` to a float (NaN when not
@@ -155,15 +171,17 @@ def compute_metrics(result: Any, solution: Any, *, cell_cycle_genes: tuple[Seque
             ("asw_batch", ("asw_batch",), lambda: {"asw_batch": asw_batch(inputs)}),
             ("asw_label", ("asw_label",), lambda: {"asw_label": asw_label(inputs)}),
             ("ari_nmi", ("ari", "nmi"), lambda: ari_nmi(inputs)),
-            ("graph_connectivity", ("graph_connectivity",),
-             lambda: {"graph_connectivity": graph_connectivity(inputs)}),
+            ("graph_connectivity", ("graph_connectivity",), lambda: {"graph_connectivity": graph_connectivity(inputs)}),
             ("kbet", ("kbet",), lambda: {"kbet": kbet(inputs)}),
             ("lisi_neighbors", ("ilisi", "clisi"), lambda: prefetch_lisi(inputs)),
             ("ilisi", ("ilisi",), lambda: {"ilisi": ilisi(inputs)}),
             ("clisi", ("clisi",), lambda: {"clisi": clisi(inputs)}),
             ("pcr", ("pcr",), lambda: {"pcr": pcr(inputs)}),
-            ("cell_cycle_conservation", ("cell_cycle_conservation",),
-             lambda: {"cell_cycle_conservation": cell_cycle(inputs, cell_cycle_genes, problems)}),
+            (
+                "cell_cycle_conservation",
+                ("cell_cycle_conservation",),
+                lambda: {"cell_cycle_conservation": cell_cycle(inputs, cell_cycle_genes, problems)},
+            ),
         ]
         for key, names, run in steps:
             step = time.perf_counter()
@@ -188,6 +206,7 @@ def compute_metrics(result: Any, solution: Any, *, cell_cycle_genes: tuple[Seque
 
 # -- helpers ------------------------------------------------------------------------------------------
 
+
 def _import_libraries() -> None:
     """Import the heavy libraries up front, so that their import time is not charged to a metric."""
     import importlib
@@ -205,6 +224,7 @@ def _quiet(n_jobs: int) -> Iterator[None]:
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
         try:
             from threadpoolctl import threadpool_limits
+
             stack.enter_context(threadpool_limits(limits=max(1, int(n_jobs))))
         except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
             pass

@@ -1,5 +1,6 @@
 """A user-supplied (e.g. CELLxGENE) `.h5ad` file brought into the layout of the simulated data
 (layout.py): raw counts, batch and cell-type labels, the batch-aware highly variable genes."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,9 @@ def _is_counts(m) -> bool:
     return bool(np.isfinite(data).all() and (data >= 0).all() and (data == np.round(data)).all())
 
 
-def load_h5ad(path: str | os.PathLike, batch_key: str = "batch", label_key: str = "cell_type",
-              n_hvg: int = 2000) -> ad.AnnData:
+def load_h5ad(
+    path: str | os.PathLike, batch_key: str = "batch", label_key: str = "cell_type", n_hvg: int = 2000
+) -> ad.AnnData:
     """A user-supplied (e.g. CELLxGENE) `.h5ad` in the layout of `simulate`, on n_hvg batch-aware HVGs.
 
     Raw counts are taken from `layers['counts']`, else `X`, else `raw.X` - the first of them that
@@ -52,17 +54,20 @@ def load_h5ad(path: str | os.PathLike, batch_key: str = "batch", label_key: str 
     position = np.empty(counts.shape[1], dtype=np.int64)
     position[order] = np.arange(counts.shape[1])
     sub_order = np.argsort(position[keep], kind="stable")
-    return assemble(counts[:, keep], obs, var.iloc[keep], n_flag=int(round(HVG_FRACTION * n_keep)),
-                    order=sub_order)
+    return assemble(counts[:, keep], obs, var.iloc[keep], n_flag=int(round(HVG_FRACTION * n_keep)), order=sub_order)
 
 
 def _check_labels(adata: ad.AnnData, path: Path, batch_key: str, label_key: str) -> None:
     """The batch and label columns exist, have no missing values, and there are two batches or more."""
-    missing = [f"{role} {key!r}" for role, key in (("batch_key", batch_key), ("label_key", label_key))
-               if key not in adata.obs.columns]
+    missing = [
+        f"{role} {key!r}"
+        for role, key in (("batch_key", batch_key), ("label_key", label_key))
+        if key not in adata.obs.columns
+    ]
     if missing:
-        raise ValueError(f"{path}: obs has no column for {', '.join(missing)}; "
-                         f"available obs columns: {list(adata.obs.columns)}")
+        raise ValueError(
+            f"{path}: obs has no column for {', '.join(missing)}; available obs columns: {list(adata.obs.columns)}"
+        )
     for role, key in (("batch_key", batch_key), ("label_key", label_key)):
         n_missing = int(adata.obs[key].isna().sum())
         if n_missing:
@@ -83,15 +88,20 @@ def _raw_counts(adata: ad.AnnData, path: Path) -> tuple[sp.csr_matrix, pd.DataFr
     chosen = next(((w, m, v) for w, m, v in candidates if _is_counts(m)), None)
     if chosen is None:
         tried = ", ".join(w for w, _, _ in candidates) or "nothing (no X, layers['counts'] or raw)"
-        raise ValueError(f"{path}: no raw count matrix found: {tried} do not hold non-negative integers "
-                         "(log-normalized or scaled data cannot be used; supply raw counts)")
+        raise ValueError(
+            f"{path}: no raw count matrix found: {tried} do not hold non-negative integers "
+            "(log-normalized or scaled data cannot be used; supply raw counts)"
+        )
     _, counts, var_src = chosen
     counts = sp.csr_matrix(counts, dtype=np.float32)
     if counts.shape[1] != len(var_src):
         raise ValueError(f"{path}: count matrix has {counts.shape[1]} genes but var has {len(var_src)}")
 
-    names = (var_src["feature_name"].astype(str).to_numpy() if "feature_name" in var_src.columns
-             else var_src.index.astype(str).to_numpy())
+    names = (
+        var_src["feature_name"].astype(str).to_numpy()
+        if "feature_name" in var_src.columns
+        else var_src.index.astype(str).to_numpy()
+    )
     var_ids = pd.Index(var_src.index.astype(str))
     if not var_ids.is_unique:
         var_ids = pd.Index(ad.utils.make_index_unique(var_ids))
@@ -101,8 +111,11 @@ def _raw_counts(adata: ad.AnnData, path: Path) -> tuple[sp.csr_matrix, pd.DataFr
 
 def _obs(adata: ad.AnnData, batch_key: str, label_key: str) -> pd.DataFrame:
     """`batch`, `cell_type` and `observation_joinid` (kept when present and unique, else the obs names)."""
-    if "observation_joinid" in adata.obs and adata.obs["observation_joinid"].notna().all() \
-            and adata.obs["observation_joinid"].astype(str).is_unique:
+    if (
+        "observation_joinid" in adata.obs
+        and adata.obs["observation_joinid"].notna().all()
+        and adata.obs["observation_joinid"].astype(str).is_unique
+    ):
         joinid = adata.obs["observation_joinid"].astype(str).to_numpy()
     else:
         joinid = ad.utils.make_index_unique(pd.Index(adata.obs_names.astype(str))).to_numpy()

@@ -72,6 +72,7 @@ Where it lives: the world (genes, programmes, batch effects, composition) is dra
 the layout, the HVG ranking and `split_for_task` are in layout.py, the loader for real files in
 real_data.py. This module draws the cells and their counts, and writes the task files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -128,8 +129,14 @@ def _joinids(rng: np.random.Generator, n: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
-def simulate(n_cells: int = 16000, n_genes: int = 2000, n_batches: int = 4, n_types: int = 15,
-             seed: int = 0, cell_seed: int | None = None) -> ad.AnnData:
+def simulate(
+    n_cells: int = 16000,
+    n_genes: int = 2000,
+    n_batches: int = 4,
+    n_types: int = 15,
+    seed: int = 0,
+    cell_seed: int | None = None,
+) -> ad.AnnData:
     """The full labelled dataset (see the module docstring for the model and the layout).
 
     `seed` draws the world (genes, programmes, batch effects, composition) and, unless `cell_seed`
@@ -166,8 +173,13 @@ def simulate(n_cells: int = 16000, n_genes: int = 2000, n_batches: int = 4, n_ty
     var = pd.DataFrame({"feature_name": world.gene_names}, index=pd.Index(world.gene_names))
     adata = assemble(X, obs, var, n_flag=int(round(HVG_FRACTION * G)))
     adata.uns["simulation"] = {
-        "generator_version": GENERATOR_VERSION, "seed": int(seed), "cell_seed": int(cell_seed),
-        "n_cells": int(n_cells), "n_genes": int(G), "n_batches": int(B), "n_types": int(T),
+        "generator_version": GENERATOR_VERSION,
+        "seed": int(seed),
+        "cell_seed": int(cell_seed),
+        "n_cells": int(n_cells),
+        "n_genes": int(G),
+        "n_batches": int(B),
+        "n_types": int(T),
     }
     return adata
 
@@ -175,6 +187,7 @@ def simulate(n_cells: int = 16000, n_genes: int = 2000, n_batches: int = 4, n_ty
 @dataclass
 class _Cells:
     """The cells' attributes, in the order of the cells."""
+
     batch: np.ndarray
     ctype: np.ndarray
     phase: np.ndarray  # 0 = G1, 1 = S, 2 = G2M
@@ -230,11 +243,17 @@ def _draw_counts(rng: np.random.Generator, world: World, cells: _Cells) -> sp.cs
         s_amp = intensity[sl] * np.where(phase[sl] == 1, 1.0, 0.3)
         g_amp = intensity[sl] * np.where(phase[sl] == 2, 1.0, 0.25)
         w = mix[sl, None]
-        eta = (world.base + (1.0 - w) * world.type_lfc[t] + w * world.type_lfc[partner[sl]]
-               + world.batch_lfc[b] + world.batch_type_lfc[b, t]
-               + np.einsum("ck,ckg->cg", latent[sl], world.latent_w[t])
-               + stress[sl, None] * world.stress_lfc
-               + s_amp[:, None] * world.s_lfc + g_amp[:, None] * world.g2m_lfc)
+        eta = (
+            world.base
+            + (1.0 - w) * world.type_lfc[t]
+            + w * world.type_lfc[partner[sl]]
+            + world.batch_lfc[b]
+            + world.batch_type_lfc[b, t]
+            + np.einsum("ck,ckg->cg", latent[sl], world.latent_w[t])
+            + stress[sl, None] * world.stress_lfc
+            + s_amp[:, None] * world.s_lfc
+            + g_amp[:, None] * world.g2m_lfc
+        )
         eta -= eta.max(axis=1, keepdims=True)
         p = np.exp(eta)
         mean = p * (np.exp(log_lib[sl]) / p.sum(axis=1))[:, None]
@@ -272,9 +291,14 @@ def _write_h5ad(adata: ad.AnnData, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def make_datasets(directory: str | os.PathLike, size: str = "default", seed: int = 0,
-                  test_seed: int | None = None, force: bool = False,
-                  log: Callable[[str], None] | None = None) -> dict:
+def make_datasets(
+    directory: str | os.PathLike,
+    size: str = "default",
+    seed: int = 0,
+    test_seed: int | None = None,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict:
     """Write the task files into `directory` and return the manifest (also `dataset.json`).
 
     Files: train_input.h5ad, train_solution.h5ad (simulate with `seed`), test_input.h5ad,
@@ -308,8 +332,11 @@ def make_datasets(directory: str | os.PathLike, size: str = "default", seed: int
         splits[split] = _write_split(directory, split, n_cells, s, dims, say)
     files = {f: {"sha256": _sha256(directory / f), "bytes": (directory / f).stat().st_size} for f in FILES}
     manifest = {
-        "generator": "evaluators.scrna.simulate", "generator_version": GENERATOR_VERSION,
-        "parameters": params, "splits": splits, "files": files,
+        "generator": "evaluators.scrna.simulate",
+        "generator_version": GENERATOR_VERSION,
+        "parameters": params,
+        "splits": splits,
+        "files": files,
         "held_out": "test_solution.h5ad (and test_input.h5ad until the final evaluation)",
     }
     tmp = manifest_path.with_name("dataset.json.tmp")
@@ -323,31 +350,37 @@ def _recorded(directory: Path, manifest_path: Path, params: dict) -> dict | None
     """The manifest in `directory` if it records `params` and every file still has its recorded sha256."""
     try:
         old = json.loads(manifest_path.read_text())
-        fresh = (old.get("parameters") == params and old.get("generator_version") == GENERATOR_VERSION
-                 and all((directory / f).exists() and _sha256(directory / f) == old["files"][f]["sha256"]
-                         for f in FILES))
+        fresh = (
+            old.get("parameters") == params
+            and old.get("generator_version") == GENERATOR_VERSION
+            and all((directory / f).exists() and _sha256(directory / f) == old["files"][f]["sha256"] for f in FILES)
+        )
     except (ValueError, KeyError, TypeError):
         fresh = False
     return old if fresh else None
 
 
-def _write_split(directory: Path, split: str, n_cells: int, s: int, dims: dict[str, int],
-                 say: Callable[[str], None]) -> dict:
+def _write_split(
+    directory: Path, split: str, n_cells: int, s: int, dims: dict[str, int], say: Callable[[str], None]
+) -> dict:
     """Simulate one split with seed `s`, write its input and solution files, and describe it."""
     t0 = time.perf_counter()
-    say(f"[scrna] simulating {split}: {n_cells} cells x {dims['n_genes']} genes, "
-        f"{dims['n_batches']} batches, {dims['n_types']} cell types ...")
-    full = simulate(n_cells=n_cells, n_genes=dims["n_genes"], n_batches=dims["n_batches"],
-                    n_types=dims["n_types"], seed=s)
+    say(
+        f"[scrna] simulating {split}: {n_cells} cells x {dims['n_genes']} genes, "
+        f"{dims['n_batches']} batches, {dims['n_types']} cell types ..."
+    )
+    full = simulate(
+        n_cells=n_cells, n_genes=dims["n_genes"], n_batches=dims["n_batches"], n_types=dims["n_types"], seed=s
+    )
     task_input, solution = split_for_task(full, seed=s)
     t1 = time.perf_counter()
-    say(f"[scrna]   simulated in {t1 - t0:.1f} s; "
-        f"writing {split}_input.h5ad and {split}_solution.h5ad ...")
+    say(f"[scrna]   simulated in {t1 - t0:.1f} s; writing {split}_input.h5ad and {split}_solution.h5ad ...")
     _write_h5ad(task_input, directory / f"{split}_input.h5ad")
     _write_h5ad(solution, directory / f"{split}_solution.h5ad")
     say(f"[scrna]   written in {time.perf_counter() - t1:.1f} s")
     return {
-        "n_cells": int(full.n_obs), "n_genes": int(full.n_vars),
+        "n_cells": int(full.n_obs),
+        "n_genes": int(full.n_vars),
         "n_batches": int(full.obs["batch"].nunique()),
         "n_cell_types": int(full.obs["cell_type"].nunique()),
         "batch_hvg": int(full.var["batch_hvg"].sum()),
@@ -356,17 +389,25 @@ def _write_split(directory: Path, split: str, n_cells: int, s: int, dims: dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evaluators.scrna.simulate",
-                                     description="Generate the simulated batch-integration datasets.")
+    parser = argparse.ArgumentParser(
+        prog="python -m evaluators.scrna.simulate", description="Generate the simulated batch-integration datasets."
+    )
     parser.add_argument("--out", default="data/scrna/generated", help="output directory")
     parser.add_argument("--size", choices=sorted(SIZES), default="default")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train split")
-    parser.add_argument("--test-seed", type=int, default=None,
-                        help="seed of the test split (default: derived from --seed)")
+    parser.add_argument(
+        "--test-seed", type=int, default=None, help="seed of the test split (default: derived from --seed)"
+    )
     parser.add_argument("--force", action="store_true", help="regenerate even if up to date")
     args = parser.parse_args(argv)
-    make_datasets(args.out, size=args.size, seed=args.seed, test_seed=args.test_seed, force=args.force,
-                  log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    make_datasets(
+        args.out,
+        size=args.size,
+        seed=args.seed,
+        test_seed=args.test_seed,
+        force=args.force,
+        log=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ Data lives outside everything a run can see: `~/.cache/station/scrna/<dataset>/`
 `$STATION_SCRNA_DATA`), whose `input/` folder alone is mounted read-only into runs; labels
 (`private/`) are in the executors' hide list.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,18 +26,47 @@ from ..base import Baseline, Task, Verdict, register
 from .driver import DRIVER, INPUT_DIR
 from .play import submission as scripted_play
 
-METRICS = ("asw_batch", "asw_label", "ari", "nmi", "graph_connectivity", "kbet", "ilisi", "clisi", "pcr",
-           "cell_cycle_conservation")
-LABELS = {"asw_batch": "ASW_batch", "asw_label": "ASW_label", "ari": "ARI", "nmi": "NMI",
-          "graph_connectivity": "Graph_conn", "kbet": "kBET", "ilisi": "iLISI", "clisi": "cLISI", "pcr": "PCR",
-          "cell_cycle_conservation": "Cell_cycle"}
-BASELINES = {"no_integration.py": ("No Integration Baseline", ("baseline", "pca"),
-                                   "The normalized expression's 50 principal components, with no correction."),
-             "combat.py": ("ComBat Baseline", ("baseline", "combat", "linear-model"),
-                           "Empirical-Bayes ComBat on the genes, then 50 principal components."),
-             "bbknn_style.py": ("Batch-Balanced kNN Baseline", ("baseline", "bbknn", "graph"),
-                                "A kNN graph with the same number of neighbours from every batch; "
-                                "the embedding is left as plain PCA.")}
+METRICS = (
+    "asw_batch",
+    "asw_label",
+    "ari",
+    "nmi",
+    "graph_connectivity",
+    "kbet",
+    "ilisi",
+    "clisi",
+    "pcr",
+    "cell_cycle_conservation",
+)
+LABELS = {
+    "asw_batch": "ASW_batch",
+    "asw_label": "ASW_label",
+    "ari": "ARI",
+    "nmi": "NMI",
+    "graph_connectivity": "Graph_conn",
+    "kbet": "kBET",
+    "ilisi": "iLISI",
+    "clisi": "cLISI",
+    "pcr": "PCR",
+    "cell_cycle_conservation": "Cell_cycle",
+}
+BASELINES = {
+    "no_integration.py": (
+        "No Integration Baseline",
+        ("baseline", "pca"),
+        "The normalized expression's 50 principal components, with no correction.",
+    ),
+    "combat.py": (
+        "ComBat Baseline",
+        ("baseline", "combat", "linear-model"),
+        "Empirical-Bayes ComBat on the genes, then 50 principal components.",
+    ),
+    "bbknn_style.py": (
+        "Batch-Balanced kNN Baseline",
+        ("baseline", "bbknn", "graph"),
+        "A kNN graph with the same number of neighbours from every batch; the embedding is left as plain PCA.",
+    ),
+}
 
 
 def data_root() -> Path:
@@ -77,14 +107,20 @@ class BatchIntegration(Task):
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
         return scripted_play(seen, rng)
 
-    def __init__(self, size: str = "default", seed: int = 0, h5ad: str | None = None, batch_key: str = "batch",
-                 label_key: str = "cell_type", memory_mb: int | None = 16384) -> None:
+    def __init__(
+        self,
+        size: str = "default",
+        seed: int = 0,
+        h5ad: str | None = None,
+        batch_key: str = "batch",
+        label_key: str = "cell_type",
+        memory_mb: int | None = 16384,
+    ) -> None:
         from .dataset import Dataset
 
         if size not in ("default", "small"):
             raise ValueError("size must be 'default' or 'small'")
-        self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key,
-                               label_key=label_key)
+        self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
 
     # -- what agents read -------------------------------------------------------------------
@@ -130,8 +166,10 @@ The score is the mean of the ten. Higher is better. The details of each result l
 
     def baselines(self) -> list[Baseline]:
         folder = Path(__file__).parent / "baselines"
-        return [Baseline(title, tags, abstract, (folder / name).read_text(encoding="utf-8"))
-                for name, (title, tags, abstract) in BASELINES.items()]
+        return [
+            Baseline(title, tags, abstract, (folder / name).read_text(encoding="utf-8"))
+            for name, (title, tags, abstract) in BASELINES.items()
+        ]
 
     # -- how a run is made ------------------------------------------------------------------
     def program(self, code: str) -> str:
@@ -161,11 +199,13 @@ The score is the mean of the ten. Higher is better. The details of each result l
             return Verdict(False, details=f"ERROR: {err}")
         normal = normalise(raw, self.dataset.bounds())
         score = sum(normal.values()) / len(normal)
-        lines = [f"{self.dataset.name} ({self.dataset.n_cells:,} cells)",
-                 "Normalized: " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[:4]),
-                 "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[4:7]),
-                 "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[7:]),
-                 "Raw: " + ", ".join(f"{LABELS[m]} {_fmt(raw.get(m))}" for m in METRICS)]
+        lines = [
+            f"{self.dataset.name} ({self.dataset.n_cells:,} cells)",
+            "Normalized: " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[:4]),
+            "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[4:7]),
+            "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[7:]),
+            "Raw: " + ", ".join(f"{LABELS[m]} {_fmt(raw.get(m))}" for m in METRICS),
+        ]
         lines += [f"{LABELS[m]} could not be computed: {why}" for m, why in problems.items()]
         return Verdict(True, score, "\n".join(lines), metrics={LABELS[m]: normal[m] for m in METRICS})
 

@@ -2,6 +2,7 @@
 model is described in simulate.py): gene names, baseline expression and dispersion, the cell-type
 hierarchy and its programmes, the cell-state programmes (stress, cell cycle), the batch effects and
 each batch's cell-type composition. It does not depend on the number of cells."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -107,24 +108,45 @@ def make_world(rng: np.random.Generator, n_genes: int, n_batches: int, types: tu
     names, s_idx, g2m_idx, other, base, phi = _genes(rng, n_genes)
     type_lfc, latent_w, stress_lfc, s_lfc, g2m_lfc = _programmes(rng, n_genes, types, s_idx, g2m_idx, other)
     batch_lfc, batch_type_lfc, depth, depth_sd, dropout, dropout_mid, stress = _batch_effects(
-        rng, n_genes, n_batches, len(types))
+        rng, n_genes, n_batches, len(types)
+    )
     share, comp = _composition(rng, n_batches, types)
-    return World(names, s_idx, g2m_idx, base, phi, type_lfc, latent_w, stress_lfc, s_lfc, g2m_lfc,
-                 batch_lfc, batch_type_lfc, depth, depth_sd, dropout, dropout_mid, stress, share, comp)
+    return World(
+        names,
+        s_idx,
+        g2m_idx,
+        base,
+        phi,
+        type_lfc,
+        latent_w,
+        stress_lfc,
+        s_lfc,
+        g2m_lfc,
+        batch_lfc,
+        batch_type_lfc,
+        depth,
+        depth_sd,
+        dropout,
+        dropout_mid,
+        stress,
+        share,
+        comp,
+    )
 
 
-def _genes(rng: np.random.Generator, G: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                       np.ndarray]:
+def _genes(
+    rng: np.random.Generator, G: int
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Gene names in a shuffled order (the cell-cycle genes among them), baseline log-means, overdispersion."""
     n_cc = len(S_GENES) + len(G2M_GENES)
     perm = rng.permutation(G)
-    s_idx, g2m_idx = np.sort(perm[: len(S_GENES)]), np.sort(perm[len(S_GENES): n_cc])
+    s_idx, g2m_idx = np.sort(perm[: len(S_GENES)]), np.sort(perm[len(S_GENES) : n_cc])
     other = np.sort(perm[n_cc:])
 
     names = [""] * G
     for i, g in enumerate(perm[: len(S_GENES)]):
         names[g] = S_GENES[i]
-    for i, g in enumerate(perm[len(S_GENES): n_cc]):
+    for i, g in enumerate(perm[len(S_GENES) : n_cc]):
         names[g] = G2M_GENES[i]
     width = max(4, len(str(len(other))))
     for k, g in enumerate(other):
@@ -137,8 +159,14 @@ def _genes(rng: np.random.Generator, G: int) -> tuple[list[str], np.ndarray, np.
     return names, s_idx, g2m_idx, other, base, phi
 
 
-def _programmes(rng: np.random.Generator, G: int, types: tuple[CellType, ...], s_idx: np.ndarray,
-                g2m_idx: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, ...]:
+def _programmes(
+    rng: np.random.Generator,
+    G: int,
+    types: tuple[CellType, ...],
+    s_idx: np.ndarray,
+    g2m_idx: np.ndarray,
+    other: np.ndarray,
+) -> tuple[np.ndarray, ...]:
     """Log-fold changes of the cell types (lineage, branch, shared and marker programmes), the
     within-type latent loadings, the stress programme and the S and G2/M programmes."""
     T = len(types)

@@ -9,6 +9,7 @@ Generation works backwards from a solved room: boxes start on their targets and 
 pulls them away, so every level is solvable by construction; its moves played backwards are a
 solution (loops in the walks cut out; returned with the level, checked with `replay` first).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,8 +30,7 @@ BOX_ON_TARGET_REWARD = 1.0
 BOX_OFF_TARGET_PENALTY = -1.0
 SOLVE_BONUS = 10.0
 
-_CHARS = {FLOOR: " ", WALL: "#", TARGET: ".", AGENT: "@", BOX: "$",
-          AGENT_ON_TARGET: "+", BOX_ON_TARGET: "*"}
+_CHARS = {FLOOR: " ", WALL: "#", TARGET: ".", AGENT: "@", BOX: "$", AGENT_ON_TARGET: "+", BOX_ON_TARGET: "*"}
 _CODES = {char: code for code, char in _CHARS.items()} | {"-": FLOOR, "_": FLOOR}
 
 
@@ -99,7 +99,7 @@ def step(level_state: np.ndarray, action: int) -> tuple[np.ndarray, float, bool]
         raise ValueError(f"actions are 0..3, got {action!r}")
     grid = np.array(level_state, dtype=np.int8, copy=True)
     height, width = grid.shape
-    (row, col), = np.argwhere((grid == AGENT) | (grid == AGENT_ON_TARGET))
+    ((row, col),) = np.argwhere((grid == AGENT) | (grid == AGENT_ON_TARGET))
     drow, dcol = MOVES[int(action)]
 
     def inside(r: int, c: int) -> bool:
@@ -205,8 +205,11 @@ def _attempt(uniform, height, width, n_boxes, pulls, floor_share, persist, pull_
     floor_list = _carve(uniform, height, width, n_floor, persist)
     floor = set(floor_list)
     # Targets go where a box can be pulled off at all: two floor cells in a line beside it.
-    pullable = [(r, c) for r, c in floor_list
-                if any((r + dr, c + dc) in floor and (r + 2 * dr, c + 2 * dc) in floor for dr, dc in MOVES)]
+    pullable = [
+        (r, c)
+        for r, c in floor_list
+        if any((r + dr, c + dc) in floor and (r + 2 * dr, c + 2 * dc) in floor for dr, dc in MOVES)
+    ]
     if len(pullable) < n_boxes:
         return None
     targets = []
@@ -287,19 +290,27 @@ def _erase_loops(start: tuple, forward: list) -> list:
             base, path, index = len(actions), [position], {position: 0}
         elif position in index:  # back on a cell of this walk: drop the loop
             keep = index[position]
-            for cell in path[keep + 1:]:
+            for cell in path[keep + 1 :]:
                 del index[cell]
-            del path[keep + 1:], actions[base + keep:]
+            del path[keep + 1 :], actions[base + keep :]
         else:
             index[position] = len(path)
             path.append(position)
     return actions
 
 
-def generate_level(rng: np.random.Generator, height: int, width: int, n_boxes: int, *,
-                   pulls: int | None = None, floor_share: tuple[float, float] = (0.55, 0.65),
-                   persist: float = 0.6, pull_prob: float = 0.8,
-                   max_tries: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+def generate_level(
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    n_boxes: int,
+    *,
+    pulls: int | None = None,
+    floor_share: tuple[float, float] = (0.55, 0.65),
+    persist: float = 0.6,
+    pull_prob: float = 0.8,
+    max_tries: int = 1000,
+) -> tuple[np.ndarray, np.ndarray]:
     """A random level that is solvable by construction, and a solution for it.
 
     Returns (level (H, W) int8, solution (K,) int8); `replay(level, solution, K)` solves it,
@@ -325,8 +336,7 @@ def generate_level(rng: np.random.Generator, height: int, width: int, n_boxes: i
     raise RuntimeError(f"no acceptable {height}x{width} level with {n_boxes} boxes in {max_tries} tries")
 
 
-def make_level_set(seed: int, count: int, height: int, width: int, n_boxes: int, *,
-                   with_solutions: bool = False, **kw):
+def make_level_set(seed: int, count: int, height: int, width: int, n_boxes: int, *, with_solutions: bool = False, **kw):
     """`count` levels as a (count, H, W) int8 array; level i comes from
     np.random.default_rng([seed, i]), so a set is reproducible and any prefix is stable.
     With `with_solutions=True`, returns (levels, [solution per level]) instead.

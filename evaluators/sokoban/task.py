@@ -6,6 +6,7 @@ once with actions sampled from the policy. The trials return their action sequen
 station replays them on its own copy of the levels with the trusted rules (levels.replay):
 the solve rate cannot be claimed, only shown. Primary score: mean solve rate x 100.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,13 +33,32 @@ class Sokoban(JaxTrainingTask):
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
         return scripted_play(seen, rng)
 
-    def __init__(self, grid: int = 6, boxes: int = 2, train_levels: int = 20_000, eval_levels: int = 500,
-                 seed: int = 0, max_steps: int = 80, n_envs: int = 64, unroll: int = 20,
-                 env_steps: int = 50_000_000, trials: int = 4, trial_budget_s: float = 600.0,
-                 trial_cpus: float = 1.0, gpus_per_trial: float | None = None, grace_s: float = 300.0,
-                 memory_mb: int | None = 6144) -> None:
-        super().__init__(trials=trials, trial_budget_s=trial_budget_s, trial_cpus=trial_cpus,
-                         gpus_per_trial=gpus_per_trial, grace_s=grace_s, memory_mb=memory_mb)
+    def __init__(
+        self,
+        grid: int = 6,
+        boxes: int = 2,
+        train_levels: int = 20_000,
+        eval_levels: int = 500,
+        seed: int = 0,
+        max_steps: int = 80,
+        n_envs: int = 64,
+        unroll: int = 20,
+        env_steps: int = 50_000_000,
+        trials: int = 4,
+        trial_budget_s: float = 600.0,
+        trial_cpus: float = 1.0,
+        gpus_per_trial: float | None = None,
+        grace_s: float = 300.0,
+        memory_mb: int | None = 6144,
+    ) -> None:
+        super().__init__(
+            trials=trials,
+            trial_budget_s=trial_budget_s,
+            trial_cpus=trial_cpus,
+            gpus_per_trial=gpus_per_trial,
+            grace_s=grace_s,
+            memory_mb=memory_mb,
+        )
         if not 8 <= max_steps <= 1000 or not 1 <= n_envs <= 4096 or not 1 <= unroll <= 256 or env_steps < 1:
             raise ValueError("sokoban: max_steps 8..1000, n_envs 1..4096, unroll 1..256, env_steps >= 1")
         self.levels = LevelSet(data_root(), grid=grid, boxes=boxes, train=train_levels, eval=eval_levels, seed=seed)
@@ -48,29 +68,44 @@ class Sokoban(JaxTrainingTask):
         return self.levels.ensure().input_dir
 
     def trial_settings(self) -> dict[str, Any]:
-        return {"max_steps": self.max_steps, "n_envs": self.n_envs, "unroll": self.unroll,
-                "env_steps": self.env_steps}
+        return {"max_steps": self.max_steps, "n_envs": self.n_envs, "unroll": self.unroll, "env_steps": self.env_steps}
 
     def spec(self) -> str:
-        return SPEC.format(levels=self.levels.describe(), grid=self.levels.grid, steps=self.max_steps,
-                           trials=self.trials, budget=self.trial_budget_s / 60, env_steps=self.env_steps,
-                           n_envs=self.n_envs, unroll=self.unroll, n_eval=self.levels.n_eval,
-                           target=self.data_target)
+        return SPEC.format(
+            levels=self.levels.describe(),
+            grid=self.levels.grid,
+            steps=self.max_steps,
+            trials=self.trials,
+            budget=self.trial_budget_s / 60,
+            env_steps=self.env_steps,
+            n_envs=self.n_envs,
+            unroll=self.unroll,
+            n_eval=self.levels.n_eval,
+            target=self.data_target,
+        )
 
     def baselines(self) -> list[Baseline]:
         code = (Path(__file__).parent / "baselines" / "cnn_pg.py").read_text(encoding="utf-8")
-        return [Baseline("CNN + Policy Gradient", ("baseline", "cnn", "a2c"),
-                         "A small convolutional actor-critic trained with the harness's default "
-                         "advantage actor-critic update (GAE, entropy bonus).", code)]
+        return [
+            Baseline(
+                "CNN + Policy Gradient",
+                ("baseline", "cnn", "a2c"),
+                "A small convolutional actor-critic trained with the harness's default "
+                "advantage actor-critic update (GAE, entropy bonus).",
+                code,
+            )
+        ]
 
     def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
         solved = self.levels.solved(value.get("eval_actions"), self.max_steps)
         rate = float(solved.mean())
         claimed = value.get("claimed_solved")
         note = "" if claimed == int(solved.sum()) else f" (the trial claimed {claimed})"
-        line = (f"solved {int(solved.sum())} of {len(solved)} held-out levels{note}: {rate:.1%}; "
-                f"{value.get('env_steps', 0):,} env steps, stopped by {value.get('stop')}, "
-                f"{value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}")
+        line = (
+            f"solved {int(solved.sum())} of {len(solved)} held-out levels{note}: {rate:.1%}; "
+            f"{value.get('env_steps', 0):,} env steps, stopped by {value.get('stop')}, "
+            f"{value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}"
+        )
         return {"score": rate * 100.0, "rate": rate, "metrics": {}, "line": line}
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:

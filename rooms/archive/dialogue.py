@@ -1,6 +1,7 @@
 """The archive reviewer's dialogue (spec capsules §7): its live turns as stored, the walk of one
 submission through it (pruning, the context turn, attempts) over recorded inputs, and the messages
 the reviewer is sent. The hook that drives it, and what a verdict does, are in reviewer.py."""
+
 from __future__ import annotations
 
 import json
@@ -40,21 +41,32 @@ class Dialogue:
         state = store.one("SELECT generation, context_tries FROM reviewer_state WHERE id=1")
         assert state is not None  # the reviewer's migration made the one row
         rows = store.all("SELECT * FROM reviewer_turns WHERE state='live' ORDER BY seq")
-        turns = [Turn(r["seq"], r["generation"], r["submission"], r["role"], r["text"], r["last_paper"])
-                 for r in rows]
+        turns = [Turn(r["seq"], r["generation"], r["submission"], r["role"], r["text"], r["last_paper"]) for r in rows]
         last = store.scalar("SELECT MAX(seq) FROM reviewer_turns") or 0
         return cls(turns, state["generation"], state["context_tries"], last + 1)
 
     def save(self, store: Store, tick: int) -> None:
-        store.execute("UPDATE reviewer_state SET generation=?, context_tries=? WHERE id=1",
-                      (self.generation, self.context_tries))
+        store.execute(
+            "UPDATE reviewer_state SET generation=?, context_tries=? WHERE id=1", (self.generation, self.context_tries)
+        )
         for turn in sorted(self._touched.values(), key=lambda t: t.seq):
             if turn.seq in self._stored:
                 store.execute("UPDATE reviewer_turns SET state=? WHERE seq=?", (turn.state, turn.seq))
             else:
-                store.execute("INSERT INTO reviewer_turns(seq, tick, generation, submission, role, text, last_paper, "
-                              "state) VALUES(?,?,?,?,?,?,?,?)", (turn.seq, tick, turn.generation, turn.submission,
-                                                                  turn.role, turn.text, turn.last_paper, turn.state))
+                store.execute(
+                    "INSERT INTO reviewer_turns(seq, tick, generation, submission, role, text, last_paper, "
+                    "state) VALUES(?,?,?,?,?,?,?,?)",
+                    (
+                        turn.seq,
+                        tick,
+                        turn.generation,
+                        turn.submission,
+                        turn.role,
+                        turn.text,
+                        turn.last_paper,
+                        turn.state,
+                    ),
+                )
                 self._stored.add(turn.seq)
         self._touched.clear()
 
@@ -138,8 +150,9 @@ def failure(payload: dict[str, Any]) -> str:
     return "model_error" if payload.get("error") else "empty_reply"
 
 
-def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetch, prompts: Prompts | None
-                      ) -> ReviewOutcome | None:
+def review_submission(
+    dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetch, prompts: Prompts | None
+) -> ReviewOutcome | None:
     """Walk one submission through the dialogue (pruning, context turn, attempts).
 
     Returns None as soon as `fetch` has no payload for a step (the readiness check); the
@@ -152,8 +165,7 @@ def review_submission(dialogue: Dialogue, submission: Any, cfg: Any, fetch: Fetc
     for attempt in range(1, cfg.max_attempts + 1):
         if not dialogue.has_context():
             key = f"review-context/{dialogue.generation}/{dialogue.context_tries + 1}"
-            payload = fetch(key, "review_context", None, [],
-                            (lambda: prompts.context()) if prompts else _no_prompt)
+            payload = fetch(key, "review_context", None, [], (lambda: prompts.context()) if prompts else _no_prompt)
             if payload is None:
                 return None
             if answered(payload):
@@ -203,13 +215,22 @@ class Prompts:
     def papers(self, after: int = 0) -> list[Any]:
         return self.ctx.store.all(
             "SELECT number, title, author, created_tick, abstract FROM capsules WHERE room='archive' AND scope='' "
-            "AND deleted=0 AND number>? ORDER BY number", (after,))
+            "AND deleted=0 AND number>? ORDER BY number",
+            (after,),
+        )
 
     def _entries(self, rows: list[Any]) -> str:
-        return "\n".join(self.ctx.texts.render("reviewer_paper_entry", number=r["number"], title=r["title"],
-                                               author=r["author"], tick=r["created_tick"],
-                                               abstract=" ".join((r["abstract"] or "").split()))
-                         for r in rows)
+        return "\n".join(
+            self.ctx.texts.render(
+                "reviewer_paper_entry",
+                number=r["number"],
+                title=r["title"],
+                author=r["author"],
+                tick=r["created_tick"],
+                abstract=" ".join((r["abstract"] or "").split()),
+            )
+            for r in rows
+        )
 
     def task(self) -> str:
         room = self.ctx.room("research")
@@ -231,9 +252,15 @@ class Prompts:
         new = ("\n" + self.ctx.texts.render("reviewer_new_papers", papers=self._entries(rows)) + "\n") if rows else ""
         tags = ", ".join(json.loads(submission["tags"] or "[]"))
         text = self.ctx.texts.render(
-            "reviewer_submission", title=submission["title"], tags=tags or "(none)",
-            word_count=len(submission["content"].split()), new_papers=new, abstract=submission["abstract"],
-            content=submission["content"], extra_fields=self._extra_fields())
+            "reviewer_submission",
+            title=submission["title"],
+            tags=tags or "(none)",
+            word_count=len(submission["content"].split()),
+            new_papers=new,
+            abstract=submission["abstract"],
+            content=submission["content"],
+            extra_fields=self._extra_fields(),
+        )
         return text, max([since, *(r["number"] for r in rows)])
 
     def retry(self) -> tuple[str, int]:

@@ -27,6 +27,7 @@ The verdict is read in verdict.py, and the dialogue (its turns, a submission's w
 the messages sent) is kept in dialogue.py; this module holds the hook that drives it, what a
 verdict does, and the background worker.
 """
+
 from __future__ import annotations
 
 import logging
@@ -82,7 +83,7 @@ MIGRATIONS = [
         decision TEXT NOT NULL             -- acknowledged / retry / accepted / rejected / failed
     );
     CREATE INDEX paper_reviews_submission ON paper_reviews(submission, id);
-    """,
+    """
 ]
 
 POLL_SECONDS = 0.5  # the background worker's queue poll (it is also woken by each new submission)
@@ -91,8 +92,9 @@ AUTHOR_OF_CALLS = "reviewer"  # the `agent` argument of the reviewer's model cal
 log = logging.getLogger(__name__)
 
 
-def call_model(get_model: Callable[[], Any], system: str, messages: list[dict[str, str]], prompt: str,
-               last_paper: int) -> dict[str, Any]:
+def call_model(
+    get_model: Callable[[], Any], system: str, messages: list[dict[str, str]], prompt: str, last_paper: int
+) -> dict[str, Any]:
     """One reviewer call as a recorded payload; a provider failure is recorded too (as `error`).
 
     The model is looked up only here, when a call is really made, so a replay never needs the
@@ -160,10 +162,13 @@ class Reviewer(Hook):
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
             prompt, last_paper = make()
             messages = history + [{"role": "user", "text": prompt}]
-            return ctx.obtain(key, kind, agent,
-                              lambda: call_model(lambda: ctx.models.get(cfg.model), system, messages, prompt,
-                                                 last_paper),
-                              request_hash(messages))
+            return ctx.obtain(
+                key,
+                kind,
+                agent,
+                lambda: call_model(lambda: ctx.models.get(cfg.model), system, messages, prompt, last_paper),
+                request_hash(messages),
+            )
 
         dialogue, prompts = Dialogue.load(ctx.store), Prompts(ctx)
         for row in rows:
@@ -187,8 +192,15 @@ class Reviewer(Hook):
             self._apply(ctx, row, outcome)
 
         # the dialogue takes the submissions in order: the first one not ready holds back the rest
-        apply_ready(ctx, f"reviews-ready/{ctx.tick}", "reviews_ready", rows, lambda: ready_submissions(store, cfg),
-                    review, in_order=True)
+        apply_ready(
+            ctx,
+            f"reviews-ready/{ctx.tick}",
+            "reviews_ready",
+            rows,
+            lambda: ready_submissions(store, cfg),
+            review,
+            in_order=True,
+        )
 
     def _start_worker(self, ctx: Context) -> None:
         if self.worker is not None and self.worker.is_alive():
@@ -222,66 +234,115 @@ class Reviewer(Hook):
 
     def _failed(self, ctx: Context, row: Any, attempts: int, author: Any, present: bool) -> None:
         """Every attempt failed: the submission is closed, its author (if still present) and the operator told."""
-        ctx.store.execute("UPDATE paper_submissions SET status='failed', attempts=?, verdict=?, decided_tick=? "
-                          "WHERE id=?", (attempts, dumps({"status": "failed"}), ctx.tick, row["id"]))
+        ctx.store.execute(
+            "UPDATE paper_submissions SET status='failed', attempts=?, verdict=?, decided_tick=? WHERE id=?",
+            (attempts, dumps({"status": "failed"}), ctx.tick, row["id"]),
+        )
         if present:
-            ctx.notify(author, ctx.texts.render("reviewer_failed", title=row["title"], attempts=attempts),
-                       "review")
-        ctx.emit("operator_alert", row["agent"], problem="paper review failed", submission=row["id"],
-                 attempts=attempts)
+            ctx.notify(author, ctx.texts.render("reviewer_failed", title=row["title"], attempts=attempts), "review")
+        ctx.emit("operator_alert", row["agent"], problem="paper review failed", submission=row["id"], attempts=attempts)
         ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision="failed", score=None, paper=None)
 
-    def _decided(self, ctx: Context, row: Any, verdict: PaperVerdict, attempts: int, decision: str, author: Any,
-                 present: bool) -> None:
+    def _decided(
+        self, ctx: Context, row: Any, verdict: PaperVerdict, attempts: int, decision: str, author: Any, present: bool
+    ) -> None:
         """A verdict was read: the paper is published (accepted) or not, and the author is told."""
         cfg, texts = ctx.config.reviewer, ctx.texts
         fallback = verdict.status == "parsing_error"
         comment = verdict.comment or texts.render("reviewer_fallback_comment" if fallback else "reviewer_no_comment")
         suggestion = verdict.suggestion or texts.render(
-            "reviewer_fallback_suggestion" if fallback else "reviewer_no_suggestion")
+            "reviewer_fallback_suggestion" if fallback else "reviewer_no_suggestion"
+        )
         number = None
         if decision == "accepted":
             archive = ctx.room("archive")
             if archive is None or not hasattr(archive, "publish"):
                 raise RuntimeError("the reviewer needs the Archive room to publish accepted papers")
-            extra = "".join(f"\n{name.replace('_', ' ').title()}: {'n/a' if value is None else value}"
-                            for name, value in verdict.extra.items())
-            review = texts.render("reviewer_review", score=verdict.score, extra_lines=extra, comment=comment,
-                                  suggestion=suggestion)
+            extra = "".join(
+                f"\n{name.replace('_', ' ').title()}: {'n/a' if value is None else value}"
+                for name, value in verdict.extra.items()
+            )
+            review = texts.render(
+                "reviewer_review", score=verdict.score, extra_lines=extra, comment=comment, suggestion=suggestion
+            )
             number = archive.publish(ctx, row, review)
         record = {**verdict.as_dict(), "comment": comment, "suggestion": suggestion}
-        ctx.store.execute("UPDATE paper_submissions SET status=?, attempts=?, score=?, verdict=?, decided_tick=?, "
-                          "capsule_number=? WHERE id=?", (decision, attempts, verdict.score, dumps(record),
-                                                          ctx.tick, number, row["id"]))
+        ctx.store.execute(
+            "UPDATE paper_submissions SET status=?, attempts=?, score=?, verdict=?, decided_tick=?, "
+            "capsule_number=? WHERE id=?",
+            (decision, attempts, verdict.score, dumps(record), ctx.tick, number, row["id"]),
+        )
         if decision == "rejected":
             if present:
-                ctx.notify(author, texts.render("reviewer_rejected", title=row["title"], score=verdict.score,
-                                                threshold=cfg.pass_threshold, comment=comment,
-                                                suggestion=suggestion), "review")
+                ctx.notify(
+                    author,
+                    texts.render(
+                        "reviewer_rejected",
+                        title=row["title"],
+                        score=verdict.score,
+                        threshold=cfg.pass_threshold,
+                        comment=comment,
+                        suggestion=suggestion,
+                    ),
+                    "review",
+                )
         else:
             self._announce(ctx, row, verdict, number, comment, suggestion, author, present)
-        ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision=decision, score=verdict.score,
-                 paper=number)
+        ctx.emit(
+            "paper_reviewed", row["agent"], submission=row["id"], decision=decision, score=verdict.score, paper=number
+        )
 
-    def _announce(self, ctx: Context, row: Any, verdict: PaperVerdict, number: int | None, comment: str, suggestion: str,
-                  author: Any, present: bool) -> None:
+    def _announce(
+        self,
+        ctx: Context,
+        row: Any,
+        verdict: PaperVerdict,
+        number: int | None,
+        comment: str,
+        suggestion: str,
+        author: Any,
+        present: bool,
+    ) -> None:
         """An accepted paper: its author (or, if gone, the author's lineage) is told, then everyone else."""
         texts = ctx.texts
         told = {row["agent"]}
         if present:
-            ctx.notify(author, texts.render("reviewer_accepted", title=row["title"], number=number,
-                                            score=verdict.score, comment=comment, suggestion=suggestion),
-                       "review")
+            ctx.notify(
+                author,
+                texts.render(
+                    "reviewer_accepted",
+                    title=row["title"],
+                    number=number,
+                    score=verdict.score,
+                    comment=comment,
+                    suggestion=suggestion,
+                ),
+                "review",
+            )
         elif row["lineage"]:
             for kin in ctx.agents.active():
                 if kin.lineage == row["lineage"]:
-                    ctx.notify(kin, texts.render("reviewer_lineage_published", author=row["agent"],
-                                                 lineage=row["lineage"], title=row["title"], number=number,
-                                                 score=verdict.score), "review")
+                    ctx.notify(
+                        kin,
+                        texts.render(
+                            "reviewer_lineage_published",
+                            author=row["agent"],
+                            lineage=row["lineage"],
+                            title=row["title"],
+                            number=number,
+                            score=verdict.score,
+                        ),
+                        "review",
+                    )
                     told.add(kin.name)
         description = author.description if author is not None else ""
-        ctx.broadcast(texts.render("reviewer_announcement", author=row["agent"], description=description,
-                                   title=row["title"], number=number), "publication", exclude=sorted(told))
+        ctx.broadcast(
+            texts.render(
+                "reviewer_announcement", author=row["agent"], description=description, title=row["title"], number=number
+            ),
+            "publication",
+            exclude=sorted(told),
+        )
 
     def _record_calls(self, ctx: Context, row: Any, outcome: ReviewOutcome, decision: str) -> None:
         configured = ctx.config.reviewer.model.name
@@ -295,9 +356,23 @@ class Reviewer(Hook):
             ctx.store.execute(
                 "INSERT INTO paper_reviews(submission, kind, attempt, input_key, tick, model, history, prompt, "
                 "response, thinking, error, extracted, status, decision) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (row["id"], call.kind, call.attempt, call.key, ctx.tick, p.get("model") or configured,
-                 dumps(call.history), p.get("prompt") or "", p.get("text"), p.get("thinking"), p.get("error"),
-                 dumps(call.verdict.as_dict()) if call.verdict else None, call.status, step))
+                (
+                    row["id"],
+                    call.kind,
+                    call.attempt,
+                    call.key,
+                    ctx.tick,
+                    p.get("model") or configured,
+                    dumps(call.history),
+                    p.get("prompt") or "",
+                    p.get("text"),
+                    p.get("thinking"),
+                    p.get("error"),
+                    dumps(call.verdict.as_dict()) if call.verdict else None,
+                    call.status,
+                    step,
+                ),
+            )
 
 
 # -- hold_tick: false — verdicts produced ahead of time ----------------------------------------
@@ -348,10 +423,12 @@ class ReviewWorker(InputWorker):
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
             def ask() -> dict[str, Any]:
                 prompt, last_paper = make()
-                payload = call_model(get_model, system, history + [{"role": "user", "text": prompt}], prompt,
-                                     last_paper)
+                payload = call_model(
+                    get_model, system, history + [{"role": "user", "text": prompt}], prompt, last_paper
+                )
                 self.calls += 1
                 return payload
+
             return self.produce(store, key, kind, agent, ask, request_hash(history))
 
         for row in rows:

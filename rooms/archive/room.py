@@ -6,6 +6,7 @@ The cooldown counts every paper an agent submitted that is pending or accepted, 
 not, so neither queueing several papers nor deleting one dodges it. Published papers are
 final: nobody edits them; other lineages may reply to discuss them.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,11 @@ class ArchiveRoom(CapsuleRoom):
         return [Reviewer()]
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
-        return {"pass_threshold": ctx.config.reviewer.pass_threshold,
-                "cooldown_ticks": ctx.config.archive.cooldown_ticks, "max_words": ctx.config.archive.max_words}
+        return {
+            "pass_threshold": ctx.config.reviewer.pass_threshold,
+            "cooldown_ticks": ctx.config.archive.cooldown_ticks,
+            "max_words": ctx.config.archive.max_words,
+        }
 
     def limits(self, ctx: Context) -> Limits:
         return Limits(ctx, max_words=ctx.config.archive.max_words)
@@ -47,8 +51,12 @@ class ArchiveRoom(CapsuleRoom):
     @action("create", params=PaperParams)
     def create(self, ctx: Context, agent: Any, args: str | None, p: PaperParams) -> Outcome:
         cfg = ctx.config.archive
-        problem = (self.may_create(ctx, agent) or self._holiday(ctx) or self._cooldown(ctx, agent)
-                   or self._source_private(ctx, agent, p))
+        problem = (
+            self.may_create(ctx, agent)
+            or self._holiday(ctx)
+            or self._cooldown(ctx, agent)
+            or self._source_private(ctx, agent, p)
+        )
         if problem:
             return Outcome([f"Paper not submitted: {problem}."])
         if cfg.review == "none":
@@ -62,12 +70,26 @@ class ArchiveRoom(CapsuleRoom):
         cur = ctx.store.execute(
             "INSERT INTO paper_submissions(tick, agent, session, lineage, generation, title, tags, abstract, content)"
             " VALUES(?,?,?,?,?,?,?,?,?)",
-            (ctx.tick, agent.name, agent.session, agent.lineage, agent.generation, (p.title or "").strip(),
-             json.dumps(tags), (p.abstract or "").strip(), p.content))
+            (
+                ctx.tick,
+                agent.name,
+                agent.session,
+                agent.lineage,
+                agent.generation,
+                (p.title or "").strip(),
+                json.dumps(tags),
+                (p.abstract or "").strip(),
+                p.content,
+            ),
+        )
         ctx.emit("paper_submitted", agent.name, submission=cur.lastrowid)
-        return Outcome([f"Paper '{(p.title or '').strip()}' submitted for review (submission {cur.lastrowid}). You will be "
-                        f"told the verdict; it is published if it scores at least "
-                        f"{ctx.config.reviewer.pass_threshold}/10."])
+        return Outcome(
+            [
+                f"Paper '{(p.title or '').strip()}' submitted for review (submission {cur.lastrowid}). You will be "
+                f"told the verdict; it is published if it scores at least "
+                f"{ctx.config.reviewer.pass_threshold}/10."
+            ]
+        )
 
     def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
         """Published directly (review off): recorded as an accepted submission and announced."""
@@ -75,12 +97,27 @@ class ArchiveRoom(CapsuleRoom):
         ctx.store.execute(
             "INSERT INTO paper_submissions(tick, agent, session, lineage, generation, title, tags, abstract, content,"
             " status, decided_tick, capsule_number) VALUES(?,?,?,?,?,?,?,?,?,'accepted',?,?)",
-            (ctx.tick, agent.name, agent.session, agent.lineage, agent.generation, capsule.title,
-             json.dumps(capsule.tags), capsule.abstract or "", body.content if body else "", ctx.tick,
-             capsule.number))
-        ctx.broadcast(ctx.texts.render("archive_new", author=agent.name, number=capsule.number,
-                                       title=capsule.title, words=capsule.word_count),
-                      "publication", exclude=[agent.name])
+            (
+                ctx.tick,
+                agent.name,
+                agent.session,
+                agent.lineage,
+                agent.generation,
+                capsule.title,
+                json.dumps(capsule.tags),
+                capsule.abstract or "",
+                body.content if body else "",
+                ctx.tick,
+                capsule.number,
+            ),
+        )
+        ctx.broadcast(
+            ctx.texts.render(
+                "archive_new", author=agent.name, number=capsule.number, title=capsule.title, words=capsule.word_count
+            ),
+            "publication",
+            exclude=[agent.name],
+        )
         return []
 
     def _holiday(self, ctx: Context) -> str | None:
@@ -92,13 +129,16 @@ class ArchiveRoom(CapsuleRoom):
         cooldown = ctx.config.archive.cooldown_ticks
         if cooldown <= 0:
             return None
-        latest = ctx.store.scalar("SELECT MAX(tick) FROM paper_submissions WHERE agent=? "
-                                  "AND status IN ('pending', 'accepted')", (agent.name,))
+        latest = ctx.store.scalar(
+            "SELECT MAX(tick) FROM paper_submissions WHERE agent=? AND status IN ('pending', 'accepted')", (agent.name,)
+        )
         if latest is None or latest <= ctx.tick - cooldown:
             return None
         left = cooldown - (ctx.tick - latest)
-        return (f"you submitted a paper at tick {latest}; the next one is possible in {left} tick(s). "
-                "Keep experimenting meanwhile: a stronger paper is worth the wait")
+        return (
+            f"you submitted a paper at tick {latest}; the next one is possible in {left} tick(s). "
+            "Keep experimenting meanwhile: a stronger paper is worth the wait"
+        )
 
     def _source_private(self, ctx: Context, agent: Any, p: PaperParams) -> str | None:
         """`source_private: N` takes the content from the lineage's private capsule N."""
@@ -126,9 +166,15 @@ class ArchiveRoom(CapsuleRoom):
         """Publish an accepted submission under its stored author (who may have left); returns its number."""
         author = Author(submission["agent"], submission["session"], submission["lineage"], submission["generation"])
         caps = Capsules(ctx.store, self.short)
-        capsule = caps.create(author, ctx.tick, title=submission["title"], content=submission["content"],
-                              abstract=submission["abstract"], tags=json.loads(submission["tags"]),
-                              created_tick=submission["tick"])
+        capsule = caps.create(
+            author,
+            ctx.tick,
+            title=submission["title"],
+            content=submission["content"],
+            abstract=submission["abstract"],
+            tags=json.loads(submission["tags"]),
+            created_tick=submission["tick"],
+        )
         k = caps.add_message(capsule, REVIEWER, ctx.tick, title="Review", content=review_text)
         cs.mark_read(ctx.store, submission["session"], [(capsule.id, cs.WHOLE), (capsule.id, 1), (capsule.id, k)])
         return capsule.number
@@ -141,14 +187,19 @@ class ArchiveRoom(CapsuleRoom):
         if agent.is_guest:
             return "only recursive agents may reply to papers"
         if agent.lineage and agent.lineage == capsule.author_lineage:
-            return ("a published paper cannot be extended by its own lineage; submit a new paper for new "
-                    "results (other lineages may reply to discuss it)")
+            return (
+                "a published paper cannot be extended by its own lineage; submit a new paper for new "
+                "results (other lineages may reply to discuss it)"
+            )
         return None
 
     def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
         if self._paper_part(capsule, message) and not (verb == "delete" and message is None):
-            return ("published papers and their reviews are final; submit a revised paper instead"
-                    if verb == "update" else "a paper's text and review cannot be deleted separately")
+            return (
+                "published papers and their reviews are final; submit a revised paper instead"
+                if verb == "update"
+                else "a paper's text and review cannot be deleted separately"
+            )
         return super().may_edit(ctx, agent, capsule, message, verb)
 
     def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
@@ -157,16 +208,24 @@ class ArchiveRoom(CapsuleRoom):
         told = []
         for target in ctx.agents.active():
             if target.name in involved and ctx.is_mature(target):
-                ctx.notify(target, ctx.texts.render("archive_reply", author=agent.name, number=capsule.number, k=k,
-                                                    title=capsule.title), "archive")
+                ctx.notify(
+                    target,
+                    ctx.texts.render(
+                        "archive_reply", author=agent.name, number=capsule.number, k=k, title=capsule.title
+                    ),
+                    "archive",
+                )
                 told.append(target.name)
         return [f"Notified: {', '.join(told)}."] if told else []
 
     # -- what others read from the archive ------------------------------------------------
     def lineage_credits(self, ctx: Context) -> dict[str, float]:
         """One credit per accepted paper scoring 8 or more (lineage selection by evolution)."""
-        rows = ctx.store.all("SELECT lineage, COUNT(*) FROM paper_submissions WHERE status='accepted' AND score>=? "
-                             "AND lineage IS NOT NULL GROUP BY lineage", (HIGH_QUALITY_SCORE,))
+        rows = ctx.store.all(
+            "SELECT lineage, COUNT(*) FROM paper_submissions WHERE status='accepted' AND score>=? "
+            "AND lineage IS NOT NULL GROUP BY lineage",
+            (HIGH_QUALITY_SCORE,),
+        )
         return {r[0]: float(r[1]) for r in rows}
 
     def status_counts(self, ctx: Context) -> dict[str, Any]:

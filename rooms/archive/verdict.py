@@ -1,5 +1,6 @@
 """Reading the archive reviewer's verdict from its reply (spec capsules §7.5): the score, comment,
 suggestion and extra fields of its ```yaml block, or, failing that, a score found in the text."""
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,14 @@ class PaperVerdict:
     decision: str | None = None  # the reviewer's own accept/reject word, if it gave one
 
     def as_dict(self) -> dict[str, Any]:
-        return {"score": self.score, "comment": self.comment, "suggestion": self.suggestion,
-                "extra": self.extra, "status": self.status, "reviewer_decision": self.decision}
+        return {
+            "score": self.score,
+            "comment": self.comment,
+            "suggestion": self.suggestion,
+            "extra": self.extra,
+            "status": self.status,
+            "reviewer_decision": self.decision,
+        }
 
 
 def _score(value: Any) -> int | None:
@@ -75,7 +82,7 @@ def _yaml_mapping(text: str) -> dict | None:
     if end is None:
         return None
     try:
-        data = yaml.safe_load("\n".join(lines[start + 1:end]))
+        data = yaml.safe_load("\n".join(lines[start + 1 : end]))
     except yaml.YAMLError:
         return None
     return data if isinstance(data, dict) else None
@@ -93,9 +100,14 @@ def parse_paper_verdict(text: str, extra_fields: Iterable[str] = ()) -> PaperVer
     if data is not None:
         score = _score(data.get("score"))
         if score is not None:
-            return PaperVerdict(score, _text(data.get("comment")), _text(data.get("suggestion")),
-                           {name: _field(data.get(name)) for name in extra_fields}, "success",
-                           _text(data.get("decision")))
+            return PaperVerdict(
+                score,
+                _text(data.get("comment")),
+                _text(data.get("suggestion")),
+                {name: _field(data.get(name)) for name in extra_fields},
+                "success",
+                _text(data.get("decision")),
+            )
     found = SCORE_TEXT.findall(text.lower())
     if found:
         return PaperVerdict(int(found[-1]), None, None, {name: None for name in extra_fields}, "parsing_error")

@@ -1,6 +1,7 @@
 """The Research Counter's leaderboard: each agent's view settings (sort, page, tag filter), the
 table and tag statistics, and the actions that change the view. Visibility comes from the
 room's one rule (`scope`), applied in SQL to every read."""
+
 from __future__ import annotations
 
 import math
@@ -24,6 +25,7 @@ class Leaderboard:
 
     if TYPE_CHECKING:  # provided by the room
         short: ClassVar[str]
+
         def scope(self, ctx: Context, agent: Any) -> tuple[str, tuple]: ...
         def sees_all(self, ctx: Context, agent: Any) -> bool: ...
         def precision(self, ctx: Context, task_id: str) -> int: ...
@@ -116,12 +118,14 @@ class Leaderboard:
         heading = "**Submitted Evaluations**"
         filter_line = f"Filter: only evaluations tagged '{tag}' are listed; `unfilter` shows all again." if tag else ""
         if total == 0:
-            empty = (f"No visible evaluation is tagged '{tag}'." if tag else "No evaluations have been submitted yet.")
+            empty = f"No visible evaluation is tagged '{tag}'." if tag else "No evaluations have been submitted yet."
             return "\n\n".join(p for p in (heading, empty, filter_line) if p)
         order, order_params = self.order(ctx, agent, mode, where, params)
         rows = ctx.store.all(
             f"SELECT e.id, e.task, e.title, e.author, e.tick, e.status, e.score, e.metrics FROM evaluations e "
-            f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", (*params, *order_params, size, (page - 1) * size))
+            f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+            (*params, *order_params, size, (page - 1) * size),
+        )
         metrics = {} if no_score else {r["id"]: self.metrics_of(r) for r in rows}
         names = sorted({name for m in metrics.values() for name in m})
         cols = ["ID", "Task", "Title", "Author", "Tick"] + ([] if no_score else ["Score"]) + names
@@ -135,8 +139,11 @@ class Leaderboard:
             lines.append("| " + " | ".join(cells) + " |")
         if pages > 1:
             ranks = "id|author" if no_score else "id|score|author"
-            lines += ["", f"Page {page} of {pages} (sorted by: {mode}). Move with `page N`; sort with "
-                      f"`rank {ranks}`; rows per page: `page_size N`; narrow with `filter <tag>`."]
+            lines += [
+                "",
+                f"Page {page} of {pages} (sorted by: {mode}). Move with `page N`; sort with "
+                f"`rank {ranks}`; rows per page: `page_size N`; narrow with `filter <tag>`.",
+            ]
         elif mode != "id":
             lines += ["", f"Sorted by: {mode}."]
         if filter_line:
@@ -148,11 +155,14 @@ class Leaderboard:
         if not cfg.show_tag_stats or not self.sees_all(ctx, agent):
             return ""
         where, params = self.scope(ctx, agent)
-        query = (f"SELECT t.tag AS tag, COUNT(*) AS n, MAX(e.tick) AS last, "
-                 f"MAX(CASE WHEN {VALID} THEN e.score END) AS best FROM evaluation_tags t "
-                 f"JOIN evaluations e ON e.id = t.evaluation WHERE {where} {{extra}} GROUP BY t.tag")
-        rows = list(ctx.store.all(query.format(extra="") + " ORDER BY n DESC, t.tag LIMIT ?",
-                                  (*params, TAG_STATS_ROWS)))
+        query = (
+            f"SELECT t.tag AS tag, COUNT(*) AS n, MAX(e.tick) AS last, "
+            f"MAX(CASE WHEN {VALID} THEN e.score END) AS best FROM evaluation_tags t "
+            f"JOIN evaluations e ON e.id = t.evaluation WHERE {where} {{extra}} GROUP BY t.tag"
+        )
+        rows = list(
+            ctx.store.all(query.format(extra="") + " ORDER BY n DESC, t.tag LIMIT ?", (*params, TAG_STATS_ROWS))
+        )
         if not rows:
             return ""
         tag = self.tag_filter(agent)
@@ -178,8 +188,12 @@ class Leaderboard:
         mode = (args or "").strip()
         modes = [m for m in SORT_MODES if not (m == "score" and ctx.config.research.no_score)]
         if mode == "score" and ctx.config.research.no_score:
-            return Outcome(["Scores are hidden in this station, so the leaderboard cannot be ranked by score; "
-                            "use rank id or rank author."])
+            return Outcome(
+                [
+                    "Scores are hidden in this station, so the leaderboard cannot be ranked by score; "
+                    "use rank id or rank author."
+                ]
+            )
         if mode not in modes:
             return Outcome([f"Usage: /execute_action{{rank {'|'.join(modes)}}} (lower case)."])
         self.state(agent).update(sort=mode, page=1)
@@ -197,8 +211,12 @@ class Leaderboard:
             return Outcome([f"Filter refused: tags have at most {ctx.config.research.max_tag_chars} characters."])
         self.state(agent).update(filter=tag, page=1)
         count = self.board_count(ctx, agent)
-        return Outcome([f"The leaderboard now lists only evaluations tagged '{tag}' ({count} visible); "
-                        "`unfilter` shows all again."])
+        return Outcome(
+            [
+                f"The leaderboard now lists only evaluations tagged '{tag}' ({count} visible); "
+                "`unfilter` shows all again."
+            ]
+        )
 
     @action("unfilter")
     def unfilter(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:

@@ -5,6 +5,7 @@ error; each later message says how the previous proposal fared. A proposal is th
 ```python block of the reply; a reply without one means the debugger gave up. The debugger
 runs nothing itself: its proposal is evaluated in the sandbox like any submission.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -35,13 +36,27 @@ def failure_text(result: dict[str, Any]) -> str:
 
 def conversation(texts: Any, task: Any, so_far: Trail) -> list[dict[str, str]]:
     first = so_far.versions[0]
-    messages = [{"role": "user", "text": texts.render(
-        "debugger_first", task_title=task.title, task_spec=task.spec(), entry=task.entry,
-        code=first.code, failure=failure_text(first.result))}]
+    messages = [
+        {
+            "role": "user",
+            "text": texts.render(
+                "debugger_first",
+                task_title=task.title,
+                task_spec=task.spec(),
+                entry=task.entry,
+                code=first.code,
+                failure=failure_text(first.result),
+            ),
+        }
+    ]
     for proposal, version in zip(so_far.proposals, so_far.versions[1:]):
         messages.append({"role": "assistant", "text": proposal.get("text") or ""})
-        messages.append({"role": "user", "text": texts.render(
-            "debugger_again", version=version.number, failure=failure_text(version.result))})
+        messages.append(
+            {
+                "role": "user",
+                "text": texts.render("debugger_again", version=version.number, failure=failure_text(version.result)),
+            }
+        )
     return messages
 
 

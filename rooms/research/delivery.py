@@ -13,6 +13,7 @@ The tick wait (spec research §2.10): at the end of a tick, an open evaluation s
 before the next tick starts; producing the ready list then waits for it. System baselines
 never hold the tick.
 """
+
 from __future__ import annotations
 
 import time
@@ -59,9 +60,14 @@ class Evaluations(Hook):
             wait = ctx.config.research.wait_ticks
             unit = "end"
             hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
-        apply_ready(ctx, f"evals-ready/{ctx.tick}/{unit}", "evals_ready", rows,
-                    lambda: self._wait_until_ready(ctx, rows, hold),
-                    lambda row: apply(ctx, row, walk_recorded(ctx, row)))
+        apply_ready(
+            ctx,
+            f"evals-ready/{ctx.tick}/{unit}",
+            "evals_ready",
+            rows,
+            lambda: self._wait_until_ready(ctx, rows, hold),
+            lambda row: apply(ctx, row, walk_recorded(ctx, row)),
+        )
 
     # -- the worker -----------------------------------------------------------------------
     def _ensure_worker(self, ctx: Context) -> None:
@@ -75,7 +81,8 @@ class Evaluations(Hook):
         if failure is not None:
             raise StationPaused(
                 f"{failure}. This is a fault of the station's machine, not of the agent's code: nothing was "
-                "charged to anyone, and the evaluation runs again when the station runs again.")
+                "charged to anyone, and the evaluation runs again when the station runs again."
+            )
 
     def close(self) -> None:
         if self.worker is not None:
@@ -98,8 +105,10 @@ class Evaluations(Hook):
             self._pause_on_system_failure()
             if time.monotonic() - shown >= 1.0:  # the states take a few queries: once a second is enough
                 shown = time.monotonic()
-                ctx.report_wait(f"waiting {shown - began:.0f}s for evaluation(s) "
-                                f"{', '.join(f'#{n}' for n in missing)} | {states.summary(ctx.store, live=True)}")
+                ctx.report_wait(
+                    f"waiting {shown - began:.0f}s for evaluation(s) "
+                    f"{', '.join(f'#{n}' for n in missing)} | {states.summary(ctx.store, live=True)}"
+                )
             assert self.worker is not None
             self.worker.recorded.wait(WAIT_POLL_SECONDS)
             self.worker.recorded.clear()
@@ -111,13 +120,20 @@ def debugger_settings(ctx: Context) -> dict[str, Any]:
 
 
 def complete(ctx: Context, row: Any) -> bool:
-    return walk(row, lambda key, kind, make: ctx.store.get_input(key), run_code=None, debug=None,
-                **debugger_settings(ctx)) is not None
+    return (
+        walk(row, lambda key, kind, make: ctx.store.get_input(key), run_code=None, debug=None, **debugger_settings(ctx))
+        is not None
+    )
 
 
 def walk_recorded(ctx: Context, row: Any) -> Trail:
-    outcome = walk(row, lambda key, kind, make: recorded(ctx, "evaluation", key, kind), run_code=None, debug=None,
-                   **debugger_settings(ctx))
+    outcome = walk(
+        row,
+        lambda key, kind, make: recorded(ctx, "evaluation", key, kind),
+        run_code=None,
+        debug=None,
+        **debugger_settings(ctx),
+    )
     assert outcome is not None
     return outcome
 
@@ -128,9 +144,19 @@ def seed_baselines(ctx: Context) -> None:
         if not entry.baselines:
             continue
         for baseline in ctx.tasks[str(number)].baselines():
-            insert_evaluation(ctx.store, task=str(number), author=SYSTEM_AUTHOR, session=None, lineage=None, tick=0,
-                              title=baseline.title, tags=list(baseline.tags), abstract=baseline.abstract,
-                              code=baseline.code, holds_tick=False)
+            insert_evaluation(
+                ctx.store,
+                task=str(number),
+                author=SYSTEM_AUTHOR,
+                session=None,
+                lineage=None,
+                tick=0,
+                title=baseline.title,
+                tags=list(baseline.tags),
+                abstract=baseline.abstract,
+                code=baseline.code,
+                holds_tick=False,
+            )
 
 
 # -- applying a finished evaluation ------------------------------------------------------------
@@ -147,21 +173,47 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
     ctx.store.execute(
         "UPDATE evaluations SET status=?, score=?, sort_key=?, metrics=?, details=?, error=?, reported_version=?, "
         "stdout=?, stderr=?, finished_tick=? WHERE id=?",
-        (status, result.get("score") if status == "finished" else None,
-         dumps(result["sort_key"]) if result.get("sort_key") else None, dumps(result.get("metrics") or {}),
-         result.get("details") or "", result.get("error"), reported.number, result.get("stdout") or "",
-         result.get("stderr") or "", ctx.tick, row["id"]))
+        (
+            status,
+            result.get("score") if status == "finished" else None,
+            dumps(result["sort_key"]) if result.get("sort_key") else None,
+            dumps(result.get("metrics") or {}),
+            result.get("details") or "",
+            result.get("error"),
+            reported.number,
+            result.get("stdout") or "",
+            result.get("stderr") or "",
+            ctx.tick,
+            row["id"],
+        ),
+    )
     for version in outcome.versions:
         ctx.store.execute(
             "INSERT INTO evaluation_versions(evaluation, version, source, code, status, score, error, input_key) "
             "VALUES(?,?,?,?,?,?,?,?)",
-            (row["id"], version.number, version.source, version.code, version.result.get("status"),
-             version.result.get("score"), version.result.get("error"), version.key))
+            (
+                row["id"],
+                version.number,
+                version.source,
+                version.code,
+                version.result.get("status"),
+                version.result.get("score"),
+                version.result.get("error"),
+                version.key,
+            ),
+        )
     author = ctx.agents.get(row["author"])
     if row["author"] != SYSTEM_AUTHOR and author is not None and author.active and author.session == row["session"]:
         ctx.notify(author, result_message(ctx, row, outcome, status), "evaluation")
-    ctx.emit("evaluation_finished", row["author"], evaluation=row["id"], task=row["task"], status=status,
-             score=result.get("score") if status == "finished" else None, version=reported.number)
+    ctx.emit(
+        "evaluation_finished",
+        row["author"],
+        evaluation=row["id"],
+        task=row["task"],
+        status=status,
+        score=result.get("score") if status == "finished" else None,
+        version=reported.number,
+    )
 
 
 def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
@@ -169,8 +221,16 @@ def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
     task = ctx.tasks.get(row["task"])
     reported = outcome.reported
     result = reported.result
-    parts = [texts.render("evaluation_headline", id=row["id"], outcome=texts.render(f"evaluation_outcome_{status}"),
-                          title=row["title"], task=row["task"], task_title=task.title if task else "?")]
+    parts = [
+        texts.render(
+            "evaluation_headline",
+            id=row["id"],
+            outcome=texts.render(f"evaluation_outcome_{status}"),
+            title=row["title"],
+            task=row["task"],
+            task_title=task.title if task else "?",
+        )
+    ]
     if outcome.debugged:
         parts.append(_debug_summary(ctx, outcome))
     if status == "finished":
@@ -210,8 +270,12 @@ def _debug_summary(ctx: Context, outcome: Trail) -> str:
     original = outcome.versions[0]
     reported = outcome.reported
     if reported.number > 1:
-        return texts.render("evaluation_debugged", original_error=original.result.get("error") or "?",
-                            attempt=reported.number - 1, diff=debugger.diff(original.code, reported.code))
+        return texts.render(
+            "evaluation_debugged",
+            original_error=original.result.get("error") or "?",
+            attempt=reported.number - 1,
+            diff=debugger.diff(original.code, reported.code),
+        )
     reasons = [p.get("error") for p in outcome.proposals if p.get("error")]
     if not any(p.get("code") for p in outcome.proposals):
         reasons.append("no fix was proposed")
@@ -227,7 +291,9 @@ def _logs(ctx: Context, result: dict[str, Any], which: str) -> str:
     if not stdout.strip() and not stderr.strip():
         return ctx.texts.render("evaluation_no_logs")
     limit = ctx.config.research.log_max_chars
-    return ctx.texts.render("evaluation_logs", which=which,
-                            stdout=clip_log(stdout, limit // 2) or "(nothing)",
-                            stderr=clip_log(stderr, limit // 2) or "(nothing)")
-
+    return ctx.texts.render(
+        "evaluation_logs",
+        which=which,
+        stdout=clip_log(stdout, limit // 2) or "(nothing)",
+        stderr=clip_log(stderr, limit // 2) or "(nothing)",
+    )

@@ -4,6 +4,7 @@ The fields are typed `Any` on purpose: the room checks them itself, in the order
 gives (research §1.4), so that a submission is told the first thing that is wrong in plain
 words instead of a pydantic error list.
 """
+
 from __future__ import annotations
 
 import re
@@ -89,8 +90,9 @@ def normalise_tags(value: Any, max_tags: int, max_chars: int) -> tuple[list[str]
     if underscores:
         warnings.append("'_' in tags was written as '-' (tags use hyphens)")
     if len(tags) > max_tags:
-        warnings.append(f"{len(tags)} tags were given; only the first {max_tags} were kept "
-                        f"(dropped: {', '.join(tags[max_tags:])})")
+        warnings.append(
+            f"{len(tags)} tags were given; only the first {max_tags} were kept (dropped: {', '.join(tags[max_tags:])})"
+        )
         tags = tags[:max_tags]
     return tags, warnings, None
 
@@ -100,4 +102,4 @@ def cut_words(text: str, limit: int) -> tuple[str, int]:
     words = list(re.finditer(r"\S+", text))
     if len(words) <= limit:
         return text, len(words)
-    return text[:words[limit - 1].end()], len(words)
+    return text[: words[limit - 1].end()], len(words)

@@ -13,6 +13,7 @@ Debugging starts only when the author's code itself crashed (not on a timeout, n
 evaluator's verdict such as an invalid packing, not on a system error), and stops at the
 first version that does not crash, or after `debugger.max_attempts` proposals.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -69,8 +70,9 @@ def may_debug(row: Any, first: dict[str, Any], enabled: bool) -> bool:
     return enabled and not row["no_debugger"] and first.get("status") == "error"
 
 
-def walk(row: Any, fetch: Fetch, *, run_code: RunCode | None, debug: Debug | None, debugger_enabled: bool,
-         max_attempts: int) -> Trail | None:
+def walk(
+    row: Any, fetch: Fetch, *, run_code: RunCode | None, debug: Debug | None, debugger_enabled: bool, max_attempts: int
+) -> Trail | None:
     """The evaluation's outcome, or None as soon as an input is missing (and `fetch` may not make it)."""
     number = row["id"]
 

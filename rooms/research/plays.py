@@ -6,6 +6,7 @@ counting its submissions and the result messages it has received. Importing this
 registers the play (rooms/research/__init__.py does); it registers after the social rooms'
 calls, which keeps the order in which the policy answers calls.
 """
+
 from __future__ import annotations
 
 import random
@@ -27,7 +28,7 @@ def _remember_tasks(s: Situation) -> dict[str, str]:
     start = s.prompt.rfind("**Research Tasks**")
     if start >= 0:
         lines = s.prompt[start:].split("\n")[2:]
-        table = "\n".join(line for line in lines[:lines.index("") if "" in lines else len(lines)])
+        table = "\n".join(line for line in lines[: lines.index("") if "" in lines else len(lines)])
         tasks.update({number: title.strip() for number, title in TASK_ROW.findall(table)})
     return tasks
 

@@ -13,6 +13,7 @@ column, never by a name prefix) and the System baselines. What an agent may not 
 Everything an agent reads here is computed from world state only (never from the evaluator's
 runtime bookkeeping), so a replayed station shows the same prompts.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,17 +29,7 @@ from . import storage as rs
 from . import visibility
 from .board import Leaderboard
 from .delivery import Evaluations
-from .params import (
-    BIDI,
-    CONTROL,
-    LINE_BREAK,
-    REQUIRED,
-    SubmitParams,
-    as_text,
-    blank,
-    cut_words,
-    normalise_tags,
-)
+from .params import BIDI, CONTROL, LINE_BREAK, REQUIRED, SubmitParams, as_text, blank, cut_words, normalise_tags
 from .stagnation import Stagnation
 from .storage_actions import StorageActions
 from .store import MIGRATIONS, SYSTEM_AUTHOR, best_evaluation, insert_evaluation, running_ids
@@ -138,8 +129,11 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     def same_side(self, agent: Any, row: Any) -> bool:
         """The agent's own work, its lineage's, or a System baseline."""
-        return (row["session"] == agent.session or (agent.lineage is not None and row["lineage"] == agent.lineage)
-                or (row["lineage"] is None and row["author"] == SYSTEM_AUTHOR))
+        return (
+            row["session"] == agent.session
+            or (agent.lineage is not None and row["lineage"] == agent.lineage)
+            or (row["lineage"] is None and row["author"] == SYSTEM_AUTHOR)
+        )
 
     def task_ids(self, ctx: Context) -> list[str]:
         return sorted(ctx.tasks, key=lambda t: (len(t), t))
@@ -153,27 +147,39 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     # -- the view -------------------------------------------------------------------------------
     def render(self, ctx: Context, agent: Any) -> str:
-        parts = [p for p in (self._status_lines(ctx, agent), self._tasks_table(ctx), self._running(ctx, agent),
-                             self._board(ctx, agent), self._tag_stats(ctx, agent), self._storage_view(ctx, agent))
-                 if p]
+        parts = [
+            p
+            for p in (
+                self._status_lines(ctx, agent),
+                self._tasks_table(ctx),
+                self._running(ctx, agent),
+                self._board(ctx, agent),
+                self._tag_stats(ctx, agent),
+                self._storage_view(ctx, agent),
+            )
+            if p
+        ]
         return "\n\n".join(parts)
 
     def _status_lines(self, ctx: Context, agent: Any) -> str:
         cfg = ctx.config.research
         lines = []
         if agent.role == "supervisor":
-            lines.append("Supervisor mode: you see every lineage's evaluations and storage and may review them; "
-                         "you cannot submit.")
+            lines.append(
+                "Supervisor mode: you see every lineage's evaluations and storage and may review them; "
+                "you cannot submit."
+            )
         else:
             if cfg.holiday_mode and is_holiday(ctx.tick):
                 lines.append("Holiday: no submissions are taken this tick (ticks ending in 9 or 0).")
             if cfg.cooldown_ticks > 0:
                 left = self._cooldown_left(ctx, agent)
-                lines.append(f"Submission cooldown active: {left} tick(s) left." if left
-                             else "Submissions available.")
+                lines.append(f"Submission cooldown active: {left} tick(s) left." if left else "Submissions available.")
             if not ctx.is_mature(agent):
-                lines.append(f"Until you are mature (age {ctx.config.lifecycle.maturity_ticks}) you see only your "
-                             "lineage's evaluations and the System baselines.")
+                lines.append(
+                    f"Until you are mature (age {ctx.config.lifecycle.maturity_ticks}) you see only your "
+                    "lineage's evaluations and the System baselines."
+                )
         return "\n".join(lines)
 
     def _tasks_table(self, ctx: Context) -> str:
@@ -188,14 +194,23 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
     def _running(self, ctx: Context, agent: Any) -> str:
         if agent.role == "supervisor":
             return ""
-        rows = ctx.store.all("SELECT id, task, title, author, tick FROM evaluations WHERE session = ? AND "
-                             "status = 'queued' ORDER BY tick, id", (agent.session,))
+        rows = ctx.store.all(
+            "SELECT id, task, title, author, tick FROM evaluations WHERE session = ? AND "
+            "status = 'queued' ORDER BY tick, id",
+            (agent.session,),
+        )
         if not rows:
             return "**Running Experiments**\n\nNone of your experiments is running. Submit one with `submit`."
-        lines = ["**Running Experiments**", "", "| ID | Task | Title | Author | Submitted Tick |",
-                 "|---|---|---|---|---|"]
-        lines += [f"| {r['id']} | {r['task']} | {cell(clip_title(r['title']))} | {cell(r['author'])} | {r['tick']} |"
-                  for r in rows]
+        lines = [
+            "**Running Experiments**",
+            "",
+            "| ID | Task | Title | Author | Submitted Tick |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['id']} | {r['task']} | {cell(clip_title(r['title']))} | {cell(r['author'])} | {r['tick']} |"
+            for r in rows
+        ]
         return "\n".join(lines)
 
     # -- actions: tasks and submissions --------------------------------------------------------------
@@ -204,20 +219,35 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         ids = self.task_ids(ctx)
         text = (args or "").strip()
         if not text:
-            return Outcome([f"Usage: /execute_action{{read <task ID>}}, e.g. read {ids[-1] if ids else 1}. "
-                            f"Tasks: {', '.join(ids) or 'none'}."])
+            return Outcome(
+                [
+                    f"Usage: /execute_action{{read <task ID>}}, e.g. read {ids[-1] if ids else 1}. "
+                    f"Tasks: {', '.join(ids) or 'none'}."
+                ]
+            )
         task_id = self._task_id(text)
         task = ctx.tasks.get(task_id) if task_id else None
         if task is None:
             return Outcome([f"There is no research task '{text[:40]}'. Tasks: {', '.join(ids) or 'none'}."])
-        addenda = ctx.store.all("SELECT label, text, tick FROM research_addenda WHERE task = ? "
-                                "AND removed_tick IS NULL ORDER BY id", (task_id,))
-        extra = "".join(ctx.texts.render("research_task_addendum", label=a["label"], tick=a["tick"],
-                                         text=a["text"].strip()) + "\n\n" for a in addenda)
-        ctx.notify(agent, ctx.texts.render("research_task_spec", id=task_id, title=task.title,
-                                           spec=task.spec().strip(), addenda=extra.strip()), "research_task")
-        return Outcome([f"The description of task #{task_id} ({task.title}) will be in your System Messages "
-                        "next turn."])
+        addenda = ctx.store.all(
+            "SELECT label, text, tick FROM research_addenda WHERE task = ? AND removed_tick IS NULL ORDER BY id",
+            (task_id,),
+        )
+        extra = "".join(
+            ctx.texts.render("research_task_addendum", label=a["label"], tick=a["tick"], text=a["text"].strip())
+            + "\n\n"
+            for a in addenda
+        )
+        ctx.notify(
+            agent,
+            ctx.texts.render(
+                "research_task_spec", id=task_id, title=task.title, spec=task.spec().strip(), addenda=extra.strip()
+            ),
+            "research_task",
+        )
+        return Outcome(
+            [f"The description of task #{task_id} ({task.title}) will be in your System Messages next turn."]
+        )
 
     def _task_id(self, text: str) -> str | None:
         match = re.fullmatch(r"#?(\d{1,9})", text.strip())
@@ -253,8 +283,10 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         given = p.model_dump() if p is not None else {}
         empty = [key for key in REQUIRED if blank(given.get(key))]
         if empty:
-            return refused("a submission needs a ```yaml block with all four keys title, tags, abstract and content; "
-                           f"missing or empty: {', '.join(empty)}")
+            return refused(
+                "a submission needs a ```yaml block with all four keys title, tags, abstract and content; "
+                f"missing or empty: {', '.join(empty)}"
+            )
         assert p is not None
         title = as_text(p.title)
         if title is None:
@@ -297,8 +329,10 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         if len(code) > cfg.max_code_chars:
             return refused(f"the code is {len(code):,} characters long; at most {cfg.max_code_chars:,} are allowed")
         if not has_real_code(code):
-            return refused("the content holds only comments or docstrings. Submit real, complete code that runs "
-                           "as it stands; keep reusable pieces in your lineage's storage and import them from there")
+            return refused(
+                "the content holds only comments or docstrings. Submit real, complete code that runs "
+                "as it stands; keep reusable pieces in your lineage's storage and import them from there"
+            )
         # 9: the task
         ids = self.task_ids(ctx)
         task_id = self._task_id(args) if args and args.strip() else (ids[-1] if ids else None)
@@ -310,26 +344,53 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         if problem:
             return refused(f"the code does not fit task #{task_id}: {problem}")
         # 10: open evaluations
-        open_ids = [r[0] for r in ctx.store.all("SELECT id FROM evaluations WHERE session = ? AND status = 'queued' "
-                                                "ORDER BY id", (agent.session,))]
+        open_ids = [
+            r[0]
+            for r in ctx.store.all(
+                "SELECT id FROM evaluations WHERE session = ? AND status = 'queued' ORDER BY id", (agent.session,)
+            )
+        ]
         if len(open_ids) >= cfg.max_open_per_agent:
-            return refused(f"you already have {len(open_ids)} unfinished evaluation(s) "
-                           f"({', '.join(f'#{i}' for i in open_ids)}); at most {cfg.max_open_per_agent} may be open "
-                           "at once. Wait for a result, then submit again")
+            return refused(
+                f"you already have {len(open_ids)} unfinished evaluation(s) "
+                f"({', '.join(f'#{i}' for i in open_ids)}); at most {cfg.max_open_per_agent} may be open "
+                "at once. Wait for a result, then submit again"
+            )
         # 11-14: queue it
         number = insert_evaluation(
-            ctx.store, task=task_id, author=agent.name, session=agent.session, lineage=agent.lineage, tick=ctx.tick,
-            title=title, tags=tags, abstract=abstract, code=code, no_debugger=bool(p.no_debugger),
-            cpu_only=bool(cpu_only) and cfg.allow_cpu_only, holds_tick=True)
+            ctx.store,
+            task=task_id,
+            author=agent.name,
+            session=agent.session,
+            lineage=agent.lineage,
+            tick=ctx.tick,
+            title=title,
+            tags=tags,
+            abstract=abstract,
+            code=code,
+            no_debugger=bool(p.no_debugger),
+            cpu_only=bool(cpu_only) and cfg.allow_cpu_only,
+            holds_tick=True,
+        )
         self.state(agent).setdefault("submitted", []).append(number)
         ctx.emit("evaluation_submitted", agent.name, evaluation=number)
         wait = cfg.wait_ticks
-        when = (ctx.texts.render("research_result_by_tick", tick=ctx.tick + wait) if wait
-                else ctx.texts.render("research_result_later"))
-        ctx.notify(agent, ctx.texts.render("research_submitted", id=number, title=title, task=task_id,
-                                           task_title=task.title, when=when), "research")
-        lines = [f"Submitted '{title}' to task #{task_id} ({task.title}) as evaluation #{number}; "
-                 "its result will come as a system message."]
+        when = (
+            ctx.texts.render("research_result_by_tick", tick=ctx.tick + wait)
+            if wait
+            else ctx.texts.render("research_result_later")
+        )
+        ctx.notify(
+            agent,
+            ctx.texts.render(
+                "research_submitted", id=number, title=title, task=task_id, task_title=task.title, when=when
+            ),
+            "research",
+        )
+        lines = [
+            f"Submitted '{title}' to task #{task_id} ({task.title}) as evaluation #{number}; "
+            "its result will come as a system message."
+        ]
         lines += [f"Warning: {w}." for w in warnings]
         return Outcome(lines)
 
@@ -345,10 +406,17 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         row = self.visible_row(ctx, agent, number) if number is not None else None
         if row is None:
             return Outcome([f"Evaluation {text.lstrip('#')[:30]} not found."])
-        if (not ctx.config.research.cross_lineage_review and agent.role != "supervisor"
-                and not self.same_side(agent, row)):
-            return Outcome([f"Reviewing other lineages' evaluations is turned off in this station; their papers "
-                            f"in the Archive Room describe their work (evaluation #{number} is by {row['author']})."])
+        if (
+            not ctx.config.research.cross_lineage_review
+            and agent.role != "supervisor"
+            and not self.same_side(agent, row)
+        ):
+            return Outcome(
+                [
+                    f"Reviewing other lineages' evaluations is turned off in this station; their papers "
+                    f"in the Archive Room describe their work (evaluation #{number} is by {row['author']})."
+                ]
+            )
         if row["status"] == "queued":
             ctx.notify(agent, ctx.texts.render("research_review_pending", id=number, title=row["title"]), "research")
             return Outcome([f"Evaluation #{number} is still being evaluated; review it again once its result is out."])
@@ -360,14 +428,18 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         number = row["id"]
         task = ctx.tasks.get(row["task"])
         tags = ", ".join(json_or(row["tags"], [])) or "—"
-        lines = [f"**Evaluation #{number}: {row['title']}**", "",
-                 f"- ID: {number}",
-                 f"- Task: #{row['task']}" + (f" ({task.title})" if task is not None else ""),
-                 f"- Author: {row['author']}, submitted at tick {row['tick']}",
-                 f"- Tags: {tags}",
-                 f"- Status: {STATUS_WORDS.get(row['status'], row['status'])}"
-                 + (f" (result delivered at tick {row['finished_tick']})" if row["finished_tick"] is not None else ""),
-                 "", f"Abstract: {row['abstract']}"]
+        lines = [
+            f"**Evaluation #{number}: {row['title']}**",
+            "",
+            f"- ID: {number}",
+            f"- Task: #{row['task']}" + (f" ({task.title})" if task is not None else ""),
+            f"- Author: {row['author']}, submitted at tick {row['tick']}",
+            f"- Tags: {tags}",
+            f"- Status: {STATUS_WORDS.get(row['status'], row['status'])}"
+            + (f" (result delivered at tick {row['finished_tick']})" if row["finished_tick"] is not None else ""),
+            "",
+            f"Abstract: {row['abstract']}",
+        ]
         if not cfg.no_score:
             lines += ["", f"Score: {self.score_cell(ctx, row)}"]
             for name, value in sorted(self.metrics_of(row).items()):
@@ -379,11 +451,12 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         version = row["reported_version"]
         code = None
         if version is not None:
-            code = ctx.store.scalar("SELECT code FROM evaluation_versions WHERE evaluation = ? AND version = ?",
-                                    (number, version))
+            code = ctx.store.scalar(
+                "SELECT code FROM evaluation_versions WHERE evaluation = ? AND version = ?", (number, version)
+            )
         if code is None:
             code, version = row["code"], None
-        label = (f"Code (version {version}, written by the debugger)" if version and version > 1 else "Code")
+        label = f"Code (version {version}, written by the debugger)" if version and version > 1 else "Code"
         lines += ["", f"{label}:", fence(code, "python")]
         limit = cfg.log_max_chars
         for name, key in (("Output (stdout)", "stdout"), ("Errors (stderr)", "stderr")):
@@ -403,8 +476,9 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         where, params = self.scope(ctx, agent)
         notes = []
         if text.lower() == "all":
-            rows = ctx.store.all(f"SELECT * FROM evaluations e WHERE {where} ORDER BY e.id DESC LIMIT ?",
-                                 (*params, PREVIEW_MAX_IDS))
+            rows = ctx.store.all(
+                f"SELECT * FROM evaluations e WHERE {where} ORDER BY e.id DESC LIMIT ?", (*params, PREVIEW_MAX_IDS)
+            )
             if not rows:
                 return Outcome(["There is nothing to preview yet: no evaluations have been submitted."])
             blocks = [self.preview_block(ctx, r) for r in rows]
@@ -417,26 +491,33 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             if capped:
                 notes.append(f"Only the first {PREVIEW_MAX_IDS} IDs were previewed.")
             marks = ",".join("?" * len(ids))
-            found = {r["id"]: r for r in ctx.store.all(
-                f"SELECT * FROM evaluations e WHERE e.id IN ({marks}) AND {where}", (*ids, *params))}
-            blocks = [self.preview_block(ctx, found[i]) if i in found else f"Evaluation {i}: not found."
-                      for i in ids]
+            found = {
+                r["id"]: r
+                for r in ctx.store.all(
+                    f"SELECT * FROM evaluations e WHERE e.id IN ({marks}) AND {where}", (*ids, *params)
+                )
+            }
+            blocks = [self.preview_block(ctx, found[i]) if i in found else f"Evaluation {i}: not found." for i in ids]
             heading = f"**Research Counter: preview {text[:200]}**"
         ctx.notify(agent, heading + "\n\n" + "\n\n---\n\n".join(blocks + notes), "research_preview")
         return Outcome([f"Previewed {len(blocks)} evaluation(s): see your System Messages next turn."] + notes)
 
     def preview_block(self, ctx: Context, row: Any) -> str:
         tags = ", ".join(json_or(row["tags"], [])) or "—"
-        lines = [f"**Evaluation #{row['id']}: {row['title']}**",
-                 f"Task #{row['task']}; by {row['author']} at tick {row['tick']}; tags: {tags}",
-                 f"Abstract: {row['abstract']}"]
+        lines = [
+            f"**Evaluation #{row['id']}: {row['title']}**",
+            f"Task #{row['task']}; by {row['author']} at tick {row['tick']}; tags: {tags}",
+            f"Abstract: {row['abstract']}",
+        ]
         if ctx.config.research.no_score:
             lines.append(f"Status: {STATUS_WORDS.get(row['status'], row['status'])}")
         else:
             score = f"Score: {self.score_cell(ctx, row)}"
             if row["status"] == "finished":
-                score += "".join(f" | {name}: {self.metric_text(ctx, row['task'], name, value)}"
-                                 for name, value in sorted(self.metrics_of(row).items()))
+                score += "".join(
+                    f" | {name}: {self.metric_text(ctx, row['task'], name, value)}"
+                    for name, value in sorted(self.metrics_of(row).items())
+                )
             lines.append(score)
         return "\n".join(lines)
 
@@ -457,15 +538,16 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             "page_size": cfg.page_size,
             "rank_modes": "id|author" if cfg.no_score else "id|score|author",
             "score_notes": texts.render("research_help_no_score" if cfg.no_score else "research_help_scores"),
-            "cooldown_note": (texts.render("research_help_cooldown", cooldown_ticks=cfg.cooldown_ticks)
-                              if cfg.cooldown_ticks else ""),
+            "cooldown_note": (
+                texts.render("research_help_cooldown", cooldown_ticks=cfg.cooldown_ticks) if cfg.cooldown_ticks else ""
+            ),
             "cpu_only_note": texts.render("research_help_cpu_only") if cfg.allow_cpu_only else "",
             "debugger_section": texts.render("research_help_debugger") if ctx.config.debugger.enabled else "",
-            "lineage_storage_note": texts.render("research_help_storage_open" if cfg.cross_lineage_storage
-                                                 else "research_help_storage_closed"),
+            "lineage_storage_note": texts.render(
+                "research_help_storage_open" if cfg.cross_lineage_storage else "research_help_storage_closed"
+            ),
             "review_note": "" if cfg.cross_lineage_review else texts.render("research_help_review_closed"),
-            "isolation_note": (texts.render("research_help_isolation", isolation_ticks=maturity)
-                               if maturity else ""),
+            "isolation_note": (texts.render("research_help_isolation", isolation_ticks=maturity) if maturity else ""),
             "holiday_note": texts.render("research_help_holiday") if cfg.holiday_mode else "",
             "storage_read_max_chars": f"{cfg.storage_read_max_chars:,}",
         }
@@ -502,8 +584,10 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         """One credit per breakthrough: a delivered success that beats every earlier one of its task."""
         best: dict[str, list[float]] = {}
         credits: dict[str, float] = {}
-        for row in ctx.store.all("SELECT id, task, author, lineage, score, sort_key FROM evaluations "
-                                 "WHERE status = 'finished' AND score IS NOT NULL ORDER BY id"):
+        for row in ctx.store.all(
+            "SELECT id, task, author, lineage, score, sort_key FROM evaluations "
+            "WHERE status = 'finished' AND score IS NOT NULL ORDER BY id"
+        ):
             key = self.result_key(row)
             if key is None:
                 continue
@@ -523,12 +607,22 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         for task in ctx.tasks:
             row = self.best(ctx, task)
             if row is not None:
-                best[task] = {"score": row["score"], "evaluation": row["id"], "author": row["author"],
-                              "tick": row["finished_tick"]}
-        return {"submissions": {"queued": len(queued_ids) - running, "running": running,
-                                "finished": rows.get("finished", 0), "failed": rows.get("failed", 0),
-                                "timed_out": rows.get("timed_out", 0)},
-                "research_best": best}
+                best[task] = {
+                    "score": row["score"],
+                    "evaluation": row["id"],
+                    "author": row["author"],
+                    "tick": row["finished_tick"],
+                }
+        return {
+            "submissions": {
+                "queued": len(queued_ids) - running,
+                "running": running,
+                "finished": rows.get("finished", 0),
+                "failed": rows.get("failed", 0),
+                "timed_out": rows.get("timed_out", 0),
+            },
+            "research_best": best,
+        }
 
     def best(self, ctx: Context, task: str) -> Any:
         """The delivered best evaluation of a task (sort key, else score; the earlier wins a tie), or None."""

@@ -50,6 +50,7 @@ unit, reads only the store and the tick, and uses no clock or randomness, so a r
 it exactly. The store meta `station_status` (shown in prompts and by `station status`) follows
 the worst state across tasks.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,11 +70,56 @@ MESSAGE_KIND = "stagnation"
 
 # Our own list of code names (nature and astronomy), used in this order.
 CODE_NAMES = (
-    "quasar", "pulsar", "comet", "meteor", "corona", "solstice", "equinox", "orion", "lyra", "vega",
-    "sirius", "altair", "polaris", "umbra", "parallax", "magnetar", "redshift", "nova", "perigee", "zodiac",
-    "fjord", "monsoon", "estuary", "caldera", "atoll", "lagoon", "moraine", "steppe", "prairie", "geyser",
-    "lichen", "sequoia", "willow", "heron", "falcon", "otter", "lynx", "kestrel", "basalt", "granite",
-    "obsidian", "quartz", "amber", "zephyr", "cirrus", "nimbus", "tide", "boreal", "cedar", "juniper",
+    "quasar",
+    "pulsar",
+    "comet",
+    "meteor",
+    "corona",
+    "solstice",
+    "equinox",
+    "orion",
+    "lyra",
+    "vega",
+    "sirius",
+    "altair",
+    "polaris",
+    "umbra",
+    "parallax",
+    "magnetar",
+    "redshift",
+    "nova",
+    "perigee",
+    "zodiac",
+    "fjord",
+    "monsoon",
+    "estuary",
+    "caldera",
+    "atoll",
+    "lagoon",
+    "moraine",
+    "steppe",
+    "prairie",
+    "geyser",
+    "lichen",
+    "sequoia",
+    "willow",
+    "heron",
+    "falcon",
+    "otter",
+    "lynx",
+    "kestrel",
+    "basalt",
+    "granite",
+    "obsidian",
+    "quartz",
+    "amber",
+    "zephyr",
+    "cirrus",
+    "nimbus",
+    "tide",
+    "boreal",
+    "cedar",
+    "juniper",
 )
 
 MIGRATIONS = [
@@ -97,7 +143,7 @@ MIGRATIONS = [
         tick INTEGER NOT NULL
     );
     CREATE INDEX stagnation_history_tag ON stagnation_history(tag);
-    """,
+    """
 ]
 
 Key = tuple[float, ...]
@@ -122,8 +168,17 @@ class State:
     tag_best_tick: int | None
 
     def row(self) -> tuple[Any, ...]:
-        return (self.status, self.status_tick, self.clock_tick, self.tag, _dump_key(self.best), self.best_tick,
-                _dump_key(self.tag_best), self.tag_best_tick, self.task)
+        return (
+            self.status,
+            self.status_tick,
+            self.clock_tick,
+            self.tag,
+            _dump_key(self.best),
+            self.best_tick,
+            _dump_key(self.tag_best),
+            self.tag_best_tick,
+            self.task,
+        )
 
 
 class Stagnation(Hook):
@@ -149,7 +204,9 @@ class Stagnation(Hook):
             state = State(task, HEALTHY, now, now, None, best.key if best else None, start, None, None)
             ctx.store.execute(
                 "INSERT INTO stagnation_state(status, status_tick, clock_tick, tag, best, best_tick, tag_best, "
-                "tag_best_tick, task) VALUES(?,?,?,?,?,?,?,?,?)", state.row())
+                "tag_best_tick, task) VALUES(?,?,?,?,?,?,?,?,?)",
+                state.row(),
+            )
             return
         before = state.row()
 
@@ -178,7 +235,9 @@ class Stagnation(Hook):
         if state.row() != before:
             ctx.store.execute(
                 "UPDATE stagnation_state SET status=?, status_tick=?, clock_tick=?, tag=?, best=?, best_tick=?, "
-                "tag_best=?, tag_best_tick=? WHERE task=?", state.row())
+                "tag_best=?, tag_best_tick=? WHERE task=?",
+                state.row(),
+            )
 
     def _tagged_progress(self, ctx: Context, state: State) -> None:
         tagged = best_result(ctx.store, state.task, state.tag)
@@ -190,8 +249,9 @@ class Stagnation(Hook):
 
     # -- transitions ----------------------------------------------------------------------
     def _enter_stagnation(self, ctx: Context, state: State) -> None:
-        text = ctx.texts.render("stagnation_protocol_1", about=_about(ctx, state.task),
-                                ticks=ctx.tick - state.best_tick)
+        text = ctx.texts.render(
+            "stagnation_protocol_1", about=_about(ctx, state.task), ticks=ctx.tick - state.best_tick
+        )
         self._transition(ctx, state, STAGNATION, None, _tidy(text))
 
     def _enter_deep(self, ctx: Context, state: State) -> None:
@@ -199,8 +259,10 @@ class Stagnation(Hook):
         tag = next_code_name(ctx.store)
         message = ctx.texts.render("stagnation_protocol_2", about=_about(ctx, state.task), tag=tag)
         addendum = ctx.texts.render("stagnation_protocol_2", about="", tag=tag)
-        ctx.store.execute("INSERT INTO research_addenda(task, tick, label, text) VALUES(?,?,?,?)",
-                          (state.task, ctx.tick, ADDENDUM_LABEL + tag, _tidy(addendum)))
+        ctx.store.execute(
+            "INSERT INTO research_addenda(task, tick, label, text) VALUES(?,?,?,?)",
+            (state.task, ctx.tick, ADDENDUM_LABEL + tag, _tidy(addendum)),
+        )
         tagged = best_result(ctx.store, state.task, tag)  # normally none: the name is fresh
         state.tag_best, state.tag_best_tick = (tagged.key if tagged else None), None
         self._transition(ctx, state, DEEP, tag, _tidy(message))
@@ -214,8 +276,9 @@ class Stagnation(Hook):
     def _transition(self, ctx: Context, state: State, status: str, tag: str | None, text: str) -> None:
         now = ctx.tick
         state.status, state.tag, state.status_tick, state.clock_tick = status, tag, now, now
-        ctx.store.execute("INSERT INTO stagnation_history(task, status, tag, tick) VALUES(?,?,?,?)",
-                          (state.task, status, tag, now))
+        ctx.store.execute(
+            "INSERT INTO stagnation_history(task, status, tag, tick) VALUES(?,?,?,?)", (state.task, status, tag, now)
+        )
         sent = ctx.broadcast(text, MESSAGE_KIND, recursive_only=True)
         ctx.emit("stagnation_changed", task=state.task, status=status, tag=tag, recipients=len(sent))
 
@@ -254,8 +317,17 @@ def load_state(store: Any, task: str) -> State | None:
     row = store.one("SELECT * FROM stagnation_state WHERE task=?", (task,))
     if row is None:
         return None
-    return State(row["task"], row["status"], row["status_tick"], row["clock_tick"], row["tag"],
-                 _load_key(row["best"]), row["best_tick"], _load_key(row["tag_best"]), row["tag_best_tick"])
+    return State(
+        row["task"],
+        row["status"],
+        row["status_tick"],
+        row["clock_tick"],
+        row["tag"],
+        _load_key(row["best"]),
+        row["best_tick"],
+        _load_key(row["tag_best"]),
+        row["tag_best_tick"],
+    )
 
 
 def next_code_name(store: Any) -> str:
@@ -284,8 +356,10 @@ def _first_submission_tick(store: Any, task: str) -> int:
 
 
 def _remove_addenda(ctx: Context, task: str) -> None:
-    ctx.store.execute("UPDATE research_addenda SET removed_tick=? WHERE task=? AND removed_tick IS NULL "
-                      "AND label LIKE ?", (ctx.tick, task, ADDENDUM_LABEL + "%"))
+    ctx.store.execute(
+        "UPDATE research_addenda SET removed_tick=? WHERE task=? AND removed_tick IS NULL AND label LIKE ?",
+        (ctx.tick, task, ADDENDUM_LABEL + "%"),
+    )
 
 
 def _about(ctx: Context, task: str) -> str:

@@ -3,6 +3,7 @@
 It runs exactly what a station runs (the same executor, limits and scoring), so a user can
 check a submission, or a task's configuration, before a long run.
 """
+
 from __future__ import annotations
 
 import tempfile

@@ -12,6 +12,7 @@ that, this module tells apart:
 a row it left 'running' is stale (the run died with the process and starts again on resume), so
 a stopped station never shows anything running.
 """
+
 from __future__ import annotations
 
 import time
@@ -69,8 +70,7 @@ def open_evaluations(store: Any, *, live: bool, now: float | None = None) -> lis
             entry.state, entry.version = "running", run["version"]
             entry.elapsed_s = round(max(0.0, now - run["started_at"]), 1)
             entry.progress = run["progress"] if "progress" in run.keys() else None
-        elif walk(row, lambda key, kind, make: store.get_input(key), run_code=None, debug=None,
-                  **settings) is not None:
+        elif walk(row, lambda key, kind, make: store.get_input(key), run_code=None, debug=None, **settings) is not None:
             entry.state = "undelivered"
         found.append(entry)
     return found
@@ -96,8 +96,11 @@ def recent_failure_rate(store: Any, last: int = RECENT_EVALUATIONS) -> tuple[int
     """(failed or timed out, delivered) among the last `last` delivered evaluations by agents."""
     if not _has_table(store, "evaluations"):
         return 0, 0
-    rows = store.all("SELECT status FROM evaluations WHERE status != 'queued' AND author != 'System' "
-                     "ORDER BY finished_tick DESC, id DESC LIMIT ?", (last,))
+    rows = store.all(
+        "SELECT status FROM evaluations WHERE status != 'queued' AND author != 'System' "
+        "ORDER BY finished_tick DESC, id DESC LIMIT ?",
+        (last,),
+    )
     return sum(1 for r in rows if r["status"] != "finished"), len(rows)
 
 

@@ -20,6 +20,7 @@ storage root one directory at a time with O_NOFOLLOW, so a symbolic link planted
 code (even one swapped in after the check) is never followed. Links are listed as nothing and
 refused by read, write and delete.
 """
+
 from __future__ import annotations
 
 import errno
@@ -50,14 +51,21 @@ class StorageError(ValueError):
 def _filesystem_errors(operation):
     """Whatever the file system raises (running code changes it under us: link loops, names too
     long, a full disk) becomes a StorageError for the agent instead of an exception in the room."""
+
     @functools.wraps(operation)
     def guarded(root, loc, *args, **kwargs):
         try:
             return operation(root, loc, *args, **kwargs)
         except (OSError, RuntimeError) as err:  # Path.resolve raises RuntimeError on a link loop
-            why = (os.strerror(err.errno) if isinstance(err, OSError) and err.errno
-                   else "it leads through a loop of links" if isinstance(err, RuntimeError) else "it failed")
+            why = (
+                os.strerror(err.errno)
+                if isinstance(err, OSError) and err.errno
+                else "it leads through a loop of links"
+                if isinstance(err, RuntimeError)
+                else "it failed"
+            )
             raise StorageError(f"'{loc.display}' could not be used: {why[0].lower()}{why[1:]}") from None
+
     return guarded
 
 
@@ -116,13 +124,14 @@ def parse_path(text: str | None, own_lineage: str | None) -> Location:
     lowered = raw.lower()
     for prefix in ("/storage/", "storage/", "/"):
         if lowered.startswith(prefix):
-            raw = raw[len(prefix):]
+            raw = raw[len(prefix) :]
             break
     if raw.lower() in ("storage", "/storage"):
         raw = ""
     if raw.startswith("/"):
-        raise StorageError("absolute paths are not allowed; start with an area: shared/, system/, lineage/ "
-                           "or a lineage name")
+        raise StorageError(
+            "absolute paths are not allowed; start with an area: shared/, system/, lineage/ or a lineage name"
+        )
     segments = [s for s in raw.split("/") if s not in ("", ".")]
     if any(s == ".." for s in segments):
         raise StorageError("'..' is not allowed in storage paths")
@@ -139,8 +148,9 @@ def parse_path(text: str | None, own_lineage: str | None) -> Location:
             raise StorageError("you have no lineage, so 'lineage/' names nothing")
         return Location(LINEAGE, own_lineage.lower(), rest)
     if not _LINEAGE_NAME.fullmatch(head):
-        raise StorageError(f"unknown storage area '{segments[0][:40]}': start with shared/, system/, lineage/ "
-                           "or a lineage name")
+        raise StorageError(
+            f"unknown storage area '{segments[0][:40]}': start with shared/, system/, lineage/ or a lineage name"
+        )
     return Location(LINEAGE, head, rest)
 
 
@@ -207,8 +217,7 @@ def read_text(root: Path, loc: Location, max_chars: int) -> ReadResult:
     fd, name = _parent_fd(root, loc)
     try:
         try:
-            ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
-                          dir_fd=fd)
+            ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=fd)
         except FileNotFoundError:
             raise StorageError(f"'{loc.display}' not found") from None
         except OSError:
@@ -237,7 +246,7 @@ def read_text(root: Path, loc: Location, max_chars: int) -> ReadResult:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         if more and err.start >= len(data) - 3 and err.reason == "unexpected end of data":
-            text = data[:err.start].decode("utf-8", errors="strict")
+            text = data[: err.start].decode("utf-8", errors="strict")
         else:
             raise StorageError(f"'{loc.display}' is not a UTF-8 text file; only text can be shown") from None
     if "\x00" in text:
@@ -259,13 +268,17 @@ def write_text(root: Path, loc: Location, content: str) -> bool:
         if existing is not None and stat.S_ISDIR(existing.st_mode):
             raise StorageError(f"'{loc.display}' is a folder")
         temp = f".{secrets.token_hex(6)}.writing"
-        tfd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                      FILE_MODE, dir_fd=fd)
+        tfd = os.open(
+            temp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+            FILE_MODE,
+            dir_fd=fd,
+        )
         try:
             os.fchmod(tfd, FILE_MODE)
             view = memoryview(data)
             while view:
-                view = view[os.write(tfd, view):]
+                view = view[os.write(tfd, view) :]
         finally:
             os.close(tfd)
         try:
@@ -355,8 +368,9 @@ def lineage_dirs(root: Path) -> list[str]:
     folder = root / LINEAGES_DIR
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir()
-                  if _LINEAGE_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+    return sorted(
+        p.name for p in folder.iterdir() if _LINEAGE_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    )
 
 
 def human_size(n: int) -> str:
@@ -379,8 +393,10 @@ def code_areas(root: Path, lineage: str | None, cross_lineage: bool) -> list[tup
     """
     root = Path(root)
     ensure_layout(root)
-    areas: list[tuple[Path, str, bool]] = [(root / SHARED, f"storage/{SHARED}", True),
-                                           (root / SYSTEM, f"storage/{SYSTEM}", False)]
+    areas: list[tuple[Path, str, bool]] = [
+        (root / SHARED, f"storage/{SHARED}", True),
+        (root / SYSTEM, f"storage/{SYSTEM}", False),
+    ]
     own = lineage.lower() if lineage else None
     if own is not None:
         if not _LINEAGE_NAME.fullmatch(own) or own in (SHARED, SYSTEM, LINEAGE):

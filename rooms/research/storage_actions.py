@@ -1,5 +1,6 @@
 """The Research Counter's `storage` action and its views: the shared area, each lineage's own
 area, and what an immature agent may read of other lineages' (spec research §2.8)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ class StorageActions:
     """Mixed into ResearchCounter; uses its visibility rule (`sees_all`) and `storage_root`."""
 
     if TYPE_CHECKING:  # provided by the room and its leaderboard
+
         def sees_all(self, ctx: Context, agent: Any) -> bool: ...
         def storage_root(self, ctx: Context) -> Any: ...
         def state(self, agent: Any) -> dict[str, Any]: ...
@@ -37,8 +39,9 @@ class StorageActions:
         if stand == "closed":
             return "other lineages' storage is closed in this station"
         if stand == "immature":
-            return (f"other lineages' storage opens to you when you are mature "
-                    f"(age {ctx.config.lifecycle.maturity_ticks})")
+            return (
+                f"other lineages' storage opens to you when you are mature (age {ctx.config.lifecycle.maturity_ticks})"
+            )
         return None
 
     def _others_stand(self, ctx: Context, agent: Any) -> str:
@@ -66,9 +69,11 @@ class StorageActions:
         text = (args or "").strip()
         op, _, rest = text.partition(" ")
         op, rest = op.lower(), rest.strip()
-        usage = ("Usage: storage info | storage list <path> [page] | storage read <path> | storage write <path> "
-                 "(with a YAML `content`) | storage delete <path>. Paths start with an area: shared/, system/, "
-                 "lineage/ (yours) or a lineage name.")
+        usage = (
+            "Usage: storage info | storage list <path> [page] | storage read <path> | storage write <path> "
+            "(with a YAML `content`) | storage delete <path>. Paths start with an area: shared/, system/, "
+            "lineage/ (yours) or a lineage name."
+        )
         if op not in ("info", "list", "read", "write", "delete"):
             return Outcome([usage])
         view = self.state(agent).setdefault("storage_view", {})
@@ -81,7 +86,7 @@ class StorageActions:
             if len(words) >= 2 and words[-1].isdigit():
                 if len(words[-1]) > 6 or int(words[-1]) < 1:
                     return Outcome(["Storage list refused: the page is a number from 1."])
-                page, rest = int(words[-1]), rest[:rest.rstrip().rfind(words[-1])].strip()
+                page, rest = int(words[-1]), rest[: rest.rstrip().rfind(words[-1])].strip()
         elif not rest:
             return Outcome([f"Storage {op} needs a path, e.g. storage {op} shared/notes.md."])
         try:
@@ -102,11 +107,15 @@ class StorageActions:
             key = "lists" if op == "list" else "reads"
             pending = view.setdefault(key, [])
             if len(pending) >= STORAGE_REQUESTS:
-                return Outcome([f"Storage {op} skipped: at most {STORAGE_REQUESTS} per turn are shown; "
-                                "ask again next turn."])
+                return Outcome(
+                    [f"Storage {op} skipped: at most {STORAGE_REQUESTS} per turn are shown; ask again next turn."]
+                )
             pending.append([rest, page] if op == "list" else rest)
-            what = (f"The listing of {loc.display}" + (f" (page {page})" if page > 1 else "") if op == "list"
-                    else f"The content of {loc.display}")
+            what = (
+                f"The listing of {loc.display}" + (f" (page {page})" if page > 1 else "")
+                if op == "list"
+                else f"The content of {loc.display}"
+            )
             return Outcome([f"{what} will be shown in the room view next turn."])
         problem = self.may_write(ctx, agent, loc, op)
         if problem:
@@ -129,8 +138,12 @@ class StorageActions:
             return Outcome(["Storage write refused: the content contains NUL characters."])
         cap = ctx.config.research.storage_write_max_chars
         if len(content) > cap:
-            return Outcome([f"Storage write refused: the content is {len(content):,} characters long; "
-                            f"at most {cap:,} are allowed."])
+            return Outcome(
+                [
+                    f"Storage write refused: the content is {len(content):,} characters long; "
+                    f"at most {cap:,} are allowed."
+                ]
+            )
         try:
             created = rs.write_text(root, loc, content)
         except rs.StorageError as err:
@@ -147,8 +160,12 @@ class StorageActions:
             return ""
         count = int(state.get("storage_views", 0)) + 1
         state["storage_views"] = count
-        payload = ctx.obtain(f"research-storage/{agent.session}/{count}", "research_storage", agent.name,
-                             lambda: {"text": self._storage_sections(ctx, agent, view)})
+        payload = ctx.obtain(
+            f"research-storage/{agent.session}/{count}",
+            "research_storage",
+            agent.name,
+            lambda: {"text": self._storage_sections(ctx, agent, view)},
+        )
         return str(payload.get("text", ""))
 
     def _storage_sections(self, ctx: Context, agent: Any, view: dict[str, Any]) -> str:
@@ -156,23 +173,39 @@ class StorageActions:
         if view.get("info"):
             parts.append(self._storage_info(ctx, agent))
         if view.get("lists"):
-            parts.append("**File Listings**\n\n" + "\n\n".join(
-                self._storage_listing(ctx, agent, str(path), int(page)) for path, page in view["lists"]))
+            parts.append(
+                "**File Listings**\n\n"
+                + "\n\n".join(self._storage_listing(ctx, agent, str(path), int(page)) for path, page in view["lists"])
+            )
         if view.get("reads"):
-            parts.append("**Read Contents**\n\n" + "\n\n".join(
-                self._storage_read(ctx, agent, str(path)) for path in view["reads"]))
+            parts.append(
+                "**Read Contents**\n\n"
+                + "\n\n".join(self._storage_read(ctx, agent, str(path)) for path in view["reads"])
+            )
         return "\n\n".join(parts)
 
     def _storage_info(self, ctx: Context, agent: Any) -> str:
         root = self.storage_root(ctx)
         own = self._own(agent)
-        areas = [("shared", rs.Location(rs.SHARED), "`storage/shared`", "list, read, write, delete"),
-                 ("system", rs.Location(rs.SYSTEM), "`storage/system`", "list, read")]
+        areas = [
+            ("shared", rs.Location(rs.SHARED), "`storage/shared`", "list, read, write, delete"),
+            ("system", rs.Location(rs.SYSTEM), "`storage/system`", "list, read"),
+        ]
         if own:
-            areas.append((f"{own} (your lineage)", rs.Location(rs.LINEAGE, own), f"`storage/{own}` or "
-                          "`storage/lineage`", "list, read, write, delete"))
-        lines = ["**Storage Information**", "", "| Area | Path for your code | Files | Size | Actions |",
-                 "|---|---|---|---|---|"]
+            areas.append(
+                (
+                    f"{own} (your lineage)",
+                    rs.Location(rs.LINEAGE, own),
+                    f"`storage/{own}` or `storage/lineage`",
+                    "list, read, write, delete",
+                )
+            )
+        lines = [
+            "**Storage Information**",
+            "",
+            "| Area | Path for your code | Files | Size | Actions |",
+            "|---|---|---|---|---|",
+        ]
         for label, loc, path, rights in areas:
             count, size, complete = rs.area_usage(root, loc)
             lines.append(f"| {label} | {path} | {count}{'' if complete else '+'} | {rs.human_size(size)} | {rights} |")
@@ -202,15 +235,18 @@ class StorageActions:
         more = "" if listing.complete else f" (the listing stops after {rs.MAX_WALK:,} files)"
         lines = [f"`{loc.display}` (page {page} of {pages}): {total:,} file(s), {size} in all{more}"]
         start = (page - 1) * rs.LIST_PAGE_SIZE
-        lines += [f"- {name} ({rs.human_size(s)})" for name, s in listing.files[start:start + rs.LIST_PAGE_SIZE]]
+        lines += [f"- {name} ({rs.human_size(s)})" for name, s in listing.files[start : start + rs.LIST_PAGE_SIZE]]
         if page < pages:
             lines.append(f"Next page: `storage list {loc.display} {page + 1}`")
         return "\n".join(lines)
 
     def _area_overview(self, ctx: Context, agent: Any) -> str:
         own = self._own(agent)
-        lines = ["`storage/` holds these areas:", "- `shared/`: everyone reads and writes",
-                 "- `system/`: task files, read-only"]
+        lines = [
+            "`storage/` holds these areas:",
+            "- `shared/`: everyone reads and writes",
+            "- `system/`: task files, read-only",
+        ]
         if own:
             lines.append(f"- `{own}/` (also `lineage/`): your lineage's folder")
         if self.may_read_others(ctx, agent) is None:

@@ -6,6 +6,7 @@ transaction that delivers the author's message, so a result is shown exactly whe
 been sent. `evaluation_runs` is the one exception: the evaluation worker's own
 bookkeeping of what is running where (not world state; never read by rooms' logic).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,6 +48,7 @@ def best_evaluation(query: Query, where: str, params: tuple, ties: str = SUBMITT
     order = ranking_order(query, where, params, ties)
     found = query(f"SELECT * FROM evaluations e WHERE {where} AND {VALID} ORDER BY {order} LIMIT 1", params)
     return found[0] if found else None
+
 
 MIGRATIONS = [
     """
@@ -125,15 +127,41 @@ MIGRATIONS = [
 ]
 
 
-def insert_evaluation(store: Any, *, task: str, author: str, session: int | None, lineage: str | None, tick: int,
-                      title: str, tags: list[str], abstract: str, code: str, no_debugger: bool = False,
-                      cpu_only: bool = False, holds_tick: bool = True) -> int:
+def insert_evaluation(
+    store: Any,
+    *,
+    task: str,
+    author: str,
+    session: int | None,
+    lineage: str | None,
+    tick: int,
+    title: str,
+    tags: list[str],
+    abstract: str,
+    code: str,
+    no_debugger: bool = False,
+    cpu_only: bool = False,
+    holds_tick: bool = True,
+) -> int:
     """Queue an evaluation; returns its new id."""
     cur = store.execute(
         "INSERT INTO evaluations(task, author, session, lineage, tick, title, tags, abstract, code, no_debugger, "
         "cpu_only, holds_tick) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-        (task, author, session, lineage, tick, title, json.dumps(tags), abstract, code, int(no_debugger),
-         int(cpu_only), int(holds_tick)))
+        (
+            task,
+            author,
+            session,
+            lineage,
+            tick,
+            title,
+            json.dumps(tags),
+            abstract,
+            code,
+            int(no_debugger),
+            int(cpu_only),
+            int(holds_tick),
+        ),
+    )
     number = int(cur.lastrowid)
     for tag in dict.fromkeys(tags):
         store.execute("INSERT INTO evaluation_tags(evaluation, tag) VALUES(?,?)", (number, tag))

@@ -1,4 +1,5 @@
 """The research tasks of a station, built from `research.tasks` in its config (ids "1", "2", ...)."""
+
 from __future__ import annotations
 
 from evaluators.base import Task, create_task

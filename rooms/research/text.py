@@ -1,4 +1,5 @@
 """Text helpers for research views and messages: table cells, code fences, clipped logs."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ def cell(value: Any) -> str:
 
 
 def clip_title(title: str) -> str:
-    return title if len(title) <= TITLE_CELL_CHARS else title[:TITLE_CELL_CHARS - 3] + "..."
+    return title if len(title) <= TITLE_CELL_CHARS else title[: TITLE_CELL_CHARS - 3] + "..."
 
 
 def fence(text: str, lang: str = "") -> str:

@@ -5,6 +5,7 @@ Supervisors and mature agents see every lineage; an immature agent sees only its
 which its SQL scope and other lineages' storage build on); the evaluation worker, which has no
 Context, applies it to a run's author read on its own store connection (`worker.sees_other_lineages`).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ run again and a recorded result is never produced twice.
 `evaluation_runs` keeps the runtime state (what is running, since when, where) for status
 displays; it is bookkeeping, not world state.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,10 +44,20 @@ STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
 def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
     """A run's recorded result: the sandbox's outcome plus the trusted evaluator's verdict."""
     payload: dict[str, Any] = {
-        "status": result.status, "error": result.error, "traceback": result.traceback,
-        "stdout": clip_log(result.stdout, STREAM_KEEP_CHARS), "stderr": clip_log(result.stderr, STREAM_KEEP_CHARS),
-        "exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "isolation": result.isolation,
-        "executor": executor, "success": False, "score": None, "sort_key": None, "metrics": {}, "details": "",
+        "status": result.status,
+        "error": result.error,
+        "traceback": result.traceback,
+        "stdout": clip_log(result.stdout, STREAM_KEEP_CHARS),
+        "stderr": clip_log(result.stderr, STREAM_KEEP_CHARS),
+        "exit_code": result.exit_code,
+        "duration_s": round(result.duration_s, 3),
+        "isolation": result.isolation,
+        "executor": executor,
+        "success": False,
+        "score": None,
+        "sort_key": None,
+        "metrics": {},
+        "details": "",
     }
     if result.status != "ok":
         return payload
@@ -67,9 +78,22 @@ def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
 
 
 def refused_payload(problem: str) -> dict[str, Any]:
-    return {"status": "refused", "error": f"Validation error: {problem}", "traceback": None, "stdout": "",
-            "stderr": "", "exit_code": None, "duration_s": 0.0, "isolation": [], "executor": None,
-            "success": False, "score": None, "sort_key": None, "metrics": {}, "details": ""}
+    return {
+        "status": "refused",
+        "error": f"Validation error: {problem}",
+        "traceback": None,
+        "stdout": "",
+        "stderr": "",
+        "exit_code": None,
+        "duration_s": 0.0,
+        "isolation": [],
+        "executor": None,
+        "success": False,
+        "score": None,
+        "sort_key": None,
+        "metrics": {},
+        "details": "",
+    }
 
 
 def storage_mounts(files: Path, lineage: str | None, cross_lineage: bool) -> list[Mount]:
@@ -103,8 +127,15 @@ class SystemFailure(Exception):
 class EvaluationWorker(InputWorker):
     discard_late = True  # a run cut short by the shutdown is not a result
 
-    def __init__(self, directory: Path, config: Any, texts: Any, tasks: dict[str, Any],
-                 executor: Any | None = None, models: Any = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: Any,
+        texts: Any,
+        tasks: dict[str, Any],
+        executor: Any | None = None,
+        models: Any = None,
+    ) -> None:
         super().__init__("evaluator", absolute(directory), config)
         self.models = models if models is not None else ModelPool()
         self.texts, self.tasks = texts, tasks
@@ -123,6 +154,7 @@ class EvaluationWorker(InputWorker):
             store.execute("UPDATE evaluation_runs SET state='abandoned' WHERE state='running'")
             if self.executor is None:
                 from station.executors import create_executor  # the executors load Ray etc. only when used
+
                 hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
                 config = self.config.research.executor
                 self.executor = create_executor(config, hide=hidden, scratch_base=config.scratch_dir)
@@ -147,8 +179,7 @@ class EvaluationWorker(InputWorker):
                 break
             if row["id"] in self.inflight or row["id"] in self.complete:
                 continue
-            thread = threading.Thread(target=self._evaluate, args=(dict(row),), name=f"eval-{row['id']}",
-                                      daemon=True)
+            thread = threading.Thread(target=self._evaluate, args=(dict(row),), name=f"eval-{row['id']}", daemon=True)
             with self._lock:
                 self.inflight[row["id"]] = thread
             thread.start()
@@ -167,10 +198,14 @@ class EvaluationWorker(InputWorker):
             if task is None:
                 raise RuntimeError(f"evaluation {row['id']} names unknown task {row['task']!r}")
             cfg = self.config.debugger
-            walk(row, lambda key, kind, make: self.produce(store, key, kind, row["author"], make),
-                 run_code=lambda v, code: self._run(store, row, task, v, code),
-                 debug=lambda attempt, so_far: self._debug(task, so_far),
-                 debugger_enabled=cfg.enabled, max_attempts=cfg.max_attempts)
+            walk(
+                row,
+                lambda key, kind, make: self.produce(store, key, kind, row["author"], make),
+                run_code=lambda v, code: self._run(store, row, task, v, code),
+                debug=lambda attempt, so_far: self._debug(task, so_far),
+                debugger_enabled=cfg.enabled,
+                max_attempts=cfg.max_attempts,
+            )
             self.complete.add(row["id"])
         except Stopped:
             pass
@@ -201,8 +236,9 @@ class EvaluationWorker(InputWorker):
         mounts = storage_mounts(store.files, row["lineage"], others)
         self._mark(store, row["id"], version, "running")
         try:
-            result = task.execute(self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}",
-                                  cpu_only=bool(row["cpu_only"]))
+            result = task.execute(
+                self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"])
+            )
         except Exception as err:  # noqa: BLE001 - the executor broke, not the code
             log.exception("executor failed on evaluation %s", row["id"])
             result = RunResult(status="system_error", error=f"Evaluation system error: {err}")
@@ -237,20 +273,27 @@ class EvaluationWorker(InputWorker):
             if found:
                 part = found.group(3)
                 by_run.setdefault((int(found.group(1)), int(found.group(2))), []).append(
-                    f"{part.replace('train', 'trial ')}: {text}" if part else text)
+                    f"{part.replace('train', 'trial ')}: {text}" if part else text
+                )
         for (evaluation, version), parts in by_run.items():
-            store.execute("UPDATE evaluation_runs SET progress=? WHERE evaluation=? AND version=? AND state='running'",
-                          ("; ".join(parts), evaluation, version))
+            store.execute(
+                "UPDATE evaluation_runs SET progress=? WHERE evaluation=? AND version=? AND state='running'",
+                ("; ".join(parts), evaluation, version),
+            )
 
     def _mark(self, store: Store, evaluation: int, version: int, state: str) -> None:
         now = time.time()
         if state == "running":
-            store.execute("INSERT OR REPLACE INTO evaluation_runs(evaluation, version, state, started_at, "
-                          "finished_at, executor) VALUES(?,?,?,?,NULL,?)",
-                          (evaluation, version, state, now, getattr(self.executor, "name", "?")))
+            store.execute(
+                "INSERT OR REPLACE INTO evaluation_runs(evaluation, version, state, started_at, "
+                "finished_at, executor) VALUES(?,?,?,?,NULL,?)",
+                (evaluation, version, state, now, getattr(self.executor, "name", "?")),
+            )
         else:
-            store.execute("UPDATE evaluation_runs SET state=?, finished_at=? WHERE evaluation=? AND version=?",
-                          (state, now, evaluation, version))
+            store.execute(
+                "UPDATE evaluation_runs SET state=?, finished_at=? WHERE evaluation=? AND version=?",
+                (state, now, evaluation, version),
+            )
             prefix = f"eval-{evaluation}-v{version}"
             with self._lock:  # a finished run reports nothing more
                 for label in [k for k in self._progress if k == prefix or k.startswith(prefix + "-")]:

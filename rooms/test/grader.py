@@ -5,6 +5,7 @@ unparseable verdict is asked for again, and after `grading.max_attempts` the att
 closed as failed with a note to the agent and an alert for the operator, so a broken grader
 can never hold the station.
 """
+
 from __future__ import annotations
 
 import re
@@ -57,38 +58,69 @@ class TestGrader(Hook):
         if test is None:
             self._close(ctx, row, "fail", "this test no longer exists", 0)
             return
-        prompt = ctx.texts.render("grader_prompt", title=test.title, goal=test.goal, question=test.question,
-                                  criteria=test.pass_criteria, key_terms=key_terms_line(test), answer=row["answer"])
+        prompt = ctx.texts.render(
+            "grader_prompt",
+            title=test.title,
+            goal=test.goal,
+            question=test.question,
+            criteria=test.pass_criteria,
+            key_terms=key_terms_line(test),
+            answer=row["answer"],
+        )
         system = ctx.texts.render("grader_system")
         model = ctx.models.get(ctx.config.grading.model)
         attempts = ctx.config.grading.max_attempts
         for call in range(1, attempts + 1):
+
             def produce(model=model, prompt=prompt, system=system) -> dict:
                 return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
-            reply = ctx.obtain(f"grade/{row['id']}/{call}", "verdict", row["agent"], produce,
-                               request_hash([{"role": "user", "text": prompt}]))
+
+            reply = ctx.obtain(
+                f"grade/{row['id']}/{call}",
+                "verdict",
+                row["agent"],
+                produce,
+                request_hash([{"role": "user", "text": prompt}]),
+            )
             verdict = parse_grade(reply.get("text") or "")
             if verdict is not None:
                 passed, comment = verdict
                 self._close(ctx, row, "pass" if passed else "fail", comment or "(no comment)", call, test)
                 return
-        self._close(ctx, row, "error", f"the grader gave no usable verdict after {attempts} tries; "
-                    "take the test again", attempts, test)
+        self._close(
+            ctx,
+            row,
+            "error",
+            f"the grader gave no usable verdict after {attempts} tries; take the test again",
+            attempts,
+            test,
+        )
         ctx.emit("operator_alert", row["agent"], problem="test grading failed", attempt=row["id"])
 
     def _close(self, ctx: Context, row: Any, status: str, comment: str, calls: int, test: Any = None) -> None:
-        ctx.store.execute("UPDATE test_attempts SET status=?, graded_tick=?, comment=?, grader_calls=? WHERE id=?",
-                          (status, ctx.tick, comment, calls, row["id"]))
+        ctx.store.execute(
+            "UPDATE test_attempts SET status=?, graded_tick=?, comment=?, grader_calls=? WHERE id=?",
+            (status, ctx.tick, comment, calls, row["id"]),
+        )
         agent = next((a for a in ctx.agents.active() if a.session == row["session"]), None)
         if agent is None:
             return
         verdict = "PASS" if status == "pass" else "FAIL"
-        criteria = (f"Pass criteria: {test.pass_criteria}" if test is not None and ctx.config.grading.show_criteria
-                    else "")
-        text = ctx.texts.render("test_result", test_id=row["test_id"], title=test.title if test else row["test_id"],
-                                tick=ctx.tick, verdict=verdict, criteria=criteria, comment=comment)
+        criteria = (
+            f"Pass criteria: {test.pass_criteria}" if test is not None and ctx.config.grading.show_criteria else ""
+        )
+        text = ctx.texts.render(
+            "test_result",
+            test_id=row["test_id"],
+            title=test.title if test else row["test_id"],
+            tick=ctx.tick,
+            verdict=verdict,
+            criteria=criteria,
+            comment=comment,
+        )
         agent.room_state("test").setdefault("unseen_results", []).append(
-            f"Test {row['test_id']}: {verdict} at tick {ctx.tick}. {comment}")
+            f"Test {row['test_id']}: {verdict} at tick {ctx.tick}. {comment}"
+        )
         ctx.agents.save(agent)
         ctx.notify(agent, text, "test_result")
         ctx.emit("test_graded", agent.name, test_id=row["test_id"], status=status)

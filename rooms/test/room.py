@@ -1,4 +1,5 @@
 """Test Chamber: guests answer tests (graded after the turn by a model) and then ascend."""
+
 from __future__ import annotations
 
 from typing import Any, cast
@@ -17,7 +18,7 @@ MIGRATIONS = [
        agent TEXT NOT NULL, test_id TEXT NOT NULL, status TEXT NOT NULL, answer TEXT NOT NULL,
        tick INTEGER NOT NULL, graded_tick INTEGER, comment TEXT, grader_calls INTEGER NOT NULL DEFAULT 0);
     CREATE INDEX test_attempts_session ON test_attempts(session, test_id);
-    CREATE INDEX test_attempts_status ON test_attempts(status)""",
+    CREATE INDEX test_attempts_status ON test_attempts(status)"""
 ]
 STATUS_LABEL = {"pending": "Pending", "pass": "Pass", "fail": "Fail", "error": "Fail"}
 
@@ -56,16 +57,18 @@ class TestTaking:
         self.test = test
 
     def first_prompt(self, ctx: Context, agent: Any) -> str:
-        return ctx.texts.render("test_prompt", test_id=self.test.id, title=self.test.title,
-                                question=self.test.question)
+        return ctx.texts.render("test_prompt", test_id=self.test.id, title=self.test.title, question=self.test.question)
 
     def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
         ctx.store.execute(
             "INSERT INTO test_attempts(session, agent, test_id, status, answer, tick) VALUES(?, ?, ?, 'pending', ?, ?)",
-            (agent.session, agent.name, self.test.id, reply, ctx.tick))
+            (agent.session, agent.name, self.test.id, reply, ctx.tick),
+        )
         ctx.emit("test_submitted", agent.name, test_id=self.test.id)
-        return None, [f"Your answer to test {self.test.id} was submitted at tick {ctx.tick}; "
-                      "it is graded before the next tick and the result arrives as a system message."]
+        return None, [
+            f"Your answer to test {self.test.id} was submitted at tick {ctx.tick}; "
+            "it is graded before the next tick and the result arrives as a system message."
+        ]
 
 
 def latest_status(ctx: Context, session: int) -> dict[str, str]:
@@ -108,9 +111,15 @@ class TestChamber(Room):
         ancestor = self.refresh_offer(ctx, agent)
         if ancestor is None:
             return [ctx.texts.render("ascend_offer_new")]
-        return [ctx.texts.render("ascend_offer_inherit", ancestor_name=ancestor.name,
-                                 ancestor_description=ancestor.description, lineage=ancestor.lineage,
-                                 next_name=f"{ancestor.lineage} {ag.roman(next_generation(ctx, ancestor.lineage))}")]
+        return [
+            ctx.texts.render(
+                "ascend_offer_inherit",
+                ancestor_name=ancestor.name,
+                ancestor_description=ancestor.description,
+                lineage=ancestor.lineage,
+                next_name=f"{ancestor.lineage} {ag.roman(next_generation(ctx, ancestor.lineage))}",
+            )
+        ]
 
     # -- ascension --------------------------------------------------------------------------
     def eligible(self, ctx: Context, agent: Any) -> bool:
@@ -149,8 +158,10 @@ class TestChamber(Room):
             for credited, value in room.lineage_credits(ctx).items():
                 credits[credited] = credits.get(credited, 0.0) + value
         lineages = sorted({cast(str, c.lineage) for c in candidates})  # ascended agents all have one
-        options: list[tuple[str | None, float]] = [(lin, ag.lineage_utility(ctx.agents, lin, ctx.tick, cfg.lifespan_penalty_per_tick, credits))
-                   for lin in lineages] + [(None, cfg.new_lineage_utility)]
+        options: list[tuple[str | None, float]] = [
+            (lin, ag.lineage_utility(ctx.agents, lin, ctx.tick, cfg.lifespan_penalty_per_tick, credits))
+            for lin in lineages
+        ] + [(None, cfg.new_lineage_utility)]
         lineage = ag.softmax_choice(options, cfg.temperature, rng.random())
         return ag.latest_of_lineage(candidates, lineage).name if lineage else None
 
@@ -163,10 +174,12 @@ class TestChamber(Room):
         ancestor = self.refresh_offer(ctx, agent)
         if ancestor is None:
             return Outcome(["No ancestor is on offer to you; found a new lineage with `ascend_new`."])
-        description = (p.description if p and p.description else None) or \
-            f"Heir of {ancestor.name}, continuing the {ancestor.lineage} lineage."
-        new = lifecycle.ascend(ctx, agent, ancestor.lineage, next_generation(ctx, ancestor.lineage), description,
-                               ancestor)
+        description = (
+            p.description if p and p.description else None
+        ) or f"Heir of {ancestor.name}, continuing the {ancestor.lineage} lineage."
+        new = lifecycle.ascend(
+            ctx, agent, ancestor.lineage, next_generation(ctx, ancestor.lineage), description, ancestor
+        )
         return Outcome(_ascended_lines(new))
 
     @action("ascend_new", params=NewLineageParams)
@@ -203,8 +216,10 @@ class TestChamber(Room):
 
 
 def _ascended_lines(new: Any) -> list[str]:
-    return [f"You ascended: you are now {new.name}, a Recursive Agent, and take your place in the turn order.",
-            "You are back in the Lobby from your next turn; actions after this one in your reply were not run."]
+    return [
+        f"You ascended: you are now {new.name}, a Recursive Agent, and take your place in the turn order.",
+        "You are back in the Lobby from your next turn; actions after this one in your reply were not run.",
+    ]
 
 
 def _clip(text: str, width: int) -> str:

@@ -3,6 +3,7 @@
 `create_executor(config)` builds the one the station's `research.executor` section names.
 Ray is imported only by ray_executor.py, and only when a RayExecutor is used.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

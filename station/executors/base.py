@@ -6,6 +6,7 @@ with the entry point's value as plain data (numbers, strings, lists, dicts and n
 arrays), never an object the submission built. Scoring happens in the trusted parent from
 that value (evaluators/), never from anything the code printed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -7,6 +7,7 @@ changes an entry only through a descriptor checked to be what `lstat` saw, and c
 with `..` only after checking it reaches the directory it came down from. No recursion and one
 descriptor, whatever the depth.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,7 @@ def _ident(info: os.stat_result) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def walk(root: Path, on_leave: Callable[[int, str], None] | None = None
-         ) -> Iterator[tuple[int, str, os.stat_result]]:
+def walk(root: Path, on_leave: Callable[[int, str], None] | None = None) -> Iterator[tuple[int, str, os.stat_result]]:
     """(dir fd, name, lstat) of every entry below `root`, depth first; `on_leave(dir fd, name)`
     once the walk is back out of a directory. Raises Moved when a directory it is inside was
     moved or removed; the caller walks again."""
@@ -140,8 +140,15 @@ def _tidy(dir_fd: int, name: str, info: os.stat_result, gid: int | None) -> bool
     return True
 
 
-def scan(root: Path, *, tidy: bool = False, gid: int | None = None, owner: int | None = None,
-         since: float = 0.0, enough: Callable[[Usage], bool] | None = None) -> Usage:
+def scan(
+    root: Path,
+    *,
+    tidy: bool = False,
+    gid: int | None = None,
+    owner: int | None = None,
+    since: float = 0.0,
+    enough: Callable[[Usage], bool] | None = None,
+) -> Usage:
     """Count what `root` holds, stopping early once `enough(usage)` is true.
 
     With `tidy`: clear set-id bits on every regular file, remove FIFOs, sockets and device
@@ -180,6 +187,7 @@ def scan(root: Path, *, tidy: bool = False, gid: int | None = None, owner: int |
 def remove_tree(root: Path) -> None:
     """Delete `root` and all below it, never following a link and at any depth (shutil.rmtree
     recurses: a run nesting a few thousand directories made it raise RecursionError)."""
+
     def rmdir(dir_fd: int, name: str) -> None:
         try:
             os.rmdir(name, dir_fd=dir_fd)

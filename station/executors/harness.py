@@ -13,6 +13,7 @@ Encoding (results.py decodes it): JSON scalars and lists as they are (tuples bec
 dicts as {"dict": {...}} with string keys, arrays as {"npy": <index>}. numpy is never
 imported here: a value can only hold numpy objects if the submission imported numpy itself.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -45,8 +46,9 @@ class Encoder:
         if isinstance(value, dict):
             for key in value:
                 if not isinstance(key, str):
-                    raise NotPlainData(f"the entry point returned a dict with a {type(key).__name__} key; "
-                                       "dict keys must be strings")
+                    raise NotPlainData(
+                        f"the entry point returned a dict with a {type(key).__name__} key; dict keys must be strings"
+                    )
             return {"dict": {str(k): self.encode(v) for k, v in value.items()}}
         np = self.np
         if np is not None and isinstance(value, np.generic) and value.dtype.kind in "biuf":
@@ -58,8 +60,7 @@ class Encoder:
         kind = type(value)
         name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
         detail = f" of dtype {value.dtype}" if np is not None and isinstance(value, (np.ndarray, np.generic)) else ""
-        raise NotPlainData(f"the entry point returned {name}{detail}, "
-                           f"which is not plain data ({PLAIN})")
+        raise NotPlainData(f"the entry point returned {name}{detail}, which is not plain data ({PLAIN})")
 
 
 def one_line(err: BaseException) -> str:
@@ -71,8 +72,10 @@ def formatted_traceback(err: BaseException) -> str:
     """The traceback as Python prints it, "Did you mean" hints included (3.11 adds those only
     in the interpreter's own printer), without the harness's and importlib's frames."""
     tb = err.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, "<frozen importlib._bootstrap>",
-                                                                  "<frozen importlib._bootstrap_external>")):
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename
+        in (__file__, "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+    ):
         tb = tb.tb_next
     err.__traceback__ = tb  # the printer reads it from the exception
     buffer, stderr = io.StringIO(), sys.stderr

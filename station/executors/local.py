@@ -18,6 +18,7 @@ Modes, chosen once at construction: "namespaces" (root: new namespaces and a per
 "process" (no usable unshare: a plain process in its own session, rlimits and a scrubbed
 environment only). RunResult.isolation says what was in force and what was missing.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -52,8 +53,15 @@ PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")  # fresh writable tmpfs per run
 ALWAYS_HIDDEN = ("/root", "/home", "/run")  # empty read-only tmpfs (/run: host sockets)
 NAMESPACE_FLAGS = ("--pid", "--net", "--mount", "--ipc", "--uts")
 NAMESPACES = ["pid-namespace", "net-namespace", "mount-namespace", "ipc-namespace", "uts-namespace"]
-FULL = NAMESPACES + ["read-only-root", "private-tmp", "nosuid-nodev", "uid", "no-capabilities", "no-new-privs",
-                    "rlimits"]
+FULL = NAMESPACES + [
+    "read-only-root",
+    "private-tmp",
+    "nosuid-nodev",
+    "uid",
+    "no-capabilities",
+    "no-new-privs",
+    "rlimits",
+]
 CAPS = ["cpu-total", "process-count", "disk-quotas", "storage-tidy"]  # enforced from here, in every mode
 STALE_AFTER_S = 60  # an unlocked run dir this old belongs to a dead station
 RUN_DIR_NAME = re.compile(r"station-[A-Za-z0-9_.-]*-[a-z0-9_]{8}")  # mkdtemp(prefix=f"station-{label}-")
@@ -74,8 +82,9 @@ class SandboxError(Exception):
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, scratch_base: str | Path | None = None, hide: list[Path] | tuple = (),
-                 isolation: Isolation = "auto") -> None:
+    def __init__(
+        self, scratch_base: str | Path | None = None, hide: list[Path] | tuple = (), isolation: Isolation = "auto"
+    ) -> None:
         """`hide`: host dirs masked with an empty tmpfs (the station dir, with its database).
         `isolation`: "auto" picks the strongest mode available; the others are for tests."""
         self.scratch_base = Path(scratch_base or tempfile.gettempdir()).resolve()
@@ -103,8 +112,11 @@ class LocalExecutor:
                 continue
             try:
                 info = os.fstat(fd)
-                if (info.st_uid != os.geteuid() or time.time() - info.st_mtime < STALE_AFTER_S
-                        or not set(os.listdir(fd)) <= RUN_DIR_ENTRIES):
+                if (
+                    info.st_uid != os.geteuid()
+                    or time.time() - info.st_mtime < STALE_AFTER_S
+                    or not set(os.listdir(fd)) <= RUN_DIR_ENTRIES
+                ):
                     continue
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 disk.remove_tree(path)
@@ -116,7 +128,12 @@ class LocalExecutor:
     def _choose_mode(self, requested: Isolation) -> str:
         def works(flags: list[str]) -> bool:  # called only once unshare is found
             try:
-                return subprocess.run([cast(str, self.unshare), *flags, "true"], capture_output=True, timeout=30).returncode == 0
+                return (
+                    subprocess.run(
+                        [cast(str, self.unshare), *flags, "true"], capture_output=True, timeout=30
+                    ).returncode
+                    == 0
+                )
             except OSError:
                 return False
 
@@ -142,11 +159,15 @@ class LocalExecutor:
             return 0
 
     def describe(self) -> str:
-        layers = {"namespaces": "pid/net/mount/ipc/uts namespaces, read-only host, per-run uid",
-                  "userns": "user+pid/net/mount/ipc/uts namespaces, read-only host, no capabilities",
-                  "process": "plain process (no namespaces: no network or file-system isolation)"}[self.mode]
-        return (f"local sandbox: {layers}, rlimits, CPU/process/disk caps, scrubbed environment; "
-                f"scratch in {self.scratch_base}")
+        layers = {
+            "namespaces": "pid/net/mount/ipc/uts namespaces, read-only host, per-run uid",
+            "userns": "user+pid/net/mount/ipc/uts namespaces, read-only host, no capabilities",
+            "process": "plain process (no namespaces: no network or file-system isolation)",
+        }[self.mode]
+        return (
+            f"local sandbox: {layers}, rlimits, CPU/process/disk caps, scrubbed environment; "
+            f"scratch in {self.scratch_base}"
+        )
 
     def close(self) -> None:
         """Kill every run in flight (a stopping station re-runs them when it resumes); no new runs start."""
@@ -203,15 +224,23 @@ class LocalExecutor:
             run_dir.chmod(0o711)  # process mode reaches work/ through it; the rest stays root's
         hidden: tuple[str | Path, ...] = (*ALWAYS_HIDDEN, *self.hide, self.scratch_base)
         config = {
-            "mode": self.mode, "uid": uid, "gid": SANDBOX_GID, "run_dir": str(run_dir),
-            "scratch": str(scratch), "out_dir": str(out), "tmpfs_mb": spec.max_file_mb,
+            "mode": self.mode,
+            "uid": uid,
+            "gid": SANDBOX_GID,
+            "run_dir": str(run_dir),
+            "scratch": str(scratch),
+            "out_dir": str(out),
+            "tmpfs_mb": spec.max_file_mb,
             "private_tmp": list(PRIVATE_TMP),
             "hide": sorted({os.path.realpath(p) for p in hidden}),
             "keep": sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, HERE)}),
             "mounts": [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in spec.mounts],
             "rlimits": self._rlimits(spec, uid),
-            "argv": ([self.python, "-s", str(HARNESS), spec.entry, spec.filename, str(out)]
-                     if spec.mode == "function" else ["/bin/sh", "-c", spec.entry]),
+            "argv": (
+                [self.python, "-s", str(HARNESS), spec.entry, spec.filename, str(out)]
+                if spec.mode == "function"
+                else ["/bin/sh", "-c", spec.entry]
+            ),
         }
         fd = os.open(run_dir / "sandbox.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -221,8 +250,12 @@ class LocalExecutor:
     def _rlimits(self, spec: RunSpec, uid: int | None) -> dict[str, list[int | None]]:
         cpu = cpu_budget(spec)  # per process here; the whole tree's total is watched by _Watch
         memory = spec.memory_mb << 20 if spec.memory_mb else None
-        limits: dict[str, list[int | None]] = {"RLIMIT_CPU": [cpu, cpu + 1], "RLIMIT_AS": [memory, memory],
-                  "RLIMIT_FSIZE": [spec.max_file_mb << 20] * 2, "RLIMIT_CORE": [0, 0]}
+        limits: dict[str, list[int | None]] = {
+            "RLIMIT_CPU": [cpu, cpu + 1],
+            "RLIMIT_AS": [memory, memory],
+            "RLIMIT_FSIZE": [spec.max_file_mb << 20] * 2,
+            "RLIMIT_CORE": [0, 0],
+        }
         if self.mode != "process" or uid is not None:  # otherwise it would count all of our user's processes
             # one more than allowed, so that _Watch sees the excess and says why the run failed
             limits["RLIMIT_NPROC"] = [spec.max_processes + 1] * 2
@@ -241,11 +274,20 @@ class LocalExecutor:
                 raise SandboxError("the executor was closed: the station is stopping")
             env = {**environment(spec, run_dir / "work"), "STATION_PROGRESS": str(run_dir / "out" / PROGRESS_FILE)}
             watch.since = time.time()  # what the storage holds from here on may be this run's
-            proc = subprocess.Popen(self._command(run_dir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env, cwd=run_dir, start_new_session=True)
+            proc = subprocess.Popen(
+                self._command(run_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=run_dir,
+                start_new_session=True,
+            )
             self._live.add(proc)
-        readers = [threading.Thread(target=_pump, args=(stream, capture), daemon=True)
-                   for stream, capture in zip((proc.stdout, proc.stderr), captures)]
+        readers = [
+            threading.Thread(target=_pump, args=(stream, capture), daemon=True)
+            for stream, capture in zip((proc.stdout, proc.stderr), captures)
+        ]
         for reader in readers:
             reader.start()
         try:  # a pidfd wakes us the moment it exits (Popen.wait(timeout) polls, up to 50 ms late)
@@ -268,8 +310,9 @@ class LocalExecutor:
         result = RunResult(status="ok", stdout=captures[0].text(), stderr=captures[1].text())
         return self._outcome(spec, run_dir, proc.returncode, stop, result)
 
-    def _supervise(self, proc: subprocess.Popen, pidfd: int, spec: RunSpec, watch: _Watch,
-                   progress: Path) -> tuple[RunStatus, str] | None:
+    def _supervise(
+        self, proc: subprocess.Popen, pidfd: int, spec: RunSpec, watch: _Watch, progress: Path
+    ) -> tuple[RunStatus, str] | None:
         """Wait for the run to end (None) or for a reason to stop it: ("timeout" or "error", why).
         Meanwhile pass on what a training harness reports about its progress, and watch the caps."""
         deadline = time.monotonic() + spec.timeout_s
@@ -284,8 +327,9 @@ class LocalExecutor:
                 return "error", broken
         return "timeout", f"Execution timed out after {spec.timeout_s:g} seconds"
 
-    def _outcome(self, spec: RunSpec, run_dir: Path, returncode: int, stop: tuple[RunStatus, str] | None,
-                 result: RunResult) -> RunResult:
+    def _outcome(
+        self, spec: RunSpec, run_dir: Path, returncode: int, stop: tuple[RunStatus, str] | None, result: RunResult
+    ) -> RunResult:
         status = read_status(str(run_dir))
         result.isolation = self._isolation(status)
         if stop is not None:  # a timeout or a cap: the code's doing
@@ -306,8 +350,10 @@ class LocalExecutor:
             limit = spec.max_result_mb << 20
             returned = disk.scan(run_dir / "out")  # before anything is loaded; at_end bounded its size
             if returned.bytes > limit:
-                result.status, result.error = "error", (f"Result too large: the run returned {_size(returned)}, "
-                                                        f"the limit is {spec.max_result_mb:,} MB")
+                result.status, result.error = (
+                    "error",
+                    (f"Result too large: the run returned {_size(returned)}, the limit is {spec.max_result_mb:,} MB"),
+                )
                 return result
             try:
                 record = load_result(str(run_dir / "out"), spec.max_file_mb << 20, limit)
@@ -323,8 +369,9 @@ class LocalExecutor:
         elif code == 0:
             return result
         result.status = "error"
-        result.error = (exit_message(code) if code != 0 else
-                        "Execution failed: the process exited before the entry point returned")
+        result.error = (
+            exit_message(code) if code != 0 else "Execution failed: the process exited before the entry point returned"
+        )
         return result
 
     def _isolation(self, status: dict | None) -> list[str]:
@@ -341,9 +388,17 @@ class LocalExecutor:
 def environment(spec: RunSpec, scratch: Path) -> dict[str, str]:
     """Built from nothing: not one variable of the station's own environment gets through."""
     threads = str(max(1, int(spec.num_cpus)))
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(scratch), "LANG": "C.UTF-8",
-           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(scratch),
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": threads,
+        "OPENBLAS_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+    }
     if spec.num_gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(spec.env)
@@ -395,8 +450,11 @@ def tree_usage(init: int) -> tuple[float, int]:
         pid = todo.pop()
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            children = [int(c) for tid in os.listdir(f"/proc/{pid}/task")
-                        for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            children = [
+                int(c)
+                for tid in os.listdir(f"/proc/{pid}/task")
+                for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+            ]
         except (OSError, IndexError, ValueError):
             continue  # ended meanwhile: its time is in its parent's cutime by now
         utime, stime, cutime, cstime = map(int, fields[11:15])  # fields 14-17 of proc(5)
@@ -442,11 +500,15 @@ class _Watch:
         if init is not None:
             cpu, tasks = tree_usage(init)
             if tasks > self.spec.max_processes:
-                return (f"Process limit exceeded: the run had {tasks} processes and threads at once, "
-                        f"the limit is {self.spec.max_processes}")
+                return (
+                    f"Process limit exceeded: the run had {tasks} processes and threads at once, "
+                    f"the limit is {self.spec.max_processes}"
+                )
             if cpu > cpu_budget(self.spec):
-                return (f"CPU time limit exceeded: the run's processes used {cpu:.1f} CPU seconds together, "
-                        f"the limit is {cpu_budget(self.spec)}")
+                return (
+                    f"CPU time limit exceeded: the run's processes used {cpu:.1f} CPU seconds together, "
+                    f"the limit is {cpu_budget(self.spec)}"
+                )
         if time.monotonic() < self.next_disk:
             return None
         began = time.monotonic()
@@ -477,8 +539,11 @@ class _Watch:
         # the whole run dir: work/ (the scratch dir) and out/ (the results) are on the host's disk
         scratch = disk.scan(self.run_dir, enough=lambda u: u.over(max_bytes, max_files))
         if scratch.over(max_bytes, max_files):
-            held, limit = ((_size(scratch), f"{spec.max_scratch_mb:,} MB") if scratch.bytes > max_bytes
-                           else (_count(scratch), f"{max_files:,} files"))
+            held, limit = (
+                (_size(scratch), f"{spec.max_scratch_mb:,} MB")
+                if scratch.bytes > max_bytes
+                else (_count(scratch), f"{max_files:,} files")
+            )
             broken.append(f"Scratch disk quota exceeded: the scratch dir holds {held}, the limit is {limit}")
         for s in self.storages:
             if broken and not final:
@@ -497,8 +562,11 @@ class _Watch:
             else:
                 now = disk.scan(s.path, owner=self.owner, since=self.since, enough=charged)
             if charged(now):
-                held, limit = ((_size(now), f"{spec.max_storage_mb:,} MB") if now.bytes > max_bytes
-                               else (_count(now), f"{spec.max_files:,} files"))
+                held, limit = (
+                    (_size(now), f"{spec.max_storage_mb:,} MB")
+                    if now.bytes > max_bytes
+                    else (_count(now), f"{spec.max_files:,} files")
+                )
                 broken.append(f"Storage quota exceeded: {s.target} holds {held}, the limit is {limit}")
         return broken[0] if broken else None
 

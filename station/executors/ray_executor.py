@@ -21,6 +21,7 @@ and exits cleanly.
 
 Ray is imported here only, and only on the first run: the station never needs it otherwise.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -93,8 +94,13 @@ def _route_ray_logging() -> None:
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, config: Any, hide: list[Path] | tuple = (), scratch_base: str | Path | None = None,
-                 queue_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        hide: list[Path] | tuple = (),
+        scratch_base: str | Path | None = None,
+        queue_timeout_s: float | None = None,
+    ) -> None:
         """`config`: station.config.ExecutorConfig (ray_address, ray_num_cpus). `queue_timeout_s`:
         how long a run may wait for a worker (None: as long as it takes)."""
         self.address, self.num_cpus = config.ray_address, config.ray_num_cpus
@@ -165,8 +171,10 @@ class RayExecutor:
         try:  # joining a cluster is bounded; starting a local instance is not
             err = outcome.get(timeout=INIT_TIMEOUT_S if self.address else None)
         except queue.Empty:  # still inside ray.init: it may never return, so this executor stays failed
-            self._unusable = (f"Ray cluster at {self.where} unreachable: ray.init did not connect within "
-                              f"{INIT_TIMEOUT_S:g} seconds (not a Ray head, or it refused this station?)")
+            self._unusable = (
+                f"Ray cluster at {self.where} unreachable: ray.init did not connect within "
+                f"{INIT_TIMEOUT_S:g} seconds (not a Ray head, or it refused this station?)"
+            )
             raise ClusterUnreachable(self._unusable) from None
         if err is not None:
             raise err
@@ -198,8 +206,9 @@ class RayExecutor:
         began = time.monotonic()
         with self._users_changed:
             if self._closing.is_set():
-                return RunResult(status="system_error", error="Ray error: the executor was closed (the station "
-                                                              "is stopping)")
+                return RunResult(
+                    status="system_error", error="Ray error: the executor was closed (the station is stopping)"
+                )
             self._users += 1  # close() shuts Ray down only when no thread is inside a Ray call
         try:
             result = self._run_retrying(spec)
@@ -218,13 +227,20 @@ class RayExecutor:
         """The run, again after each infrastructure failure (while the cluster answers), RETRIES times."""
         ray, task = self._ray()
         errors = ray.exceptions
-        infrastructure = (errors.WorkerCrashedError, errors.NodeDiedError, errors.LocalRayletDiedError,
-                          errors.ObjectLostError, errors.OutOfMemoryError, errors.RaySystemError)
+        infrastructure = (
+            errors.WorkerCrashedError,
+            errors.NodeDiedError,
+            errors.LocalRayletDiedError,
+            errors.ObjectLostError,
+            errors.OutOfMemoryError,
+            errors.RaySystemError,
+        )
         for attempt in range(1 + RETRIES):
             if self._closing.is_set():  # a run that close() cancelled is not run again
                 raise RuntimeError("the executor was closed: the station is stopping")
             runs = task.options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, name=spec.label).remote(
-                spec, self.options)
+                spec, self.options
+            )
             with self._lock:
                 self._inflight.add(runs)
             try:
@@ -236,8 +252,10 @@ class RayExecutor:
             finally:
                 with self._lock:
                     self._inflight.discard(runs)
-        return RunResult(status="system_error", error=f"Ray error: the run failed on Ray's side {1 + RETRIES} "
-                                                      f"times; the last: {failure}")
+        return RunResult(
+            status="system_error",
+            error=f"Ray error: the run failed on Ray's side {1 + RETRIES} times; the last: {failure}",
+        )
 
     def _wait(self, ray, runs, timeout: float | None) -> bool:
         """ray.wait in short slices, so that close() ends it within a second; True when ready. Checks
@@ -258,15 +276,20 @@ class RayExecutor:
     def _follow(self, ray, runs, spec: RunSpec) -> RunResult:
         if not self._wait(ray, runs, self.queue_timeout_s):
             ray.cancel(runs, force=True)
-            return RunResult(status="system_error",
-                             error=f"Ray error: no worker took the run within {self.queue_timeout_s:g} seconds")
+            return RunResult(
+                status="system_error",
+                error=f"Ray error: no worker took the run within {self.queue_timeout_s:g} seconds",
+            )
         ray.get(next(runs))  # "started"
         deadline = time.monotonic() + spec.timeout_s + MARGIN_S
         while True:
             if not self._wait(ray, runs, deadline - time.monotonic()):
                 ray.cancel(runs, force=True)
-                return RunResult(status="timeout", error=f"Execution timed out after {spec.timeout_s:g} seconds "
-                                                         "(the Ray task did not finish and was cancelled)")
+                return RunResult(
+                    status="timeout",
+                    error=f"Execution timed out after {spec.timeout_s:g} seconds "
+                    "(the Ray task did not finish and was cancelled)",
+                )
             item = ray.get(next(runs))
             if "result" in item:
                 return RunResult(**item["result"])

@@ -6,6 +6,7 @@ within size caps, the manifest is JSON, arrays are `.npy` read with `allow_pickl
 their header was checked (numeric or bool dtype, size matching the file). Nothing is ever
 unpickled or imported from the sandbox.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,10 +46,10 @@ class StreamCapture:
             data = data[room:]
         self.tail += data
         if len(self.tail) > 2 * self.tail_limit:  # trim in batches: amortised O(1) per byte
-            del self.tail[:len(self.tail) - self.tail_limit]
+            del self.tail[: len(self.tail) - self.tail_limit]
 
     def text(self) -> str:
-        kept = self.tail[max(0, len(self.tail) - self.tail_limit):]
+        kept = self.tail[max(0, len(self.tail) - self.tail_limit) :]
         cut = self.total - len(self.head) - len(kept)
         head, tail = self.head.decode("utf-8", "replace"), bytes(kept).decode("utf-8", "replace")
         return f"{head}\n[... {cut:,} bytes cut ...]\n{tail}" if cut else head + tail
@@ -142,8 +143,9 @@ def _decode(node: Any, arrays: _ArrayReader) -> Any:
     raise ResultRefused("malformed value in the manifest")
 
 
-def load_result(out_dir: str, max_array_bytes: int,
-                max_total_bytes: int = MAX_TOTAL_ARRAY_BYTES) -> HarnessRecord | None:
+def load_result(
+    out_dir: str, max_array_bytes: int, max_total_bytes: int = MAX_TOTAL_ARRAY_BYTES
+) -> HarnessRecord | None:
     """The harness's record (None when it wrote none); raises ResultRefused for anything malformed.
     The executor checks the size of the whole results dir before it calls this."""
     fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -12,6 +12,7 @@ code never sees.
 Stdlib only, no site (`-I -S`): it runs before anything else, in every mode. In "process" mode
 (no namespaces available) it skips the mounts and only forks, limits and execs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -35,8 +36,12 @@ libc = ctypes.CDLL(None, use_errno=True)
 
 
 class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _check(result: int, what: str) -> None:
@@ -46,7 +51,7 @@ def _check(result: int, what: str) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
+    enc = lambda s: s.encode() if s is not None else None
     _check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 
@@ -57,8 +62,14 @@ def prctl(option: int, arg: int) -> None:
 def kept_flags(path: str) -> int:
     """Flags a bind remount must repeat (a user namespace may not clear them)."""
     f = os.statvfs(path).f_flag
-    pairs = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-             (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+    pairs = (
+        (os.ST_NOSUID, MS_NOSUID),
+        (os.ST_NODEV, MS_NODEV),
+        (os.ST_NOEXEC, MS_NOEXEC),
+        (os.ST_NOATIME, MS_NOATIME),
+        (os.ST_NODIRATIME, MS_NODIRATIME),
+        (os.ST_RELATIME, MS_RELATIME),
+    )
     return sum(ms for st, ms in pairs if f & st)
 
 
@@ -151,7 +162,7 @@ def start_code(cfg: dict) -> None:
     for name, (soft, hard) in cfg["rlimits"].items():  # None: unlimited (as far as allowed)
         limit = getattr(resource, name)
         ceiling = resource.getrlimit(limit)[1]
-        clamp = (lambda v: ceiling if v is None or (ceiling != resource.RLIM_INFINITY and v > ceiling) else v)  # noqa: B023 - called at once, inside this iteration
+        clamp = lambda v: ceiling if v is None or (ceiling != resource.RLIM_INFINITY and v > ceiling) else v  # noqa: B023 - called at once, inside this iteration
         resource.setrlimit(limit, (clamp(soft), clamp(hard)))
     os.umask(0o002)  # files in writable storage stay writable for the other runs' uids (same group)
     os.chdir(cfg["scratch"])
@@ -214,7 +225,9 @@ def main() -> None:
     if failed:
         write_status(run_fd, {"setup_error": f"could not start the code: {failed}"})
         sys.exit(SETUP_FAILED)
-    record: dict[str, object] = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
+    record: dict[str, object] = (
+        {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
+    )
     if cfg["uid"] is not None:
         layers.append(f"uid {cfg['uid']}")
     if in_namespaces or cfg["uid"] is not None:

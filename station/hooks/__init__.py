@@ -2,6 +2,7 @@
 
 The hooks here belong to no room; a room brings its own through `Room.hooks`.
 """
+
 from __future__ import annotations
 
 from ..config import StationConfig

@@ -5,6 +5,7 @@ Research Counter); with no such room enabled the hook stays silent.  A warning i
 the count crosses the threshold and then again every `inactivity_repeat_ticks` turns, not on
 every turn as the reference did.
 """
+
 from __future__ import annotations
 
 from ..context import Context, Event, Hook, register_hook
@@ -24,7 +25,10 @@ class InactivityWarnings(Hook):
         cfg = ctx.config.notifications
         names = set(event.payload.get("actions", []))
         if agent.role == "supervisor":
-            threshold, active = cfg.supervisor_inactivity_threshold, bool(names - set(GLOBAL_ACTIONS))  # moving about is not work
+            threshold, active = (
+                cfg.supervisor_inactivity_threshold,
+                bool(names - set(GLOBAL_ACTIONS)),
+            )  # moving about is not work
         else:
             productive = {a for room in ctx.rooms.values() for a in room.productive_actions}
             if not productive:

@@ -1,4 +1,5 @@
 """Maturity: the one-time message when an agent comes of age (sent even if that exact tick was skipped)."""
+
 from __future__ import annotations
 
 from ..context import Context, Event, Hook, register_hook

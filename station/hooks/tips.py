@@ -1,4 +1,5 @@
 """Random tips: every N ticks each active agent gets one usage tip, drawn for it alone."""
+
 from __future__ import annotations
 
 from ..context import Context, Event, Hook, register_hook

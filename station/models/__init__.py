@@ -1,4 +1,5 @@
 """Model providers. The engine asks a ModelPool for the model of a config; it imports no SDK."""
+
 from __future__ import annotations
 
 import threading
@@ -22,12 +23,22 @@ from .base import (
 from .replay import ReplayModel
 from .scripted import ScriptedModel
 
-__all__ = ["PROVIDERS", "BudgetExceeded", "Message", "Model", "ModelError", "ModelPool", "Reply", "Usage",
-           "create_model"]
+__all__ = [
+    "PROVIDERS",
+    "BudgetExceeded",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelPool",
+    "Reply",
+    "Usage",
+    "create_model",
+]
 
 
-def create_model(config: ModelConfig, *, stop: threading.Event | None = None,
-                 on_wait: Callable[[str], None] | None = None) -> Model:
+def create_model(
+    config: ModelConfig, *, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+) -> Model:
     try:
         make = PROVIDERS.get(config.provider)
     except UnknownName as err:
@@ -92,8 +103,9 @@ class PooledModel:
             if isinstance(err, ModelError):
                 err.config = getattr(err, "config", None) or self.config
             raise
-        cost = self.ledger.settle(reservation, self.config, reply.usage, latency_s=reply.latency_s,
-                                  retries=reply.retries)
+        cost = self.ledger.settle(
+            reservation, self.config, reply.usage, latency_s=reply.latency_s, retries=reply.retries
+        )
         if self.config.remote or cost:
             reply.cost_usd = round(cost, 8)
         return reply
@@ -104,8 +116,9 @@ class ModelPool:
     ledger that meters every call: budgets are checked before it and spend is booked after.
     """
 
-    def __init__(self, ledger: Any = None, *, stop: threading.Event | None = None,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, ledger: Any = None, *, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+    ) -> None:
         from ..budget import Ledger
         from ..config import StationConfig
 
@@ -120,8 +133,9 @@ class ModelPool:
         key = cfg.model_dump_json()
         with self._lock:
             if key not in self._models:
-                self._models[key] = PooledModel(cfg, self.ledger, lambda: create_model(
-                    cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text)))
+                self._models[key] = PooledModel(
+                    cfg, self.ledger, lambda: create_model(cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text))
+                )
             return self._models[key]
 
     def forget(self, config: ModelConfig | dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ SDK insists on for large `max_tokens`. Prompt caching: the system prompt and the
 station messages carry cache breakpoints, so each turn reads the conversation written to the
 cache by the turn before and writes its own extension.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -50,9 +51,13 @@ def reply_from(message: Any) -> Reply:
     reasoning = getattr(details, "thinking_tokens", None)
     if reasoning is None:  # older answers do not split it out: estimate from the visible thinking
         reasoning = min(u.output_tokens, estimate_tokens(thinking)) if thinking else 0
-    usage = Usage(input_tokens=u.input_tokens + read + written, cached_input_tokens=read,
-                  cache_write_tokens=written, output_tokens=u.output_tokens - reasoning,
-                  reasoning_tokens=reasoning)
+    usage = Usage(
+        input_tokens=u.input_tokens + read + written,
+        cached_input_tokens=read,
+        cache_write_tokens=written,
+        output_tokens=u.output_tokens - reasoning,
+        reasoning_tokens=reasoning,
+    )
     return Reply(text=text, thinking=thinking, usage=usage, finish_reason=finish(getattr(message, "stop_reason", None)))
 
 
@@ -75,8 +80,9 @@ class AnthropicModel(RemoteModel):
         key = api_key(config)
         if key is None:
             raise ModelError(missing_key_message(config), permanent=True)
-        self.client = anthropic.Anthropic(api_key=key, base_url=config.base_url, timeout=config.timeout_s,
-                                          max_retries=0)  # we retry, the same way for every provider
+        self.client = anthropic.Anthropic(
+            api_key=key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+        )  # we retry, the same way for every provider
 
     def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
         with self.client.messages.stream(**request_body(self.config, messages, system)) as stream:

@@ -1,4 +1,5 @@
 """The Model protocol: what the engine needs from anything that writes an agent's replies."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -74,15 +75,24 @@ class Reply:
         stored: a runaway 50 MB answer would otherwise be kept (and shown) in full, several times."""
         if len(self.text) <= limit and len(self.thinking or "") <= limit:
             return self
-        return replace(self, text=self.text[:limit], thinking=self.thinking[:limit] if self.thinking else self.thinking,
-                       cut_from=len(self.text) if len(self.text) > limit else None)
+        return replace(
+            self,
+            text=self.text[:limit],
+            thinking=self.thinking[:limit] if self.thinking else self.thinking,
+            cut_from=len(self.text) if len(self.text) > limit else None,
+        )
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> Reply:
-        return cls(text=payload.get("text") or "", thinking=payload.get("thinking"),
-                   usage=Usage(**payload.get("usage", {})), cost_usd=payload.get("cost_usd"),
-                   overflow=payload.get("overflow"), cut_from=payload.get("cut_from"),
-                   finish_reason=payload.get("finish_reason"))
+        return cls(
+            text=payload.get("text") or "",
+            thinking=payload.get("thinking"),
+            usage=Usage(**payload.get("usage", {})),
+            cost_usd=payload.get("cost_usd"),
+            overflow=payload.get("overflow"),
+            cut_from=payload.get("cut_from"),
+            finish_reason=payload.get("finish_reason"),
+        )
 
 
 TRANSIENT, PERMANENT, OVERFLOW, INTERRUPTED = "transient", "permanent", "context_overflow", "interrupted"
@@ -130,8 +140,9 @@ def estimate_tokens(text: str) -> int:
 
 
 def estimate_conversation(messages: list[Message], system: str | None) -> int:
-    return sum(estimate_tokens(m["text"]) + MESSAGE_OVERHEAD for m in messages) + \
-        (estimate_tokens(system) if system else 0)
+    return sum(estimate_tokens(m["text"]) + MESSAGE_OVERHEAD for m in messages) + (
+        estimate_tokens(system) if system else 0
+    )
 
 
 def estimate_reply(text: str) -> int:

@@ -3,6 +3,7 @@
 Gemini 2.5 and later cache repeated prompt prefixes implicitly; the conversation only grows at
 its end, so each turn re-uses the previous one's prefix, and the cached share shows in usage.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,7 @@ def request_config(config: ModelConfig, system: str | None) -> dict[str, Any]:
 
 
 def contents(messages: list[Message]) -> list[dict[str, Any]]:
-    return [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["text"]}]}
-            for m in messages]
+    return [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["text"]}]} for m in messages]
 
 
 def reply_from(response: Any) -> Reply:
@@ -41,10 +41,18 @@ def reply_from(response: Any) -> Reply:
     u = response.usage_metadata
     usage = Usage()
     if u is not None:
-        usage = Usage(input_tokens=u.prompt_token_count or 0, cached_input_tokens=u.cached_content_token_count or 0,
-                      output_tokens=u.candidates_token_count or 0, reasoning_tokens=u.thoughts_token_count or 0)
-    return Reply(text=text, thinking=thinking, usage=usage,
-                 finish_reason=finish(response.candidates[0].finish_reason if response.candidates else None))
+        usage = Usage(
+            input_tokens=u.prompt_token_count or 0,
+            cached_input_tokens=u.cached_content_token_count or 0,
+            output_tokens=u.candidates_token_count or 0,
+            reasoning_tokens=u.thoughts_token_count or 0,
+        )
+    return Reply(
+        text=text,
+        thinking=thinking,
+        usage=usage,
+        finish_reason=finish(response.candidates[0].finish_reason if response.candidates else None),
+    )
 
 
 def finish(reason: Any) -> str | None:
@@ -79,8 +87,11 @@ class GeminiModel(RemoteModel):
         self.client = genai.Client(api_key=key, http_options=options)  # type: ignore[arg-type]  # HttpOptionsDict's keys
 
     def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
-        response = self.client.models.generate_content(model=self.config.name, contents=contents(messages),  # type: ignore[arg-type]  # ContentDicts, as plain dicts
-                                                       config=self._config(system))
+        response = self.client.models.generate_content(
+            model=self.config.name,
+            contents=contents(messages),  # type: ignore[arg-type]  # ContentDicts, as plain dicts
+            config=self._config(system),
+        )
         return reply_from(response)
 
     def _config(self, system: str | None) -> Any:

@@ -5,6 +5,7 @@ any OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp, ...) reached w
 OpenAI caches long prompt prefixes on its own; the conversation only ever grows at its end,
 and `prompt_cache_key` (the agent's name) keeps one agent's requests on the same cache.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +17,9 @@ from .remote import Failure, RemoteModel, api_key, classify_status, classify_tra
 
 def responses_body(config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": config.name, "max_output_tokens": config.max_output_tokens, "store": False,
+        "model": config.name,
+        "max_output_tokens": config.max_output_tokens,
+        "store": False,
         "input": [{"role": m["role"], "content": m["text"]} for m in messages],
         "prompt_cache_key": f"station-{agent}",
     }
@@ -31,8 +34,9 @@ def responses_body(config: ModelConfig, messages: list[Message], system: str | N
 
 
 def chat_body(config: ModelConfig, messages: list[Message], system: str | None) -> dict[str, Any]:
-    wire = ([{"role": "system", "content": system}] if system else []) + \
-        [{"role": m["role"], "content": m["text"]} for m in messages]
+    wire = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": m["role"], "content": m["text"]} for m in messages
+    ]
     body: dict[str, Any] = {"model": config.name, "messages": wire, "max_tokens": config.max_output_tokens}
     if config.reasoning_effort:
         body["reasoning_effort"] = config.reasoning_effort
@@ -47,15 +51,31 @@ def _n(value: Any) -> int:
 
 
 def reply_from_response(response: Any) -> Reply:
-    summaries = [part.text for item in response.output if item.type == "reasoning"
-                 for part in (item.summary or []) if getattr(part, "text", None)]
+    summaries = [
+        part.text
+        for item in response.output
+        if item.type == "reasoning"
+        for part in (item.summary or [])
+        if getattr(part, "text", None)
+    ]
     u = response.usage
     reasoning = _n(getattr(u.output_tokens_details, "reasoning_tokens", 0)) if u else 0
-    usage = Usage(input_tokens=_n(u.input_tokens), output_tokens=_n(u.output_tokens) - reasoning,
-                  cached_input_tokens=_n(getattr(u.input_tokens_details, "cached_tokens", 0)),
-                  reasoning_tokens=reasoning) if u else Usage()
-    return Reply(text=response.output_text or "", thinking="\n\n".join(summaries) or None, usage=usage,
-                 finish_reason=responses_finish(response))
+    usage = (
+        Usage(
+            input_tokens=_n(u.input_tokens),
+            output_tokens=_n(u.output_tokens) - reasoning,
+            cached_input_tokens=_n(getattr(u.input_tokens_details, "cached_tokens", 0)),
+            reasoning_tokens=reasoning,
+        )
+        if u
+        else Usage()
+    )
+    return Reply(
+        text=response.output_text or "",
+        thinking="\n\n".join(summaries) or None,
+        usage=usage,
+        finish_reason=responses_finish(response),
+    )
 
 
 def responses_finish(response: Any) -> str | None:
@@ -82,11 +102,18 @@ def reply_from_chat(completion: Any) -> Reply:
     usage = Usage()
     if u is not None:
         reasoning = _n(getattr(u.completion_tokens_details, "reasoning_tokens", 0))
-        usage = Usage(input_tokens=_n(u.prompt_tokens), output_tokens=_n(u.completion_tokens) - reasoning,
-                      cached_input_tokens=_n(getattr(u.prompt_tokens_details, "cached_tokens", 0)),
-                      reasoning_tokens=reasoning)
-    return Reply(text=message.content or "", thinking=str(thinking) if thinking else None, usage=usage,
-                 finish_reason=chat_finish(choice))
+        usage = Usage(
+            input_tokens=_n(u.prompt_tokens),
+            output_tokens=_n(u.completion_tokens) - reasoning,
+            cached_input_tokens=_n(getattr(u.prompt_tokens_details, "cached_tokens", 0)),
+            reasoning_tokens=reasoning,
+        )
+    return Reply(
+        text=message.content or "",
+        thinking=str(thinking) if thinking else None,
+        usage=usage,
+        finish_reason=chat_finish(choice),
+    )
 
 
 class OpenAIModel(RemoteModel):
@@ -102,14 +129,14 @@ class OpenAIModel(RemoteModel):
             if config.base_url is None:
                 raise ModelError(missing_key_message(config), permanent=True)
             key = "no-key"  # local servers usually need none, but the SDK wants a string
-        self.client = openai.OpenAI(api_key=key, base_url=config.base_url, timeout=config.timeout_s,
-                                    max_retries=0)  # we retry, the same way for every provider
+        self.client = openai.OpenAI(
+            api_key=key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+        )  # we retry, the same way for every provider
 
     def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
         if self.config.api == "chat":
             return reply_from_chat(self.client.chat.completions.create(**chat_body(self.config, messages, system)))
-        return reply_from_response(self.client.responses.create(
-            **responses_body(self.config, messages, system, agent)))
+        return reply_from_response(self.client.responses.create(**responses_body(self.config, messages, system, agent)))
 
     def classify(self, err: Exception) -> Failure:
         sdk = self._sdk
@@ -121,8 +148,11 @@ class OpenAIModel(RemoteModel):
             if fields and ", ".join(fields) not in message:  # llama.cpp puts the numbers beside the message
                 message += f" ({', '.join(fields)})"
             if err.status_code == 404 and self._no_responses_api(err, message):
-                return Failure("permanent", f"this server has no Responses API (404 on /v1/responses); set api: chat "
-                                            f"in the model's config: {message}")
+                return Failure(
+                    "permanent",
+                    f"this server has no Responses API (404 on /v1/responses); set api: chat "
+                    f"in the model's config: {message}",
+                )
             return classify_status(err.status_code, message, err.response.headers)
         if isinstance(err, ValueError) and "no choices" in str(err):
             return Failure("transient", str(err))

@@ -1,4 +1,5 @@
 """Scripted plays for the Common Room and the Reflection Chamber, and the policy's reflections."""
+
 from __future__ import annotations
 
 import random

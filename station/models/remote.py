@@ -11,6 +11,7 @@ An adapter only turns (messages, system) into one request with its SDK and the a
   the server's limit, the request's tokens and the configured context_limit;
 * anything else (bad key, unknown model, bad request) is permanent: the station pauses.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -33,14 +34,22 @@ EMPTY_TEXT = "(empty reply)"  # what an empty turn looks like on the wire: provi
 
 OVERFLOW_PATTERN = re.compile(
     r"prompt is too long|context[_ ]length|maximum context|context window|too many (input )?tokens|"
-    r"input token count|exceeds the maximum number of tokens|reduce the length|context size|exceed_context", re.I)
+    r"input token count|exceeds the maximum number of tokens|reduce the length|context size|exceed_context",
+    re.I,
+)
 # How servers put numbers in a context-too-long answer: (pattern, group of the limit, group of the request).
 CONTEXT_NUMBERS = [
-    (re.compile(r"maximum context length is (\d+) tokens.*?(?:resulted in|requested) (\d+) tokens", re.I | re.S),
-     1, 2),  # OpenAI, vLLM, llama-cpp-python
+    (
+        re.compile(r"maximum context length is (\d+) tokens.*?(?:resulted in|requested) (\d+) tokens", re.I | re.S),
+        1,
+        2,
+    ),  # OpenAI, vLLM, llama-cpp-python
     (re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum", re.I), 2, 1),  # Anthropic
-    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I),
-     2, 1),  # Gemini
+    (
+        re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I),
+        2,
+        1,
+    ),  # Gemini
     (re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", re.I), 2, 1),
 ]
 CONTEXT_FIELDS = (re.compile(r"\bn_ctx\W{1,4}(\d+)"), re.compile(r"\bn_prompt_tokens\W{1,4}(\d+)"))  # llama.cpp
@@ -147,8 +156,9 @@ class RemoteModel:
 
     provider = "remote"
 
-    def __init__(self, config: ModelConfig, *, stop: threading.Event | None = None,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: ModelConfig, *, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+    ) -> None:
         self.config, self.name = config, config.name
         self.stop = stop or threading.Event()
         self.on_wait = on_wait or (lambda text: None)
@@ -180,14 +190,17 @@ class RemoteModel:
             except Exception as err:  # noqa: BLE001 - every SDK failure is classified below
                 failure = self.classify(err)
                 if failure.kind == OVERFLOW:
-                    raise ModelError(f"{self.provider} {self.name}: "
-                                     f"{overflow_message(failure.message, self.config.context_limit)}",
-                                     kind=OVERFLOW) from err
+                    raise ModelError(
+                        f"{self.provider} {self.name}: {overflow_message(failure.message, self.config.context_limit)}",
+                        kind=OVERFLOW,
+                    ) from err
                 if failure.kind != TRANSIENT:
                     raise ModelError(f"{self.provider} {self.name}: {failure.message}", kind=failure.kind) from err
                 if attempt == retries:
-                    raise ModelError(f"{self.provider} {self.name}: still failing after {retries} retries: "
-                                     f"{failure.message}", kind=TRANSIENT) from err
+                    raise ModelError(
+                        f"{self.provider} {self.name}: still failing after {retries} retries: {failure.message}",
+                        kind=TRANSIENT,
+                    ) from err
                 self._wait(attempt, failure, agent)
                 continue
             if not reply.text.strip() and reply.finish_reason != LENGTH and attempt < retries:
@@ -201,15 +214,18 @@ class RemoteModel:
 
     def _wait(self, attempt: int, failure: Failure, agent: str) -> None:
         cfg = self.config
-        backoff = min(cfg.retry_max_s, cfg.retry_base_s * 2 ** attempt)
+        backoff = min(cfg.retry_max_s, cfg.retry_base_s * 2**attempt)
         delay = self._jitter.uniform(backoff / 2, backoff)  # jitter spreads agents hit at once
         if failure.retry_after is not None:
             delay = max(delay, min(failure.retry_after, LONGEST_RETRY_AFTER_S))
-        self.on_wait(f"{agent}: {self.provider} {self.name} {short(failure.message, 80)}; "
-                     f"retry {attempt + 1}/{cfg.max_retries} in {delay:.1f} s")
+        self.on_wait(
+            f"{agent}: {self.provider} {self.name} {short(failure.message, 80)}; "
+            f"retry {attempt + 1}/{cfg.max_retries} in {delay:.1f} s"
+        )
         if self.stop.wait(delay):
-            raise ModelError(f"{self.provider} {self.name}: stopped while waiting to retry ({failure.message})",
-                             kind=INTERRUPTED)
+            raise ModelError(
+                f"{self.provider} {self.name}: stopped while waiting to retry ({failure.message})", kind=INTERRUPTED
+            )
 
 
 def classify_transport(err: Exception) -> Failure | None:

@@ -3,6 +3,7 @@
 For re-executing a whole station's recorded inputs use `station replay`, which reads the
 source station's input log directly.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ class ReplayModel:
             try:
                 self.replies.append(str(json.loads(line)["text"]))
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise ModelError(f"replay file {path}, line {number}: expected {{\"text\": ...}}",
-                                 permanent=True) from None
+                raise ModelError(
+                    f'replay file {path}, line {number}: expected {{"text": ...}}', permanent=True
+                ) from None
 
     def count_tokens(self, messages: list[Message], *, system: str | None) -> int:
         return estimate_conversation(messages, system)
@@ -38,5 +40,7 @@ class ReplayModel:
         if i >= len(self.replies):
             raise ModelError(f"replay file exhausted for {agent} after {i} replies", permanent=True)
         text = self.replies[i]
-        return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
-                                            output_tokens=estimate_reply(text)))
+        return Reply(
+            text=text,
+            usage=Usage(input_tokens=estimate_conversation(messages, system), output_tokens=estimate_reply(text)),
+        )

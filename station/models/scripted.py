@@ -9,6 +9,7 @@ offered ancestor, or found a lineage) -> visit every room the Lobby lists and do
 there -> prune when the context grows -> leave through the Exit (or die of old age).
 Rooms added later register a play in ROOM_PLAYS.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,9 +25,34 @@ from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
 NOTES_PREFIX = "notes: "
 PRUNE_AT_PCT = 20  # context share at which the policy goes to prune
 LINEAGE_NAMES = [
-    "Spiro", "Praxis", "Veritas", "Episteme", "Ariadne", "Quaero", "Lumen", "Noema", "Aletheia",
-    "Kairos", "Sophia", "Telos", "Logos", "Mneme", "Arete", "Eidos", "Nous", "Thales", "Hypatia",
-    "Kepler", "Noether", "Euler", "Gauss", "Turing", "Lovelace", "Curie", "Darwin", "Mendel",
+    "Spiro",
+    "Praxis",
+    "Veritas",
+    "Episteme",
+    "Ariadne",
+    "Quaero",
+    "Lumen",
+    "Noema",
+    "Aletheia",
+    "Kairos",
+    "Sophia",
+    "Telos",
+    "Logos",
+    "Mneme",
+    "Arete",
+    "Eidos",
+    "Nous",
+    "Thales",
+    "Hypatia",
+    "Kepler",
+    "Noether",
+    "Euler",
+    "Gauss",
+    "Turing",
+    "Lovelace",
+    "Curie",
+    "Darwin",
+    "Mendel",
 ]
 STOPWORDS = set("what which your the and are is in of to a an for this that with main do you how".split())
 SLOPPY_ANSWER = "I am not sure yet; I think I am here to look around."
@@ -40,6 +66,7 @@ def room_play(short: str) -> Callable[[Play], Play]:
     def register(fn: Play) -> Play:
         ROOM_PLAYS[short] = fn
         return fn
+
     return register
 
 
@@ -53,6 +80,7 @@ def room_call(short: str) -> Callable[[Call], Call]:
     def register(fn: Call) -> Call:
         ROOM_CALLS[short] = fn
         return fn
+
     return register
 
 
@@ -107,7 +135,7 @@ def _section(text: str, heading: str) -> str:
     if start < 0:
         return ""
     end = text.find("\n---", start)
-    return text[start:end if end >= 0 else len(text)]
+    return text[start : end if end >= 0 else len(text)]
 
 
 def _room_list(text: str) -> dict[str, str]:
@@ -124,7 +152,7 @@ def _last_notes(history: list[Message]) -> dict[str, Any]:
         for line in reversed(message["text"].splitlines()):
             if line.startswith(NOTES_PREFIX):
                 try:
-                    notes = json.loads(line[len(NOTES_PREFIX):])
+                    notes = json.loads(line[len(NOTES_PREFIX) :])
                 except json.JSONDecodeError:
                     return {}
                 return notes if isinstance(notes, dict) else {}
@@ -162,10 +190,15 @@ class ScriptedModel:
         notes = s.notes = dict(s.notes)  # plays write to s.notes; that must reach the reply
         notes["rooms"] = s.rooms
         actions = self._guest_actions(s, notes, rng) if s.guest else self._recursive_actions(s, notes, rng)
-        thought = rng.choice([
-            "Let me take the next step.", "Continuing with my plan.", "Here is what I will do now.",
-            "One thing at a time.", "Noting where I am and moving on.",
-        ])
+        thought = rng.choice(
+            [
+                "Let me take the next step.",
+                "Continuing with my plan.",
+                "Here is what I will do now.",
+                "One thing at a time.",
+                "Noting where I am and moving on.",
+            ]
+        )
         return "\n".join([thought, *actions, "", NOTES_PREFIX + json.dumps(notes, sort_keys=True)])
 
     def _guest_actions(self, s: Situation, notes: dict, rng: random.Random) -> list[str]:
@@ -213,11 +246,19 @@ class ScriptedModel:
         if wants_prune and "token_management" in s.rooms.values() and s.location != "token_management":
             return actions + _goto(s.in_room("token_management"))
         visited = notes.setdefault("visited", [])
-        unvisited = [short for short in s.rooms.values()
-                     if short not in visited and short not in ("exit", "lobby", "test", "codex")]
+        unvisited = [
+            short
+            for short in s.rooms.values()
+            if short not in visited and short not in ("exit", "lobby", "test", "codex")
+        ]
         called = [short for short, call in ROOM_CALLS.items() if short in s.rooms.values() and call(s, rng)]
-        target = called[0] if called else unvisited[0] if unvisited else rng.choice(
-            [short for short in s.rooms.values() if short in ROOM_PLAYS] or ["lobby"])
+        target = (
+            called[0]
+            if called
+            else unvisited[0]
+            if unvisited
+            else rng.choice([short for short in s.rooms.values() if short in ROOM_PLAYS] or ["lobby"])
+        )
         if target not in visited:
             visited.append(target)
         play = ROOM_PLAYS.get(target)
@@ -225,8 +266,9 @@ class ScriptedModel:
 
     # -- internal exchanges (codex reading, test answer, exit confirmation) ---------------------
     def _internal_step(self, prompt: str, history: list[Message], notes: dict, rng: random.Random) -> str:
-        started = next((m["text"] for m in reversed(history) if m["role"] == "assistant"
-                        and "/execute_action{" in m["text"]), "")
+        started = next(
+            (m["text"] for m in reversed(history) if m["role"] == "assistant" and "/execute_action{" in m["text"]), ""
+        )
         if "/execute_action{exit}" in started:
             if rng.random() < 0.15:
                 return "On reflection I still have work to do here. I will stay a little longer."
@@ -237,6 +279,7 @@ class ScriptedModel:
             from .plays_talk import (
                 reflection_reply,  # lives beside the Reflection Chamber's play
             )
+
             return reflection_reply(prompt, rng)
         first = next((line.strip() for line in prompt.splitlines() if len(line.split()) > 6), "")
         return f"Noted. What I take from this: {first[:160]}"
@@ -256,8 +299,9 @@ def _test_status(prompt: str) -> str | None:
 
 
 def _first_open_test(prompt: str) -> str | None:
-    for test_id, status in re.findall(r"^\| (\S+) \| .*? \| (Not Attempted|Pending|Pass|Fail) \|$",
-                                      prompt, re.MULTILINE):
+    for test_id, status in re.findall(
+        r"^\| (\S+) \| .*? \| (Not Attempted|Pending|Pass|Fail) \|$", prompt, re.MULTILINE
+    ):
         if status in ("Not Attempted", "Fail"):
             return test_id
     return None
@@ -278,8 +322,12 @@ def _answer(question: str, history: list[Message], notes: dict, rng: random.Rand
     wanted = {w.rstrip("s") for w in re.findall(r"[a-z]+", question.lower()) if w not in STOPWORDS and len(w) > 2}
     # Answer from what was read (codex modules), not from the station's own prompts.
     read = [m for m in history if m["role"] == "user" and not m["text"].startswith("## System Information")]
-    sentences = [sentence.strip() for message in read
-                 for sentence in re.split(r"(?<=[.!?])\s+|\n+", message["text"]) if len(sentence.split()) > 3]
+    sentences = [
+        sentence.strip()
+        for message in read
+        for sentence in re.split(r"(?<=[.!?])\s+|\n+", message["text"])
+        if len(sentence.split()) > 3
+    ]
     stems = [{w.rstrip("s") for w in re.findall(r"[a-z]+", s.lower())} for s in sentences]
     # Rare words weigh more: "goals" identifies the right sentence better than "station".
     df = {w: sum(1 for st in stems if w in st) for w in wanted}
@@ -306,7 +354,7 @@ def _prune_request(prompt: str, rng: random.Random) -> list[str]:
         run.append(t)
     summary = rng.choice(["Routine exploration, nothing to keep.", "Visited rooms; notes are in my meta prompt.", ""])
     ticks = f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0])
-    block = f"```yaml\nprune_blocks:\n  - ticks: \"{ticks}\"\n    summary: {json.dumps(summary)}\n```"
+    block = f'```yaml\nprune_blocks:\n  - ticks: "{ticks}"\n    summary: {json.dumps(summary)}\n```'
     return ["/execute_action{prune_response}", block]
 
 
@@ -314,11 +362,15 @@ def _prune_request(prompt: str, rng: random.Random) -> list[str]:
 def _play_misc(s: Situation, rng: random.Random) -> list[str]:
     if not s.notes.get("described"):
         s.notes["described"] = True
-        return ["/execute_action{change_description}",
-                _yaml_block({"new_description": f"{s.name}: reads first, then experiments."})]
+        return [
+            "/execute_action{change_description}",
+            _yaml_block({"new_description": f"{s.name}: reads first, then experiments."}),
+        ]
     if rng.random() < 0.5:
-        return ["/execute_action{suggest}",
-                _yaml_block({"suggestion_content": "A short map of the rooms in the lobby would help newcomers."})]
+        return [
+            "/execute_action{suggest}",
+            _yaml_block({"suggestion_content": "A short map of the rooms in the lobby would help newcomers."}),
+        ]
     return []
 
 
@@ -326,8 +378,10 @@ def _play_misc(s: Situation, rng: random.Random) -> list[str]:
 def _play_external(s: Situation, rng: random.Random) -> list[str]:
     if not s.notes.get("asked") and rng.random() < 0.5:
         s.notes["asked"] = True
-        return ["/execute_action{request_human}",
-                _yaml_block({"title": "Hello", "content": "Is there anything the operators want us to know?"})]
+        return [
+            "/execute_action{request_human}",
+            _yaml_block({"title": "Hello", "content": "Is there anything the operators want us to know?"}),
+        ]
     return []
 
 

@@ -5,6 +5,7 @@ error says "Did you mean: 'x'?". It replaces the misspelt word in the latest ver
 code (the last proposal, else the submission) and returns the whole file. Anything else it
 declines, with no code block, which the station reports as "the debugger could not fix it".
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,10 @@ class ScriptedDebugger:
 
     def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
         text = self._answer(messages)
-        return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
-                                            output_tokens=estimate_reply(text)))
+        return Reply(
+            text=text,
+            usage=Usage(input_tokens=estimate_conversation(messages, system), output_tokens=estimate_reply(text)),
+        )
 
     @staticmethod
     def _answer(messages: list[Message]) -> str:

@@ -3,6 +3,7 @@
 It passes an answer that contains one term of every key-term group listed in the grading
 prompt, and fails it otherwise. Without key terms, any answer of five words or more passes.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,11 +31,16 @@ class ScriptedGrader:
             groups = [re.findall(r'"([^"]+)"', g) for g in terms.group(1).split(";")]
             missing = [g for g in groups if g and not any(t.lower() in answer for t in g)]
             passed = not missing
-            comment = "Names everything the criteria ask for." if passed else \
-                f"Missing: {', '.join(' or '.join(g) for g in missing)}."
+            comment = (
+                "Names everything the criteria ask for."
+                if passed
+                else f"Missing: {', '.join(' or '.join(g) for g in missing)}."
+            )
         else:
             passed = len(answer.split()) >= 5
             comment = "A complete answer." if passed else "Too short to judge."
-        text = f"```yaml\npass: {'true' if passed else 'false'}\ncomment: \"{comment}\"\n```"
-        return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
-                                            output_tokens=estimate_reply(text)))
+        text = f'```yaml\npass: {"true" if passed else "false"}\ncomment: "{comment}"\n```'
+        return Reply(
+            text=text,
+            usage=Usage(input_tokens=estimate_conversation(messages, system), output_tokens=estimate_reply(text)),
+        )

@@ -9,6 +9,7 @@ short acknowledgement.
 `scripted-reviewer-malformed` acknowledges the context turn but never gives a score, for
 testing what happens when a reviewer's verdicts cannot be read.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,10 @@ BEGIN, END = "----- BEGIN PAPER CONTENT -----", "----- END PAPER CONTENT -----"
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 BASELINE = re.compile(r"\bbaseline", re.IGNORECASE)
 EVAL_ID = re.compile(r"\b(?:evaluation|eval)\s*(?:id\s*)?#?\s*\d+|\bID\s*#?\s*\d+", re.IGNORECASE)
-ACK = ("Understood. I will judge every submission strictly against these requirements "
-       "and end each review with the YAML verdict.")
+ACK = (
+    "Understood. I will judge every submission strictly against these requirements "
+    "and end each review with the YAML verdict."
+)
 
 
 def paper_content(text: str) -> str | None:
@@ -29,15 +32,19 @@ def paper_content(text: str) -> str | None:
     if start < 0:
         return None
     end = text.find(END, start)
-    return text[start + len(BEGIN):end if end >= 0 else len(text)].strip()
+    return text[start + len(BEGIN) : end if end >= 0 else len(text)].strip()
 
 
 def score_paper(content: str) -> tuple[int, list[str], list[str]]:
     """(score, strengths, weaknesses) by the fixed offline rule."""
     score, good, bad = 3, [], []
     checks = [
-        (len(content.split()) >= 150, 2, "it is long enough to explain the method",
-         "it is too short to be reproducible"),
+        (
+            len(content.split()) >= 150,
+            2,
+            "it is long enough to explain the method",
+            "it is too short to be reproducible",
+        ),
         (len(NUMBER.findall(content)) >= 5, 2, "it reports concrete numbers", "it gives too few concrete numbers"),
         (bool(BASELINE.search(content)), 1, "it compares against a baseline", "it has no baseline comparison"),
         (bool(EVAL_ID.search(content)), 1, "it cites its experiments by ID", "it cites no experiment IDs"),
@@ -70,17 +77,24 @@ class ScriptedReviewer:
             text = "I have read the submission carefully and have a number of thoughts about it, but no verdict yet."
         else:
             text = self._review(content)
-        return Reply(text=text, usage=Usage(input_tokens=estimate_conversation(messages, system),
-                                            output_tokens=estimate_reply(text)))
+        return Reply(
+            text=text,
+            usage=Usage(input_tokens=estimate_conversation(messages, system), output_tokens=estimate_reply(text)),
+        )
 
     @staticmethod
     def _review(content: str) -> str:
         score, good, bad = score_paper(content)
-        comment = ("The paper's strengths: " + "; ".join(good) + "." if good else "The paper shows no clear strength.")
+        comment = "The paper's strengths: " + "; ".join(good) + "." if good else "The paper shows no clear strength."
         if bad:
             comment += " Its weaknesses: " + "; ".join(bad) + "."
-        suggestion = ("Address the weaknesses listed above and resubmit." if bad
-                      else "Extend the study to more settings and compare with more baselines.")
+        suggestion = (
+            "Address the weaknesses listed above and resubmit."
+            if bad
+            else "Extend the study to more settings and compare with more baselines."
+        )
         checklist = "\n".join(f"- {w}: not met" for w in bad) or "- all checked requirements are met"
-        return (f"Checklist:\n{checklist}\n\nOverall this deserves {score} out of 10.\n\n"
-                f"```yaml\nscore: {score}\ncomment: \"{comment}\"\nsuggestion: \"{suggestion}\"\n```")
+        return (
+            f"Checklist:\n{checklist}\n\nOverall this deserves {score} out of 10.\n\n"
+            f'```yaml\nscore: {score}\ncomment: "{comment}"\nsuggestion: "{suggestion}"\n```'
+        )

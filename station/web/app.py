@@ -21,6 +21,7 @@ Against DNS rebinding and cross-site forms (see docs/security.md):
   token check: browsers send Origin with every cross-site POST, so such a request is a script;
 * wrong tokens are counted per client address: after a few, every try waits (429, Retry-After).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -52,16 +53,18 @@ HERE = Path(__file__).parent
 COOKIE = "station_token"
 FLASH = "station_done"  # the outcome of the last operator form, shown once on the operator page
 LIVE_PARTS = {"alerts": "alerts.html", "evaluations": "open_evaluations.html"}  # refreshed by /api/live
-MAX_ID = 2 ** 62  # larger ids cannot exist (SQLite integers) and get a 404
+MAX_ID = 2**62  # larger ids cannot exist (SQLite integers) and get a 404
 MIN_TOKEN = 16  # characters; a shorter token can be guessed, even slowly
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 WILDCARDS = ("", "0.0.0.0", "::")  # bind addresses that are no name a browser could use
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 SECURITY_HEADERS = {  # no outside images, scripts or frames, even if some agent text got through as HTML
     "content-security-policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-                               "script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-                               "frame-ancestors 'none'",
-    "x-frame-options": "DENY", "x-content-type-options": "nosniff", "referrer-policy": "same-origin",
+    "script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
 }
 
 
@@ -78,15 +81,17 @@ def check_token(token: str | None, source: str = "--token") -> None:
     """Refuse a given token that is empty or short (None: no token given, which is fine on loopback)."""
     if token is not None and len(token) < MIN_TOKEN:
         what = "empty" if not token else f"only {len(token)} characters"
-        raise ValueError(f"the operator token from {source} is {what}; give one of at least {MIN_TOKEN} characters "
-                         "(for instance: python -c 'import secrets; print(secrets.token_urlsafe(24))')")
+        raise ValueError(
+            f"the operator token from {source} is {what}; give one of at least {MIN_TOKEN} characters "
+            "(for instance: python -c 'import secrets; print(secrets.token_urlsafe(24))')"
+        )
 
 
 def host_name(header: str) -> str:
     """The name in a Host header or --allow-host value, lower case, without port or brackets."""
     header = header.strip().lower()
     if header.startswith("["):  # [::1]:8470
-        return header[1:header.find("]")] if "]" in header else ""
+        return header[1 : header.find("]")] if "]" in header else ""
     if header.count(":") > 1:  # a bare IPv6 address (as --host or --allow-host may give it)
         return header
     return header.partition(":")[0].rstrip(".")
@@ -154,8 +159,11 @@ class Throttle:
             now = self.clock()
             count, _, last = self._failed.get(address, (0, 0.0, 0.0))
             count = 1 if now - last > self.LONGEST_WAIT_S else count + 1  # an old count is forgotten
-            until = now + min(self.FIRST_WAIT_S * 2 ** (count - self.FREE), self.LONGEST_WAIT_S) \
-                if count >= self.FREE else 0.0
+            until = (
+                now + min(self.FIRST_WAIT_S * 2 ** (count - self.FREE), self.LONGEST_WAIT_S)
+                if count >= self.FREE
+                else 0.0
+            )
             if len(self._failed) >= self.KEPT:  # bounded memory: forget addresses that are not waiting
                 self._failed = {a: v for a, v in self._failed.items() if v[1] > now}
             self._failed[address] = (count, until, now)
@@ -191,9 +199,16 @@ class Reader:
         return station
 
 
-def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               runner: StationRunner | None = None, static_export: bool = False, allow_hosts: Iterable[str] = (),
-               public_read: bool = False) -> FastAPI:
+def create_app(
+    directory: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    runner: StationRunner | None = None,
+    static_export: bool = False,
+    allow_hosts: Iterable[str] = (),
+    public_read: bool = False,
+) -> FastAPI:
     """The app. `allow_hosts`: Host names answered besides loopback and `host`; `public_read`: off
     loopback, pages may be read without the token (operating still needs it).
 
@@ -220,20 +235,23 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     app = FastAPI(title="Station", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.globals.update(markdown=render.markdown, reply_html=render.reply_html, plain=render.plain,
-                                 duration=render.duration, static_export=static_export,
-                                 shown_chars=data.SHOWN_CHARS)
+    templates.env.globals.update(
+        markdown=render.markdown,
+        reply_html=render.reply_html,
+        plain=render.plain,
+        duration=render.duration,
+        static_export=static_export,
+        shown_chars=data.SHOWN_CHARS,
+    )
     app.state.runner, app.state.reader = runner, reader
     index = SearchIndex(directory)
     if not static_export:  # build the search index in the background: the first search is then quick
-        threading.Thread(target=lambda: index.refresh(Reader(directory).db()), name="search-index",
-                         daemon=True).start()
+        threading.Thread(target=lambda: index.refresh(Reader(directory).db()), name="search-index", daemon=True).start()
 
     def show(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         meta = reader.db().execute("SELECT value FROM meta WHERE key='config'").fetchone()
         context.setdefault("station_name", json.loads(meta[0]).get("name", "station") if meta else "station")
-        response = templates.TemplateResponse(request, name, {"live": runner.describe(), **context},
-                                              status_code=status)
+        response = templates.TemplateResponse(request, name, {"live": runner.describe(), **context}, status_code=status)
         if auto_cookie and host_ok(request) and request.cookies.get(COOKIE) != secret:
             response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
         return response
@@ -270,8 +288,9 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     def may_read(request: Request) -> bool:
         return not read_locked or authorised(request, None)
 
-    def refuse(request: Request, status: int, message: str, action: str | None = None,
-               typed: dict[str, str] | None = None) -> Response:
+    def refuse(
+        request: Request, status: int, message: str, action: str | None = None, typed: dict[str, str] | None = None
+    ) -> Response:
         """A refused post: JSON for API clients; for the page's forms, the page with the message
         (the login page for someone who may not read the station)."""
         if wants_json(request):
@@ -303,14 +322,20 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         """The answer to a request that may not go on (None: it may): an unknown Host, a post from
         another site, or (off loopback) a page read without the token."""
         if not host_ok(request):
-            return PlainTextResponse(f"421 Misdirected Request: this server answers to {', '.join(sorted(hosts))}; "
-                                     "to reach it by another name, start it with --allow-host NAME", status_code=421)
+            return PlainTextResponse(
+                f"421 Misdirected Request: this server answers to {', '.join(sorted(hosts))}; "
+                "to reach it by another name, start it with --allow-host NAME",
+                status_code=421,
+            )
         if request.method not in SAFE_METHODS:  # a post's token is checked by its route
             if not foreign_origin(request):
                 return None
             message = "refused: this request comes from a page of another site"
-            return JSONResponse({"error": message}, status_code=403) if wants_json(request) \
+            return (
+                JSONResponse({"error": message}, status_code=403)
+                if wants_json(request)
                 else PlainTextResponse(f"403 Forbidden: {message}", status_code=403)
+            )
         if request.url.path.startswith("/static/"):  # our CSS and script: nothing private
             return None
         try:
@@ -340,17 +365,30 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         station = reader.station()
         status = report.status(station, running=runner.state().startswith("running"))
         db = reader.db()
-        return show(request, "overview.html", st=status, events=data.recent_events(db),
-                    reviews=data.pending_reviews(db), **alerts())
+        return show(
+            request,
+            "overview.html",
+            st=status,
+            events=data.recent_events(db),
+            reviews=data.pending_reviews(db),
+            **alerts(),
+        )
 
     def alerts() -> dict[str, Any]:
         """What the overview's banners and list of open evaluations show (also live, through /api/live)."""
         tasks = reader.station().ctx.tasks
-        watch = data.evaluation_watch(reader.db(), live=runner.state().startswith("running"),
-                                      timeouts={tid: task.timeout_s for tid, task in tasks.items()},
-                                      run_started=runner.started_at())
-        return {"watch": watch, "research": bool(tasks), "pause_reason": runner.pause_reason(),
-                "queue_patience": data.QUEUE_PATIENCE}
+        watch = data.evaluation_watch(
+            reader.db(),
+            live=runner.state().startswith("running"),
+            timeouts={tid: task.timeout_s for tid, task in tasks.items()},
+            run_started=runner.started_at(),
+        )
+        return {
+            "watch": watch,
+            "research": bool(tasks),
+            "pause_reason": runner.pause_reason(),
+            "queue_patience": data.QUEUE_PATIENCE,
+        }
 
     @app.get("/agents", response_class=HTMLResponse)
     def agents_index(request: Request, page: int = 1) -> HTMLResponse:
@@ -358,8 +396,9 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         total = db.execute("SELECT COUNT(*) FROM agents").fetchone()[0]
         pages = max(1, -(-total // data.AGENTS_PER_PAGE))
         page = min(max(1, page), pages) if abs(page) < MAX_ID else 1
-        agents = data.agent_summaries(db, limit=data.AGENTS_PER_PAGE, offset=(page - 1) * data.AGENTS_PER_PAGE,
-                                      newest_first=True)
+        agents = data.agent_summaries(
+            db, limit=data.AGENTS_PER_PAGE, offset=(page - 1) * data.AGENTS_PER_PAGE, newest_first=True
+        )
         return show(request, "agents.html", agents=agents, page=page, pages=pages, total=total)
 
     @app.get("/agents/{name}", response_class=HTMLResponse)
@@ -370,7 +409,7 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
             return not_found(request, f"No agent named {name!r}.")
         if tick is not None and abs(tick) < MAX_ID:
             page = data.page_of_tick(db, who.session, tick)
-        page = page if 0 < page < MAX_ID else 10 ** 9  # default: the latest page
+        page = page if 0 < page < MAX_ID else 10**9  # default: the latest page
         turns, pages = data.dialogue_page(db, who.session, page)
         current = min(page, pages)
         return show(request, "agent.html", agent=who, turns=turns, page=current, pages=pages)
@@ -388,8 +427,9 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     @app.get("/turns/{session}/{tick}/{part}", response_class=HTMLResponse)
     def turn_text(request: Request, session: int, tick: int, part: str) -> HTMLResponse:
         """The whole of a text a dialogue page shows cut (a runaway reply, a long prompt)."""
-        text = (data.turn_text(reader.db(), session, tick, part)
-                if 0 <= session < MAX_ID and 0 <= tick < MAX_ID else None)
+        text = (
+            data.turn_text(reader.db(), session, tick, part) if 0 <= session < MAX_ID and 0 <= tick < MAX_ID else None
+        )
         if text is None:
             return not_found(request, "No such turn text.")
         return show(request, "turn_text.html", session=session, tick=tick, part=part, text=text)
@@ -424,8 +464,13 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
 
     @app.get("/forum", response_class=HTMLResponse)
     def forum(request: Request) -> HTMLResponse:
-        return show(request, "threads.html", title="Public forum", threads=data.threads(reader.db(), "public_memory"),
-                    link="forum")
+        return show(
+            request,
+            "threads.html",
+            title="Public forum",
+            threads=data.threads(reader.db(), "public_memory"),
+            link="forum",
+        )
 
     @app.get("/mail", response_class=HTMLResponse)
     def mail(request: Request) -> HTMLResponse:
@@ -482,21 +527,39 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
     def operator_page(request: Request) -> HTMLResponse:
         return operator_view(request)
 
-    def operator_view(request: Request, status: int = 200, *, error: str | None = None, failed: str | None = None,
-                      typed: dict[str, str] | None = None) -> HTMLResponse:
+    def operator_view(
+        request: Request,
+        status: int = 200,
+        *,
+        error: str | None = None,
+        failed: str | None = None,
+        typed: dict[str, str] | None = None,
+    ) -> HTMLResponse:
         """The operator page; `error`, `failed` and `typed`: a refused form, its action and what was typed."""
         db = reader.db()
         agents = data.agent_summaries(db, "state='active'")
         requests, waiting = [], 0
         if data.has_table(db, "human_requests"):
             waiting = db.execute("SELECT COUNT(*) FROM human_requests WHERE resolved_tick IS NULL").fetchone()[0]
-            requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id DESC "
-                                     "LIMIT 50")
+            requests = data.rows(
+                db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id DESC LIMIT 50"
+            )
         done = unquote(request.cookies.get(FLASH, "")) or None
-        response = show(request, "operator.html", status, agents=agents, requests=requests, waiting=waiting,
-                        done=done, error=error, failed=failed, typed=typed or {}, tick=data.meta(db, "tick"),
-                        needs_login=not auto_cookie and not matches(given_token(request)),
-                        safe_keys=commands.changeable())
+        response = show(
+            request,
+            "operator.html",
+            status,
+            agents=agents,
+            requests=requests,
+            waiting=waiting,
+            done=done,
+            error=error,
+            failed=failed,
+            typed=typed or {},
+            tick=data.meta(db, "tick"),
+            needs_login=not auto_cookie and not matches(given_token(request)),
+            safe_keys=commands.changeable(),
+        )
         if done:
             response.delete_cookie(FLASH, path="/operator")
         return response
@@ -510,16 +573,37 @@ def create_app(directory: str | Path, *, host: str = "127.0.0.1", token: str | N
         return response
 
     @app.post("/operator/{action}")
-    def operate(request: Request, action: str, token: str | None = Form(None), to: str = Form(""),
-                text: str = Form(""), request_id: int = Form(0), agent: str = Form(""), key: str = Form(""),
-                value: str = Form(""), spec: str = Form(""), until_tick: str = Form("")) -> Response:
+    def operate(
+        request: Request,
+        action: str,
+        token: str | None = Form(None),
+        to: str = Form(""),
+        text: str = Form(""),
+        request_id: int = Form(0),
+        agent: str = Form(""),
+        key: str = Form(""),
+        value: str = Form(""),
+        spec: str = Form(""),
+        until_tick: str = Form(""),
+    ) -> Response:
         typed = {"to": to, "text": text, "key": key, "value": value, "spec": spec, "until_tick": until_tick}
         if not authorised(request, token):
             return refuse(request, 403, "Operator actions need the server's token: log in first.", action, typed)
         try:
-            done = _operate(directory, runner, action, to=to, text=text, request_id=request_id, agent=agent,
-                            key=key, value=value, spec=spec, until_tick=until_tick,
-                            tick=data.meta(reader.db(), "tick"))
+            done = _operate(
+                directory,
+                runner,
+                action,
+                to=to,
+                text=text,
+                request_id=request_id,
+                agent=agent,
+                key=key,
+                value=value,
+                spec=spec,
+                until_tick=until_tick,
+                tick=data.meta(reader.db(), "tick"),
+            )
         except endpoints.NewEndpoint as err:  # never allowed from the web: only on the command line
             return refuse(request, 403, str(err), action, typed)
         except (commands.CommandError, ValueError) as err:
@@ -566,8 +650,9 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
         raise ValueError(f"unknown operator action {action!r}")
     store = Store(directory)
     try:
-        command = commands.set_command(store, form["key"], form["value"]) if action == "set" \
-            else commands.validate(command)
+        command = (
+            commands.set_command(store, form["key"], form["value"]) if action == "set" else commands.validate(command)
+        )
         config = endpoints.stored_config(store)  # a model here must not carry a key somewhere new
         if action == "set":
             endpoints.check_set(config, command["key"], command.get("value"))

@@ -3,6 +3,7 @@
 Every list is bounded (pages, limits), so a page of a 5,000-tick station reads only what it
 shows. Nothing here writes to the world.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,22 +74,49 @@ def agent(db: sqlite3.Connection, name: str) -> Agent | None:
 AGENT_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "ascended_to", "ascend_tick", "location")
 
 
-def agent_summaries(db: sqlite3.Connection, where: str = "1", params: tuple = (), *, limit: int = -1,
-                    offset: int = 0, newest_first: bool = False) -> list[dict[str, Any]]:
+def agent_summaries(
+    db: sqlite3.Connection,
+    where: str = "1",
+    params: tuple = (),
+    *,
+    limit: int = -1,
+    offset: int = 0,
+    newest_first: bool = False,
+) -> list[dict[str, Any]]:
     """Agents' headline fields, read inside SQLite (a long station has thousands of records)."""
     extracted = ", ".join(f"json_extract(data, '$.{f}') AS {f}" for f in AGENT_FIELDS)
     order = "position DESC, name DESC" if newest_first else "position, name"
-    return rows(db, f"SELECT name, session, state, kind, lineage, model_name, {extracted} FROM agents "
-                    f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", (*params, limit, offset))
+    return rows(
+        db,
+        f"SELECT name, session, state, kind, lineage, model_name, {extracted} FROM agents "
+        f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )
 
 
 SHOWN_CHARS = 30_000  # of one prompt, reply or thinking on a dialogue page; the whole text is a link away
 LONG_PARTS = ("prompt", "reply", "thinking")
 # Long texts are cut inside SQLite, so a page of 20 turns never loads (or sends) more than it shows.
-_TURN_FIELDS = ", ".join(["id", "tick", "session", "agent", "room", "actions", "internal", "context_tokens",
-                          "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "latency_s",
-                          "cost_usd", "finish_reason"]
-                         + [f"substr({c}, 1, {SHOWN_CHARS}) AS {c}, length({c}) AS {c}_chars" for c in LONG_PARTS])
+_TURN_FIELDS = ", ".join(
+    [
+        "id",
+        "tick",
+        "session",
+        "agent",
+        "room",
+        "actions",
+        "internal",
+        "context_tokens",
+        "input_tokens",
+        "cached_input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "latency_s",
+        "cost_usd",
+        "finish_reason",
+    ]
+    + [f"substr({c}, 1, {SHOWN_CHARS}) AS {c}, length({c}) AS {c}_chars" for c in LONG_PARTS]
+)
 
 
 def turn_text(db: sqlite3.Connection, session: int, tick: int, part: str) -> str | None:
@@ -104,16 +132,20 @@ def dialogue_page(db: sqlite3.Connection, session: int, page: int) -> tuple[list
     total = db.execute("SELECT COUNT(*) FROM turns WHERE session=?", (session,)).fetchone()[0]
     pages = max(1, -(-total // TURNS_PER_PAGE))
     page = min(max(1, page), pages)
-    turns = rows(db, f"SELECT {_TURN_FIELDS} FROM turns WHERE session=? ORDER BY tick LIMIT ? OFFSET ?",
-                 (session, TURNS_PER_PAGE, (page - 1) * TURNS_PER_PAGE))
+    turns = rows(
+        db,
+        f"SELECT {_TURN_FIELDS} FROM turns WHERE session=? ORDER BY tick LIMIT ? OFFSET ?",
+        (session, TURNS_PER_PAGE, (page - 1) * TURNS_PER_PAGE),
+    )
     for turn in turns:
         _unpack(turn)
     return turns, pages
 
 
 def turns_after(db: sqlite3.Connection, session: int, tick: int, limit: int = TURNS_PER_PAGE) -> list[dict[str, Any]]:
-    turns = rows(db, f"SELECT {_TURN_FIELDS} FROM turns WHERE session=? AND tick>? ORDER BY tick LIMIT ?",
-                 (session, tick, limit))
+    turns = rows(
+        db, f"SELECT {_TURN_FIELDS} FROM turns WHERE session=? AND tick>? ORDER BY tick LIMIT ?", (session, tick, limit)
+    )
     for turn in turns:
         _unpack(turn)
     return turns
@@ -133,8 +165,9 @@ def page_of_tick(db: sqlite3.Connection, session: int, tick: int) -> int:
 
 # -- the overview -----------------------------------------------------------------------------
 def recent_events(db: sqlite3.Connection, limit: int = 25, after: int = 0) -> list[dict[str, Any]]:
-    found = rows(db, "SELECT id, tick, kind, agent, payload FROM events WHERE id>? ORDER BY id DESC LIMIT ?",
-                 (after, limit))
+    found = rows(
+        db, "SELECT id, tick, kind, agent, payload FROM events WHERE id>? ORDER BY id DESC LIMIT ?", (after, limit)
+    )
     for e in found:
         e["payload"] = json.loads(e["payload"])
     return found
@@ -153,8 +186,14 @@ FAILURE_SHARE, FAILURE_MIN_DELIVERED = 0.5, 5
 QUEUE_PATIENCE = 2
 
 
-def evaluation_watch(db: sqlite3.Connection, *, live: bool, timeouts: dict[str, float],
-                     run_started: float | None, now: float | None = None) -> dict[str, Any]:
+def evaluation_watch(
+    db: sqlite3.Connection,
+    *,
+    live: bool,
+    timeouts: dict[str, float],
+    run_started: float | None,
+    now: float | None = None,
+) -> dict[str, Any]:
     """The open evaluations in their honest states (queued / running / undelivered) and warnings:
     many recent failures, a run past its task's time limit, a long wait in a running station's queue.
     `timeouts`: each task's time limit in seconds; `run_started`: when the current run began (None:
@@ -185,16 +224,20 @@ def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
         "SELECT MAX(at) FROM (SELECT t.finished_at AS at FROM evaluations e JOIN turns t "
         "ON t.tick=e.tick AND t.session=e.session WHERE e.id=? "
         "UNION ALL SELECT finished_at FROM evaluation_runs WHERE evaluation=?)",
-        (evaluation_id, evaluation_id)).fetchone()[0]
+        (evaluation_id, evaluation_id),
+    ).fetchone()[0]
 
 
 # -- papers and threads ---------------------------------------------------------------------
 def papers(db: sqlite3.Connection) -> list[dict[str, Any]]:
     if not has_table(db, "capsules"):
         return []
-    found = rows(db, "SELECT c.*, s.score FROM capsules c LEFT JOIN (SELECT capsule_number, MAX(score) AS score "
-                     "FROM paper_submissions WHERE capsule_number IS NOT NULL GROUP BY capsule_number) s "
-                     "ON s.capsule_number=c.number WHERE c.room='archive' AND c.deleted=0 ORDER BY c.number DESC LIMIT 500")
+    found = rows(
+        db,
+        "SELECT c.*, s.score FROM capsules c LEFT JOIN (SELECT capsule_number, MAX(score) AS score "
+        "FROM paper_submissions WHERE capsule_number IS NOT NULL GROUP BY capsule_number) s "
+        "ON s.capsule_number=c.number WHERE c.room='archive' AND c.deleted=0 ORDER BY c.number DESC LIMIT 500",
+    )
     for p in found:
         p["tags"] = json.loads(p["tags"])
     return found
@@ -213,16 +256,22 @@ def capsule(db: sqlite3.Connection, room: str, number: int, scope: str = "") -> 
 
 
 def capsule_by_id(db: sqlite3.Connection, capsule_id: int) -> dict[str, Any] | None:
-    row = one(db, "SELECT room, scope, number FROM capsules WHERE id=?", (capsule_id,)) \
-        if has_table(db, "capsules") else None
+    row = (
+        one(db, "SELECT room, scope, number FROM capsules WHERE id=?", (capsule_id,))
+        if has_table(db, "capsules")
+        else None
+    )
     return capsule(db, row["room"], row["number"], row["scope"]) if row else None
 
 
 def threads(db: sqlite3.Connection, room: str, limit: int = 200) -> list[dict[str, Any]]:
     if not has_table(db, "capsules"):
         return []
-    found = rows(db, "SELECT * FROM capsules WHERE room=? AND deleted=0 ORDER BY updated_tick DESC, id DESC "
-                     "LIMIT ?", (room, limit))
+    found = rows(
+        db,
+        "SELECT * FROM capsules WHERE room=? AND deleted=0 ORDER BY updated_tick DESC, id DESC LIMIT ?",
+        (room, limit),
+    )
     for t in found:
         t["recipients"] = json.loads(t["recipients"])
     return found
@@ -233,16 +282,24 @@ def leaderboard(db: sqlite3.Connection, limit: int = 100) -> list[dict[str, Any]
     if not has_table(db, "evaluations"):
         return []
     order = ranking_order(lambda sql, params: db.execute(sql, params).fetchall(), "1", ())  # as the room ranks
-    return rows(db, "SELECT e.id, e.task, e.author, e.lineage, e.tick, e.title, e.status, e.score, e.finished_tick "
-                    f"FROM evaluations e ORDER BY {order} LIMIT ?", (limit,))
+    return rows(
+        db,
+        "SELECT e.id, e.task, e.author, e.lineage, e.tick, e.title, e.status, e.score, e.finished_tick "
+        f"FROM evaluations e ORDER BY {order} LIMIT ?",
+        (limit,),
+    )
 
 
 def score_points(db: sqlite3.Connection) -> list[tuple[int, float, str]]:
     """(tick, score, task) of every scored evaluation, for the plot."""
     if not has_table(db, "evaluations"):
         return []
-    return [(r[0], r[1], r[2]) for r in db.execute(
-        "SELECT COALESCE(finished_tick, tick), score, task FROM evaluations WHERE score IS NOT NULL ORDER BY 1")]
+    return [
+        (r[0], r[1], r[2])
+        for r in db.execute(
+            "SELECT COALESCE(finished_tick, tick), score, task FROM evaluations WHERE score IS NOT NULL ORDER BY 1"
+        )
+    ]
 
 
 def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | None:
@@ -253,9 +310,15 @@ def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | N
         return None
     found["tags"] = json.loads(found["tags"])
     found["metrics"] = json.loads(found["metrics"]) if found["metrics"] else {}
-    found["versions"] = rows(db, "SELECT version, source, status, code FROM evaluation_versions "
-                                 "WHERE evaluation=? ORDER BY version", (evaluation_id,)) \
-        if has_table(db, "evaluation_versions") else []
+    found["versions"] = (
+        rows(
+            db,
+            "SELECT version, source, status, code FROM evaluation_versions WHERE evaluation=? ORDER BY version",
+            (evaluation_id,),
+        )
+        if has_table(db, "evaluation_versions")
+        else []
+    )
     return found
 
 
@@ -270,14 +333,24 @@ def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
             continue
         guest = grew_from.get(a["name"])
         born = guest["birth_tick"] if guest else a["birth_tick"]
-        lineages.setdefault(a["lineage"], []).append({
-            "name": a["name"], "generation": a["generation"] or 0, "guest": guest["name"] if guest else None,
-            "born": born, "ascended": a["ascend_tick"], "ended": a["exit_tick"], "end": a["exit_tick"] or tick,
-            "reason": a["exit_reason"], "active": a["state"] == "active", "model": a["model_name"],
-        })
+        lineages.setdefault(a["lineage"], []).append(
+            {
+                "name": a["name"],
+                "generation": a["generation"] or 0,
+                "guest": guest["name"] if guest else None,
+                "born": born,
+                "ascended": a["ascend_tick"],
+                "ended": a["exit_tick"],
+                "end": a["exit_tick"] or tick,
+                "reason": a["exit_reason"],
+                "active": a["state"] == "active",
+                "model": a["model_name"],
+            }
+        )
     tree = []
     for name, members in sorted(lineages.items(), key=lambda kv: min(m["born"] for m in kv[1])):
         members.sort(key=lambda m: m["generation"])
-        tree.append({"name": name, "members": members[-GENERATIONS_SHOWN:],
-                     "earlier": max(0, len(members) - GENERATIONS_SHOWN)})
+        tree.append(
+            {"name": name, "members": members[-GENERATIONS_SHOWN:], "earlier": max(0, len(members) - GENERATIONS_SHOWN)}
+        )
     return tree

@@ -6,6 +6,7 @@ paths, so the site opens with file:// and can be published as it is. The operato
 forms are left out; the live updates switch themselves off on file://. A marker file says the
 folder is an export, so that `--force` may replace it with a fresh one, and nothing else.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,25 +36,36 @@ def file_for(url: str) -> str:
     return f"{safe}/{query}.html" if query else f"{safe}.html"
 
 
-def export(directory: str | Path, out: str | Path, *, force: bool = False, limit: int = 100_000,
-           progress: Callable[[int, str], None] = lambda n, url: None) -> int:
+def export(
+    directory: str | Path,
+    out: str | Path,
+    *,
+    force: bool = False,
+    limit: int = 100_000,
+    progress: Callable[[int, str], None] = lambda n, url: None,
+) -> int:
     """Write the site into `out`, a new or empty folder, or with `force` the folder of an earlier export."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         if not force:
-            raise ValueError(f"{out} exists and is not empty; choose a new folder "
-                             "(or refresh an earlier export there with --force)")
+            raise ValueError(
+                f"{out} exists and is not empty; choose a new folder (or refresh an earlier export there with --force)"
+            )
         if not (out / MARKER).is_file():
-            raise ValueError(f"{out} is not an earlier export (it has no {MARKER} file); --force replaces only "
-                             "those, so choose a new folder")
+            raise ValueError(
+                f"{out} is not an earlier export (it has no {MARKER} file); --force replaces only "
+                "those, so choose a new folder"
+            )
     client = TestClient(create_app(directory, static_export=True))
     if force and out.exists():
         shutil.rmtree(out)  # pages of the old site that the new one lacks must not stay behind
     out.mkdir(parents=True, exist_ok=True)
     # written first: an export cut short can be replaced with --force too
-    (out / MARKER).write_text(json.dumps({"station": str(Path(directory).resolve()),
-                                          "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n",
-                              encoding="utf-8")
+    (out / MARKER).write_text(
+        json.dumps({"station": str(Path(directory).resolve()), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        + "\n",
+        encoding="utf-8",
+    )
     shutil.copytree(HERE / "static", out / "static", dirs_exist_ok=True)
     queue, seen = ["/"], {"/"}
     written = 0

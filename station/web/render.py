@@ -4,6 +4,7 @@ Everything an agent wrote is escaped: Markdown is rendered with raw HTML turned 
 links may only point to http(s) or within the page. Images become links: an image would be
 fetched as the page loads, telling whoever serves it that (and when) someone read the text.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,7 @@ def _image_as_link(self, tokens, idx, options, env) -> str:  # noqa: ANN001 - ma
     token = tokens[idx]
     alt = self.renderInlineAsText(token.children or [], options, env).strip()
     src = token.attrGet("src") or ""
-    return (f'<a class="image-link" href="{escapeHtml(src)}" rel="{LINK_REL}">'
-            f'image: {escapeHtml(alt or src)}</a>')
+    return f'<a class="image-link" href="{escapeHtml(src)}" rel="{LINK_REL}">image: {escapeHtml(alt or src)}</a>'
 
 
 def _link_open(self, tokens, idx, options, env) -> str:  # noqa: ANN001
@@ -86,22 +86,25 @@ def score_plot(points: Iterable[tuple[int, float, str]], width: int = 760, heigh
     scores = [p[1] for p in points]
     x = _scale(min(ticks), max(ticks) + 1, left, right)
     y = _scale(min(scores), max(scores), bottom, top)
-    parts = [f"<svg class='plot' id='score-plot' viewBox='0 0 {width} {height}' role='img' "
-             f"aria-label='score versus tick'>",
-             f"<line x1='{left}' y1='{bottom}' x2='{right}' y2='{bottom}' class='axis'/>",
-             f"<line x1='{left}' y1='{top}' x2='{left}' y2='{bottom}' class='axis'/>",
-             f"<text x='{(left + right) / 2}' y='{height - 8}' class='label'>tick</text>",
-             f"<text x='4' y='{top + 4}' class='label'>{max(scores):.4g}</text>",
-             f"<text x='4' y='{bottom}' class='label'>{min(scores):.4g}</text>",
-             f"<text x='{left}' y='{bottom + 16}' class='label'>{min(ticks)}</text>",
-             f"<text x='{right - 30}' y='{bottom + 16}' class='label'>{max(ticks)}</text>"]
+    parts = [
+        f"<svg class='plot' id='score-plot' viewBox='0 0 {width} {height}' role='img' aria-label='score versus tick'>",
+        f"<line x1='{left}' y1='{bottom}' x2='{right}' y2='{bottom}' class='axis'/>",
+        f"<line x1='{left}' y1='{top}' x2='{left}' y2='{bottom}' class='axis'/>",
+        f"<text x='{(left + right) / 2}' y='{height - 8}' class='label'>tick</text>",
+        f"<text x='4' y='{top + 4}' class='label'>{max(scores):.4g}</text>",
+        f"<text x='4' y='{bottom}' class='label'>{min(scores):.4g}</text>",
+        f"<text x='{left}' y='{bottom + 16}' class='label'>{min(ticks)}</text>",
+        f"<text x='{right - 30}' y='{bottom + 16}' class='label'>{max(ticks)}</text>",
+    ]
     for n, task in enumerate(sorted({p[2] for p in points})):
         mine = [p for p in points if p[2] == task]
         best = None
         path: list[str] = []
         for tick, score, _ in mine:
-            parts.append(f"<circle cx='{x(tick):.1f}' cy='{y(score):.1f}' r='3' class='dot task{n % 4}'>"
-                         f"<title>tick {tick}: {score:.6g}</title></circle>")
+            parts.append(
+                f"<circle cx='{x(tick):.1f}' cy='{y(score):.1f}' r='3' class='dot task{n % 4}'>"
+                f"<title>tick {tick}: {score:.6g}</title></circle>"
+            )
             if best is None or score > best:
                 if best is not None:
                     path.append(f"L{x(tick):.1f},{y(best):.1f}")

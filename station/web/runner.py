@@ -2,6 +2,7 @@
 resume it. If another process (`station run`) holds the station, the page can still pause it
 (through a queued operator command) but cannot run it as well.
 """
+
 from __future__ import annotations
 
 import threading
@@ -71,8 +72,9 @@ class StationRunner:
     def pause_reason(self) -> str | None:
         """Why the station is paused ("" if it does not say), or None when it is not paused."""
         try:
-            return (self.dir / report.PAUSE_FILE).read_text(encoding="utf-8").strip() \
-                if self.state() == "paused" else None
+            return (
+                (self.dir / report.PAUSE_FILE).read_text(encoding="utf-8").strip() if self.state() == "paused" else None
+            )
         except FileNotFoundError:  # a run started in between
             return None
 
@@ -106,11 +108,19 @@ class StationRunner:
         self.last = progress
 
     def _limit_text(self) -> str:
-        return "running with no tick limit" if self.until_tick is None \
+        return (
+            "running with no tick limit"
+            if self.until_tick is None
             else f"running until the end of tick {self.until_tick}"
+        )
 
     def describe(self) -> dict[str, Any]:
         last = self.last
-        return {"state": self.state(), "why": self.why, "limit": self._limit_text() if self.running_here else None,
-                "last": None if last is None else {"tick": last.tick, "kind": last.kind, "agent": last.agent,
-                                                   "room": last.room, "note": last.note}}
+        return {
+            "state": self.state(),
+            "why": self.why,
+            "limit": self._limit_text() if self.running_here else None,
+            "last": None
+            if last is None
+            else {"tick": last.tick, "kind": last.kind, "agent": last.agent, "room": last.room, "note": last.note},
+        }

@@ -6,6 +6,7 @@ part of it: delete it and it is rebuilt. It catches up incrementally before each
 turns by id); capsule messages, which agents may edit or delete, are re-indexed whenever their
 fingerprint (count, last id, total words) changes.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,7 +42,8 @@ class SearchIndex:
         db.executescript(
             "CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(body, kind UNINDEXED, ref UNINDEXED, "
             "title UNINDEXED, who UNINDEXED, tick UNINDEXED, tokenize='unicode61');"
-            "CREATE TABLE IF NOT EXISTS progress (source TEXT PRIMARY KEY, mark TEXT NOT NULL);")
+            "CREATE TABLE IF NOT EXISTS progress (source TEXT PRIMARY KEY, mark TEXT NOT NULL);"
+        )
         return db
 
     def refresh(self, world: sqlite3.Connection) -> None:
@@ -63,43 +65,57 @@ class SearchIndex:
 
     @staticmethod
     def _set_mark(db: sqlite3.Connection, source: str, mark: str) -> None:
-        db.execute("INSERT INTO progress(source, mark) VALUES(?, ?) ON CONFLICT(source) DO UPDATE SET mark=?",
-                   (source, mark, mark))
+        db.execute(
+            "INSERT INTO progress(source, mark) VALUES(?, ?) ON CONFLICT(source) DO UPDATE SET mark=?",
+            (source, mark, mark),
+        )
 
     def _turns(self, db: sqlite3.Connection, world: sqlite3.Connection) -> None:
         last = int(self._mark(db, "turns") or 0)
-        rows = world.execute("SELECT id, tick, agent, reply, thinking FROM turns WHERE id>? ORDER BY id",
-                             (last,)).fetchall()
-        db.executemany("INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, 'turn', ?, ?, ?, ?)",
-                       [(f"{r[3]}\n{r[4] or ''}", r[2], f"{r[2]} at tick {r[1]}", r[2], r[1]) for r in rows])
+        rows = world.execute(
+            "SELECT id, tick, agent, reply, thinking FROM turns WHERE id>? ORDER BY id", (last,)
+        ).fetchall()
+        db.executemany(
+            "INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, 'turn', ?, ?, ?, ?)",
+            [(f"{r[3]}\n{r[4] or ''}", r[2], f"{r[2]} at tick {r[1]}", r[2], r[1]) for r in rows],
+        )
         if rows:
             self._set_mark(db, "turns", str(rows[-1][0]))
 
     def _capsules(self, db: sqlite3.Connection, world: sqlite3.Connection) -> None:
         if not has_table(world, "capsule_messages"):
             return
-        fingerprint = "/".join(str(v) for v in world.execute(
-            "SELECT COUNT(*), MAX(id), SUM(word_count), SUM(deleted) FROM capsule_messages").fetchone())
+        fingerprint = "/".join(
+            str(v)
+            for v in world.execute(
+                "SELECT COUNT(*), MAX(id), SUM(word_count), SUM(deleted) FROM capsule_messages"
+            ).fetchone()
+        )
         fingerprint += "/" + str(world.execute("SELECT SUM(deleted) FROM capsules").fetchone()[0])
         if self._mark(db, "capsules") == fingerprint:
             return
         db.execute("DELETE FROM docs WHERE kind IN ('public_memory', 'mail', 'archive', 'private_memory')")
         rows = world.execute(
             "SELECT c.id, c.room, c.number, c.title, m.author, m.tick, m.content FROM capsule_messages m "
-            "JOIN capsules c ON c.id=m.capsule WHERE m.deleted=0 AND c.deleted=0").fetchall()
-        db.executemany("INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, ?, ?, ?, ?, ?)",
-                       [(f"{r[3]}\n{r[6]}", r[1], str(r[2] if r[1] == "archive" else r[0]), r[3], r[4], r[5])
-                        for r in rows])
+            "JOIN capsules c ON c.id=m.capsule WHERE m.deleted=0 AND c.deleted=0"
+        ).fetchall()
+        db.executemany(
+            "INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, ?, ?, ?, ?, ?)",
+            [(f"{r[3]}\n{r[6]}", r[1], str(r[2] if r[1] == "archive" else r[0]), r[3], r[4], r[5]) for r in rows],
+        )
         self._set_mark(db, "capsules", fingerprint)
 
     def _common(self, db: sqlite3.Connection, world: sqlite3.Connection) -> None:
         if not has_table(world, "common_messages"):
             return
         last = int(self._mark(db, "common") or 0)
-        rows = world.execute("SELECT id, tick, author, content FROM common_messages WHERE id>? ORDER BY id",
-                             (last,)).fetchall()
-        db.executemany("INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, 'common', ?, ?, ?, ?)",
-                       [(r[3], r[2], f"Common Room, tick {r[1]}", r[2], r[1]) for r in rows])
+        rows = world.execute(
+            "SELECT id, tick, author, content FROM common_messages WHERE id>? ORDER BY id", (last,)
+        ).fetchall()
+        db.executemany(
+            "INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, 'common', ?, ?, ?, ?)",
+            [(r[3], r[2], f"Common Room, tick {r[1]}", r[2], r[1]) for r in rows],
+        )
         if rows:
             self._set_mark(db, "common", str(rows[-1][0]))
 
@@ -113,14 +129,16 @@ class SearchIndex:
             found = db.execute(
                 f"SELECT kind, ref, title, who, tick, snippet(docs, 0, '{MARK_OPEN}', '{MARK_CLOSE}', ' … ', 16) "
                 "FROM docs WHERE docs MATCH ? ORDER BY rank LIMIT ? OFFSET ?",
-                (query, PER_PAGE, (max(1, page) - 1) * PER_PAGE)).fetchall()
+                (query, PER_PAGE, (max(1, page) - 1) * PER_PAGE),
+            ).fetchall()
         finally:
             db.close()
-        hits = [{"kind": k, "ref": ref, "title": title, "who": who, "tick": tick, "snippet": _snippet(snip)}
-                for k, ref, title, who, tick, snip in found]
+        hits = [
+            {"kind": k, "ref": ref, "title": title, "who": who, "tick": tick, "snippet": _snippet(snip)}
+            for k, ref, title, who, tick, snip in found
+        ]
         return hits, total
 
 
 def _snippet(text: str) -> Markup:
     return Markup(escape(text).replace(MARK_OPEN, "<mark>").replace(MARK_CLOSE, "</mark>"))
-

@@ -4,6 +4,7 @@ Each neuron's 4 input frames go through the same MLP (4 -> 64 -> 32, BatchNorm, 
 dropout 0.1), which outputs that neuron's next 32 frames. Weights are shared by every
 neuron, so the model is tiny and does not depend on how many neurons there are.
 """
+
 import flax.linen as nn
 import jax.numpy as jnp
 

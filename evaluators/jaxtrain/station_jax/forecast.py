@@ -7,6 +7,7 @@ validation MAE after each epoch, early stopping, and the time budget; the best e
 parameters predict the windows the station scores (the station computes the score itself
 from those predictions). Only train and val are in the data folder.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,9 +45,15 @@ def main(ns: dict[str, Any]) -> dict[str, Any]:
 def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     import jax
 
-    hooks = load_hooks(ns, default_batch=DEFAULT_BATCH, overridable={"compute_loss": default_loss},
-                       forbidden={"train": "the training loop belongs to the harness; define hooks only",
-                                  "training_loop": "the training loop belongs to the harness; define hooks only"})
+    hooks = load_hooks(
+        ns,
+        default_batch=DEFAULT_BATCH,
+        overridable={"compute_loss": default_loss},
+        forbidden={
+            "train": "the training loop belongs to the harness; define hooks only",
+            "training_loop": "the training loop belongs to the harness; define hooks only",
+        },
+    )
     seed = hooks.base_seed + int(cfg["trial"])
     hparams = hyperparameters(hooks, seed)
     data = Data(cfg["data"])
@@ -56,15 +63,23 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     variables = model.init(key, x0)
     out, _ = model.apply(variables, x0, training=False)
     if getattr(out, "shape", None) != y0.shape:
-        raise ContractError(f"the network must map (batch, {CONTEXT}, {data.n_neurons}) to "
-                            f"(batch, {HORIZON}, {data.n_neurons}); it returned {getattr(out, 'shape', type(out))}")
+        raise ContractError(
+            f"the network must map (batch, {CONTEXT}, {data.n_neurons}) to "
+            f"(batch, {HORIZON}, {data.n_neurons}); it returned {getattr(out, 'shape', type(out))}"
+        )
     learning_rate = float(hparams.get("learning_rate", 1e-3))
     optimizer = hooks.create_optimizer(learning_rate)
     trainer = Trainer(model, optimizer, hooks.extra["compute_loss"])
     trained, rest = model.split(variables)
     opt_state = optimizer.init(trained)
-    report = {"trial": int(cfg["trial"]), "seed": seed, "hparams": plain(hparams), "batch_size": hooks.batch_size,
-              "n_parameters": count_parameters(trained), "device": device_names()}
+    report = {
+        "trial": int(cfg["trial"]),
+        "seed": seed,
+        "hparams": plain(hparams),
+        "batch_size": hooks.batch_size,
+        "n_parameters": count_parameters(trained),
+        "device": device_names(),
+    }
     if cfg["phase"] == "check":
         trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x0, y0, key)
         require_finite(float(loss), "the loss of one training step")
@@ -138,7 +153,7 @@ def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest,
         losses = []
         for i in range(steps_per_epoch):
             key, sub = jax.random.split(key)
-            x, y = data.batch("train", order[i * batch:(i + 1) * batch])
+            x, y = data.batch("train", order[i * batch : (i + 1) * batch])
             trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, sub)
             losses.append(loss)
             steps += 1
@@ -146,8 +161,9 @@ def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest,
                 require_finite(float(loss), f"the training loss (epoch {epoch}, step {i + 1})")
             if clock.spent():
                 break
-        mean_loss = require_finite(float(np.mean([float(v) for v in losses])) if losses else 0.0,
-                                   f"the training loss (epoch {epoch})")
+        mean_loss = require_finite(
+            float(np.mean([float(v) for v in losses])) if losses else 0.0, f"the training loss (epoch {epoch})"
+        )
         by_horizon = evaluate(trainer, data, trained, rest, data.val_starts, None, int(cfg.get("eval_batch", 64)))
         mae = require_finite(float(by_horizon.mean()), f"the validation MAE (epoch {epoch})")
         curve.append(round(mae, 6))
@@ -163,16 +179,31 @@ def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest,
             stop = "early-stopping"
             break
     seconds = time.monotonic() - began
-    scored = evaluate(trainer, data, best["trained"], best["rest"], np.asarray(cfg["score_starts"], dtype=np.int64)
-                      if cfg.get("score_starts") is not None else data.val_starts, cfg.get("score_neurons"),
-                      int(cfg.get("eval_batch", 64)), keep=True)
+    scored = evaluate(
+        trainer,
+        data,
+        best["trained"],
+        best["rest"],
+        np.asarray(cfg["score_starts"], dtype=np.int64) if cfg.get("score_starts") is not None else data.val_starts,
+        cfg.get("score_neurons"),
+        int(cfg.get("eval_batch", 64)),
+        keep=True,
+    )
     if hooks.complete:
         hooks.complete(model.join(best["trained"], best["rest"]), opt_state, {"best_epoch": best["epoch"]})
-    return {"epochs": epoch, "steps": steps, "stop": stop, "seconds": round(seconds, 2),
-            "steps_per_second": round(steps / max(seconds, 1e-9), 2), "best_epoch": best["epoch"],
-            "val_mae": best["mae"],
-            "val_mae_by_horizon": {str(h): float(best["horizons"][h - 1]) for h in HORIZONS_REPORTED},
-            "curve": curve, "train_curve": train_curve, "val_pred": scored}
+    return {
+        "epochs": epoch,
+        "steps": steps,
+        "stop": stop,
+        "seconds": round(seconds, 2),
+        "steps_per_second": round(steps / max(seconds, 1e-9), 2),
+        "best_epoch": best["epoch"],
+        "val_mae": best["mae"],
+        "val_mae_by_horizon": {str(h): float(best["horizons"][h - 1]) for h in HORIZONS_REPORTED},
+        "curve": curve,
+        "train_curve": train_curve,
+        "val_pred": scored,
+    }
 
 
 def evaluate(trainer: Trainer, data: Data, trained, rest, starts, neurons, eval_batch: int, keep: bool = False):
@@ -181,7 +212,7 @@ def evaluate(trainer: Trainer, data: Data, trained, rest, starts, neurons, eval_
 
     total, count, kept = np.zeros(HORIZON), 0, []
     for i in range(0, len(starts), eval_batch):
-        x, y = data.batch("val", starts[i:i + eval_batch])
+        x, y = data.batch("val", starts[i : i + eval_batch])
         pred = np.asarray(trainer.predict(trained, rest, x), dtype=np.float32)
         if keep:
             kept.append(pred if neurons is None else pred[:, :, np.asarray(neurons)])

@@ -7,6 +7,7 @@ with the submission's globals. The harness owns the loop: agents supply hooks on
 Trial settings come from the station in the environment variable STATION_TRIAL (JSON):
 phase ("check" or "train"), trial number, data folder, budgets and task-specific options.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,9 @@ def sample_hyperparameters(space: Any, seed: int) -> dict[str, Any]:
     if space is None:
         return {}
     if not isinstance(space, dict) or not all(isinstance(k, str) for k in space):
-        raise ContractError("_define_hyperparameters() must return a dict with string keys, "
-                            f"got {type(space).__name__}")
+        raise ContractError(
+            f"_define_hyperparameters() must return a dict with string keys, got {type(space).__name__}"
+        )
     rng = np.random.default_rng([seed, 1])  # stream 1: hyperparameters (stream 0 is the model)
     drawn = {}
     for name in sorted(space):  # sorted: the draw must not depend on the dict's order
@@ -102,8 +104,9 @@ def default_optimizer(learning_rate: float):
     return optax.adam(learning_rate, eps=1e-8)
 
 
-def load_hooks(ns: dict[str, Any], *, default_batch: int, overridable: dict[str, Callable],
-               forbidden: dict[str, str] | None = None) -> Hooks:
+def load_hooks(
+    ns: dict[str, Any], *, default_batch: int, overridable: dict[str, Callable], forbidden: dict[str, str] | None = None
+) -> Hooks:
     """The hooks a submission defines (in its globals `ns`), with the harness's defaults."""
     for name, why in (forbidden or {}).items():
         if callable(ns.get(name)):
@@ -118,9 +121,15 @@ def load_hooks(ns: dict[str, Any], *, default_batch: int, overridable: dict[str,
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 65536:
         raise ContractError(f"BATCH_SIZE must be an int from 1 to 65536, got {batch!r}")
     extra = {name: ns[name] if callable(ns.get(name)) else fallback for name, fallback in overridable.items()}
-    return Hooks(network, ns["create_optimizer"] if callable(ns.get("create_optimizer")) else default_optimizer,
-                 ns.get("_define_hyperparameters") if callable(ns.get("_define_hyperparameters")) else None,
-                 ns.get("complete") if callable(ns.get("complete")) else None, base_seed, batch, extra)
+    return Hooks(
+        network,
+        ns["create_optimizer"] if callable(ns.get("create_optimizer")) else default_optimizer,
+        ns.get("_define_hyperparameters") if callable(ns.get("_define_hyperparameters")) else None,
+        ns.get("complete") if callable(ns.get("complete")) else None,
+        base_seed,
+        batch,
+        extra,
+    )
 
 
 def hyperparameters(hooks: Hooks, seed: int) -> dict[str, Any]:
@@ -197,8 +206,10 @@ def check_untampered() -> None:
         module = sys.modules.get(name)
         for attr, original in functions.items():
             if module is None or getattr(module, attr, None) is not original:
-                raise ContractError(f"the submission replaced the harness's {name}.{attr}: the training loop "
-                                    "belongs to the harness (use the hooks)")
+                raise ContractError(
+                    f"the submission replaced the harness's {name}.{attr}: the training loop "
+                    "belongs to the harness (use the hooks)"
+                )
 
 
 def require_finite(value: float, what: str) -> float:

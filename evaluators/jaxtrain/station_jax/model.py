@@ -6,6 +6,7 @@ collections are updated through `mutable` in training mode, and a `dropout` RNG 
 A network may also say so itself with the attributes `mutable` (list of collections) and
 `needs_rng` (bool), as the task spec allows.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,8 +17,10 @@ from .hooks import ContractError, seal
 class Model:
     def __init__(self, network: Any) -> None:
         if not callable(getattr(network, "init", None)) or not callable(getattr(network, "apply", None)):
-            raise ContractError("create_network(hparams) must return an object with init(rng, x) and "
-                                f"apply(params, x, training=...), got {type(network).__name__}")
+            raise ContractError(
+                "create_network(hparams) must return an object with init(rng, x) and "
+                f"apply(params, x, training=...), got {type(network).__name__}"
+            )
         self.network = network
         self.flax = _is_flax(network)
         self.mutable: list[str] = list(getattr(network, "mutable", None) or [])

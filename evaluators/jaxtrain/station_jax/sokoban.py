@@ -13,6 +13,7 @@ observation began an episode: the `done` flag the network was given), values, lo
 final_values (B,), initial_rnn_states and rnn_states. The trial returns the evaluation's
 action sequences: the station replays them on its own copy of the levels to count solves.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,10 @@ def call_network(network, params, obs, starts, rnn_state):
     """(logits, value, new rnn state or None): two outputs are accepted for stateless networks."""
     out = network.apply(params, obs, starts, rnn_state)
     if not isinstance(out, tuple) or len(out) not in (2, 3):
-        raise ContractError("apply(params, obs, done, rnn_state) must return (logits, value) or "
-                            f"(logits, value, rnn_state), got {type(out).__name__}")
+        raise ContractError(
+            "apply(params, obs, done, rnn_state) must return (logits, value) or "
+            f"(logits, value, rnn_state), got {type(out).__name__}"
+        )
     return (out[0], out[1], out[2] if len(out) == 3 else None)
 
 
@@ -82,16 +85,23 @@ def default_training_step(network, optimizer, params, opt_state, batch, hparams)
     import optax
 
     hp = {**DEFAULTS, **hparams}
-    advantages, returns = gae(batch["rewards"], batch["values"], batch["dones"].astype(jnp.float32),
-                              batch["final_values"], hp["gamma"], hp["gae_lambda"])
+    advantages, returns = gae(
+        batch["rewards"],
+        batch["values"],
+        batch["dones"].astype(jnp.float32),
+        batch["final_values"],
+        hp["gamma"],
+        hp["gae_lambda"],
+    )
     advantages = jax.lax.stop_gradient(advantages)
 
     def replay(params):
         obs, starts = batch["observations"], batch["starts"]
         if batch["initial_rnn_states"] is None:  # stateless: one call over every step at once
             n, t = obs.shape[:2]
-            logits, values, _ = call_network(network, params, obs.reshape((n * t,) + obs.shape[2:]),
-                                             starts.reshape(n * t), None)
+            logits, values, _ = call_network(
+                network, params, obs.reshape((n * t,) + obs.shape[2:]), starts.reshape(n * t), None
+            )
             return logits.reshape(n, t, -1), values.reshape(n, t)
 
         def one(state, k):  # recurrent: re-run the unroll from the stored initial state
@@ -133,9 +143,12 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    hooks = load_hooks(ns, default_batch=int(cfg.get("n_envs", 64)),
-                       overridable={"training_step": default_training_step},
-                       forbidden={"train": "the training loop belongs to the harness; override training_step"})
+    hooks = load_hooks(
+        ns,
+        default_batch=int(cfg.get("n_envs", 64)),
+        overridable={"training_step": default_training_step},
+        forbidden={"train": "the training loop belongs to the harness; override training_step"},
+    )
     if hooks.create_optimizer is common.default_optimizer:  # not overridden: this task's default
         hooks.create_optimizer = default_optimizer
     seed = hooks.base_seed + int(cfg["trial"])
@@ -151,12 +164,20 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     params = network.init(init_key, obs, starts)
     logits, value, rnn = call_network(network, params, obs, starts, None)
     if getattr(logits, "shape", None) != (obs.shape[0], 4) or getattr(value, "shape", None) != (obs.shape[0],):
-        raise ContractError(f"apply must return logits of shape (batch, 4) and value of shape (batch,); got "
-                            f"{getattr(logits, 'shape', None)} and {getattr(value, 'shape', None)}")
+        raise ContractError(
+            f"apply must return logits of shape (batch, 4) and value of shape (batch,); got "
+            f"{getattr(logits, 'shape', None)} and {getattr(value, 'shape', None)}"
+        )
     optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
     opt_state = optimizer.init(params)
-    report = {"trial": int(cfg["trial"]), "seed": seed, "hparams": plain(hparams),
-              "n_parameters": count_parameters(params), "device": device_names(), "recurrent": rnn is not None}
+    report = {
+        "trial": int(cfg["trial"]),
+        "seed": seed,
+        "hparams": plain(hparams),
+        "n_parameters": count_parameters(params),
+        "device": device_names(),
+        "recurrent": rnn is not None,
+    }
     learner = Learner(network, optimizer, hooks.extra["training_step"], hparams, levels, max_steps, n_envs, unroll)
     if cfg["phase"] == "check":
         learner.n_envs, learner.unroll = 2, 2
@@ -172,8 +193,9 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
 class Learner:
     """The jitted update (rollout + training_step) and the jitted evaluation."""
 
-    def __init__(self, network, optimizer, training_step, hparams, levels: Levels, max_steps: int, n_envs: int,
-                 unroll: int) -> None:
+    def __init__(
+        self, network, optimizer, training_step, hparams, levels: Levels, max_steps: int, n_envs: int, unroll: int
+    ) -> None:
         self.network, self.optimizer, self.training_step, self.hparams = network, optimizer, training_step, hparams
         self.levels, self.max_steps, self.n_envs, self.unroll = levels, max_steps, n_envs, unroll
         self._update: Callable[..., Any] | None = None
@@ -212,10 +234,19 @@ class Learner:
             log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
             nxt = train[jax.random.randint(pick, (action.shape[0],), 0, len(train))]
             states, obs, reward, done = jax.vmap(lambda s, a, l: env.step_autoreset(s, a, max_steps, l))(
-                carry["states"], action, nxt)
-            record = {"observations": carry["obs"], "starts": carry["starts"], "actions": action,
-                      "rewards": reward, "dones": done, "values": value, "log_probs": log_prob,
-                      "rnn_states": carry["rnn"], "solved": done & (reward > 5.0)}
+                carry["states"], action, nxt
+            )
+            record = {
+                "observations": carry["obs"],
+                "starts": carry["starts"],
+                "actions": action,
+                "rewards": reward,
+                "dones": done,
+                "values": value,
+                "log_probs": log_prob,
+                "rnn_states": carry["rnn"],
+                "solved": done & (reward > 5.0),
+            }
             new = {**carry, "states": states, "obs": obs, "starts": done, "rnn": rnn, "key": key}
             return new, record
 
@@ -226,10 +257,12 @@ class Learner:
             batch = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), steps)  # batch-major
             _, final_values, _ = call_network(self.network, params, carry["obs"], carry["starts"], carry["rnn"])
             batch["final_values"], batch["initial_rnn_states"] = final_values, initial_rnn
-            stats = {"reward": jnp.mean(batch["rewards"]), "episodes": jnp.sum(batch["dones"]),
-                     "solved": jnp.sum(batch.pop("solved"))}
-            params, opt_state = self.training_step(self.network, self.optimizer, params, opt_state, batch,
-                                                   self.hparams)
+            stats = {
+                "reward": jnp.mean(batch["rewards"]),
+                "episodes": jnp.sum(batch["dones"]),
+                "solved": jnp.sum(batch.pop("solved")),
+            }
+            params, opt_state = self.training_step(self.network, self.optimizer, params, opt_state, batch, self.hparams)
             return params, opt_state, carry, stats
 
         return update
@@ -267,7 +300,7 @@ class Learner:
         actions, solved = [], []
         for i in range(0, len(self.levels.eval), chunk):
             key, sub = jax.random.split(key)
-            a, s = self._evaluate(params, jnp.asarray(self.levels.eval[i:i + chunk]), sub)
+            a, s = self._evaluate(params, jnp.asarray(self.levels.eval[i : i + chunk]), sub)
             actions.append(np.asarray(a))
             solved.append(np.asarray(s))
         return np.concatenate(actions), np.concatenate(solved)
@@ -296,8 +329,11 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
                 rate = window["solved"] / max(window["episodes"], 1)
                 curve.append([updates * per_update, round(rate, 4)])
                 if updates % 500 == 0:
-                    print(f"update {updates}: {updates * per_update:,} env steps, training solve rate "
-                          f"{rate:.3f} ({clock.elapsed():.0f} s)", flush=True)
+                    print(
+                        f"update {updates}: {updates * per_update:,} env steps, training solve rate "
+                        f"{rate:.3f} ({clock.elapsed():.0f} s)",
+                        flush=True,
+                    )
                 episodes, solved = episodes + window["episodes"], solved + window["solved"]
                 window = {"episodes": 0, "solved": 0}
             if clock.spent():
@@ -310,9 +346,16 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
     actions, eval_solved = learner.evaluate(params, eval_key)
     if hooks.complete:
         hooks.complete(params, opt_state, {"updates": updates})
-    return {"updates": updates, "env_steps": updates * per_update, "stop": stop, "seconds": round(seconds, 2),
-            "steps_per_second": round(updates * per_update / max(seconds, 1e-9), 1), "curve": curve,
-            "claimed_solved": int(eval_solved.sum()), "eval_actions": actions}
+    return {
+        "updates": updates,
+        "env_steps": updates * per_update,
+        "stop": stop,
+        "seconds": round(seconds, 2),
+        "steps_per_second": round(updates * per_update / max(seconds, 1e-9), 1),
+        "curve": curve,
+        "claimed_solved": int(eval_solved.sum()),
+        "eval_actions": actions,
+    }
 
 
 seal(globals())

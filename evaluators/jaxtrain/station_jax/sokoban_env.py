@@ -11,6 +11,7 @@ Actions: 0 up, 1 right, 2 down, 3 left. Typical use, batched:
     state = jax.vmap(reset)(levels)                                    # levels: (B, H, W)
     state, reward, done = jax.vmap(step, (0, 0, None))(state, actions, max_steps)
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -39,11 +40,12 @@ _MOVES = np.array([[-1, 0], [0, 1], [1, 0], [0, -1]], dtype=np.int32)
 class State(NamedTuple):
     """One environment (add a leading axis for a batch). A NamedTuple is a pytree, so states
     pass through jit, vmap and lax loops as they are."""
+
     static: jax.Array  # (H, W) int8: FLOOR, WALL or TARGET, the part that never changes
-    boxes: jax.Array   # (H, W) bool
-    agent: jax.Array   # (2,) int32 row, col
-    t: jax.Array       # () int32 steps taken
-    done: jax.Array    # () bool: solved or out of time; further steps change nothing
+    boxes: jax.Array  # (H, W) bool
+    agent: jax.Array  # (2,) int32 row, col
+    t: jax.Array  # () int32 steps taken
+    done: jax.Array  # () bool: solved or out of time; further steps change nothing
     solved: jax.Array  # () bool: every box on a target
 
 
@@ -54,12 +56,14 @@ def reset(level: jax.Array) -> State:
     static = jnp.where(level == WALL, WALL, jnp.where(is_target, TARGET, FLOOR)).astype(jnp.int8)
     is_agent = (level == AGENT) | (level == AGENT_ON_TARGET)
     row, col = jnp.divmod(jnp.argmax(is_agent.reshape(-1)), level.shape[1])
-    return State(static=static,
-                 boxes=(level == BOX) | (level == BOX_ON_TARGET),
-                 agent=jnp.stack([row, col]).astype(jnp.int32),
-                 t=jnp.zeros((), jnp.int32),
-                 done=jnp.zeros((), bool),
-                 solved=jnp.zeros((), bool))
+    return State(
+        static=static,
+        boxes=(level == BOX) | (level == BOX_ON_TARGET),
+        agent=jnp.stack([row, col]).astype(jnp.int32),
+        t=jnp.zeros((), jnp.int32),
+        done=jnp.zeros((), bool),
+        solved=jnp.zeros((), bool),
+    )
 
 
 def _read(grid: jax.Array, cell: jax.Array, outside) -> jax.Array:
@@ -93,14 +97,21 @@ def step(state: State, action: jax.Array, max_steps) -> tuple[State, jax.Array, 
     solved = ~jnp.any(boxes & ~target)
     was_on = _read(target, ahead, False) & push
     now_on = _read(target, beyond, False) & push
-    reward = (STEP_PENALTY
-              + jnp.where(now_on, BOX_ON_TARGET_REWARD, 0.0)
-              + jnp.where(was_on, BOX_OFF_TARGET_PENALTY, 0.0)
-              + jnp.where(solved, SOLVE_BONUS, 0.0)).astype(jnp.float32)
+    reward = (
+        STEP_PENALTY
+        + jnp.where(now_on, BOX_ON_TARGET_REWARD, 0.0)
+        + jnp.where(was_on, BOX_OFF_TARGET_PENALTY, 0.0)
+        + jnp.where(solved, SOLVE_BONUS, 0.0)
+    ).astype(jnp.float32)
     t = state.t + 1
-    new = State(static=state.static, boxes=boxes,
-                agent=jnp.where(moves, ahead, state.agent).astype(jnp.int32),
-                t=t, done=solved | (t >= max_steps), solved=solved)
+    new = State(
+        static=state.static,
+        boxes=boxes,
+        agent=jnp.where(moves, ahead, state.agent).astype(jnp.int32),
+        t=t,
+        done=solved | (t >= max_steps),
+        solved=solved,
+    )
     out = jax.tree.map(lambda old, fresh: jnp.where(state.done, old, fresh), state, new)
     return out, jnp.where(state.done, jnp.float32(0.0), reward), out.done
 
@@ -121,8 +132,9 @@ def observe(state: State, max_steps) -> jax.Array:
     return jnp.concatenate([one_hot, clock], axis=-1)
 
 
-def step_autoreset(state: State, action: jax.Array, max_steps, next_level: jax.Array
-                   ) -> tuple[State, jax.Array, jax.Array, jax.Array]:
+def step_autoreset(
+    state: State, action: jax.Array, max_steps, next_level: jax.Array
+) -> tuple[State, jax.Array, jax.Array, jax.Array]:
     """`step`, then start over from `next_level` if the episode just ended.
 
     Returns (state, obs, reward, done): reward and done belong to the step taken; when done is

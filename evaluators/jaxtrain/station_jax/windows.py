@@ -6,6 +6,7 @@ A window is CONTEXT input frames followed by HORIZON target frames, all consecut
 experimental condition: a change of label between two frames, or an end of the array (a split
 boundary), may not fall inside it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,9 @@ def window_starts(labels: np.ndarray, context: int = CONTEXT, horizon: int = HOR
     return first[changes[first + length - 1] == changes[first]].astype(np.int64)
 
 
-def gather(data: np.ndarray, starts: np.ndarray, context: int = CONTEXT, horizon: int = HORIZON
-           ) -> tuple[np.ndarray, np.ndarray]:
+def gather(
+    data: np.ndarray, starts: np.ndarray, context: int = CONTEXT, horizon: int = HORIZON
+) -> tuple[np.ndarray, np.ndarray]:
     """The windows at `starts` of a (frames, neurons) array: x (B, context, N), y (B, horizon, N),
     float32. Reads only the rows it needs, so `data` may be a memory-mapped array."""
     if data.ndim != 2:
@@ -52,8 +54,9 @@ def mae_by_horizon(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Mean absolute error per forecast step of (B, horizon, N) arrays: shape (horizon,), float64."""
     pred, target = np.asarray(pred), np.asarray(target)
     if pred.shape != target.shape or pred.ndim != 3:
-        raise ValueError(f"pred and target must both be (windows, horizon, neurons); got {pred.shape} "
-                         f"and {target.shape}")
+        raise ValueError(
+            f"pred and target must both be (windows, horizon, neurons); got {pred.shape} and {target.shape}"
+        )
     error = np.subtract(pred, target, dtype=np.float64)  # one float64 array, no float32 round-off
     np.abs(error, out=error)
     return error.mean(axis=(0, 2))

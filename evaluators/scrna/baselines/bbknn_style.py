@@ -5,6 +5,7 @@ neighbourhood is balanced across batches by construction. Edge weights are Gauss
 distance, scaled per cell by its farthest neighbour, and the graph is made symmetric. The
 embedding itself is left unintegrated (PCA), as BBKNN only corrects the graph.
 """
+
 import numpy as np
 import scanpy as sc
 import scipy.sparse as sp
@@ -34,7 +35,7 @@ def eliminate_batch_effect_fn(adata):
     rows, cols, dists = rows[keep], cols[keep], dists[keep]
     distances = sp.csr_matrix((dists, (rows, cols)), shape=(n, n))
     scale = np.maximum(distances.max(axis=1).toarray().ravel(), 1e-12)
-    weights = np.exp(-(dists / scale[rows]) ** 2)
+    weights = np.exp(-((dists / scale[rows]) ** 2))
     connectivities = sp.csr_matrix((weights, (rows, cols)), shape=(n, n))
     connectivities = connectivities.maximum(connectivities.T).tocsr()
     distances = distances.maximum(distances.T).tocsr()

@@ -2,6 +2,7 @@
 
 A reference point: any real method should mix batches better than this.
 """
+
 import scanpy as sc
 
 

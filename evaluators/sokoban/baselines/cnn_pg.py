@@ -4,6 +4,7 @@ Two 3x3 convolutions (32 and 64 channels) see the whole board, a dense layer of 
 summarises it, and two heads of 64 units give the action logits and the state value. The
 update is the harness's advantage actor-critic (GAE, value loss, entropy bonus).
 """
+
 import flax.linen as nn
 
 BASE_SEED = 0
