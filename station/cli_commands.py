@@ -340,7 +340,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .web.app import WILDCARDS, check_token, create_app, is_loopback
+    from .web.access import WILDCARDS, check_token, is_loopback
+    from .web.app import create_app
     from .web.runner import StationRunner
 
     # An empty STATION_WEB_TOKEN is a token given, and refused: it must not pass for "no token".

@@ -25,17 +25,15 @@ Against DNS rebinding and cross-site forms (see docs/security.md):
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import math
 import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from fastapi import FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,131 +44,27 @@ from fastapi.templating import Jinja2Templates
 from .. import commands, endpoints, report
 from ..store import DB_NAME, Store
 from . import data, render, study
+from .access import (
+    COOKIE,
+    SAFE_METHODS,
+    SECURITY_HEADERS,
+    Throttle,
+    TooManyTries,
+    allowed_hosts,
+    check_token,
+    client_address,
+    foreign_origin,
+    host_name,
+    in_process,
+    is_loopback,
+)
 from .runner import StationRunner
 from .search import SearchIndex
 
 HERE = Path(__file__).parent
-COOKIE = "station_token"
 FLASH = "station_done"  # the outcome of the last operator form, shown once on the operator page
 LIVE_PARTS = {"alerts": "alerts.html", "evaluations": "open_evaluations.html"}  # refreshed by /api/live
 MAX_ID = 2**62  # larger ids cannot exist (SQLite integers) and get a 404
-MIN_TOKEN = 16  # characters; a shorter token can be guessed, even slowly
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-WILDCARDS = ("", "0.0.0.0", "::")  # bind addresses that are no name a browser could use
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-SECURITY_HEADERS = {  # no outside images, scripts or frames, even if some agent text got through as HTML
-    "content-security-policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-    "script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-    "frame-ancestors 'none'",
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-}
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_token(token: str | None, source: str = "--token") -> None:
-    """Refuse a given token that is empty or short (None: no token given, which is fine on loopback)."""
-    if token is not None and len(token) < MIN_TOKEN:
-        what = "empty" if not token else f"only {len(token)} characters"
-        raise ValueError(
-            f"the operator token from {source} is {what}; give one of at least {MIN_TOKEN} characters "
-            "(for instance: python -c 'import secrets; print(secrets.token_urlsafe(24))')"
-        )
-
-
-def host_name(header: str) -> str:
-    """The name in a Host header or --allow-host value, lower case, without port or brackets."""
-    header = header.strip().lower()
-    if header.startswith("["):  # [::1]:8470
-        return header[1 : header.find("]")] if "]" in header else ""
-    if header.count(":") > 1:  # a bare IPv6 address (as --host or --allow-host may give it)
-        return header
-    return header.partition(":")[0].rstrip(".")
-
-
-def allowed_hosts(host: str, extra: Iterable[str] = ()) -> set[str]:
-    """The Host names this server answers to: loopback names, the address it is bound to, and `extra`."""
-    names = set(LOOPBACK_NAMES)
-    if host_name(host) not in WILDCARDS:
-        names.add(host_name(host))
-    for given in extra:
-        name = host_name(given)
-        if not name or any(c in name for c in "*/ "):
-            raise ValueError(f"--allow-host {given!r}: give one host name or address (no wildcards)")
-        names.add(name)
-    return names
-
-
-def in_process(request: Request) -> bool:
-    """Starlette's TestClient (`station export`, the tests) calls the app with no socket: its client is
-    'testclient' and its server address is a name, where a real server gives the socket's IP. No browser
-    is involved, so the Host check does not apply (its Host is the made-up 'testserver')."""
-    server = request.scope.get("server") or ("",)
-    try:
-        ipaddress.ip_address(server[0])
-        return False
-    except ValueError:
-        return tuple(request.scope.get("client") or ()) == ("testclient", 50000)
-
-
-def foreign_origin(request: Request) -> bool:
-    """A state-changing request from a page of another site: its Origin (or, without one, its
-    Referer) does not name the Host it was sent to. Neither sent: not a browser form, so not foreign."""
-    source = request.headers.get("origin") or request.headers.get("referer")
-    if source is None:
-        return False
-    parts = urlsplit(source)  # "Origin: null" (a sandboxed or file page) has no netloc: foreign
-    return parts.scheme not in ("http", "https") or parts.netloc.lower() != request.headers.get("host", "").lower()
-
-
-class TooManyTries(Exception):
-    def __init__(self, wait_s: float) -> None:
-        super().__init__(f"too many wrong tokens from this address: try again in {math.ceil(wait_s)} s")
-        self.wait_s = wait_s
-
-
-class Throttle:
-    """Wrong tokens per client address: FREE tries, then each further try waits, the wait doubling
-    with every failure (1 min, 2, 4, ... at most an hour). A right token clears the count."""
-
-    FREE, FIRST_WAIT_S, LONGEST_WAIT_S, KEPT = 5, 60.0, 3600.0, 10_000
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock, self._lock = clock, threading.Lock()
-        self._failed: dict[str, tuple[int, float, float]] = {}  # address -> (failures, blocked until, last)
-
-    def wait(self, address: str) -> float:
-        """Seconds this address must still wait before its next try (0: it may try now)."""
-        with self._lock:
-            _, until, _ = self._failed.get(address, (0, 0.0, 0.0))
-            return max(0.0, until - self.clock())
-
-    def failed(self, address: str) -> None:
-        with self._lock:
-            now = self.clock()
-            count, _, last = self._failed.get(address, (0, 0.0, 0.0))
-            count = 1 if now - last > self.LONGEST_WAIT_S else count + 1  # an old count is forgotten
-            until = (
-                now + min(self.FIRST_WAIT_S * 2 ** (count - self.FREE), self.LONGEST_WAIT_S)
-                if count >= self.FREE
-                else 0.0
-            )
-            if len(self._failed) >= self.KEPT:  # bounded memory: forget addresses that are not waiting
-                self._failed = {a: v for a, v in self._failed.items() if v[1] > now}
-            self._failed[address] = (count, until, now)
-
-    def succeeded(self, address: str) -> None:
-        with self._lock:
-            self._failed.pop(address, None)
 
 
 class Reader:
@@ -619,10 +513,6 @@ def create_app(
 
 def wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
-
-
-def client_address(request: Request) -> str:
-    return request.client.host if request.client else "?"
 
 
 def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -> str:
