@@ -20,7 +20,8 @@ from helpers import (act, events, guest, make_old, make_station, prompt_at, recu
                      session_of, stored, turn_lines, yaml_block)
 from rooms.research import storage as rs
 from station.room import validate_params
-from rooms.research.room import ResearchCounter, parse_id_list
+from rooms.research.ids import parse_id_list
+from rooms.research.room import ResearchCounter
 from rooms.research.store import insert_evaluation
 from station.context import NeedInput
 from station.engine import Engine

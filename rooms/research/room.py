@@ -22,13 +22,15 @@ from typing import Any
 
 from evaluators import has_real_code
 from station.config import StationConfig
-from station.context import Context, Event, Hook
+from station.context import Context, Hook
 from station.room import Outcome, Room, action, register_room
 
 from . import storage as rs
 from . import visibility
 from .board import Leaderboard
 from .delivery import Evaluations
+from .holiday import HolidayEvacuation, is_holiday
+from .ids import parse_id, parse_id_list
 from .params import BIDI, CONTROL, LINE_BREAK, REQUIRED, SubmitParams, as_text, blank, cut_words, normalise_tags
 from .stagnation import Stagnation
 from .storage_actions import StorageActions
@@ -39,65 +41,6 @@ MAX_TITLE_CHARS = 200
 PREVIEW_MAX_IDS = 100
 SUMMARY_CHARS = 12_000  # task_summary budget (the archive reviewer's context)
 STATUS_WORDS = {"queued": "being evaluated", "finished": "finished", "failed": "failed", "timed_out": "timed out"}
-ID_TEXT = re.compile(r"#?(\d{1,18})")
-
-
-def is_holiday(tick: int) -> bool:
-    return tick % 10 in (9, 0)
-
-
-def parse_id(text: str | None) -> int | None:
-    """One evaluation ID ('12' or '#12'); None when it is not one."""
-    match = ID_TEXT.fullmatch((text or "").strip())
-    return int(match.group(1)) if match and int(match.group(1)) > 0 else None
-
-
-def parse_id_list(text: str, cap: int) -> tuple[list[int], bool]:
-    """IDs and inclusive ranges a:b joined by commas -> (unique ids in order, capped). ValueError if bad."""
-    seen: dict[int, None] = {}
-    for token in text.split(","):
-        token = token.strip()
-        if not token:
-            raise ValueError("an empty entry between commas")
-        if ":" in token:
-            first, _, last = token.partition(":")
-            a, b = parse_id(first), parse_id(last)
-            if a is None or b is None:
-                raise ValueError(f"'{token[:40]}' is not a range of IDs like 3:7")
-            if a > b:
-                raise ValueError(f"the range {a}:{b} runs backwards")
-            for number in range(a, b + 1):
-                if number in seen:
-                    continue
-                if len(seen) >= cap:
-                    return list(seen), True
-                seen[number] = None
-        else:
-            single = parse_id(token)
-            if single is None:
-                raise ValueError(f"'{token[:40]}' is not an evaluation ID")
-            if single in seen:
-                continue
-            if len(seen) >= cap:
-                return list(seen), True
-            seen[single] = None
-    return list(seen), False
-
-
-class HolidayEvacuation(Hook):
-    """On a holiday tick, agents standing at the Research Counter are sent to the Lobby."""
-
-    name = "research_holiday"
-    events = ("tick_started",)
-
-    def handle(self, ctx: Context, event: Event) -> None:
-        if not ctx.config.research.holiday_mode or not is_holiday(ctx.tick):
-            return
-        for agent in ctx.agents.active():
-            if agent.location == ResearchCounter.short:
-                agent.location = "lobby"
-                ctx.notify(agent, ctx.texts.render("research_holiday_moved", tick=ctx.tick), "research")
-                ctx.agents.save(agent)
 
 
 @register_room

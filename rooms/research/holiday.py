@@ -1,0 +1,26 @@
+"""Research holidays (holiday mode, off by default): on ticks ending in 9 or 0 no submissions are
+taken and agents at the Research Counter are sent to the Lobby (spec research §1.11)."""
+
+from __future__ import annotations
+
+from station.context import Context, Event, Hook
+
+
+def is_holiday(tick: int) -> bool:
+    return tick % 10 in (9, 0)
+
+
+class HolidayEvacuation(Hook):
+    """On a holiday tick, agents standing at the Research Counter are sent to the Lobby."""
+
+    name = "research_holiday"
+    events = ("tick_started",)
+
+    def handle(self, ctx: Context, event: Event) -> None:
+        if not ctx.config.research.holiday_mode or not is_holiday(ctx.tick):
+            return
+        for agent in ctx.agents.active():
+            if agent.location == "research":
+                agent.location = "lobby"
+                ctx.notify(agent, ctx.texts.render("research_holiday_moved", tick=ctx.tick), "research")
+                ctx.agents.save(agent)
