@@ -28,7 +28,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from typing import Literal, cast
 
 from ..run_types import RunResult, RunSpec, RunStatus
 from . import disk
+from .processes import cpu_budget, exit_message, kill_tree, pump, tree_usage
 from .results import ResultRefused, StreamCapture, load_result, read_status
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +71,6 @@ TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 PROGRESS_FILE, PROGRESS_MAX_BYTES = "progress.txt", 120  # a harness's "epoch 3/120"
 POLL_S = 1.0  # progress, CPU time and processes are looked at this often
 DISK_POLL_S, DISK_DUTY = 2.0, 20  # disk use: every 2 s at most, and at most 1/20 of the time walking
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 Isolation = Literal["auto", "userns", "process"]
 
 
@@ -175,7 +174,7 @@ class LocalExecutor:
             self._closed = True
             live = list(self._live)
         for proc in live:
-            _kill(proc)
+            kill_tree(proc)
 
     # -- one run ---------------------------------------------------------------------------------
     def run(self, spec: RunSpec) -> RunResult:
@@ -285,7 +284,7 @@ class LocalExecutor:
             )
             self._live.add(proc)
         readers = [
-            threading.Thread(target=_pump, args=(stream, capture), daemon=True)
+            threading.Thread(target=pump, args=(stream, capture), daemon=True)
             for stream, capture in zip((proc.stdout, proc.stderr), captures)
         ]
         for reader in readers:
@@ -298,7 +297,7 @@ class LocalExecutor:
                 os.close(pidfd)
         finally:
             if proc.poll() is None:
-                _kill(proc)
+                kill_tree(proc)
             proc.wait()
             with self._live_lock:
                 self._live.discard(proc)
@@ -422,46 +421,6 @@ def read_progress(path: Path) -> str | None:
         os.close(fd)
     text = "".join(c for c in raw.decode("utf-8", errors="replace") if c.isprintable())
     return text.strip() or None
-
-
-def exit_message(code: int | None) -> str:
-    if code is None or code >= 0:
-        return f"Execution failed with exit code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    hint = {"SIGKILL": " (memory limit?)", "SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}
-    return f"Execution killed by signal {name}{hint.get(name, '')}"
-
-
-def cpu_budget(spec: RunSpec) -> int:
-    """CPU seconds the whole run may use: by default all its cores for the whole wall clock."""
-    return spec.cpu_seconds or math.ceil(spec.timeout_s * max(1.0, spec.num_cpus))
-
-
-def tree_usage(init: int) -> tuple[float, int]:
-    """CPU seconds used below `init` (its reaped children included, its own start-up not) and
-    the tasks (processes and threads) alive there now. A parent is read before its children, so
-    a child reaped meanwhile is missed for once, never counted twice."""
-    ticks = tasks = 0
-    todo = [init]
-    while todo:
-        pid = todo.pop()
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            children = [
-                int(c)
-                for tid in os.listdir(f"/proc/{pid}/task")
-                for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
-            ]
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile: its time is in its parent's cutime by now
-        utime, stime, cutime, cstime = map(int, fields[11:15])  # fields 14-17 of proc(5)
-        ticks += cutime + cstime + (utime + stime if pid != init else 0)
-        tasks += int(fields[17]) if pid != init else 0  # field 20: num_threads
-        todo += children
-    return ticks / CLOCK_TICKS, tasks
 
 
 def _size(usage: disk.Usage) -> str:
@@ -588,29 +547,6 @@ def _uid_lease() -> Iterator[int]:
             os.close(fd)
         return
     raise SandboxError(f"all {UID_COUNT} sandbox uids are in use")
-
-
-def _pump(stream, capture: StreamCapture) -> None:
-    fd = stream.fileno()
-    while data := os.read(fd, 1 << 16):
-        capture.feed(data)
-    stream.close()
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill unshare's child, the namespace's PID 1, which takes every process inside with it
-    (in process mode: the code's process group), then the launcher itself."""
-    try:
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-    except OSError:
-        children = []
-    for child in map(int, children):
-        for send in (os.killpg, os.kill):
-            try:
-                send(child, signal.SIGKILL)
-            except OSError:
-                pass
-    proc.kill()
 
 
 def _check(spec: RunSpec) -> None:
