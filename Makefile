@@ -2,7 +2,7 @@
 DIR ?= runs/demo
 TICKS ?= 100
 
-.PHONY: setup run test bench
+.PHONY: setup run test check bench
 
 setup:
 	@scripts/setup
@@ -14,9 +14,15 @@ run: setup
 	@echo "          .venv/bin/station agents $(DIR) --all"
 	@echo "          .venv/bin/station dialogue $(DIR) Guest_1"
 
-test: setup
-	.venv/bin/lint-imports --no-cache
+test: setup check
 	.venv/bin/python -m pytest -q
+
+# The code checks (docs/extending.md): lint, formatting, types and the layers.
+check: setup
+	.venv/bin/ruff check station rooms evaluators
+	.venv/bin/ruff format --check station rooms evaluators
+	.venv/bin/mypy
+	.venv/bin/lint-imports --no-cache
 
 bench: setup
 	.venv/bin/python scripts/bench_engine.py

@@ -232,6 +232,8 @@ class Engine:
 
     # -- one turn -------------------------------------------------------------------------
     def _turn(self, name: str) -> None:
+        """One agent's turn, as one unit. Kept whole: it is the turn of DESIGN.md's "one turn, as
+        data" (prompt, reply, actions, internal exchanges, commit), step for step."""
         ctx = self.ctx
         agent = ctx.agents.get(name)
         assert agent is not None

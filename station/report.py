@@ -147,6 +147,8 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
 
 
 def status_text(data: dict[str, Any]) -> str:
+    """`station status` as the terminal shows it. Kept whole: one line per fact, in the order
+    the user reads them, each a few words of formatting."""
     c = data["counts"]
     lines = [
         f"{data['station']['name']} at {data['station']['dir']}",

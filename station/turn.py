@@ -88,6 +88,8 @@ def execute_reply(
 
 
 def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -> None:
+    """Run one parsed action for `agent` and log what happened. Kept whole: the engine's one path
+    from an action to its handler (global action, room, access, params, savepoint), read top to bottom."""
     here = agent.location
     record = {
         "name": action.name,

@@ -151,6 +151,7 @@ def compute_metrics(
     computable), ``problems`` maps a metric to a one-line reason (every NaN has one).
     `cell_cycle_genes` is ``(S-phase genes, G2/M genes)`` as names in ``solution.var['feature_name']``.
     Raises ``ValueError("cells reordered or dropped")`` if the cells do not match the solution's.
+    Kept whole: the metrics run in a fixed order around shared, timed preparation steps.
     """
     began = time.perf_counter()
     clock: dict[str, float] = timings if timings is not None else {}

@@ -168,7 +168,8 @@ def _programmes(
     other: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     """Log-fold changes of the cell types (lineage, branch, shared and marker programmes), the
-    within-type latent loadings, the stress programme and the S and G2/M programmes."""
+    within-type latent loadings, the stress programme and the S and G2/M programmes. Kept whole:
+    its draws from `rng` come in one fixed order, which the shipped data depends on."""
     T = len(types)
 
     def size(frac: float, least: int) -> int:

@@ -276,9 +276,7 @@ class ScriptedModel:
         if "/execute_action{take" in started:
             return _answer(prompt, history, notes, rng)
         if "/execute_action{reflect" in started:
-            from .plays_talk import (
-                reflection_reply,  # lives beside the Reflection Chamber's play
-            )
+            from .plays_talk import reflection_reply  # lives beside the Reflection Chamber's play
 
             return reflection_reply(prompt, rng)
         first = next((line.strip() for line in prompt.splitlines() if len(line.split()) > 6), "")

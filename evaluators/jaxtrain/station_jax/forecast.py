@@ -138,6 +138,8 @@ class Trainer:
 
 
 def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest, opt_state, key) -> dict[str, Any]:
+    """The training loop of one trial. Kept whole: epochs, early stopping, the time budget and
+    progress reports share its state, as in the training loops agents read and change."""
     import jax
     import numpy as np
 
