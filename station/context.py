@@ -231,6 +231,19 @@ class Context:
     def room(self, short: str) -> Room | None:
         return self.rooms.get(short)
 
+    # -- what rooms tell each other (declared on Room, each with a do-nothing default) -----------
+    def task_summary(self) -> str | None:
+        """The research task in short, from the room that has one (for reviewers)."""
+        return next((text for room in self.rooms.values() if (text := room.task_summary(self))), None)
+
+    def lineage_credits(self) -> dict[str, float]:
+        """Credit per lineage from every room, added up (a guest's choice of lineage weighs it)."""
+        credits: dict[str, float] = {}
+        for room in self.rooms.values():
+            for lineage, value in room.lineage_credits(self).items():
+                credits[lineage] = credits.get(lineage, 0.0) + value
+        return credits
+
     def room_name(self, short: str) -> str:
         room = self.rooms.get(short)
         return room.name if room else short

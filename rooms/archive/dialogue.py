@@ -233,8 +233,7 @@ class Prompts:
         )
 
     def task(self) -> str:
-        room = self.ctx.room("research")
-        text = room.task_summary(self.ctx) if room is not None else None
+        text = self.ctx.task_summary()
         return text.strip() if text and text.strip() else self.ctx.texts.render("reviewer_no_task")
 
     def _extra_fields(self) -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from station.agents import AgentRegistry
 from station.background import InputWorker, Stopped, apply_ready, recorded
@@ -44,6 +44,9 @@ from station.store import Store, dumps
 
 from .dialogue import Dialogue, Prompts, ReviewOutcome, review_submission
 from .verdict import PaperVerdict
+
+if TYPE_CHECKING:
+    from .room import ArchiveRoom  # the room hands itself over (it imports this module)
 
 MIGRATIONS = [
     """
@@ -135,7 +138,8 @@ class Reviewer(Hook):
     events = ("tick_ending", "paper_submitted", "turn_started")
     migrations = MIGRATIONS
 
-    def __init__(self) -> None:
+    def __init__(self, archive: ArchiveRoom) -> None:
+        self.archive = archive  # where accepted papers are published
         self.worker: ReviewWorker | None = None
 
     def handle(self, ctx: Context, event: Event) -> None:
@@ -255,9 +259,6 @@ class Reviewer(Hook):
         )
         number = None
         if decision == "accepted":
-            archive = ctx.room("archive")
-            if archive is None or not hasattr(archive, "publish"):
-                raise RuntimeError("the reviewer needs the Archive room to publish accepted papers")
             extra = "".join(
                 f"\n{name.replace('_', ' ').title()}: {'n/a' if value is None else value}"
                 for name, value in verdict.extra.items()
@@ -265,7 +266,7 @@ class Reviewer(Hook):
             review = texts.render(
                 "reviewer_review", score=verdict.score, extra_lines=extra, comment=comment, suggestion=suggestion
             )
-            number = archive.publish(ctx, row, review)
+            number = self.archive.publish(ctx, row, review)
         record = {**verdict.as_dict(), "comment": comment, "suggestion": suggestion}
         ctx.store.execute(
             "UPDATE paper_submissions SET status=?, attempts=?, score=?, verdict=?, decided_tick=?, "

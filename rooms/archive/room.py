@@ -35,7 +35,7 @@ class ArchiveRoom(CapsuleRoom):
     update_notices = True
 
     def hooks(self, config: Any) -> list[Any]:
-        return [Reviewer()]
+        return [Reviewer(self)]
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
         return {

@@ -153,10 +153,7 @@ class TestChamber(Room):
             return None
         if cfg.selection == "uniform":
             return rng.choice(sorted(c.name for c in candidates))
-        credits: dict[str, float] = {}
-        for room in ctx.rooms.values():
-            for credited, value in room.lineage_credits(ctx).items():
-                credits[credited] = credits.get(credited, 0.0) + value
+        credits = ctx.lineage_credits()
         lineages = sorted({cast(str, c.lineage) for c in candidates})  # ascended agents all have one
         options: list[tuple[str | None, float]] = [
             (lin, ag.lineage_utility(ctx.agents, lin, ctx.tick, cfg.lifespan_penalty_per_tick, credits))
