@@ -27,10 +27,7 @@ class PrivateMemoryRoom(CapsuleRoom):
 
     def previewed_ancestor(self, ctx: Context, agent: Any) -> Any:
         """The ancestor whose notes a guest may preview: it passed the test and was offered one."""
-        chamber: Any = ctx.room("test")  # the Test Chamber's own rule for who may see an offer
-        if not agent.is_guest or chamber is None or not chamber.eligible(ctx, agent):
-            return None
-        return chamber.refresh_offer(ctx, agent)
+        return ctx.offered_ancestor(agent)
 
     def scope(self, ctx: Context, agent: Any) -> str | None:
         if not agent.is_guest and agent.lineage:

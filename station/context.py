@@ -236,6 +236,10 @@ class Context:
         """The research task in short, from the room that has one (for reviewers)."""
         return next((text for room in self.rooms.values() if (text := room.task_summary(self))), None)
 
+    def offered_ancestor(self, agent: Agent) -> Agent | None:
+        """The ancestor a guest has been offered, from the room that makes offers."""
+        return next((found for room in self.rooms.values() if (found := room.offered_ancestor(self, agent))), None)
+
     def lineage_credits(self) -> dict[str, float]:
         """Credit per lineage from every room, added up (a guest's choice of lineage weighs it)."""
         credits: dict[str, float] = {}

@@ -117,6 +117,10 @@ class Room:
         room's. A request that cannot be answered raises ValueError with a sentence for the operator."""
         return False
 
+    def offered_ancestor(self, ctx: Context, agent: Agent) -> Agent | None:
+        """The ancestor this guest has been offered to continue (the Test Chamber decides), or None."""
+        return None
+
     def status_counts(self, ctx: Context) -> dict[str, Any]:
         """Counts merged into `station status` (a dict value is merged into the key's dict)."""
         return {}

@@ -122,6 +122,11 @@ class TestChamber(Room):
         ]
 
     # -- ascension --------------------------------------------------------------------------
+    def offered_ancestor(self, ctx: Context, agent: Any) -> Any:
+        if not agent.is_guest or not self.eligible(ctx, agent):
+            return None
+        return self.refresh_offer(ctx, agent)
+
     def eligible(self, ctx: Context, agent: Any) -> bool:
         return passed_count(ctx, agent.session) >= ctx.config.lifecycle.min_tests_for_ascension
 
