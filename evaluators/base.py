@@ -7,8 +7,10 @@ plain data the sandbox returned; evaluators never see the engine or the store.
 
 from __future__ import annotations
 
+import importlib
 import io
 import math
+import pkgutil
 import random
 import tokenize
 from collections.abc import Callable
@@ -162,17 +164,26 @@ def register(kind: str) -> Callable[[type[Task]], type[Task]]:
     return mark
 
 
+def _import_task_modules() -> None:
+    """Import every task module, so that its `@register` runs: `evaluators/<name>.py`, or
+    `evaluators/<name>/task.py` in a package. A new task is a new module, and nothing else lists it."""
+    here = Path(__file__).parent
+    for info in pkgutil.iter_modules([str(here)]):
+        if not info.ispkg:
+            importlib.import_module(f"{__package__}.{info.name}")
+        elif (here / info.name / "task.py").exists():
+            importlib.import_module(f"{__package__}.{info.name}.task")
+
+
 def task_classes() -> list[type[Task]]:
     """Every registered task class, in registration order."""
-    from . import known_tasks  # noqa: F401 - importing registers every task module
-
+    _import_task_modules()
     return [TASKS.get(name) for name in TASKS.names()]
 
 
 def create_task(kind: str, params: dict[str, Any] | None = None) -> Task:
     """A task from its registry name and parameters; a clear error for unknown names or bad params."""
-    from . import known_tasks  # noqa: F401 - importing registers every task module
-
+    _import_task_modules()
     if kind not in TASKS:
         raise ValueError(f"unknown research task {kind!r}; known: {', '.join(sorted(TASKS.names()))}")
     try:

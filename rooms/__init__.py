@@ -1,26 +1,22 @@
-"""The rooms of a station. Importing a room's module registers it (`@register_room`); `load_rooms` builds
-the enabled ones in the order the Lobby lists them."""
+"""The rooms of a station. Every module here is imported, which registers its rooms
+(`@register_room`); `load_rooms` builds the enabled ones in the order the Lobby lists them."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from station.room import ROOMS, Room
 
-from . import (  # noqa: F401 - importing a room's module registers it
-    archive,
-    codex,
-    common,
-    exit,
-    external,
-    lobby,
-    mail,
-    misc,
-    private_memory,
-    public_memory,
-    reflection,
-    research,
-    test,
-    token_management,
-)
+
+def _import_room_modules() -> None:
+    """Import every module and package here, so that each room's `@register_room` runs: a new
+    room is a new module (or package) in rooms/, and nothing else lists it."""
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_room_modules()
 
 
 def room_classes() -> list[type[Room]]:
