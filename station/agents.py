@@ -138,9 +138,18 @@ class AgentRegistry:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._cache: dict[str, Agent] = {}
+        self._stored: dict[str, tuple] = {}  # each cached record's row as last read or written
 
     def invalidate(self) -> None:
         self._cache.clear()
+        self._stored.clear()
+
+    def flush(self) -> None:
+        """Write every cached record changed since it was read or saved. The engine calls this
+        before each unit commits, so no change waits on a later save of the same object."""
+        for agent in self._cache.values():
+            if agent.to_row() != self._stored.get(agent.name):
+                self.save(agent)
 
     def checkpoint(self) -> dict[str, tuple[Agent, dict[str, Any]]]:
         """The state of every cached record, to undo an action that failed half-way."""
@@ -151,6 +160,7 @@ class AgentRegistry:
         for name in list(self._cache):
             if name not in checkpoint:
                 del self._cache[name]
+                self._stored.pop(name, None)
         for name, (agent, state) in checkpoint.items():
             agent.__dict__.clear()
             agent.__dict__.update(state)
@@ -161,7 +171,8 @@ class AgentRegistry:
             row = self.store.one("SELECT data FROM agents WHERE name=?", (name,))
             if row is None:
                 return None
-            self._cache[name] = Agent.from_json(row["data"])
+            agent = self._cache[name] = Agent.from_json(row["data"])
+            self._stored[name] = agent.to_row()
         return self._cache[name]
 
     def save(self, agent: Agent) -> None:
@@ -175,6 +186,7 @@ class AgentRegistry:
             agent.to_row(),
         )
         self._cache[agent.name] = agent
+        self._stored[agent.name] = agent.to_row()
 
     def where(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
         """Agents matching an SQL condition on the indexed columns (state, kind, lineage, ...)."""

@@ -176,6 +176,7 @@ class Engine:
             try:
                 with self.store.transaction():
                     body()
+                    self.ctx.agents.flush()
                     self.store.set_meta("units", self.store.get_meta("units", 0) + 1)
             except NeedInput as need:
                 self._rolled_back()

@@ -1,8 +1,9 @@
 """A station recorded by older code (commit 94daad4, before the redesign of issue 19) replays, with the
 current code, into the world the older code made: the redesign must not change behaviour.
 
-The recording is data/recorded/demo-before-redesign.db.gz (see data/README.md): configs/demo.yaml run
-to the end of tick 30, with research evaluations (circle packing), archive papers and reviews, Test
+The recording is data/recorded/demo-before-redesign.db.gz (see data/README.md): configs/demo.yaml, with
+inactivity warnings off (the older code never delivered them: a bug the redesign fixed), run to the end of
+tick 30, with research evaluations (circle packing), archive papers and reviews, Test
 Chamber attempts, deaths and respawns. It must not be regenerated with newer code."""
 from __future__ import annotations
 
