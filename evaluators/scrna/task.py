@@ -24,20 +24,9 @@ from station.run_types import Mount, RunResult
 
 from ..base import Baseline, Task, Verdict, register
 from .driver import DRIVER, INPUT_DIR
+from .metrics import METRICS
 from .play import submission as scripted_play
 
-METRICS = (
-    "asw_batch",
-    "asw_label",
-    "ari",
-    "nmi",
-    "graph_connectivity",
-    "kbet",
-    "ilisi",
-    "clisi",
-    "pcr",
-    "cell_cycle_conservation",
-)
 LABELS = {
     "asw_batch": "ASW_batch",
     "asw_label": "ASW_label",
