@@ -48,6 +48,16 @@ class Verdict:
         }
 
 
+class ScorerFailure(Exception):
+    """The task's own scorer broke (it crashed, hung, or gave no finite score): a fault of the task,
+    never of the submission. The station records it as such, alerts the operator, charges nobody.
+    `result`: the submission's own run, whose logs are kept."""
+
+    def __init__(self, message: str, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass(frozen=True)
 class Baseline:
     """A submission the station evaluates at start-up, authored by `System` and visible to all."""
@@ -100,7 +110,8 @@ class Task:
         return None
 
     def score(self, result: RunResult) -> Verdict:
-        """Judge a run that ended with status "ok" (the parent handles crashes and timeouts)."""
+        """Judge a run that ended with status "ok" (the parent handles crashes and timeouts). Any
+        exception raised here counts as a ScorerFailure."""
         raise NotImplementedError
 
     def env(self) -> dict[str, str]:
@@ -146,7 +157,8 @@ class Task:
     def execute(
         self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
     ) -> RunResult:
-        """Run one submission to its end: one sandboxed run here; training tasks run several."""
+        """Run one submission to its end: one sandboxed run here; training tasks run several, folder
+        tasks a second one for their scorer. May raise ScorerFailure."""
         return executor.run(self.run_spec(code, mounts=mounts, label=label, cpu_only=cpu_only))
 
 

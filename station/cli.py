@@ -31,6 +31,7 @@ from .cli_commands import (
     cmd_set,
     cmd_spawn,
     cmd_status,
+    cmd_task_check,
 )
 from .readers_cli import add_reader_commands
 from .run_lock import StationBusy
@@ -99,7 +100,9 @@ def _add_tool_commands(sub: Any) -> None:
     s.set_defaults(fn=cmd_backup)
 
     s = sub.add_parser("evaluate", help="run one submission through a task's evaluator in the sandbox")
-    s.add_argument("task", help="a station config file, or a task name with parameters (circle_packing:n=32)")
+    s.add_argument(
+        "task", help="a station config file, a task folder, or a task name with parameters (circle_packing:n=32)"
+    )
     s.add_argument("submission", help="the submission's Python file")
     s.add_argument("--task-id", help="with a config file: which of its tasks (default 1)")
     s.add_argument(
@@ -111,6 +114,16 @@ def _add_tool_commands(sub: Any) -> None:
     s.add_argument("--timeout", type=float, help="override the task's time limit (seconds)")
     s.add_argument("--json", action="store_true", help="print the whole result as JSON")
     s.set_defaults(fn=cmd_evaluate)
+
+    s = sub.add_parser("task", help="work with task folders (docs/tasks.md)")
+    task_sub = s.add_subparsers(dest="task_command", required=True, metavar="check")
+    t = task_sub.add_parser(
+        "check", help="check a task folder: its files, its scorer, its baselines' scores, and what agents read"
+    )
+    t.add_argument("folder")
+    t.add_argument("--executor", choices=("local", "ray"), default="local", help="where to run the baselines")
+    t.add_argument("--no-baselines", action="store_true", help="only read and check the files")
+    t.set_defaults(fn=cmd_task_check)
 
     s = sub.add_parser("serve", help="the web viewer and operator console of a station")
     s.add_argument("dir")

@@ -395,6 +395,38 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_task_check(args: argparse.Namespace) -> int:
+    from evaluators.base import create_task
+    from rooms.research.standalone import evaluate_baselines
+
+    from .config import ExecutorConfig
+    from .executors import create_executor
+    from .report import shown
+
+    task = create_task("folder", {"path": args.folder})  # a TaskFolderError (a ValueError) says what is wrong
+    layout = task.folder  # type: ignore[attr-defined]
+    print(f"task folder {layout.path} ({layout.format} format): '{task.title}'", file=sys.stderr)
+    failed = 0
+    if not args.no_baselines and task.baselines():
+        executor = create_executor(ExecutorConfig(kind=args.executor), hide=task.private_paths())
+        try:
+            with elapsed_line("evaluating baselines"):
+                results = evaluate_baselines(task, executor)
+        finally:
+            executor.close()
+        print("baselines:", file=sys.stderr)
+        for r in results:
+            score = "n.a." if r["score"] is None else shown(r["score"])
+            problem = "" if r["success"] else f"  ({r['status']}: {r.get('error') or r.get('details') or '?'})"
+            print(clean(f"  {r['title']}: {score}{problem}"), file=sys.stderr)
+            failed += not r["success"]
+    elif not task.baselines():
+        print("no baselines (baselines/*.py): the leaderboard starts empty", file=sys.stderr)
+    print("--- what agents read with `read` ---", file=sys.stderr)
+    print(task.spec())
+    return 1 if failed else 0
+
+
 @contextmanager
 def elapsed_line(what: str):
     """A live "what: N s" line on a terminal while a long call runs (nothing when piped)."""

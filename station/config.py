@@ -242,10 +242,22 @@ class ReflectionConfig(Section):
 
 
 class TaskConfig(Section):
-    """One research task: an evaluator from evaluators/ and its parameters."""
+    """One research task: a built-in evaluator with its parameters, or a task folder (docs/tasks.md)."""
 
-    evaluator: str = Field(min_length=1, description="registry name, e.g. circle_packing")
+    evaluator: str | None = Field(None, min_length=1, description="registry name, e.g. circle_packing")
+    folder: str | None = Field(
+        None, min_length=1, description="a task folder (docs/tasks.md); relative to the config file"
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="evaluator parameters, e.g. {n: 26}")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaskConfig:
+        if (self.evaluator is None) == (self.folder is None):
+            raise ValueError("give either evaluator (a built-in task) or folder (a task folder), not both or neither")
+        if self.folder is not None and self.params:
+            raise ValueError("a task folder takes no params: its task.yaml says everything")
+        return self
+
     timeout_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="override the task's timeout")
     baselines: bool = Field(True, description="evaluate the task's System baselines when the station is created")
 
@@ -471,4 +483,8 @@ def load_config(path: str | Path) -> StationConfig:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader subclass
     except yaml.YAMLError as err:
         raise ConfigError(f"config {p} is not valid YAML: {_yaml_problem(err)}") from None
-    return parse_config(data, str(p))
+    config = parse_config(data, str(p))
+    for task in config.research.tasks:  # folders are relative to the config file, wherever it is run from
+        if task.folder is not None:
+            task.folder = str((p.parent / Path(task.folder).expanduser()).resolve())
+    return config

@@ -18,7 +18,7 @@ from .world import Station
 
 STATUS_SCHEMA = 1
 CAPSULE_KINDS = ("private", "public", "archive", "mail")
-SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out")
+SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out", "scorer_failed")
 
 
 PAUSE_FILE = "paused.txt"  # why the last run stopped for the operator (removed when a run starts)
@@ -121,11 +121,12 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
     for room in ctx.rooms.values():
         for key, value in room.status_counts(ctx).items():
             counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
-    open_evaluations = []
+    open_evaluations, scorer_failures = [], []
     if "research" in ctx.rooms:  # honest states: nothing runs in a station no process runs
         from rooms.research import states
 
         open_evaluations = [e.to_json() for e in states.open_evaluations(store, live=running)]
+        scorer_failures = states.recent_scorer_failures(store)
         for state in ("queued", "running", "undelivered"):
             counts["submissions"][state] = sum(1 for e in open_evaluations if e["state"] == state)
     done = {r[0] for r in store.all("SELECT session FROM turns WHERE tick=?", (ctx.tick,))}
@@ -142,6 +143,7 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         "agents": agents,
         "counts": counts,
         "evaluations": open_evaluations,
+        "scorer_failures": scorer_failures,
         "spend": money,
     }
 
@@ -176,6 +178,7 @@ def status_text(data: dict[str, Any]) -> str:
         social.append(
             f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
             f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out"
+            + (f", {sub['scorer_failed']} not scored (the task's scorer failed)" if sub.get("scorer_failed") else "")
         )
         social += [
             f"  #{e['id']} {e['state']}"
@@ -184,6 +187,10 @@ def status_text(data: dict[str, Any]) -> str:
             + f": {e['title']!r} by {e['author']}"
             for e in data.get("evaluations", [])
             if e["state"] == "running"
+        ]
+        social += [
+            f"  the scorer of task {f['task']} failed on #{f['id']}: {f['error']}"
+            for f in data.get("scorer_failures", [])[:3]
         ]
         best = sorted(c["research_best"].items(), key=lambda item: natural_order(item[0]))
         social += [

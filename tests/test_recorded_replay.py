@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import gzip
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from station import cli
+from station.config import parse_config
 from station.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +40,17 @@ def dump(directory: Path) -> Dump:
 
 def normalized(d: Dump) -> Dump:
     """The dump with `inputs` as a set: its row ids follow the wall-clock order in which parallel
-    background evaluation results were recorded, so the id column goes and the rows are sorted by key."""
+    background evaluation results were recorded, so the id column goes and the rows are sorted by key.
+    The stored config is read with today's schema, so that a key added since (with its default) is
+    not a difference, while any changed value still is."""
     d = dict(d)
+    cols, *rows = d["meta"]
+    key, value = cols.index("key"), cols.index("value")
+    d["meta"] = [cols] + [
+        [*r[:value], json.dumps(parse_config(json.loads(r[value]), "stored").model_dump(mode="json")), *r[value + 1 :]]
+        if r[key] == "config" else r
+        for r in rows
+    ]
     cols, *rows = d["inputs"]
     kind, agent = cols.index("kind"), cols.index("agent")
     body = []

@@ -904,7 +904,8 @@ def test_task_summary_credits_counts_and_best(tmp_path: Path) -> None:
     seed(st, "Praxis I")
     deliver(st, p2 + 2, status="timed_out")
     counts = r.status_counts(ctx)
-    assert counts["submissions"] == {"queued": 0, "running": 1, "finished": 5, "failed": 0, "timed_out": 1}
+    assert counts["submissions"] == {"queued": 0, "running": 1, "finished": 5, "failed": 0, "timed_out": 1,
+                                     "scorer_failed": 0}
     assert {task: best["evaluation"] for task, best in counts["research_best"].items()} == {"1": s2, "2": p2}
 
 

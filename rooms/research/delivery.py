@@ -163,6 +163,8 @@ def seed_baselines(ctx: Context) -> None:
 def final_status(result: dict[str, Any]) -> str:
     if result.get("status") == "ok" and result.get("success"):
         return "finished"
+    if result.get("status") == "scorer_error":
+        return "scorer_failed"
     return "timed_out" if result.get("status") == "timeout" else "failed"
 
 
@@ -202,6 +204,15 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
                 version.key,
             ),
         )
+    if status == "scorer_failed":  # the task is broken: only the operator can mend it
+        ctx.emit(
+            "operator_alert",
+            row["author"],
+            problem="the task's scorer failed",
+            evaluation=row["id"],
+            task=row["task"],
+            error=(result.get("error") or "")[:2000],
+        )
     author = ctx.agents.get(row["author"])
     if row["author"] != SYSTEM_AUTHOR and author is not None and author.active and author.session == row["session"]:
         ctx.notify(author, result_message(ctx, row, outcome, status), "evaluation")
@@ -240,7 +251,9 @@ def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
             parts.append(texts.render("evaluation_score", score=repr(result["score"])) + _metric_lines(task, result))
     if result.get("details"):
         parts.append(texts.render("evaluation_details", details=result["details"]))
-    if status != "finished" and result.get("error"):
+    if status == "scorer_failed":
+        parts.append(texts.render("evaluation_scorer_failed"))
+    elif status != "finished" and result.get("error"):
         parts.append(texts.render("evaluation_error", error=result["error"]))
         error = result["error"]
         if "Import failed" in error or "No module named" in error:

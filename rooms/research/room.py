@@ -40,7 +40,13 @@ from .text import cell, clip_log, clip_title, fence, json_or
 MAX_TITLE_CHARS = 200
 PREVIEW_MAX_IDS = 100
 SUMMARY_CHARS = 12_000  # task_summary budget (the archive reviewer's context)
-STATUS_WORDS = {"queued": "being evaluated", "finished": "finished", "failed": "failed", "timed_out": "timed out"}
+STATUS_WORDS = {
+    "queued": "being evaluated",
+    "finished": "finished",
+    "failed": "failed",
+    "timed_out": "timed out",
+    "scorer_failed": "not scored (the task's scorer failed; not counted against the author)",
+}
 
 
 @register_room
@@ -563,6 +569,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 "finished": rows.get("finished", 0),
                 "failed": rows.get("failed", 0),
                 "timed_out": rows.get("timed_out", 0),
+                "scorer_failed": rows.get("scorer_failed", 0),
             },
             "research_best": best,
         }

@@ -10,17 +10,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from evaluators.base import Task, create_task, has_real_code
+from evaluators.base import ScorerFailure, Task, create_task, has_real_code
 from station.config import ConfigError, load_config
 from station.run_types import Mount
 
 from .tasks import load_tasks
-from .worker import run_payload
+from .worker import run_payload, scorer_failed_payload
 
 
 def resolve_task(spec: str, task_id: str | None = None) -> tuple[Task, Any]:
-    """A task from a station config file (its task `task_id`, default the first), or `name[:key=value,...]`."""
+    """A task from a station config file (its task `task_id`, default the first), a task folder, or
+    `name[:key=value,...]`."""
     path = Path(spec)
+    if path.is_dir():
+        return create_task("folder", {"path": str(path)}), None
     if path.suffix in (".yaml", ".yml") or path.is_file():
         config = load_config(path)
         tasks = load_tasks(config.research)
@@ -62,5 +65,13 @@ def evaluate(task: Task, code: str, executor: Any, storage: Path | None = None) 
         for area in ("shared", "system", "lineage"):
             (root / area).mkdir(parents=True, exist_ok=True)
             mounts.append(Mount(root / area, f"storage/{area}", writable=area != "system"))
-        result = task.execute(executor, code, mounts=mounts, label="evaluate")
+        try:
+            result = task.execute(executor, code, mounts=mounts, label="evaluate")
+        except ScorerFailure as failure:
+            return scorer_failed_payload(failure, executor.name)
     return run_payload(task, result, executor.name)
+
+
+def evaluate_baselines(task: Task, executor: Any) -> list[dict[str, Any]]:
+    """Each of the task's baselines evaluated as a station does at creation (`station task check`)."""
+    return [{"title": b.title, **evaluate(task, b.code, executor)} for b in task.baselines()]

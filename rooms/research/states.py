@@ -104,6 +104,23 @@ def recent_failure_rate(store: Any, last: int = RECENT_EVALUATIONS) -> tuple[int
     return sum(1 for r in rows if r["status"] != "finished"), len(rows)
 
 
+def recent_scorer_failures(store: Any, last: int = RECENT_EVALUATIONS) -> list[dict[str, Any]]:
+    """Among the last `last` delivered evaluations, those the task's own scorer failed to judge
+    (newest first): id, task and the first line of the error, for the operator's alerts."""
+    if not _has_table(store, "evaluations"):
+        return []
+    rows = store.all(
+        "SELECT id, task, status, error FROM evaluations WHERE status != 'queued' "
+        "ORDER BY finished_tick DESC, id DESC LIMIT ?",
+        (last,),
+    )
+    return [
+        {"id": r["id"], "task": r["task"], "error": (r["error"] or "").strip().split("\n")[0][:300]}
+        for r in rows
+        if r["status"] == "scorer_failed"
+    ]
+
+
 def summary(store: Any, *, live: bool) -> str:
     """One short line for the live status display, e.g. "evals: #3 running 41s (epoch 2), 2 queued"."""
     found = open_evaluations(store, live=live)

@@ -15,7 +15,7 @@ from typing import Any
 
 SYSTEM_AUTHOR = "System"
 OPEN_STATES = ("queued",)  # not yet delivered; 'running' is known from evaluation_runs
-DONE_STATES = ("finished", "failed", "timed_out")
+DONE_STATES = ("finished", "failed", "timed_out", "scorer_failed")  # scorer_failed: the task's fault
 
 # The one ranking of results (the leaderboard, a task's best, stagnation, the web viewer).
 VALID = "(e.status = 'finished' AND e.score IS NOT NULL)"
@@ -66,7 +66,7 @@ MIGRATIONS = [
         no_debugger INTEGER NOT NULL DEFAULT 0,
         cpu_only INTEGER NOT NULL DEFAULT 0,
         holds_tick INTEGER NOT NULL DEFAULT 1, -- 0: the tick never waits for it (System baselines)
-        status TEXT NOT NULL DEFAULT 'queued', -- queued / finished / failed / timed_out
+        status TEXT NOT NULL DEFAULT 'queued', -- queued / finished / failed / timed_out / scorer_failed
         score REAL,                            -- NULL unless finished with success
         sort_key TEXT,                         -- JSON list, compared within one task only
         metrics TEXT,                          -- JSON {name: raw value or null}

@@ -10,7 +10,10 @@ def load_tasks(config: ResearchConfig) -> dict[str, Task]:
     tasks: dict[str, Task] = {}
     for number, entry in enumerate(config.tasks, 1):
         try:
-            task = create_task(entry.evaluator, entry.params)
+            if entry.folder is not None:
+                task = create_task("folder", {"path": entry.folder})
+            else:
+                task = create_task(entry.evaluator or "", entry.params)
         except ValueError as err:
             raise ConfigError(f"invalid station config: research.tasks.{number - 1}: {err}") from None
         if entry.timeout_s is not None:

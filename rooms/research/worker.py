@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evaluators.base import ScorerFailure
 from station.agents import AgentRegistry
 from station.background import InputWorker, Stopped
 from station.models import ModelPool
@@ -43,7 +44,34 @@ STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
 
 def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
     """A run's recorded result: the sandbox's outcome plus the trusted evaluator's verdict."""
-    payload: dict[str, Any] = {
+    payload = _base_payload(result, executor)
+    if result.status != "ok":
+        return payload
+    try:
+        verdict = task.score(result)
+    except Exception as err:  # noqa: BLE001 - the task's scorer broke: its fault, not the code's
+        failure = err if isinstance(err, ScorerFailure) else ScorerFailure(f"{type(err).__name__}: {err}", result)
+        log.error("the scorer of task %s failed: %s", task.kind, failure)
+        return scorer_failed_payload(failure, executor)
+    payload.update(verdict.to_payload())
+    metrics = payload["metrics"]
+    for name, value in list(metrics.items()):  # JSON has no NaN: keep it readable as "nan"
+        if isinstance(value, float) and not math.isfinite(value):
+            metrics[name] = str(value)
+    if not verdict.success:
+        payload["status"] = "invalid"
+    return payload
+
+
+def scorer_failed_payload(failure: ScorerFailure, executor: str) -> dict[str, Any]:
+    """The task's scorer broke: recorded as such (status "scorer_error"), with the submission's own logs."""
+    payload = _base_payload(failure.result or RunResult(status="ok"), executor)
+    payload.update(status="scorer_error", error=clip_log(str(failure), STREAM_KEEP_CHARS), traceback=None)
+    return payload
+
+
+def _base_payload(result: RunResult, executor: str | None) -> dict[str, Any]:
+    return {
         "status": result.status,
         "error": result.error,
         "traceback": result.traceback,
@@ -59,41 +87,12 @@ def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
         "metrics": {},
         "details": "",
     }
-    if result.status != "ok":
-        return payload
-    try:
-        verdict = task.score(result)
-    except Exception as err:  # noqa: BLE001 - an evaluator bug must not lose the evaluation
-        log.exception("evaluator %s failed", task.kind)
-        payload.update(status="invalid", details=f"Evaluation error: {type(err).__name__}: {err}")
-        return payload
-    payload.update(verdict.to_payload())
-    metrics = payload["metrics"]
-    for name, value in list(metrics.items()):  # JSON has no NaN: keep it readable as "nan"
-        if isinstance(value, float) and not math.isfinite(value):
-            metrics[name] = str(value)
-    if not verdict.success:
-        payload["status"] = "invalid"
-    return payload
 
 
 def refused_payload(problem: str) -> dict[str, Any]:
-    return {
-        "status": "refused",
-        "error": f"Validation error: {problem}",
-        "traceback": None,
-        "stdout": "",
-        "stderr": "",
-        "exit_code": None,
-        "duration_s": 0.0,
-        "isolation": [],
-        "executor": None,
-        "success": False,
-        "score": None,
-        "sort_key": None,
-        "metrics": {},
-        "details": "",
-    }
+    payload = _base_payload(RunResult(status="ok"), None)
+    payload.update(status="refused", error=f"Validation error: {problem}")
+    return payload
 
 
 def storage_mounts(files: Path, lineage: str | None, cross_lineage: bool) -> list[Mount]:
@@ -239,6 +238,9 @@ class EvaluationWorker(InputWorker):
             result = task.execute(
                 self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"])
             )
+        except ScorerFailure as err:
+            log.error("the scorer of evaluation %s failed: %s", row["id"], err)
+            return scorer_failed_payload(err, self.executor.name)
         except Exception as err:  # noqa: BLE001 - the executor broke, not the code
             log.exception("executor failed on evaluation %s", row["id"])
             result = RunResult(status="system_error", error=f"Evaluation system error: {err}")

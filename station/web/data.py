@@ -204,6 +204,9 @@ def evaluation_watch(
     failed, delivered = states.recent_failure_rate(store)
     if delivered >= FAILURE_MIN_DELIVERED and failed > delivered * FAILURE_SHARE:
         warnings.append({"kind": "failures", "failed": failed, "delivered": delivered})
+    broken = states.recent_scorer_failures(store)
+    if broken:
+        warnings.append({"kind": "scorer", "count": len(broken), **broken[0]})
     for e in found:
         limit = timeouts.get(e.task)
         if limit is None:

@@ -1,0 +1,290 @@
+"""A research task given as a folder: what it holds, read and checked (docs/tasks.md).
+
+Two formats are recognised:
+
+    native      task.md, task.yaml, evaluate.py (the trusted scorer), and optionally
+                data/ (read-only for submissions), private/ (the scorer's only) and baselines/*.py
+    openevolve  evaluator.py (evaluate(program_path) -> metrics) and initial_program.py, optionally
+                config.yaml (OpenEvolve's; its evaluator section is read), task.md and task.yaml
+
+Every problem is a TaskFolderError naming the file and what is wrong, so `station task check`
+and a station's start-up both say exactly what to fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..base import Baseline
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FILENAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.py$")
+HEADER_LINE = re.compile(r"^#\s*(title|tags|abstract)\s*:\s*(.*)$", re.IGNORECASE)
+MAX_STATEMENT_CHARS = 100_000
+MAX_BASELINE_CHARS = 200_000
+MAX_CHECKED_ENTRIES = 20_000  # permission checks stop there (big data/ folders)
+
+
+class TaskFolderError(ValueError):
+    """The folder is not a usable task; the message says which file and what to change."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmissionSettings(_Strict):
+    mode: Literal["function", "command"] = "function"
+    entry: str = Field("main", min_length=1, description="function mode: a function name; command mode: a command")
+    filename: str = "submission.py"
+
+    @field_validator("filename")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not FILENAME.match(value):
+            raise ValueError("must be a plain Python file name such as submission.py")
+        return value
+
+
+class Resources(_Strict):
+    timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600)
+    memory_mb: int | None = Field(4096, ge=64)
+    cpus: float = Field(1.0, gt=0, le=256)
+    gpus: float = Field(0.0, ge=0, le=16)
+
+
+class ScorerSettings(_Strict):
+    timeout_s: float = Field(300.0, gt=0, le=24 * 3600)
+    memory_mb: int | None = Field(4096, ge=64)
+    metric: str = Field("combined_score", min_length=1, description="openevolve: the metric used as the score")
+
+
+class TaskSettings(_Strict):
+    """task.yaml."""
+
+    title: str = Field("", max_length=200)
+    description: str = Field("", max_length=500)
+    submission: SubmissionSettings = Field(default_factory=SubmissionSettings)
+    resources: Resources = Field(default_factory=Resources)
+    scorer: ScorerSettings = Field(default_factory=ScorerSettings)
+    higher_is_better: bool = True
+    score_name: str = Field("score", min_length=1, max_length=60)
+    display_precision: int = Field(4, ge=0, le=17)
+    metrics: dict[str, str] = Field(default_factory=dict, description="secondary metric -> format, e.g. '.3f'")
+
+    @field_validator("metrics")
+    @classmethod
+    def _formats(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            try:
+                format(1.5, spec)
+            except ValueError:
+                raise ValueError(f"{name}: {spec!r} is not a number format such as '.3f'") from None
+        return value
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """OpenEvolve's cascade: evaluate_stage1, 2, 3 in turn while the score passes each threshold."""
+
+    enabled: bool = False
+    thresholds: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskFolder:
+    path: Path  # absolute
+    format: Literal["native", "openevolve"]
+    settings: TaskSettings
+    statement: str  # task.md, or what the OpenEvolve folder offers instead
+    baselines: tuple[Baseline, ...]
+    cascade: Cascade = Cascade()
+
+    @property
+    def scorer_file(self) -> str:
+        return "evaluate.py" if self.format == "native" else "evaluator.py"
+
+    @property
+    def data_dir(self) -> Path | None:
+        found = self.path / "data"
+        return found if found.is_dir() else None
+
+    @property
+    def private_dir(self) -> Path | None:
+        found = self.path / "private"
+        return found if found.is_dir() else None
+
+
+def read_folder(path: str | Path) -> TaskFolder:
+    """The task folder at `path`, checked; a TaskFolderError says what is missing or wrong."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise TaskFolderError(f"task folder {folder} does not exist or is not a folder")
+    folder = folder.resolve()
+    if not (folder / "evaluate.py").is_file() and not (folder / "evaluator.py").is_file():
+        raise TaskFolderError(
+            f"{folder} holds neither evaluate.py (a Station task) nor evaluator.py (an OpenEvolve task); "
+            "see docs/tasks.md for what a task folder holds"
+        )
+    _check_readable(folder)
+    return _native(folder) if (folder / "evaluate.py").is_file() else _openevolve(folder)
+
+
+def _check_readable(folder: Path) -> None:
+    """Run as root, the sandbox gives each run an unprivileged uid of its own, which reads the task
+    folder as "others" do: say so now rather than fail every evaluation later."""
+    if os.geteuid() != 0:
+        return  # runs read the folder as this user (or, in a user namespace, as its mapped root)
+    closed: list[str] = []
+    checked = 0
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            path = Path(root, name)
+            mode = path.lstat().st_mode
+            need = (stat.S_IROTH | stat.S_IXOTH) if stat.S_ISDIR(mode) else stat.S_IROTH
+            if not stat.S_ISLNK(mode) and mode & need != need:
+                closed.append(str(path.relative_to(folder)))
+            checked += 1
+        if checked > MAX_CHECKED_ENTRIES:
+            break
+    if os.stat(folder).st_mode & 0o005 != 0o005:
+        closed.insert(0, ".")
+    if closed:
+        shown = ", ".join(closed[:5]) + (f" and {len(closed) - 5} more" if len(closed) > 5 else "")
+        raise TaskFolderError(
+            f"sandboxed runs cannot read parts of {folder}: {shown}. Runs use an unprivileged user of their own "
+            f"(submissions never see the folder, only data/; the scorer reads all of it): chmod -R o+rX '{folder}'"
+        )
+
+
+def _native(folder: Path) -> TaskFolder:
+    settings = _settings(folder, required=False)  # every setting has a default
+    statement = _text(folder / "task.md", MAX_STATEMENT_CHARS, required=True)
+    if not settings.title:
+        settings = settings.model_copy(update={"title": _first_heading(statement) or folder.name})
+    baselines = tuple(_baseline(file) for file in sorted((folder / "baselines").glob("*.py")))
+    return TaskFolder(folder, "native", settings, statement, baselines)
+
+
+def _openevolve(folder: Path) -> TaskFolder:
+    program = folder / "initial_program.py"
+    if not program.is_file():
+        raise TaskFolderError(f"{folder} has an OpenEvolve evaluator.py but no initial_program.py")
+    settings = _settings(folder, required=False)
+    evolve = _openevolve_config(folder)
+    scorer = settings.scorer
+    if "timeout" in evolve and "scorer" not in _yaml(folder / "task.yaml", required=False):
+        scorer = scorer.model_copy(update={"timeout_s": float(evolve["timeout"])})
+    updates: dict[str, Any] = {"scorer": scorer, "title": settings.title or folder.name.replace("_", " ")}
+    settings = settings.model_copy(update=updates)
+    statement = _text(folder / "task.md", MAX_STATEMENT_CHARS, required=False) or _openevolve_statement(folder)
+    initial = Baseline(
+        title="Initial program",
+        tags=("baseline", "initial program"),
+        abstract="The task's initial_program.py, as the task folder ships it.",
+        code=_text(program, MAX_BASELINE_CHARS, required=True),
+    )
+    thresholds = evolve.get("cascade_thresholds") or []
+    if not isinstance(thresholds, list) or not all(isinstance(t, (int, float)) for t in thresholds):
+        raise TaskFolderError(f"{folder / 'config.yaml'}: evaluator.cascade_thresholds must be a list of numbers")
+    cascade = Cascade(bool(evolve.get("cascade_evaluation", False)), tuple(float(t) for t in thresholds))
+    return TaskFolder(folder, "openevolve", settings, statement, (initial,), cascade)
+
+
+def _settings(folder: Path, *, required: bool) -> TaskSettings:
+    data = _yaml(folder / "task.yaml", required=required)
+    try:
+        return TaskSettings.model_validate(data)
+    except ValidationError as err:
+        lines = [f"{folder / 'task.yaml'} is not valid:"]
+        for e in err.errors():
+            where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            what = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {where}: {what}")
+        raise TaskFolderError("\n".join(lines)) from None
+
+
+def _yaml(file: Path, *, required: bool) -> dict[str, Any]:
+    text = _text(file, MAX_STATEMENT_CHARS, required=required)
+    if not text:
+        return {}
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise TaskFolderError(f"{file} is not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TaskFolderError(f"{file}: the top level must be a mapping")
+    return data
+
+
+def _openevolve_config(folder: Path) -> dict[str, Any]:
+    """The `evaluator` section of an OpenEvolve config.yaml (timeout, cascade), when there is one."""
+    section = _yaml(folder / "config.yaml", required=False).get("evaluator") or {}
+    if not isinstance(section, dict):
+        raise TaskFolderError(f"{folder / 'config.yaml'}: evaluator must be a mapping")
+    return section
+
+
+def _openevolve_statement(folder: Path) -> str:
+    """What agents read when an OpenEvolve folder has no task.md: its system message, and the initial program."""
+    prompt = _yaml(folder / "config.yaml", required=False).get("prompt") or {}
+    message = prompt.get("system_message", "") if isinstance(prompt, dict) else ""
+    code = _text(folder / "initial_program.py", MAX_BASELINE_CHARS, required=True)
+    title = folder.name.replace("_", " ")
+    return (
+        f"# {title}\n\n{str(message).strip() or 'Improve the program below.'}\n\n"
+        f"## The initial program\n```python\n{code.rstrip()}\n```\n"
+    )
+
+
+def _text(file: Path, limit: int, *, required: bool) -> str:
+    if not file.is_file():
+        if required:
+            raise TaskFolderError(f"{file.parent} has no {file.name}")
+        return ""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TaskFolderError(f"{file} is not UTF-8 text") from None
+    except OSError as err:
+        raise TaskFolderError(f"cannot read {file}: {err.strerror}") from None
+    if len(text) > limit:
+        raise TaskFolderError(f"{file} is {len(text):,} characters; at most {limit:,} are allowed")
+    return text
+
+
+def _first_heading(markdown: str) -> str:
+    for line in markdown.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return ""
+
+
+def _baseline(file: Path) -> Baseline:
+    """A baseline program; its leading `# title:`, `# tags:` and `# abstract:` lines describe it
+    (an abstract may go on over further `#` lines)."""
+    code = _text(file, MAX_BASELINE_CHARS, required=True)
+    fields = {"title": "", "tags": "", "abstract": ""}
+    current = None
+    for line in code.splitlines():
+        if not line.startswith("#"):
+            break
+        found = HEADER_LINE.match(line)
+        if found:
+            current = found.group(1).lower()
+            fields[current] = found.group(2).strip()
+        elif current == "abstract" and line.strip("# "):
+            fields["abstract"] += " " + line.lstrip("#").strip()
+    tags = tuple(t.strip() for t in fields["tags"].split(",") if t.strip()) or ("baseline",)
+    title = fields["title"] or file.stem.replace("_", " ")
+    return Baseline(title=title, tags=tags, abstract=fields["abstract"] or f"Baseline {file.name}.", code=code)
