@@ -11,10 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", ["demo.yaml", "social_demo.yaml", "open_station.yaml", "circle_packing_n26.yaml",
-                                  "circle_packing_n32.yaml"])
+                                  "circle_packing_n32.yaml", "folder_task.yaml"])
 def test_shipped_configs_load(name: str) -> None:
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.agents and sum(a.count for a in cfg.agents) == 5
+
+
+def test_the_folder_task_config_builds_its_task_from_any_working_dir(monkeypatch, tmp_path) -> None:
+    from rooms.research.tasks import load_tasks
+
+    monkeypatch.chdir(tmp_path)
+    tasks = load_tasks(load_config(ROOT / "configs" / "folder_task.yaml").research)
+    assert tasks["1"].title == "Circle Packing in a Unit Square (n = 26)" and tasks["1"].timeout_s == 120
 
 
 def test_defaults_follow_the_reference() -> None:

@@ -376,6 +376,16 @@ def test_an_openevolve_program_that_crashes_is_the_program_s_crash(executor) -> 
         shutil.rmtree(root)
 
 
+def test_the_readme_shows_the_shipped_minimal_folder_whole() -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    shown = dict(re.findall(r"^`tasks/line_fit/([^`]+)`:\n```\w*\n(.*?)```$", readme, re.MULTILINE | re.DOTALL))
+    shipped = {str(p.relative_to(EXAMPLES / "line_fit")): p.read_text()
+               for p in sorted((EXAMPLES / "line_fit").rglob("*")) if p.is_file()}
+    assert shown == shipped
+
+
 # -- `station task check` ----------------------------------------------------------------------------
 def test_task_check_prints_baseline_scores_and_what_agents_read(tmp_path: Path) -> None:
     import subprocess
@@ -387,6 +397,13 @@ def test_task_check_prints_baseline_scores_and_what_agents_read(tmp_path: Path) 
     assert "Ring Pattern Baseline: 1.95" in done.stderr
     assert done.stdout.startswith("# Circle Packing in a Unit Square (n = 26)")
     assert "1200 s of wall-clock time" in done.stdout
+    for example in ("line_fit", "openevolve_function_minimization"):
+        done = subprocess.run([sys.executable, "-m", "station.cli", "task", "check", f"examples/tasks/{example}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and "baselines:" in done.stderr, done.stderr
+    assert "Mean of the training y: -36.8031" in subprocess.run(
+        [sys.executable, "-m", "station.cli", "task", "check", "examples/tasks/line_fit"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300).stderr
     broken = tmp_path / "broken"
     write_folder(broken, {"task.md": "# T\n", "task.yaml": "resources: {cpu: 2}\n", "evaluate.py": "x = 1\n"})
     done = subprocess.run([sys.executable, "-m", "station.cli", "task", "check", str(broken)],
