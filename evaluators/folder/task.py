@@ -52,7 +52,7 @@ class FolderTask(Task):
         resources = settings.resources
         self.timeout_s, self.memory_mb = resources.timeout_s, resources.memory_mb
         if folder.format == "openevolve":  # the candidate program runs inside the evaluator's own run
-            self.mode, self.entry, self.filename = "function", "main", "program.py"
+            self.mode, self.entry, self.filename = "function", "evaluate(program_path) of evaluator.py", "program.py"
             self.timeout_s, self.memory_mb = settings.scorer.timeout_s, settings.scorer.memory_mb
         self.num_cpus, self.num_gpus = resources.cpus, resources.gpus
         self.display_precision = settings.display_precision
@@ -170,7 +170,8 @@ class FolderTask(Task):
 
     def _scorer_spec(self, inputs: Path, outputs: Path, label: str) -> RunSpec:
         scorer = self.folder.settings.scorer
-        timeout = scorer.timeout_s
+        # an OpenEvolve evaluator runs the program too: its run has the task's limit (a config may override it)
+        timeout = self.timeout_s if self.folder.format == "openevolve" else scorer.timeout_s
         return RunSpec(
             code=DRIVER.read_text(encoding="utf-8"),
             mode="function",
