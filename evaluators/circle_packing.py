@@ -87,7 +87,7 @@ class CirclePacking(Task):
         n = SHOWN_N.search(shown_title)
         return scripted_circles(int(n.group(1)), seen, rng) if n else None
 
-    def __init__(self, n: int = 26) -> None:
+    def __init__(self, n: int = 26, cpus: float = 1.0, gpus: float = 0.0) -> None:
         try:
             if isinstance(n, bool):
                 raise TypeError
@@ -96,7 +96,9 @@ class CirclePacking(Task):
             raise ValueError(f"circle_packing: n must be an integer from {MIN_N} to {MAX_N}, got {n!r}") from None
         if not MIN_N <= n <= MAX_N:
             raise ValueError(f"circle_packing: n must be from {MIN_N} to {MAX_N}, got {n}")
-        self.n = n
+        if not (0 < cpus <= 256 and 0 <= gpus <= 16):
+            raise ValueError(f"circle_packing: cpus must be in (0, 256] and gpus in [0, 16], got {cpus} and {gpus}")
+        self.n, self.num_cpus, self.num_gpus = n, float(cpus), float(gpus)
         self.title = f"Circle Packing in a Unit Square (n = {n})"
         self.description = f"Pack {n} non-overlapping circles in the unit square to maximise the sum of their radii."
 
@@ -243,7 +245,7 @@ anything else, changes nothing; printed output only appears in your run's logs.
 
 ## Limits
 - Time: {self.timeout_s:g} seconds of wall-clock time per run ({self.timeout_s / 60:g} minutes); the run is stopped after that.
-- Memory: {self.memory_mb} MB. One CPU core, no GPU.
+- Memory: {self.memory_mb} MB. {self._processors()}
 - Python with NumPy and SciPy available.
 
 ## A valid example ({n} circles, equal circles on a square grid)
@@ -260,6 +262,11 @@ It is valid but far from good: a better packing mixes circle sizes.
   `storage/<your lineage>` (your lineage's own files), within the access rules the station shows you.
   Loading a good earlier packing from there and improving it is a fair strategy.
 """
+
+    def _processors(self) -> str:
+        cores = f"{self.num_cpus:g} CPU core" + ("" if self.num_cpus == 1 else "s")
+        gpus = "no GPU" if not self.num_gpus else f"{self.num_gpus:g} GPU" + ("" if self.num_gpus == 1 else "s")
+        return f"{cores}, {gpus}."
 
     # ----- baselines -----------------------------------------------------------------------------
 

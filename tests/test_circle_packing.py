@@ -3,6 +3,7 @@ spec, the submission programs the scripted agents use, and the open station's ge
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,6 +205,18 @@ def test_spec_reports_an_overridden_timeout():
     task = create_task("circle_packing")
     task.timeout_s = 1260.0
     assert "1260 seconds" in task.spec()
+
+
+def test_spec_states_the_configured_processors_and_the_paper_config_gives_1260_s():
+    from rooms.research.tasks import load_tasks
+    from station.config import load_config
+
+    assert "1 CPU core, no GPU." in create_task("circle_packing").spec()
+    assert "4 CPU cores, 1 GPU." in create_task("circle_packing", {"cpus": 4, "gpus": 1}).spec()
+    (task,) = load_tasks(load_config(Path(__file__).resolve().parents[1] / "configs" / "circle_packing_n26.yaml").research).values()
+    assert task.timeout_s == 1260 and "1260 seconds" in task.spec() and task.run_spec("x", mounts=[], label="t").timeout_s == 1260
+    with pytest.raises(ValueError, match="cpus"):
+        create_task("circle_packing", {"cpus": 0})
 
 
 @pytest.mark.parametrize("n", [2, 3, 7, 26, 32, 61, 200])
