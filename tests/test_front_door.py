@@ -8,6 +8,7 @@ demo whose every evaluation failed because its directory was relative.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -129,3 +130,39 @@ def test_readme_links_point_at_files_in_the_repository() -> None:
         path = (ROOT / target).resolve()
         assert path.is_relative_to(ROOT), f"the README points outside the repository: {target}"
         assert path.exists(), f"the README points at {target}, which a clone does not have"
+
+
+def test_a_checkout_and_interpreter_under_tmp_evaluate_a_submission(tmp_path_factory) -> None:
+    """Every sandboxed run has a private /tmp, which must not hide a checkout or a virtual
+    environment that lives under /tmp: the interpreter and the code are shown read-only."""
+    import sys
+    import sysconfig
+    import tempfile
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    base = Path(tempfile.mkdtemp(prefix="station-tmp-checkout-", dir="/tmp"))
+    try:
+        clone = base / "clone"
+        cloned = run(["git", "clone", "-q", "--shared", str(ROOT), str(clone)], timeout=120)
+        assert cloned.returncode == 0, cloned.stderr
+        venv = base / "venv"  # an interpreter under /tmp that uses this environment's packages
+        made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=120)
+        assert made.returncode == 0, made.stderr
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (site / "station-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        submission = base / "grid.py"
+        submission.write_text(
+            "import numpy as np\n\ndef construct_packing():\n"
+            "    k = np.arange(4)\n    c = np.array([(x, y) for y in (k + 0.5) / 4 for x in (k + 0.5) / 4])\n"
+            "    return c, np.full(16, 0.125)\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        for target in ("circle_packing:n=16", "examples/tasks/line_fit"):
+            code = submission if target.startswith("circle") else clone / "examples/tasks/line_fit/baselines/mean.py"
+            done = subprocess.run([str(venv / "bin" / "python"), "-m", "station.cli", "evaluate", target, str(code)],
+                                  cwd=clone, capture_output=True, text=True, timeout=300, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "status:    ok" in done.stdout, done.stdout  # `-m station.cli` from the clone runs the clone's code
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
