@@ -484,7 +484,19 @@ def load_config(path: str | Path) -> StationConfig:
     except yaml.YAMLError as err:
         raise ConfigError(f"config {p} is not valid YAML: {_yaml_problem(err)}") from None
     config = parse_config(data, str(p))
-    for task in config.research.tasks:  # folders are relative to the config file, wherever it is run from
+    for task in config.research.tasks:  # paths are relative to the config file, wherever it is run from
         if task.folder is not None:
-            task.folder = str((p.parent / Path(task.folder).expanduser()).resolve())
+            task.folder = _beside(p, task.folder)
+        for key in PATH_PARAMS.intersection(task.params):
+            if isinstance(task.params[key], str):
+                task.params[key] = _beside(p, task.params[key])
     return config
+
+
+# Task parameters that name files or folders: forecasting and rna_modelling `path`, sokoban
+# `levels`, batch_integration `h5ad`.
+PATH_PARAMS = frozenset({"path", "levels", "h5ad"})
+
+
+def _beside(config_file: Path, path: str) -> str:
+    return str((config_file.parent / Path(path).expanduser()).resolve())

@@ -55,6 +55,11 @@ def parse(text: str) -> np.ndarray:
         lines.pop(0)
     while lines and not lines[-1].strip():
         lines.pop()
+    return parse_rows(lines)
+
+
+def parse_rows(lines: list[str]) -> np.ndarray:
+    """Exactly these rows (an all-floor row included), short ones padded with floor."""
     if not lines:
         raise ValueError("empty level")
     width = max(len(line) for line in lines)

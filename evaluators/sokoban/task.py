@@ -17,7 +17,7 @@ import numpy as np
 
 from ..base import Baseline, register
 from ..jaxtrain.task import JaxTrainingTask
-from .dataset import LevelSet, data_root
+from .dataset import BoxobanLevelSet, LevelSet, data_root
 from .play import submission as scripted_play
 
 
@@ -50,7 +50,11 @@ class Sokoban(JaxTrainingTask):
         gpus_per_trial: float | None = None,
         grace_s: float = 300.0,
         memory_mb: int | None = 6144,
+        levels: str | None = None,
     ) -> None:
+        """`levels`: a Boxoban-format level folder (train/, valid/; docs in evaluators/sokoban/boxoban.py)
+        instead of generated levels; grid and boxes then come from its files, `eval_levels` are drawn
+        from valid/ with `seed`."""
         super().__init__(
             trials=trials,
             trial_budget_s=trial_budget_s,
@@ -61,7 +65,10 @@ class Sokoban(JaxTrainingTask):
         )
         if not 8 <= max_steps <= 1000 or not 1 <= n_envs <= 4096 or not 1 <= unroll <= 256 or env_steps < 1:
             raise ValueError("sokoban: max_steps 8..1000, n_envs 1..4096, unroll 1..256, env_steps >= 1")
-        self.levels = LevelSet(data_root(), grid=grid, boxes=boxes, train=train_levels, eval=eval_levels, seed=seed)
+        if levels is not None:
+            self.levels: LevelSet = BoxobanLevelSet(data_root(), levels, eval=eval_levels, seed=seed)
+        else:
+            self.levels = LevelSet(data_root(), grid=grid, boxes=boxes, train=train_levels, eval=eval_levels, seed=seed)
         self.max_steps, self.n_envs, self.unroll, self.env_steps = max_steps, n_envs, unroll, env_steps
 
     def data_dir(self) -> Path:

@@ -1,0 +1,90 @@
+"""Boxoban-format levels (the paper's Sokoban setting): files read and written, bad files refused
+with the file and line, and the task built from a level folder named in a config."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluators.base import create_task
+from evaluators.sokoban.boxoban import BoxobanError, read_file, read_split, write_file
+from evaluators.sokoban.levels import BOX, BOX_ON_TARGET, replay
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "sokoban" / "boxoban-sample"
+
+ROOM = """; 0
+##########
+#        #
+#  @$ .  #
+#        #
+#        #
+#        #
+#        #
+#        #
+#        #
+##########
+"""
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STATION_SOKOBAN_DATA", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_a_boxoban_room_is_its_inner_8x8_grid_and_plays_under_our_rules(tmp_path: Path) -> None:
+    (tmp_path / "one.txt").write_text(ROOM)
+    (level,) = read_file(tmp_path / "one.txt")
+    assert level.shape == (8, 8)  # the top row is all floor: it is kept, not dropped
+    assert replay(level, [1, 1], max_steps=10)["solved"]  # two steps right push the box onto the target
+
+
+def test_writing_and_reading_back_gives_the_same_levels(tmp_path: Path) -> None:
+    levels = read_split(SAMPLE, "valid")[:50]
+    write_file(tmp_path / "copy.txt", levels)
+    assert np.array_equal(read_file(tmp_path / "copy.txt"), levels)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (ROOM.replace("##########\n#        #", "##########\n         #", 1), "outer ring must be wall"),
+    (ROOM.replace("$", "X"), "unknown level character 'X'"),
+    (ROOM.replace("$", " "), "0 boxes but 1 targets"),
+    (ROOM.replace("@", " "), "exactly one agent"),
+    ("; 0\n", "holds no level"),
+])
+def test_a_bad_file_names_the_file_the_line_and_the_problem(tmp_path: Path, text: str, words: str) -> None:
+    (tmp_path / "bad.txt").write_text(text if words == "holds no level" else ROOM + "\n" + text)
+    with pytest.raises(BoxobanError) as err:
+        read_file(tmp_path / "bad.txt")
+    assert words in str(err.value) and "bad.txt" in str(err.value)
+    if words != "holds no level":
+        assert "level starting at line 14" in str(err.value)
+
+
+def test_the_shipped_sample_has_the_papers_shape() -> None:
+    for split in ("train", "valid"):
+        levels = read_split(SAMPLE, split)
+        assert levels.shape == (1000, 8, 8)
+        assert set(np.isin(levels, (BOX, BOX_ON_TARGET)).sum(axis=(1, 2))) == {4}
+
+
+def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Path) -> None:
+    from rooms.research.tasks import load_tasks
+    from station.config import load_config
+
+    config = load_config(ROOT / "configs" / "sokoban_gpu.yaml")
+    params = config.research.tasks[0].params
+    assert params["levels"] == str(SAMPLE) and params["max_steps"] == 120
+    task = create_task("sokoban", {**params, "eval_levels": 100})
+    assert (task.levels.grid, task.levels.boxes, task.levels.n_train, task.levels.n_eval) == (8, 4, 1000, 100)
+    assert "Boxoban-format level folder boxoban-sample" in task.spec() and "4 boxes" in task.spec()
+    held = task.levels.eval_levels()
+    again = create_task("sokoban", {**params, "eval_levels": 100}).levels.eval_levels()
+    assert np.array_equal(held, again)  # the same draw every time (seed 999)
+    valid = read_split(SAMPLE, "valid")
+    assert all(any(np.array_equal(h, v) for v in valid) for h in held[:10])
+    with pytest.raises(BoxobanError, match="fewer than eval=5000"):
+        create_task("sokoban", {**params, "eval_levels": 5000})
+    assert load_tasks(config.research)["1"].levels.n_eval == 1000
