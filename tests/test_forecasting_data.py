@@ -4,6 +4,7 @@ see, reuse, reference scores) and the loader for real ZAPBench arrays. Small siz
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,9 @@ import pytest
 from evaluators.forecasting.dataset import (
     INPUT_FILES, TEST_FILES, ForecastDataset, data_root, reference_scores,
 )
-from evaluators.forecasting.simulate import FRACTIONS, SIZES, simulate
+from evaluators.forecasting.simulate import SIZES, SPLIT_FRACTIONS, simulate
+
+FRACTIONS = SPLIT_FRACTIONS["default"]
 from evaluators.jaxtrain.station_jax.windows import (
     CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts,
 )
@@ -87,6 +90,18 @@ def test_splits_are_contiguous_pieces_of_each_condition(sim):
             assert len(pieces[0]) == len(pieces[1]) == 0 and len(pieces[2]) == len(block)
         else:
             assert [len(p) for p in pieces] == [round(f * len(block)) for f in FRACTIONS]
+
+
+def test_the_official_split_is_zapbenchs_70_10_20_of_each_condition():
+    official = simulate(0, **SMALL, split="official")
+    per = SMALL["frames_per_condition"]
+    for condition in range(5):  # the last condition is held out whole, as ZAPBench holds out one
+        sizes = [int((official[f"{split}_condition_labels"] == condition).sum()) for split in ("train", "val", "test")]
+        assert sizes == [round(0.7 * per), round(0.1 * per), per - round(0.7 * per) - round(0.1 * per)]
+    default = simulate(0, **SMALL)
+    assert np.array_equal(official["data"], default["data"])  # the same recording, cut differently
+    with pytest.raises(ValueError, match="split must be one of"):
+        simulate(0, **SMALL, split="random")
 
 
 # -- windows ---------------------------------------------------------------------------------------
@@ -272,3 +287,21 @@ def test_bad_zapbench_folders_give_clear_errors(tmp_path, sim, case):
     assert not dataset.ready() and not (dataset.dir / "building").exists()
     with pytest.raises(ValueError, match="no folder"):
         ForecastDataset(tmp_path / "cache", path=tmp_path / "nowhere")
+
+
+def test_the_paper_settings_config_gives_the_official_split_batch_8_and_states_the_bar(tmp_path, monkeypatch):
+    from evaluators.base import create_task
+    from station.config import load_config
+
+    monkeypatch.setenv("STATION_FORECAST_DATA", str(tmp_path))
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "forecasting_gpu.yaml")
+    params = {**config.research.tasks[0].params, "size": "small"}  # the official split on the small recording
+    assert params["split"] == "official" and params["batch_size"] == 8
+    task = create_task("forecasting", params)
+    assert task.trial_settings()["default_batch"] == 8
+    spec = task.spec()
+    refs = task.dataset.references()
+    assert f"copying the last input frame\nscores {refs['persistence']['mae']:.6f}" in spec
+    assert f"the mean of the 4 input frames {refs['context_mean']['mae']:.6f}" in spec
+    assert "`BATCH_SIZE` (default 8)" in spec
+    assert "official split" in task.dataset.name

@@ -33,7 +33,7 @@ from evaluators.jaxtrain.station_jax.windows import (
 )
 
 from ..cache import build_once, exclusive
-from .simulate import SIZES, SPLITS, simulate
+from .simulate import SIZES, SPLIT_FRACTIONS, SPLITS, simulate
 
 GENERATOR = "sim-v1"
 INPUT_FILES = ("train_data.npy", "train_condition_labels.npy", "val_data.npy", "val_condition_labels.npy")
@@ -48,9 +48,17 @@ def data_root() -> Path:
 
 class ForecastDataset:
     def __init__(
-        self, root: Path | str, *, size: str = "default", seed: int = 0, path: Path | str | None = None
+        self,
+        root: Path | str,
+        *,
+        size: str = "default",
+        seed: int = 0,
+        path: Path | str | None = None,
+        split: str = "default",
     ) -> None:
-        self.size, self.seed = size, seed
+        if split not in SPLIT_FRACTIONS:
+            raise ValueError(f"forecasting: split must be one of {sorted(SPLIT_FRACTIONS)}, got {split!r}")
+        self.size, self.seed, self.split = size, seed, split
         if path is not None:
             self.source: Path | None = Path(path).expanduser().resolve()
             if not self.source.is_dir():
@@ -62,6 +70,8 @@ class ForecastDataset:
                 raise ValueError(f"forecasting: size must be one of {sorted(SIZES)}, got {size!r}")
             self.source = None
             key, self.name = f"{GENERATOR}-{size}-seed{seed}", f"Simulated dataset ({size}, seed {seed})"
+            if split != "default":  # the default's key stays as it was, so existing caches are reused
+                key, self.name = f"{key}-{split}", f"Simulated dataset ({size}, seed {seed}, {split} split)"
         self.dir = Path(root) / key
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
         self._info: dict[str, Any] | None = None
@@ -93,7 +103,7 @@ class ForecastDataset:
         (building / "private").replace(self.private_dir)
 
     def _simulate(self, input_dir: Path, private_dir: Path) -> dict[str, Any]:
-        arrays = simulate(self.seed, **SIZES[self.size])
+        arrays = simulate(self.seed, **SIZES[self.size], split=self.split)
         for split in SPLITS:
             folder = private_dir if split == "test" else input_dir
             np.save(folder / f"{split}_data.npy", arrays[f"{split}_data"])

@@ -42,14 +42,19 @@ SIZES = {
 }
 N_CONDITIONS = 6
 KINDS = ("flashes", "drifting", "ramps", "dark", "random_dots", "looming")
-FRACTIONS = (0.70, 0.15, 0.15)  # train, val, test of each condition that is not held out
+# train, val, test of each condition that is not held out: our default, and ZAPBench's official split
+SPLIT_FRACTIONS = {"default": (0.70, 0.15, 0.15), "official": (0.70, 0.10, 0.20)}
 SPLITS = ("train", "val", "test")
 
 LEAK, RADIUS, PROCESS_NOISE, BURN_IN = 0.3, 0.95, 0.15, 300
 
 
 def simulate(
-    seed: int = 0, n_neurons: int = 512, n_conditions: int = N_CONDITIONS, frames_per_condition: int = 1000
+    seed: int = 0,
+    n_neurons: int = 512,
+    n_conditions: int = N_CONDITIONS,
+    frames_per_condition: int = 1000,
+    split: str = "default",
 ) -> dict[str, np.ndarray]:
     """The whole recording (`data` (T, N) float32, `condition_labels` (T,) int64) and its split:
     `{train,val,test}_data` and `{train,val,test}_condition_labels`. The last condition is held out.
@@ -66,18 +71,22 @@ def simulate(
     activity = _network(rng, weights, drive)
     fluorescence = _observe(rng, activity + rhythm)
 
-    is_train = split_masks(labels, held_out=(n_conditions - 1,))["train"]
-    low, high = np.percentile(fluorescence[is_train], [1, 99], axis=0)
+    masks = split_masks(labels, held_out=(n_conditions - 1,), split=split)
+    low, high = np.percentile(fluorescence[masks["train"]], [1, 99], axis=0)
     data = ((fluorescence - low) / np.maximum(high - low, 1e-6)).astype(np.float32)
     out = {"data": data, "condition_labels": labels}
-    for split, mask in split_masks(labels, held_out=(n_conditions - 1,)).items():
-        out[f"{split}_data"], out[f"{split}_condition_labels"] = data[mask], labels[mask]
+    for name, mask in masks.items():
+        out[f"{name}_data"], out[f"{name}_condition_labels"] = data[mask], labels[mask]
     return out
 
 
-def split_masks(labels: np.ndarray, held_out: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
-    """Boolean frame masks of train, val and test: each condition (one contiguous block) is cut
-    70/15/15 in time order; the conditions in `held_out` go to test whole."""
+def split_masks(labels: np.ndarray, held_out: tuple[int, ...] = (), split: str = "default") -> dict[str, np.ndarray]:
+    """Boolean frame masks of train, val and test: each condition (one contiguous block) is cut in
+    time order by SPLIT_FRACTIONS[split] (70/15/15, or ZAPBench's 70/10/20); the conditions in
+    `held_out` go to test whole."""
+    if split not in SPLIT_FRACTIONS:
+        raise ValueError(f"split must be one of {sorted(SPLIT_FRACTIONS)}, got {split!r}")
+    fractions = SPLIT_FRACTIONS[split]
     masks = {split: np.zeros(len(labels), dtype=bool) for split in SPLITS}
     for condition in np.unique(labels):
         where = np.flatnonzero(labels == condition)
@@ -86,8 +95,8 @@ def split_masks(labels: np.ndarray, held_out: tuple[int, ...] = ()) -> dict[str,
         if condition in held_out:
             masks["test"][where] = True
             continue
-        n_train = int(round(FRACTIONS[0] * len(where)))
-        n_val = int(round(FRACTIONS[1] * len(where)))
+        n_train = int(round(fractions[0] * len(where)))
+        n_val = int(round(fractions[1] * len(where)))
         masks["train"][where[:n_train]] = True
         masks["val"][where[n_train : n_train + n_val]] = True
         masks["test"][where[n_train + n_val :]] = True

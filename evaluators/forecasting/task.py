@@ -53,7 +53,11 @@ class Forecasting(JaxTrainingTask):
         gpus_per_trial: float | None = None,
         grace_s: float = 240.0,
         memory_mb: int | None = 6144,
+        split: str = "default",
+        batch_size: int = 32,
     ) -> None:
+        """`split`: how the simulated recording is cut ("default" 70/15/15, or ZAPBench's "official"
+        70/10/20); `batch_size`: the BATCH_SIZE a submission gets unless it sets its own (the paper: 8)."""
         super().__init__(
             trials=trials,
             trial_budget_s=trial_budget_s,
@@ -62,10 +66,10 @@ class Forecasting(JaxTrainingTask):
             grace_s=grace_s,
             memory_mb=memory_mb,
         )
-        if max_epochs < 1 or patience < 1:
-            raise ValueError("max_epochs and patience must be at least 1")
-        self.max_epochs, self.patience = max_epochs, patience
-        self.dataset = ForecastDataset(data_root(), size=size, seed=seed, path=path)
+        if max_epochs < 1 or patience < 1 or not 1 <= batch_size <= 65536:
+            raise ValueError("max_epochs and patience must be at least 1, batch_size from 1 to 65536")
+        self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
+        self.dataset = ForecastDataset(data_root(), size=size, seed=seed, path=path, split=split)
         self._scored: tuple[np.ndarray, np.ndarray | None] | None = None
 
     # -- data ----------------------------------------------------------------------------------------------
@@ -103,14 +107,20 @@ class Forecasting(JaxTrainingTask):
         return {
             "max_epochs": self.max_epochs,
             "patience": self.patience,
+            "default_batch": self.batch_size,
             "score_starts": starts.tolist(),
             "score_neurons": None if neurons is None else neurons.tolist(),
         }
 
     # -- what agents read ---------------------------------------------------------------------------------
     def spec(self) -> str:
+        refs = self.dataset.references()
         return SPEC.format(
             data=self.dataset.describe(),
+            batch=self.batch_size,
+            persistence=refs["persistence"]["mae"],
+            context_mean=refs["context_mean"]["mae"],
+            train_mean=refs["train_mean"]["mae"],
             trials=self.trials,
             budget=self.trial_budget_s / 60,
             epochs=self.max_epochs,
@@ -201,7 +211,7 @@ read-only package `station_jax/`, which you may read: `station_jax/forecast.py`)
   `station_jax.hooks.choice([...])`, `uniform(a, b)`, `loguniform(a, b)`, `randint(a, b)` are drawn
   once per trial. `learning_rate` (default 1e-3) is passed to `create_optimizer`.
 - `complete(params, opt_state, info)` (optional): called with the best parameters at the end.
-- `BASE_SEED` (default 0) and `BATCH_SIZE` (default 32).
+- `BASE_SEED` (default 0) and `BATCH_SIZE` (default {batch}).
 Defining your own training loop, or changing the harness's functions, is refused.
 
 ## How it is trained
@@ -216,6 +226,10 @@ A submission that defines `test()` runs it instead (no score), for probing.
 The best epoch's predictions are scored by the station: mean absolute error over every scored
 validation window and neuron. **Score = −(mean validation MAE over the trials)**: higher is
 better. Secondary: `Val_MAE_1`, `Val_MAE_4`, `Val_MAE_8`, `Val_MAE_16`, `Val_MAE_32`, the MAE at
-those forecast steps. The details compare with naive predictors (copy the last frame, the mean
-of the 4 inputs, each neuron's training mean).
+those forecast steps.
+
+The bar to clear, on this validation split (MAE, lower is better): copying the last input frame
+scores {persistence:.6f}, the mean of the 4 input frames {context_mean:.6f}, each neuron's
+training mean {train_mean:.6f}. A model worse than these has learnt nothing useful; the details
+of every result repeat them.
 """
