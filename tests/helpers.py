@@ -201,6 +201,20 @@ def read(directory: Path, sql: str) -> list[tuple]:
         db.close()
 
 
+HARNESS = "/station/executors/harness.py"
+OUR_HARNESS = str(ROOT) + HARNESS
+
+
+def sandbox_processes(every_checkout: bool = False) -> list[str]:
+    """Processes running under a sandbox uid, except (unless `every_checkout`) the harnesses of
+    another checkout's station (another test run, or a station, on this machine shares the uids)."""
+    from station.executors.local import UID_BASE, UID_COUNT
+
+    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if UID_BASE <= int(line.split()[0]) < UID_BASE + UID_COUNT
+            and (every_checkout or HARNESS not in line or OUR_HARNESS in line)]
+
+
 def sandboxes_alive(marker: str) -> list[str]:
     """Processes whose command line holds `marker` (submitted code marks itself with a comment)."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout

@@ -27,7 +27,9 @@ import pytest
 
 from station.executors import LocalExecutor, Mount, RunSpec
 from station.executors import local
-from station.executors.local import SANDBOX_GID, UID_BASE, UID_COUNT
+from station.executors.local import SANDBOX_GID
+
+from helpers import sandbox_processes
 
 SECRET_KEY = "sk-ant-test-0123456789-must-not-leak"
 DB_TEXT = "STATION-DATABASE-CONTENT"
@@ -88,18 +90,6 @@ def wait_until(condition, seconds: float) -> bool:
             return False
         time.sleep(0.1)
     return True
-
-
-HARNESS = "/station/executors/harness.py"
-OUR_HARNESS = str(Path(__file__).resolve().parents[1]) + HARNESS
-
-
-def sandbox_processes() -> list[str]:
-    """Processes running under a sandbox uid, except the harnesses of another checkout's station
-    (another test run on this machine shares the uid range)."""
-    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if UID_BASE <= int(line.split()[0]) < UID_BASE + UID_COUNT
-            and (HARNESS not in line or OUR_HARNESS in line)]
 
 
 # -- normal cases ----------------------------------------------------------------------------------
