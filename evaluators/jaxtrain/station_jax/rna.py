@@ -1,0 +1,428 @@
+"""One RNA modelling trial: one network trained on one of the 7 sequence-level datasets.
+
+Phase "check" builds the network for every dataset, checks its output shape on a batch of
+that dataset and takes one training step on each (on the CPU: a crash here is the code's
+fault and may be debugged). Phase "train" trains trial n on dataset n: shuffled batches each
+epoch, the validation metric after each epoch, early stopping, and the time budget. The trial
+returns the best epoch's validation predictions; the station computes the score itself.
+
+The loss is fixed by the dataset's task type and cannot be overridden. The last partial batch
+of an epoch is padded to the batch size with rows of weight zero, so padding never enters the
+loss and the jitted step keeps one shape. Seeds: BASE_SEED + a stable hash of the dataset name.
+
+Shared with the trusted scorer (which imports this module on the host): the one-hot encoding,
+the reader of the station's CSV files and the metrics, so the harness stops early on exactly
+the metric the station measures. numpy only at import time (jax and optax inside functions).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .hooks import (
+    Clock,
+    ContractError,
+    device_names,
+    hyperparameters,
+    load_hooks,
+    plain,
+    report_progress,
+    require_finite,
+    run_phase,
+    seal,
+)
+from .model import Model, count_parameters
+
+DEFAULT_BATCH = 64
+DEFAULT_HPARAMS = {"learning_rate": 1e-3, "hidden_dim": 512, "dropout": 0.1}
+CHECK_ROWS = 4  # the check's batch: enough to see the batch axis
+
+# -- one-hot encoding: channels A, T/U, C, G; IUPAC codes share their weight; N, X and padding are zeros
+CHANNELS = "ATCG"
+IUPAC = {
+    "A": "A", "C": "C", "G": "G", "T": "T", "U": "T",
+    "R": "AG", "Y": "CT", "S": "CG", "W": "AT", "K": "GT", "M": "AC",
+    "B": "CGT", "D": "AGT", "H": "ACT", "V": "ACG",
+    "N": "", "X": "",
+}  # fmt: skip
+ALPHABET = frozenset(IUPAC)
+
+
+def _code_table() -> np.ndarray:
+    """Row b: the one-hot weights of the (ASCII) letter with byte value b; row 0 is padding."""
+    table = np.zeros((256, 4), dtype=np.float32)
+    for letter, bases in IUPAC.items():
+        for base in bases:
+            table[ord(letter), CHANNELS.index(base)] = 1.0 / len(bases)
+    return table
+
+
+CODE_TABLE = _code_table()
+
+
+def encode(sequences: list[str], length: int) -> np.ndarray:
+    """(N, length) uint8 letter codes, zero-padded on the right (sequences must fit in `length`)."""
+    codes = np.zeros((len(sequences), length), dtype=np.uint8)
+    for row, sequence in enumerate(sequences):
+        codes[row, : len(sequence)] = np.frombuffer(sequence.encode("ascii"), dtype=np.uint8)
+    return codes
+
+
+def one_hot(codes: np.ndarray) -> np.ndarray:
+    """(..., L) letter codes -> (..., L, 4) float32 weights over A, T/U, C, G."""
+    return CODE_TABLE[codes]
+
+
+# -- the station's CSV files: a header, then `sequence,label...` per row ---------------------------------
+def read_split(path: str, task_type: str, limit: int | None = None) -> tuple[list[str], np.ndarray]:
+    """(sequences, labels) of one split as the station writes it: labels (N,) float64 for one target,
+    (N, k) for several, (N,) int64 class ids for multiclass classification."""
+    if not os.path.exists(path):
+        raise ContractError(f"the task data is missing {path}")  # a station fault, shown plainly
+    sequences: list[str] = []
+    labels: list[list[float]] = []
+    with open(path, newline="", encoding="ascii") as handle:
+        rows = csv.reader(handle)
+        next(rows)  # header
+        for row in rows:
+            if limit is not None and len(sequences) >= limit:
+                break
+            sequences.append(row[0])
+            labels.append([float(value) for value in row[1:]])
+    array = np.asarray(labels, dtype=np.float64).reshape(len(labels), -1)
+    if task_type == "multiclass_classification":
+        return sequences, array[:, 0].astype(np.int64)
+    return sequences, (array[:, 0] if array.shape[1] == 1 else array)
+
+
+# -- metrics (higher is better); all float64 ---------------------------------------------------------------
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks; tied values share the mean of their ranks (as scipy.stats.rankdata)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    first_of_tie = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    starts = np.flatnonzero(first_of_tie)  # 0-based positions where each group of ties begins
+    ends = np.append(starts[1:], len(values))
+    ranks = np.empty(len(values))
+    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(first_of_tie) - 1]  # mean of ranks start+1 .. end
+    return ranks
+
+
+def r2(pred: np.ndarray, target: np.ndarray) -> float:
+    """Coefficient of determination of one target; NaN when the targets are all equal."""
+    pred, target = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    total = float(np.sum((target - target.mean()) ** 2))
+    return 1.0 - float(np.sum((target - pred) ** 2)) / total if total > 0 else math.nan
+
+
+def spearman(pred: np.ndarray, target: np.ndarray) -> float:
+    """Spearman's rank correlation. A constant prediction carries no ranking: 0 (scipy gives NaN)."""
+    a, b = average_ranks(pred), average_ranks(target)
+    a, b = a - a.mean(), b - b.mean()
+    scale = math.sqrt(float(np.sum(a * a)) * float(np.sum(b * b)))
+    return float(np.sum(a * b)) / scale if scale > 0 else 0.0
+
+
+def auc_roc(score: np.ndarray, label: np.ndarray) -> float:
+    """Area under the ROC curve of one binary label (ties count one half); NaN with one class only."""
+    label = np.asarray(label) > 0.5
+    positives, negatives = int(label.sum()), int((~label).sum())
+    if not positives or not negatives:
+        return math.nan
+    rank_sum = float(average_ranks(score)[label].sum())
+    return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
+
+
+def macro_auc_roc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Mean AUC-ROC over the labels; a label with a single value in `labels` is skipped."""
+    aucs = [auc_roc(scores[:, k], labels[:, k]) for k in range(labels.shape[1])]
+    kept = [a for a in aucs if not math.isnan(a)]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def accuracy(logits: np.ndarray, classes: np.ndarray) -> float:
+    return float(np.mean(np.argmax(logits, axis=1) == np.asarray(classes)))
+
+
+def metric_value(metric: str, pred: np.ndarray, target: np.ndarray) -> float:
+    """The dataset's metric: r2 (the mean over outputs for several), spearman, auc_roc, accuracy."""
+    pred = np.asarray(pred, dtype=np.float64)
+    if metric == "accuracy":
+        return accuracy(pred, target)
+    if metric == "auc_roc":
+        return macro_auc_roc(pred, target)
+    pred = pred.reshape(len(pred), -1)
+    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
+    per_output = r2 if metric == "r2" else spearman
+    return float(np.mean([per_output(pred[:, k], target[:, k]) for k in range(target.shape[1])]))
+
+
+# -- the fixed losses, per example -------------------------------------------------------------------------
+def per_example_loss(task_type: str, pred, target):
+    import jax.numpy as jnp
+    import optax
+
+    if task_type == "regression":
+        return (pred.reshape(pred.shape[0]) - target) ** 2
+    if task_type == "multilabel_regression":
+        return jnp.mean((pred - target) ** 2, axis=1)
+    if task_type == "multilabel_classification":
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(pred, target), axis=1)
+    return optax.softmax_cross_entropy_with_integer_labels(pred, target)
+
+
+def output_shapes(dataset: dict[str, Any], batch: int) -> tuple[list[tuple[int, ...]], str]:
+    """The output shapes a network may give for a batch, and how the task spec says it."""
+    if dataset["task_type"] == "regression":
+        return [(batch,), (batch, 1)], "(batch,) or (batch, 1)"
+    return [(batch, int(dataset["d_output"]))], f"(batch, {int(dataset['d_output'])})"
+
+
+# -- the network as the spec describes it: init(rng, x), apply(params, x, deterministic, rng_key) ---------
+def build(create_network, hparams: dict[str, Any]) -> Model:
+    network = create_network(hparams)
+    if not callable(getattr(network, "init", None)) or not callable(getattr(network, "apply", None)):
+        raise ContractError(
+            "create_network(hparams) must return an object with init(rng, x) and "
+            f"apply(params, x, deterministic=True, rng_key=None), got {type(network).__name__}"
+        )
+    return Model(network)
+
+
+def forward(model: Model, variables, x, *, train: bool, rng=None) -> tuple[Any, Any]:
+    """(outputs, updated non-trained collections or None). A Flax module gets `deterministic` and a
+    `dropout` RNG; any other network gets apply(params, x, deterministic=..., rng_key=...)."""
+    network = model.network
+    if not model.flax:
+        return network.apply(variables, x, deterministic=not train, rng_key=rng), None
+    extra: dict[str, Any] = {"deterministic": not train}
+    if train and rng is not None:
+        extra["rngs"] = {"dropout": rng}
+    if train and model.mutable:
+        out, updates = network.apply(variables, x, mutable=model.mutable, **extra)
+        return out, dict(updates)
+    return network.apply(variables, x, **extra), None
+
+
+class Trainer:
+    """The jitted weighted training step and prediction of one dataset, built once per trial."""
+
+    def __init__(self, model: Model, optimizer, task_type: str) -> None:
+        import jax
+        import jax.numpy as jnp
+        import optax
+
+        def loss_of(trained, rest, x, y, weight, rng):
+            pred, updates = forward(model, model.join(trained, rest), x, train=True, rng=rng)
+            losses = per_example_loss(task_type, pred, y)
+            loss = jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+            return loss, ({**rest, **updates} if updates else rest)
+
+        def step(trained, rest, opt_state, x, y, weight, rng):
+            (loss, rest), grads = jax.value_and_grad(loss_of, has_aux=True)(trained, rest, x, y, weight, rng)
+            updates, opt_state = optimizer.update(grads, opt_state, trained)
+            return optax.apply_updates(trained, updates), rest, opt_state, loss
+
+        def predict(trained, rest, x):
+            return forward(model, model.join(trained, rest), x, train=False)[0]
+
+        self.step, self.predict = jax.jit(step), jax.jit(predict)
+
+
+# -- one trial --------------------------------------------------------------------------------------------------
+def default_optimizer(learning_rate: float):
+    import optax
+
+    return optax.adamw(learning_rate, weight_decay=0.01)
+
+
+def dataset_seed(base_seed: int, name: str) -> int:
+    """BASE_SEED plus a hash of the dataset's name that is the same in every process (crc32)."""
+    return base_seed + zlib.crc32(name.encode("utf-8")) % 1000
+
+
+def main(ns: dict[str, Any]) -> dict[str, Any]:
+    return run_phase(ns, run)
+
+
+def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    hooks = load_hooks(
+        ns,
+        default_batch=DEFAULT_BATCH,
+        overridable={},
+        forbidden={
+            "compute_loss": "the loss is fixed by each dataset's task type and cannot be overridden",
+            "train": "the training loop belongs to the harness; define hooks only",
+            "training_loop": "the training loop belongs to the harness; define hooks only",
+        },
+    )
+    if not callable(ns.get("create_optimizer")):
+        hooks.create_optimizer = default_optimizer  # this task's default is AdamW, not hooks.py's Adam
+    if cfg["phase"] == "check":
+        return {"checked": True, "device": device_names(), "datasets": [check(cfg, hooks, d) for d in cfg["datasets"]]}
+    dataset = cfg["datasets"][int(cfg["trial"])]
+    return train(cfg, hooks, dataset)
+
+
+def trial_hparams(hooks, dataset: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The defaults, the agent's draw for this seed, then the dataset's facts (which always win)."""
+    facts = {key: dataset[key] for key in ("d_output", "task_type", "max_seq_len", "metric", "level")}
+    return {**DEFAULT_HPARAMS, **hyperparameters(hooks, seed), "dataset": dataset["name"], **facts}
+
+
+def batch_of(codes: np.ndarray, labels: np.ndarray, rows: np.ndarray, size: int):
+    """x, y and weights of `rows`, padded to `size` rows of weight 0 (the last partial batch)."""
+    import jax.numpy as jnp
+
+    pad = size - len(rows)
+    x = one_hot(codes[rows])
+    y = labels[rows]
+    if pad:
+        x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)])
+        y = np.concatenate([y, np.zeros((pad, *y.shape[1:]), y.dtype)])
+    weight = np.concatenate([np.ones(len(rows), np.float32), np.zeros(pad, np.float32)])
+    return jnp.asarray(x), jnp.asarray(y), jnp.asarray(weight)
+
+
+class EncodedSplit:
+    """One split of the dataset as letter codes of the dataset's fixed length, with its labels."""
+
+    def __init__(self, folder: str, dataset: dict[str, Any], split: str, limit: int | None = None) -> None:
+        task_type = dataset["task_type"]
+        sequences, labels = read_split(os.path.join(folder, dataset["name"], f"{split}.csv"), task_type, limit)
+        self.codes = encode(sequences, int(dataset["max_seq_len"]))
+        self.labels = labels if task_type == "multiclass_classification" else labels.astype(np.float32)
+        self.size = len(sequences)
+
+
+def check(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]:
+    """Build the network for one dataset, check its output shape, take one training step."""
+    import jax
+
+    seed = dataset_seed(hooks.base_seed, dataset["name"])
+    hparams = trial_hparams(hooks, dataset, seed)
+    split = EncodedSplit(cfg["data"], dataset, "train", limit=CHECK_ROWS)
+    model = build(hooks.create_network, hparams)
+    key = jax.random.PRNGKey(seed)
+    x, y, weight = batch_of(split.codes, split.labels, np.arange(split.size), split.size)
+    variables = model.init(key, x)
+    out, _ = forward(model, variables, x, train=False)
+    allowed, wanted = output_shapes(dataset, split.size)
+    if getattr(out, "shape", None) not in allowed:
+        got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+        raise ContractError(
+            f"for {dataset['name']} ({dataset['task_type']}, d_output {dataset['d_output']}) the network "
+            f"must map x of shape (batch, {dataset['max_seq_len']}, 4) to {wanted}; it returned {got} "
+            f"for a batch of {split.size}"
+        )
+    optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
+    trainer = Trainer(model, optimizer, dataset["task_type"])
+    trained, rest = model.split(variables)
+    opt_state = optimizer.init(trained)
+    trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, weight, key)
+    require_finite(float(loss), f"the loss of one training step on {dataset['name']}")
+    if hooks.complete:
+        hooks.complete(model.join(trained, rest), opt_state, {"phase": "check", "dataset": dataset["name"]})
+    return {"dataset": dataset["name"], "n_parameters": count_parameters(trained), "hparams": plain(hparams)}
+
+
+def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]:
+    """The training loop of one trial. Kept whole: epochs, early stopping, the time budget and
+    progress reports share its state."""
+    import jax
+
+    clock = Clock(float(cfg["budget_s"]))
+    name, task_type, metric = dataset["name"], dataset["task_type"], dataset["metric"]
+    seed = dataset_seed(hooks.base_seed, name)
+    hparams = trial_hparams(hooks, dataset, seed)
+    train_split, val_split = EncodedSplit(cfg["data"], dataset, "train"), EncodedSplit(cfg["data"], dataset, "val")
+    model = build(hooks.create_network, hparams)
+    key = jax.random.PRNGKey(seed)
+    batch = min(hooks.batch_size, train_split.size)
+    eval_batch = max(batch, 64)
+    x0, _, _ = batch_of(train_split.codes, train_split.labels, np.arange(batch), batch)
+    variables = model.init(key, x0)
+    optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
+    trainer = Trainer(model, optimizer, task_type)
+    trained, rest = model.split(variables)
+    opt_state = optimizer.init(trained)
+    report: dict[str, Any] = {
+        "trial": int(cfg["trial"]),
+        "dataset": name,
+        "seed": seed,
+        "hparams": plain(hparams),
+        "batch_size": batch,
+        "n_parameters": count_parameters(trained),
+        "device": device_names(),
+    }
+    rng = np.random.default_rng([seed, 2])  # stream 2: the order of the training rows
+    steps_per_epoch = math.ceil(train_split.size / batch)
+    best: dict[str, Any] = {"metric": -math.inf, "epoch": 0, "pred": None, "trained": trained, "rest": rest}
+    curve, train_curve, stop, epoch, steps = [], [], "max-epochs", 0, 0
+    began = time.monotonic()
+    for epoch in range(1, int(cfg["max_epochs"]) + 1):
+        order = rng.permutation(train_split.size)
+        losses = []
+        for i in range(steps_per_epoch):
+            key, sub = jax.random.split(key)
+            x, y, weight = batch_of(train_split.codes, train_split.labels, order[i * batch : (i + 1) * batch], batch)
+            trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, weight, sub)
+            losses.append(loss)
+            steps += 1
+            if clock.spent():
+                break
+        mean_loss = require_finite(float(np.mean([float(v) for v in losses])), f"the training loss (epoch {epoch})")
+        pred = predict_split(trainer, trained, rest, val_split, eval_batch)
+        if not np.isfinite(pred).all():
+            raise ContractError(f"the validation predictions of epoch {epoch} hold NaN or infinite values")
+        value = require_finite(metric_value(metric, pred, val_split.labels), f"the validation {metric} (epoch {epoch})")
+        curve.append(round(value, 6))
+        train_curve.append(round(mean_loss, 6))
+        print(f"{name} epoch {epoch}: train loss {mean_loss:.5f}, val {metric} {value:.5f} ({clock.elapsed():.0f} s)")
+        report_progress(f"{name} epoch {epoch}/{int(cfg['max_epochs'])}")
+        if value > best["metric"]:
+            best.update(metric=value, epoch=epoch, pred=pred, trained=trained, rest=rest)
+        if clock.spent():
+            stop = "time-budget"
+            break
+        if epoch - best["epoch"] >= int(cfg["patience"]):
+            stop = "early-stopping"
+            break
+    seconds = time.monotonic() - began
+    if hooks.complete:
+        info = {"dataset": name, "best_epoch": best["epoch"], "val_metric": best["metric"]}
+        hooks.complete(model.join(best["trained"], best["rest"]), opt_state, info)
+    return {
+        **report,
+        "epochs": epoch,
+        "steps": steps,
+        "stop": stop,
+        "seconds": round(seconds, 2),
+        "steps_per_second": round(steps / max(seconds, 1e-9), 2),
+        "best_epoch": best["epoch"],
+        "val_metric": best["metric"],
+        "curve": curve,
+        "train_curve": train_curve,
+        "val_pred": best["pred"],
+    }
+
+
+def predict_split(trainer: Trainer, trained, rest, split: EncodedSplit, eval_batch: int) -> np.ndarray:
+    """The network's outputs for every row of `split`, float32, in order (batches padded, padding dropped)."""
+    outputs = []
+    for first in range(0, split.size, eval_batch):
+        rows = np.arange(first, min(first + eval_batch, split.size))
+        x, _, _ = batch_of(split.codes, split.labels, rows, eval_batch)
+        outputs.append(np.asarray(trainer.predict(trained, rest, x), dtype=np.float32)[: len(rows)])
+    return np.concatenate(outputs)
+
+
+seal(globals())

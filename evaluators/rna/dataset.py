@@ -1,0 +1,202 @@
+"""The 7 RNA datasets on disk, made once and then reused: `input/<dataset>/{train,val}.csv` is what
+runs may read (mounted read-only into every run), `private/` what only the trusted scorer reads
+(each `<dataset>/test.csv` and `dataset.json`).
+
+The source is the seeded synthetic sample (simulate.py, written in BEACON's layout first) or a
+folder of the real BEACON files (`path`); both go through the same reader (real_data.py), and
+the station writes every split again in one plain form: a header `sequence,<label names>`, the
+sequence in upper case, the labels as numbers.
+
+    python -m evaluators.rna.dataset [--size default] [--seed 0] [--path DIR] [--write-sample DIR]
+
+prepares one ahead of time and prints its description and the constant predictor's metrics;
+--write-sample writes the synthetic sample in BEACON's layout into DIR instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluators.jaxtrain.station_jax.rna import read_split
+
+from ..cache import build_once
+from .beacon import BY_NAME, DATASETS, RnaDataset
+from .metrics import constant_metric
+from .real_data import Split, read_dataset
+from .simulate import SIZES, write_beacon_folder
+
+GENERATOR = "sim-v1"
+
+
+def data_root() -> Path:
+    return Path(os.environ.get("STATION_RNA_DATA") or Path.home() / ".cache" / "station" / "rna")
+
+
+class RnaData:
+    def __init__(
+        self, root: Path | str, *, size: str = "default", seed: int = 0, path: Path | str | None = None
+    ) -> None:
+        self.size, self.seed = size, seed
+        if path is not None:
+            self.source: Path | None = Path(path).expanduser().resolve()
+            if not self.source.is_dir():
+                raise ValueError(f"rna: no folder {self.source}")
+            digest = hashlib.sha256(str(self.source).encode()).hexdigest()[:10]
+            key, self.name = f"beacon-{self.source.name}-{digest}", f"BEACON files from {self.source}"
+        else:
+            if size not in SIZES:
+                raise ValueError(f"rna: size must be one of {sorted(SIZES)}, got {size!r}")
+            self.source = None
+            key, self.name = f"{GENERATOR}-{size}-seed{seed}", f"Synthetic sample ({size}, seed {seed})"
+        self.dir = Path(root) / key
+        self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
+        self._info: dict[str, Any] | None = None
+        self._labels: dict[tuple[str, str], np.ndarray] = {}
+
+    # -- on disk --------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        # dataset.json is moved into place last, so it marks a finished build
+        return (self.private_dir / "dataset.json").exists() and all(
+            (self.input_dir / d.name / f"{split}.csv").exists() for d in DATASETS for split in ("train", "val")
+        )
+
+    def ensure(self) -> RnaData:
+        build_once(self.dir, self.ready, self._build)
+        return self
+
+    def _build(self, building: Path) -> None:
+        source = self.source or write_beacon_folder(building / "beacon", self.seed, self.size)
+        info: dict[str, Any] = {
+            "source": str(self.source) if self.source else "synthetic",
+            "generator": None if self.source else GENERATOR,
+            "size": None if self.source else self.size,
+            "seed": None if self.source else self.seed,
+            "datasets": {},
+        }
+        for dataset in DATASETS:
+            folder, splits = read_dataset(source, dataset)
+            for split, data in splits.items():
+                target = building / ("private" if split == "test" else "input") / dataset.name
+                target.mkdir(parents=True, exist_ok=True)
+                write_split(target / f"{split}.csv", dataset, data)
+            info["datasets"][dataset.name] = summarise(dataset, folder, splits)
+        (building / "private" / "dataset.json").write_text(json.dumps(info, indent=2))
+        for path in (building / "input").rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        (building / "input").chmod(0o755)
+        shutil.rmtree(self.input_dir, ignore_errors=True)
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+        (building / "input").replace(self.input_dir)
+        (building / "private").replace(self.private_dir)
+
+    def labels(self, name: str, split: str = "val") -> np.ndarray:
+        """The station's own copy of a split's labels (test from `private/`), as the harness reads them."""
+        if (name, split) not in self._labels:
+            self.ensure()
+            path = (self.private_dir if split == "test" else self.input_dir) / name / f"{split}.csv"
+            if not path.exists():
+                raise ValueError(f"rna: {self.name} has no {split} split for {name}")
+            self._labels[(name, split)] = read_split(str(path), BY_NAME[name].task_type)[1]
+        return self._labels[(name, split)]
+
+    # -- description ----------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        if self._info is None:
+            self.ensure()
+            self._info = json.loads((self.private_dir / "dataset.json").read_text())
+        return self._info
+
+    def max_seq_len(self, name: str) -> int:
+        return int(self.info()["datasets"][name]["max_seq_len"])
+
+    def trial_datasets(self) -> list[dict[str, Any]]:
+        """Per trial (in DATASETS order): what the harness needs to train that dataset."""
+        return [d.settings(self.max_seq_len(d.name)) for d in DATASETS]
+
+    def references(self) -> dict[str, float]:
+        """Each dataset's validation metric of a constant predictor fitted on train (the train mean,
+        the label frequencies, the most common class): what a network must beat."""
+        return {d.name: constant_metric(d, self.labels(d.name, "train"), self.labels(d.name)) for d in DATASETS}
+
+    def describe(self) -> str:
+        """A markdown table for agents: the datasets, their sizes and lengths."""
+        info = self.info()["datasets"]
+        rows = [
+            "| trial | dataset | BEACON folder | task type | output | metric | train | val | max length |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for n, d in enumerate(DATASETS):
+            entry = info[d.name]
+            shape = "(B,)" if d.task_type == "regression" else f"(B, {d.d_output})"
+            rows.append(
+                f"| {n} | {d.name} | {d.beacon} | {d.task_type} | {shape} | {d.metric} | "
+                f"{entry['rows']['train']:,} | {entry['rows']['val']:,} | {entry['max_seq_len']} |"
+            )
+        kind = (
+            "a synthetic sample made by the station (learnable signal of the real kinds: composition, "
+            "motifs, position-specific effects, plus noise)"
+            if self.source is None
+            else "the BEACON benchmark's files"
+        )
+        return f"**Data**: {kind}.\n\n" + "\n".join(rows)
+
+
+def write_split(path: Path, dataset: RnaDataset, split: Split) -> None:
+    """One split in the station's plain form (what runs read, and the scorer through read_split)."""
+    labels = split.labels.reshape(len(split.labels), -1)
+    whole = dataset.task_type in ("multiclass_classification", "multilabel_classification")
+    with open(path, "w", newline="", encoding="ascii") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["sequence", *dataset.label_names])
+        for sequence, row in zip(split.sequences, labels):
+            writer.writerow([sequence, *(str(int(v)) if whole else repr(float(v)) for v in row)])
+
+
+def summarise(dataset: RnaDataset, folder: Path, splits: dict[str, Split]) -> dict[str, Any]:
+    lengths = [len(s) for name in ("train", "val") for s in splits[name].sequences]
+    train = splits["train"].labels
+    summary: dict[str, Any] = {
+        "folder": folder.name,
+        "rows": {name: len(splits[name].sequences) if name in splits else 0 for name in ("train", "val", "test")},
+        "max_seq_len": max(lengths),
+        "min_seq_len": min(lengths),
+    }
+    if dataset.task_type == "multiclass_classification":
+        summary["train_class_counts"] = np.bincount(train, minlength=dataset.d_output).tolist()
+    else:
+        summary["train_label_mean"] = np.atleast_1d(train.mean(axis=0)).round(6).tolist()
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Prepare the RNA modelling datasets.")
+    parser.add_argument("--size", default="default", choices=sorted(SIZES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--path", help="a folder of BEACON files instead of the synthetic sample")
+    parser.add_argument("--write-sample", metavar="DIR", help="write the synthetic sample in BEACON's layout to DIR")
+    args = parser.parse_args()
+    if args.write_sample:
+        print(f"wrote {write_beacon_folder(Path(args.write_sample), args.seed, args.size)}")
+        return
+    data = RnaData(data_root(), size=args.size, seed=args.seed, path=args.path)
+    print(f"preparing {data.name} in {data.dir} ...", flush=True)
+    start = time.perf_counter()
+    data.ensure()
+    print(f"ready ({time.perf_counter() - start:.1f} s)\n\n{data.describe()}\n", flush=True)
+    references = data.references()
+    print("constant predictor (validation): " + ", ".join(f"{k} {v:.4f}" for k, v in references.items()))
+    print(f"mean {np.mean(list(references.values())):.4f}")
+
+
+if __name__ == "__main__":
+    main()

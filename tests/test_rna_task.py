@@ -1,0 +1,448 @@
+"""The RNA modelling task: its metrics against hand-computed values (and sklearn/scipy), the one-hot
+encoding, the seeded synthetic sample, the reader of BEACON's files with its errors, the station's
+scoring from returned predictions (a dataset missing means no score), the padded last batch that
+never enters the loss, and, through the real sandbox, the baseline scored end to end from the
+config (it beats a constant predictor), a wrong output shape refused at the check, and test splits
+out of every run's reach. Budgets are epochs, never the clock."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluators.base import create_task
+from evaluators.jaxtrain.station_jax import rna as harness
+from evaluators.rna import play
+from evaluators.rna.beacon import DATASETS, METRIC_KEYS
+from evaluators.rna.dataset import RnaData
+from evaluators.rna.metrics import constant_predictions, measure
+from evaluators.rna.real_data import read_split_file
+from evaluators.rna.simulate import SIZES, simulate, write_beacon_folder
+from station.config import ExecutorConfig
+from station.executors import create_executor
+from station.run_types import RunResult
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "rna_modelling.yaml"
+SMALL = {"size": "small", "max_epochs": 2, "patience": 2, "grace_s": 120}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("rna")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STATION_RNA_DATA", str(root))
+    yield root
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def local(cache: Path):
+    task = create_task("rna_modelling", SMALL)
+    executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+    yield executor
+    executor.close()
+
+
+# -- metrics ---------------------------------------------------------------------------------------------------
+def test_metrics_match_hand_computed_values() -> None:
+    # R²: mean 7/3, SS_tot 42/9, SS_res 1
+    assert harness.r2(np.array([1.0, 2, 3]), np.array([1.0, 2, 4])) == pytest.approx(1 - 9 / 42)
+    assert math.isnan(harness.r2(np.array([1.0, 2]), np.array([3.0, 3])))
+    # Spearman with a tie: ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4) -> 4.5 / sqrt(4.5 * 5)
+    assert harness.spearman(np.array([1.0, 2, 2, 3]), np.array([1.0, 3, 2, 4])) == pytest.approx(4.5 / math.sqrt(22.5))
+    assert harness.spearman(np.full(4, 0.3), np.array([1.0, 3, 2, 4])) == 0.0  # a constant ranks nothing
+    assert harness.average_ranks(np.array([3.0, 1, 3, 2])).tolist() == [3.5, 1.0, 3.5, 2.0]
+    # AUC: 3 of the 4 positive-negative pairs are ordered right; a tie counts one half
+    assert harness.auc_roc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
+    assert harness.auc_roc(np.array([0.5, 0.5, 0.2, 0.9]), np.array([1, 0, 0, 1])) == pytest.approx(3.5 / 4)
+    assert math.isnan(harness.auc_roc(np.array([0.1, 0.2]), np.array([1, 1])))
+    scores = np.array([[0.1, 0.9], [0.4, 0.2], [0.35, 0.5], [0.8, 0.1]])
+    labels = np.array([[0, 1], [0, 1], [1, 1], [1, 1]])  # label 2 has a single value: skipped
+    assert harness.macro_auc_roc(scores, labels) == pytest.approx(0.75)
+    assert harness.accuracy(np.array([[0.1, 2.0], [3.0, 1.0], [0.0, 1.0]]), np.array([1, 0, 0])) == pytest.approx(2 / 3)
+    # PRS: the mean of the per-output R²
+    pred, target = np.array([[1.0, 0.0], [2.0, 1.0], [3.0, 1.0]]), np.array([[1.0, 0.0], [2.0, 1.0], [4.0, 2.0]])
+    assert harness.metric_value("r2", pred, target) == pytest.approx((1 - 9 / 42 + 1 - 1 / 2) / 2)  # SS 1/2
+
+
+def test_metrics_agree_with_sklearn_and_scipy() -> None:
+    metrics = pytest.importorskip("sklearn.metrics")
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    y, p = rng.normal(size=200), rng.normal(size=200)
+    p_tied = np.round(p, 1)  # many ties
+    assert harness.r2(p, y) == pytest.approx(metrics.r2_score(y, p))
+    assert harness.spearman(p_tied, y) == pytest.approx(stats.spearmanr(p_tied, y)[0])
+    multi_y, multi_p = rng.normal(size=(100, 3)), rng.normal(size=(100, 3))
+    assert harness.metric_value("r2", multi_p, multi_y) == pytest.approx(metrics.r2_score(multi_y, multi_p))
+    labels = (rng.random((150, 12)) < 0.3).astype(int)
+    scores = np.round(labels + rng.normal(size=(150, 12)), 1)
+    assert harness.macro_auc_roc(scores, labels) == pytest.approx(metrics.roc_auc_score(labels, scores, average="macro"))
+    classes, logits = rng.integers(0, 13, 90), rng.normal(size=(90, 13))
+    assert harness.accuracy(logits, classes) == pytest.approx(metrics.accuracy_score(classes, logits.argmax(1)))
+
+
+def test_the_one_hot_encoding() -> None:
+    codes = harness.encode(["ACGTU", "RNXB"], 6)
+    x = harness.one_hot(codes)
+    assert x.shape == (2, 6, 4) and x.dtype == np.float32
+    assert x[0, :5].tolist() == [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0]]  # A, T/U, C, G
+    assert x[1, 0].tolist() == [0.5, 0, 0, 0.5]  # R = A or G
+    assert not x[1, 1:3].any() and not x[0, 5].any() and not x[1, 4:].any()  # N, X and padding
+    assert x[1, 3] == pytest.approx([0, 1 / 3, 1 / 3, 1 / 3])  # B = C, G or T
+
+
+def test_seeds_come_from_a_stable_hash_of_the_dataset() -> None:
+    # crc32, the same in every process (Python's hash() of a string is not)
+    assert [harness.dataset_seed(0, d.name) for d in DATASETS] == [95, 652, 775, 787, 234, 356, 287]
+    assert harness.dataset_seed(100, "APA") == 195
+
+
+# -- the synthetic sample ---------------------------------------------------------------------------------------
+def test_the_sample_is_deterministic_and_in_beacon_layout() -> None:
+    first, again, other = simulate(0, "small"), simulate(0, "small"), simulate(1, "small")
+    assert first == again and first != other
+    assert list(first) == [d.beacon for d in DATASETS]
+    headers = {folder: header for folder, (header, _) in first.items()}
+    assert headers["CRISPROffTarget"] == ["sgrna", "target", "label"]
+    assert headers["ProgrammableRNASwitches"] == ["sequence", "ON", "OFF", "ON_OFF"]
+    assert headers["Isoform"] == ["", "seq", "proximal_isoform_proportion"]
+    for header, splits in first.values():
+        assert [len(splits[s]) for s in ("train", "val", "test")] == list(SIZES["small"])
+        assert all(len(row) == len(header) for rows in splits.values() for row in rows)
+
+
+def test_the_built_sample_has_the_shapes_and_classes_of_the_seven_datasets(cache: Path) -> None:
+    data = RnaData(cache, size="default").ensure()
+    info = data.info()["datasets"]
+    assert [info[d.name]["max_seq_len"] for d in DATASETS] == [186, 46, 101, 23, 148, 100, 100]
+    assert all(info[d.name]["rows"] == {"train": 1200, "val": 300, "test": 300} for d in DATASETS)
+    modif, prs, ncrna = data.labels("Modif"), data.labels("PRS"), data.labels("ncRNA", "train")
+    assert modif.shape == (300, 12) and set(np.unique(modif)) == {0.0, 1.0} and (modif.sum(0) > 0).all()
+    assert prs.shape == (300, 3) and ncrna.dtype == np.int64 and set(ncrna) == set(range(13))
+    assert data.labels("APA").shape == (300,) and 0 < data.labels("APA").min() < data.labels("APA").max() < 1
+    sequences, _ = harness.read_split(str(data.input_dir / "MRL" / "train.csv"), "regression")
+    assert 25 <= min(map(len, sequences)) and max(map(len, sequences)) <= 100
+    assert any("N" in s for s in sequences)  # ambiguity codes occur, as in real reads
+    assert sorted(p.name for p in data.input_dir.iterdir()) == sorted(d.name for d in DATASETS)
+    assert not list(data.input_dir.rglob("test*")) and len(list(data.private_dir.rglob("test.csv"))) == 7
+
+
+# -- BEACON's files ---------------------------------------------------------------------------------------------
+def _write(path: Path, rows: list[list[str]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle, lineterminator="\n").writerows(rows)
+    return path
+
+
+def test_the_reader_takes_beacon_layouts(tmp_path: Path) -> None:
+    by_name = {d.name: d for d in DATASETS}
+    modif = read_split_file(_write(tmp_path / "m.csv", [
+        ["sequence", "label"],
+        ["acgurn", "[0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]"],  # lower case, an IUPAC code, two labels
+        ["GGGG", "0 0 0 0 0 0 0 0 0 0 0 0"],
+    ]), by_name["Modif"])
+    assert modif.sequences == ["ACGURN", "GGGG"] and modif.labels.shape == (2, 12)
+    assert modif.labels[0].nonzero()[0].tolist() == [1, 11]
+    no_header = read_split_file(_write(tmp_path / "m2.csv", [["ACGU", *"010000000001"]]), by_name["Modif"])
+    assert no_header.labels[0].nonzero()[0].tolist() == [1, 11]
+    off = read_split_file(_write(tmp_path / "o.csv", [["sgrna", "target", "label"], ["ACG", "TGG", "0.25"]]),
+                          by_name["CRI-Off"])
+    assert off.sequences == ["ACGTGG"] and off.labels.tolist() == [0.25]
+    apa = read_split_file(_write(tmp_path / "a.csv", [["", "seq", "proximal_isoform_proportion"], ["0", "ACGU", "0.5"]]),
+                          by_name["APA"])
+    assert apa.sequences == ["ACGU"] and apa.labels.tolist() == [0.5]
+    prs = read_split_file(_write(tmp_path / "p.csv", [["sequence", "ON", "OFF", "ON_OFF"], ["ACGU", "0.5", "0.25", "0.25"]]),
+                          by_name["PRS"])
+    assert prs.labels.tolist() == [[0.5, 0.25, 0.25]]
+    family = read_split_file(_write(tmp_path / "n.csv", [["sequence", "label"], ["ACGU", "12"]]), by_name["ncRNA"])
+    assert family.labels.dtype == np.int64 and family.labels.tolist() == [12]
+
+
+def test_a_beacon_folder_is_brought_into_the_stations_form(tmp_path: Path) -> None:
+    source = write_beacon_folder(tmp_path / "beacon", seed=0, size="small")
+    (source / "CRISPROnTarget").rename(source / "CRI-On")  # our names work as well as BEACON's
+    modif = source / "Modification" / "train.csv"
+    rows = list(csv.reader(modif.open()))
+    rows[1] = ["ACGUYacgu", "[1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]"]
+    _write(modif, rows)
+    data = RnaData(tmp_path / "cache", path=source).ensure()
+    written = list(csv.reader((data.input_dir / "Modif" / "train.csv").open()))
+    assert written[0] == ["sequence", "hAm", "hCm", "hGm", "hUm", "hm1A", "hm5C", "hm5U", "hm6A", "hm6Am", "hm7G",
+                          "hPsi", "Atol"]
+    assert written[1] == ["ACGUYACGU", "1", "0", "0", "0", "0", "0", "0", "0", "0", "1", "0", "0"]
+    assert data.info()["datasets"]["CRI-On"]["folder"] == "CRI-On"
+    assert data.info()["datasets"]["APA"]["folder"] == "Isoform"
+    assert "BEACON files" in data.name and (data.private_dir / "APA" / "test.csv").exists()
+
+
+def _break(source: Path, case: str) -> None:
+    val = source / "MeanRibosomeLoading" / "val.csv"
+    rows = list(csv.reader(val.open()))
+    if case == "no folder":
+        (source / "Isoform").rename(source / "Isoforms")
+    elif case == "both names":
+        (source / "APA").mkdir()
+    elif case == "no file":
+        val.unlink()
+    elif case == "class range":
+        _write(source / "NoncodingRNAFamily" / "train.csv", [["sequence", "label"], ["ACGU", "13"]])
+    elif case == "bad letter":
+        rows[3][0] = rows[3][0][:4] + "Z" + rows[3][0][5:]
+    elif case == "label count":
+        rows[2][1] = "[1.0, 2.0]"
+    elif case == "fields":
+        rows[2].append("2.0")
+    elif case == "not a number":
+        rows[2][1] = "high"
+    elif case == "empty":
+        rows = rows[:1]
+    elif case == "constant labels":
+        rows = [rows[0], *([row[0], "1.0"] for row in rows[1:])]
+    if case in ("bad letter", "label count", "fields", "not a number", "empty", "constant labels"):
+        _write(val, rows)
+
+
+BROKEN = {
+    "no folder": "has no folder for APA: expected APA/ or Isoform/",
+    "both names": "has both APA/ and Isoform/",
+    "no file": r"MeanRibosomeLoading/val.csv is missing",
+    "bad letter": r"MeanRibosomeLoading/val.csv, line 4: 'Z' at position 5 of the sequence is not a nucleotide",
+    "label count": r"MeanRibosomeLoading/val.csv, line 3: MRL needs 1 label value\(s\), found 2",
+    "fields": r"MeanRibosomeLoading/val.csv, line 3: 3 fields, but 2 in the first row",
+    "not a number": r"val.csv, line 3: the label 'high' is not a number",
+    "empty": r"MeanRibosomeLoading/val.csv holds no sequences",
+    "class range": r"NoncodingRNAFamily/train.csv, line 2: the class must be an integer from 0 to 12, got 13",
+    "constant labels": "every row has the same value of label 1, so r2 is undefined",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_beacon_folder_gives_a_clear_error(tmp_path: Path, case: str) -> None:
+    source = write_beacon_folder(tmp_path / "beacon", seed=0, size="small")
+    _break(source, case)
+    data = RnaData(tmp_path / "cache", path=source)
+    with pytest.raises(ValueError, match=BROKEN[case]):
+        data.ensure()
+    assert not data.ready() and not (data.dir / "building").exists()
+    with pytest.raises(ValueError, match="no folder"):
+        RnaData(tmp_path / "cache", path=tmp_path / "nowhere")
+
+
+# -- the station's scoring, with an executor that only records -------------------------------------------------------
+class RecordingExecutor:
+    """Answers the check, then each trial with predictions made from the station's own labels."""
+
+    name = "recording"
+
+    def __init__(self, data: RnaData, answer, gpus: int = 0) -> None:
+        self.data, self.answer, self.gpus, self.specs = data, answer, gpus, []
+
+    def gpu_count(self) -> int:
+        return self.gpus
+
+    def run(self, spec):
+        self.specs.append(spec)
+        settings = json.loads(spec.env["STATION_TRIAL"])
+        if settings["phase"] == "check":
+            return RunResult(status="ok", value={"checked": True})
+        dataset = DATASETS[settings["trial"]]
+        return self.answer(dataset, self.data.labels(dataset.name))
+
+
+def _perfect(dataset, labels) -> RunResult:
+    pred = np.eye(dataset.d_output)[labels] if dataset.task_type == "multiclass_classification" else labels
+    value = {"dataset": dataset.name, "val_pred": pred.astype(np.float32), "seed": 1, "epochs": 1, "best_epoch": 1}
+    return RunResult(status="ok", value=value)
+
+
+def test_the_station_measures_every_dataset_from_the_predictions(cache: Path) -> None:
+    task = create_task("rna_modelling", SMALL)
+    executor = RecordingExecutor(task.data, _perfect, gpus=1)
+    result = task.execute(executor, "x = 1", mounts=[], label="recorded")
+    verdict = task.score(result)
+    assert verdict.success and verdict.score == pytest.approx(1.0), verdict.details
+    assert list(verdict.metrics) == list(METRIC_KEYS) == [
+        "APA_R2", "CRI-Off_Spearman", "Modif_AUC-ROC", "CRI-On_Spearman", "PRS_R2", "MRL_R2", "ncRNA_Accuracy"]
+    check, *trials = executor.specs
+    assert check.num_gpus == 0 and [s.num_gpus for s in trials] == [1.0] * 7
+    settings = [json.loads(s.env["STATION_TRIAL"]) for s in trials]
+    assert [s["trial"] for s in settings] == list(range(7))
+    assert [d["name"] for d in settings[0]["datasets"]] == [d.name for d in DATASETS]
+    assert settings[0]["datasets"][2] == {"name": "Modif", "task_type": "multilabel_classification", "d_output": 12,
+                                          "metric": "auc_roc", "level": "sequence", "max_seq_len": 101}
+    assert "JAX saw only the CPU" in verdict.details  # a GPU was given, the trials named no GPU device
+
+
+def test_a_missing_dataset_means_no_score_and_the_details_say_which(cache: Path) -> None:
+    task = create_task("rna_modelling", SMALL)
+
+    def answer(dataset, labels):
+        if dataset.name == "PRS":
+            return RunResult(status="error", error="RuntimeError: out of luck")
+        if dataset.name == "MRL":  # claims another dataset's results
+            return RunResult(status="ok", value={**_perfect(dataset, labels).value, "dataset": "APA"})
+        if dataset.name == "CRI-On":
+            return RunResult(status="ok", value={**_perfect(dataset, labels).value, "val_pred": labels[:5]})
+        return _perfect(dataset, labels)
+
+    verdict = task.score(task.execute(RecordingExecutor(task.data, answer), "x = 1", mounts=[], label="recorded"))
+    assert not verdict.success and verdict.score is None
+    assert verdict.details.startswith("No score: 3 of 7 datasets have no metric (CRI-On, PRS, MRL).")
+    assert "PRS (trial 4): error: RuntimeError: out of luck" in verdict.details
+    assert "MRL (trial 5, seed 1): its result was refused: it reports dataset 'APA'" in verdict.details
+    assert "CRI-On (trial 3, seed 1): its result was refused: predictions of shape (5,)" in verdict.details
+    assert verdict.metrics["APA_R2"] == pytest.approx(1.0) and verdict.metrics["PRS_R2"] is None
+
+
+def test_a_constant_predictor_scores_what_the_details_quote(cache: Path) -> None:
+    task = create_task("rna_modelling", SMALL)
+    data = task.data
+
+    def constant(dataset, labels):
+        pred = constant_predictions(dataset, data.labels(dataset.name, "train"), len(labels))
+        return RunResult(status="ok", value={"dataset": dataset.name, "val_pred": pred.astype(np.float32)})
+
+    verdict = task.score(task.execute(RecordingExecutor(data, constant), "x = 1", mounts=[], label="recorded"))
+    references = data.references()
+    assert verdict.success and verdict.score == pytest.approx(np.mean(list(references.values())), abs=1e-6)
+    assert references["Modif"] == 0.5 and references["CRI-Off"] == references["CRI-On"] == 0.0
+    assert f"scores {verdict.score:.4f}" in verdict.details
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        measure(DATASETS[0], np.full(len(data.labels("APA")), np.nan), data.labels("APA"))
+
+
+# -- the harness: the padded last batch carries no weight ---------------------------------------------------------
+def test_the_padded_last_batch_never_enters_the_loss() -> None:
+    import flax.linen as nn
+    import jax
+    import optax
+
+    class Tiny(nn.Module):
+        @nn.compact
+        def __call__(self, x, deterministic=True):
+            return nn.Dense(1)(x.reshape(x.shape[0], -1))[:, 0]
+
+    codes = harness.encode(["ACGU", "GGCA", "UUAC"], 4)
+    labels = np.array([0.5, -1.0, 2.0], np.float32)
+    padded = harness.batch_of(codes, labels, np.arange(3), 5)
+    assert padded[2].tolist() == [1, 1, 1, 0, 0] and padded[0].shape == (5, 4, 4)
+    model = harness.Model(Tiny())
+    variables = model.init(jax.random.PRNGKey(0), padded[0])
+    trained, rest = model.split(variables)
+    optimizer = optax.sgd(0.0)
+    losses = []
+    for x, y, weight in (padded, harness.batch_of(codes, labels, np.arange(3), 3)):
+        trainer = harness.Trainer(model, optimizer, "regression")
+        losses.append(float(trainer.step(trained, rest, optimizer.init(trained), x, y, weight, None)[3]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+# -- the scripted play ---------------------------------------------------------------------------------------------
+def test_the_scripted_play_tunes_the_mlp_then_adds_a_convolution() -> None:
+    class Seen:
+        notes: dict = {}
+
+    seen, rng = Seen(), random.Random(1)
+    first, second = play.submission(seen, rng), play.submission(seen, rng)
+    assert "Vanilla MLP" in first["title"] and "nn.Dense(self.hidden)(x)" in first["content"]
+    assert "Convolutional" in second["title"] and "nn.Conv(self.hidden, kernel_size=(9,))" in second["content"]
+    compile(second["content"], "submission.py", "exec")
+
+
+def test_the_gpu_config_has_the_papers_settings_and_the_spec_states_them(cache: Path) -> None:
+    from station.config import load_config
+
+    config = load_config(ROOT / "configs" / "rna_modelling_gpu.yaml")
+    params = {**config.research.tasks[0].params, "size": "small"}  # the paper's budgets on the small sample
+    assert (params["max_epochs"], params["patience"], params["trial_budget_s"], params["gpus_per_trial"]) == (
+        100, 10, 1800, 1)
+    task = create_task("rna_modelling", params)
+    assert task.trials == 7 and task.trial_settings()["max_epochs"] == 100
+    spec = task.spec()
+    flat = " ".join(spec.split())
+    assert "each with 30 minutes of training" in flat and "at most 100 epochs, early stopping after 10 epochs" in flat
+    assert "`BATCH_SIZE` (default 64)" in flat and "| 6 | ncRNA | NoncodingRNAFamily |" in spec
+    assert all(f"`{key}`" in spec for key in METRIC_KEYS)
+
+
+# -- through the real sandbox ----------------------------------------------------------------------------------------
+def test_the_baseline_from_the_config_is_scored_end_to_end_and_beats_a_constant(cache: Path) -> None:
+    from rooms.research.standalone import evaluate, resolve_task
+
+    task, executor_config = resolve_task(str(CONFIG))
+    assert task.kind == "rna_modelling" and task.max_epochs >= 10
+    task.max_epochs = 2  # the config's task on the config's data; 2 epochs keep the test short
+    code = (ROOT / "evaluators" / "rna" / "baselines" / "vanilla_mlp.py").read_text()
+    executor = create_executor(executor_config, hide=task.private_paths())
+    try:
+        result = evaluate(task, code, executor)
+    finally:
+        executor.close()
+    assert result["status"] == "ok" and result["success"], (result["details"], result["stderr"][-3000:])
+    assert set(result["metrics"]) == set(METRIC_KEYS) and all(math.isfinite(v) for v in result["metrics"].values())
+    constant = float(np.mean(list(task.data.references().values())))
+    assert result["score"] > constant + 0.15, result["details"]
+    assert result["metrics"]["Modif_AUC-ROC"] > 0.5 and result["metrics"]["ncRNA_Accuracy"] > 0.15
+    for dataset in DATASETS:
+        assert f"{dataset.name} (trial " in result["details"]
+    assert "stopped by max-epochs" in result["details"]
+
+
+HEAD = '''import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Two(nn.Module):
+    @nn.compact
+    def __call__(self, x, deterministic=True):
+        return jnp.mean(nn.Dense(2)(x), axis=1)  # (batch, 2) for every dataset
+
+
+def create_network(hparams):
+    return Two()
+'''
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("", "for APA (regression, d_output 1) the network must map x of shape (batch, 186, 4) to (batch,) or "
+         "(batch, 1); it returned (4, 2)"),
+    ("\n\ndef compute_loss(predictions, targets):\n    return 0.0\n",
+     "defines compute_loss(): the loss is fixed by each dataset's task type"),
+])
+def test_contract_violations_fail_at_the_check(local, extra: str, message: str) -> None:
+    task = create_task("rna_modelling", SMALL)
+    result = task.execute(local, HEAD + extra, mounts=[], label="test-rna")
+    assert result.status == "ok" and "trials" not in result.value  # no trial was started
+    verdict = task.score(result)
+    assert not verdict.success and message in verdict.details, verdict.details
+
+
+def test_runs_see_train_and_val_only(local, cache: Path) -> None:
+    task = create_task("rna_modelling", SMALL)
+    private = task.data.ensure().private_dir
+    code = HEAD + f'''
+
+def test():
+    import os
+    for root, _, files in os.walk("task_data/rna"):
+        for name in files:
+            print("FILE", os.path.join(root, name))
+    try:
+        print("PRIVATE", os.listdir({str(private)!r}))
+    except OSError as err:
+        print("PRIVATE refused", type(err).__name__)
+'''
+    result = task.execute(local, code, mounts=[], label="test-rna")
+    assert task.score(result).details == "Test mode - no scoring"
+    files = sorted(line.split("task_data/rna/")[1] for line in result.stdout.splitlines() if line.startswith("FILE"))
+    assert files == sorted(f"{d.name}/{split}.csv" for d in DATASETS for split in ("train", "val"))
+    assert "PRIVATE refused" in result.stdout and (private / "APA" / "test.csv").exists()
