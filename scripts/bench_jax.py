@@ -4,7 +4,7 @@ station evaluates it (the check run, then the seeds in parallel on the config's 
 local Ray instance by default), next to the naive references. Prints one table per task and
 saves the learning curves as a plot in bench-results/.
 
-    scripts/bench_jax.py [--task forecasting|sokoban|all] [--budget SECONDS] [--paper-settings]
+    scripts/bench_jax.py [--task forecasting|sokoban|rna|all] [--budget SECONDS] [--paper-settings]
 
 --budget overrides the training budget per trial (the configs: 5 min forecasting, 10 min
 Sokoban on a CPU); --paper-settings uses configs/*_gpu.yaml, the paper's settings (ZAPBench's
@@ -127,6 +127,29 @@ def bench_sokoban(config: Path, budget: float | None) -> None:
     plot_sokoban(trials, random)
 
 
+def bench_rna(config: Path, budget: float | None) -> None:
+    from evaluators.rna.beacon import DATASETS
+
+    task, executor_config = resolve(config, budget)
+    with ERR.status("rna: preparing the data (generated on first use) ..."):
+        task.data.ensure()
+        constant = task.data.references()
+    result, verdict, seconds = evaluate(task, executor_config, task.baselines()[0].code, "rna")
+    table = Table(title=f"RNA modelling: validation metrics ({task.max_epochs} epochs at most, "
+                        f"{task.trial_budget_s:g} s each, {seconds:.0f} s wall)")
+    for column in ("dataset", "metric", "constant predictor", "Vanilla MLP", "epochs (best)", "s/epoch"):
+        table.add_column(column, justify="left" if column in ("dataset", "metric") else "right")
+    for trial, dataset in zip(result.value["trials"], DATASETS):
+        value = trial.get("value") or {}
+        table.add_row(dataset.name, dataset.metric, f"{constant[dataset.name]:.4f}",
+                      f"{verdict.metrics[dataset.metric_key]:.4f}",
+                      f"{value.get('epochs')} ({value.get('best_epoch')})",
+                      f"{value.get('seconds', 0) / max(1, value.get('epochs') or 1):.1f}")
+    table.add_row("[bold]mean (the score)[/]", "", f"{sum(constant.values()) / len(constant):.4f}",
+                  f"[bold]{verdict.score:.4f}[/]", "", "")
+    OUT.print(table)
+
+
 def plot_forecasting(trials, refs) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -168,7 +191,7 @@ def save(fig, name: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=("forecasting", "sokoban", "all"), default="all")
+    parser.add_argument("--task", choices=("forecasting", "sokoban", "rna", "all"), default="all")
     parser.add_argument("--budget", type=float, help="training seconds per trial (default: the config's)")
     parser.add_argument("--paper-settings", "--gpu", dest="paper", action="store_true",
                         help="the paper's settings: configs/*_gpu.yaml (on the CPU when there is no GPU)")
@@ -178,6 +201,8 @@ def main() -> None:
         bench_forecasting(ROOT / "configs" / f"forecasting{suffix}.yaml", args.budget)
     if args.task in ("sokoban", "all"):
         bench_sokoban(ROOT / "configs" / f"sokoban{suffix}.yaml", args.budget)
+    if args.task in ("rna", "all"):
+        bench_rna(ROOT / "configs" / f"rna_modelling{suffix}.yaml", args.budget)
 
 
 if __name__ == "__main__":
