@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The batch-integration task end to end on this machine: each baseline is run in the real
 sandbox on the training data, then scored; prints the time of each step and of each metric,
-and the raw and normalized metrics with the primary score of every baseline.
+and the raw and normalized metrics with the primary score of every baseline (normalized with the
+control methods' bounds on this data; the score under OpenProblems' fixed bounds, the paper's
+scale, is shown as well).
 
 The first run generates the dataset and computes the control methods' bounds (cached in
 ~/.cache/station/scrna, or $STATION_SCRNA_DATA).
@@ -20,6 +22,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from evaluators.base import create_task  # noqa: E402
+from evaluators.scrna.normalisation import openproblems_bounds  # noqa: E402
 from evaluators.scrna.task import LABELS, METRICS, normalise  # noqa: E402
 from station.config import ExecutorConfig  # noqa: E402
 from station.executors import create_executor  # noqa: E402
@@ -33,7 +36,7 @@ def main() -> None:
     parser.add_argument("--size", default="default", choices=("default", "small"))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    task = create_task("batch_integration", {"size": args.size, "seed": args.seed})
+    task = create_task("batch_integration", {"size": args.size, "seed": args.seed, "normalisation": "controls"})
     dataset = task.dataset
     with ERR.status("preparing the dataset (generated on first use) ..."):
         began = time.perf_counter()
@@ -74,6 +77,8 @@ def main() -> None:
         table.add_row(LABELS[metric], *[f"{normal[metric]:.3f} ({raw.get(metric, float('nan')):.4f})"
                                         for _, raw, normal, _, _ in rows])
     table.add_row("[bold]score[/]", *[f"[bold]{score:.4f}[/]" for *_, score, _ in rows])
+    paper = [sum(normalise(raw, openproblems_bounds()).values()) / len(METRICS) for _, raw, *_ in rows]
+    table.add_row("[bold]score, OpenProblems bounds[/]", *[f"[bold]{score:.4f}[/]" for score in paper])
     OUT.print(table)
     timing = Table(title="Seconds per step")
     timing.add_column("step")

@@ -241,3 +241,20 @@ def test_other_shapes(kwargs):
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         simulate(**kwargs)
+
+
+def test_batch_hvg_are_scanpys_seurat_v3_genes(full, tmp_path):
+    """`batch_hvg` is scanpy's own batch-aware seurat_v3 selection on the counts (scikit-misc's loess),
+    for simulated data and for the genes a user's file is cut down to."""
+    reference = ad.AnnData(X=full.layers["counts"].copy(), obs=full.obs[["batch"]].copy())
+    table = sc.pp.highly_variable_genes(reference, flavor="seurat_v3", n_top_genes=int(full.var["batch_hvg"].sum()),
+                                        batch_key="batch", inplace=False)
+    assert (table["highly_variable"].to_numpy() == full.var["batch_hvg"].to_numpy()).all()
+
+    path = tmp_path / "atlas.h5ad"
+    ad.AnnData(X=full.X.copy(), obs=full.obs[["batch", "cell_type"]].copy(), var=full.var[[]].copy()).write_h5ad(path)
+    loaded = load_h5ad(path, n_hvg=200)
+    kept = sc.pp.highly_variable_genes(reference, flavor="seurat_v3", n_top_genes=200, batch_key="batch",
+                                       inplace=False)["highly_variable"].to_numpy()
+    assert list(loaded.var_names) == list(full.var_names[kept])
+    assert loaded.var["batch_hvg"].sum() == 150

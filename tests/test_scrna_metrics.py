@@ -1,6 +1,7 @@
-"""The ten batch-integration metrics (evaluators/scrna/metrics.py), each checked on small synthetic
-cases against a known answer or an independent computation written here with numpy/scipy/sklearn
-(a second implementation, not a call of the function the metric uses)."""
+"""The ten batch-integration metrics (evaluators/scrna/metrics.py) and the three extra ones, each
+checked on small synthetic cases against a known answer or an independent computation written here
+with numpy/scipy/sklearn (a second implementation, not a call of the function the metric uses).
+The comparison with scib itself is tests/test_scrna_oracle.py."""
 from __future__ import annotations
 
 import math
@@ -355,3 +356,107 @@ def test_a_failing_metric_does_not_stop_the_others(solution):
     assert math.isnan(values["pcr"]) and math.isnan(values["cell_cycle_conservation"])
     assert "normalized" in problems["pcr"]
     assert set(problems) == {"pcr", "cell_cycle_conservation"}
+
+
+# -- Leiden, kBET internals and the extra metrics ---------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:In the future, the default backend for leiden:FutureWarning")
+def test_ari_nmi_use_scanpys_default_leiden_and_are_deterministic(solution):
+    """The best-NMI clustering of scanpy's default `sc.tl.leiden` (leidenalg, run to convergence)."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    rng = np.random.default_rng(5)
+    emb = separated_types_embedding(solution) + rng.normal(0, 25, (solution.n_obs, 10))  # types overlap
+    conn = knn_graph(emb)
+    types = codes(solution, "cell_type")
+    work = ad.AnnData(obs=pd.DataFrame(index=[str(i) for i in range(solution.n_obs)]))
+    best = (0.0, 0.0)
+    for resolution in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
+        sc.tl.leiden(work, resolution=resolution, adjacency=conn, key_added="c")
+        nmi = normalized_mutual_info_score(types, work.obs["c"])
+        if nmi > best[0]:
+            best = (nmi, adjusted_rand_score(types, work.obs["c"]))
+    first, _ = compute_metrics(result_for(solution, conn=conn), solution)
+    again, _ = compute_metrics(result_for(solution, conn=conn), solution)
+    assert (first["nmi"], first["ari"]) == pytest.approx(best, abs=1e-12)
+    assert (again["nmi"], again["ari"]) == (first["nmi"], first["ari"])
+    assert 0.05 < first["ari"] < 0.99  # not a trivial clustering
+
+
+def test_kbet_test_counts_missing_neighbours_in_k0():
+    """R kBET's chi^2 test by hand: two batches of 10 cells, k0 = 10 (the cell and 9 neighbours).
+    Neighbourhoods split 5:5 are all accepted; 9 neighbours of the cell's own batch give 10:0
+    against 5:5 (chi^2 = 10), rejected; no neighbours at all (scib's NaN rows) give 1:0 against
+    5:5 (chi^2 = 8.2, p = 0.004), rejected; and so is half of each."""
+    from evaluators.scrna.kbet import rejection_rate
+
+    batches = np.repeat([0, 1], 10)
+    cells = np.arange(20)
+    own = [np.setdiff1d(cells[batches == batches[i]], [i]) for i in cells]
+    other = [cells[batches != batches[i]] for i in cells]
+    balanced = np.array([np.r_[own[i][:4], other[i][:5]] for i in cells])
+    one_sided = np.array([own[i] for i in cells])
+    missing = np.full((20, 9), -1)
+    assert rejection_rate(balanced, batches, 10) == 0.0
+    assert rejection_rate(one_sided, batches, 10) == 1.0
+    assert rejection_rate(missing, batches, 10) == 1.0
+    assert rejection_rate(np.where(cells[:, None] < 10, balanced, missing), batches, 10) == 0.5
+
+
+def test_diffusion_neighbours_match_a_dense_float64_computation():
+    """The k cells with the largest T + T^2 + ... (T the row-normalised graph, powers added until every
+    row has k + 1 non-zeros, at least 3), the cell itself excluded: compared as sets per row."""
+    from evaluators.scrna.kbet import diffusion_neighbours
+
+    rng = np.random.default_rng(3)
+    n, k = 60, 12
+    chain = sp.diags([rng.uniform(0.2, 1.0, n - 1)], [1], shape=(n, n))  # a path: diffusion must spread
+    graph = sp.csr_matrix(chain + chain.T)
+    found = diffusion_neighbours(graph, k, chunk=16)
+    dense = graph.toarray()
+    trans = dense / dense.sum(axis=1, keepdims=True)
+    power, total, steps = trans.copy(), trans.copy(), 1
+    while steps < 3 or (total > 0).sum(axis=1).min() < k + 1:
+        power = power @ trans
+        total += power
+        steps += 1
+    np.fill_diagonal(total, 0)
+    assert steps > 3  # the path needs more than three steps to reach k + 1 cells
+    for row in range(n):
+        assert set(found[row]) == set(np.argsort(-total[row], kind="stable")[:k]), row
+
+
+def test_isolated_label_metrics_and_their_reasons(solution):
+    types, batches = codes(solution, "cell_type"), codes(solution, "batch")
+    emb = separated_types_embedding(solution)
+    everywhere, problems = compute_metrics(result_for(solution, emb, knn_graph(emb)), solution,
+                                           extra=("isolated_label_f1", "isolated_label_asw"))
+    assert math.isnan(everywhere["isolated_label_f1"]) and "every batch" in problems["isolated_label_f1"]
+
+    keep = (types != 2) | (batches == 0)  # type 2 only in batch 0: the isolated type
+    part = solution[keep].copy()
+    emb = emb[keep]
+    values, problems = compute_metrics(result_for(part, emb, knn_graph(emb)), part,
+                                       extra=("isolated_label_f1", "isolated_label_asw"))
+    sil = silhouette_reference(emb, codes(part, "cell_type"))
+    assert values["isolated_label_asw"] == pytest.approx((sil[codes(part, "cell_type") == 2].mean() + 1) / 2, abs=1e-5)
+    assert values["isolated_label_f1"] == pytest.approx(1.0)  # far-apart types: one cluster is exactly type 2
+    assert tuple(values)[-2:] == ("isolated_label_f1", "isolated_label_asw")
+
+
+def test_hvg_overlap_needs_corrected_counts_and_reads_them(solution):
+    normalized = solution.layers["normalized"].toarray()
+    emb = separated_types_embedding(solution)
+    without, problems = compute_metrics(result_for(solution, emb), solution, extra=("hvg_overlap",))
+    assert math.isnan(without["hvg_overlap"]) and "corrected_counts" in problems["hvg_overlap"]
+    result = result_for(solution, emb)
+    result = ad.AnnData(obs=result.obs, obsm=result.obsm, var=solution.var[[]].copy(),
+                        layers={"corrected_counts": normalized})
+    same, _ = compute_metrics(result, solution, extra=("hvg_overlap",))
+    assert same["hvg_overlap"] == pytest.approx(1.0)
+    result.layers["corrected_counts"] = normalized[:, np.random.default_rng(1).permutation(solution.n_vars)]
+    shuffled, _ = compute_metrics(result, solution, extra=("hvg_overlap",))
+    assert shuffled["hvg_overlap"] < 0.7
+    with pytest.raises(ValueError, match="unknown extra metrics"):
+        compute_metrics(result, solution, extra=("hvg",))

@@ -53,6 +53,55 @@ def test_normalisation_clamps_and_treats_missing_as_zero() -> None:
     assert normal["clisi"] == 1.0  # min == max
 
 
+SPEC_TABLE = {  # spec research §3.2, scoring step 3
+    "asw_batch": (0.53352897, 0.98400116), "asw_label": (0.41144148, 0.9896984), "ari": (-0.00013567, 1.0),
+    "nmi": (0.0002826, 1.0), "graph_connectivity": (0.01696175, 1.0), "kbet": (0.01134695, 0.95113473),
+    "ilisi": (0.0, 1.0), "clisi": (0.70869329, 1.0), "pcr": (0.0, 0.99999995),
+    "cell_cycle_conservation": (0.00922029, 0.86094651),
+}
+
+
+def test_openproblems_bounds_are_the_spec_table_and_the_default_for_real_data() -> None:
+    from evaluators.scrna.normalisation import choose_normalisation, openproblems_bounds
+
+    assert openproblems_bounds() == SPEC_TABLE
+    assert choose_normalisation(None, real_data=True) == "openproblems"
+    assert choose_normalisation(None, real_data=False) == "controls"
+    assert choose_normalisation("openproblems", real_data=False) == "openproblems"
+    with pytest.raises(ValueError, match="normalisation must be one of controls, openproblems"):
+        choose_normalisation("paper", real_data=False)
+    with pytest.raises(ValueError, match="extra_metrics"):
+        create_task("batch_integration", {"size": "small", "extra_metrics": ["hvg"]})
+    raw = {m: (low + high) / 2 for m, (low, high) in SPEC_TABLE.items()}
+    assert list(normalise(raw, openproblems_bounds()).values()) == pytest.approx([0.5] * 10)
+
+
+def test_openproblems_normalisation_and_extra_metrics(cache, run) -> None:
+    """The same ComBat run scored under both normalisations, with the three extra metrics shown raw."""
+    combat = create_task("batch_integration", {"size": "small", "memory_mb": 8192})
+    paper = create_task("batch_integration", {
+        "size": "small", "memory_mb": 8192, "normalisation": "openproblems",
+        "extra_metrics": ["hvg_overlap", "isolated_label_f1", "isolated_label_asw"]})
+    code = next(b for b in paper.baselines() if b.title == "ComBat Baseline").code
+    executor = create_executor(ExecutorConfig(kind="local"), hide=paper.private_paths())
+    try:
+        result = executor.run(paper.run_spec(code, mounts=[], label="test-scrna-paper"))
+    finally:
+        executor.close()
+    assert result.status == "ok", result.stderr[-2000:]
+    verdict, plain = paper.score(result), combat.score(result)
+    assert verdict.success and plain.success, verdict.details
+    assert "Normalization: openproblems" in verdict.details and "Normalization: controls" in plain.details
+    assert "Extra (raw, not in the score): HVG_overlap" in verdict.details
+    for name in ("HVG_overlap", "Iso_label_F1", "Iso_label_ASW"):
+        assert 0.0 < verdict.metrics[name] <= 1.0, (name, verdict.details)
+        assert name not in plain.metrics
+    ten = [verdict.metrics[label] for label in ("ASW_batch", "ASW_label", "ARI", "NMI", "Graph_conn", "kBET",
+                                                "iLISI", "cLISI", "PCR", "Cell_cycle")]
+    assert verdict.score == pytest.approx(sum(ten) / 10)  # the extras stay out of the score
+    assert verdict.score != pytest.approx(plain.score)
+
+
 def test_the_baselines_score_in_a_sensible_order(task, run) -> None:
     scores = {}
     for baseline in task.baselines():
@@ -176,5 +225,6 @@ def test_a_users_h5ad_becomes_the_task_data(cache, tmp_path, run) -> None:
     assert result.status == "ok", result.stderr[-2000:]
     verdict = mine.score(result)
     assert verdict.success and "atlas.h5ad" in verdict.details
+    assert mine.normalisation == "openproblems" and "Normalization: openproblems" in verdict.details
     with pytest.raises(ValueError, match="no_such_column|column"):
         create_task("batch_integration", {"h5ad": str(path), "batch_key": "no_such_column"}).dataset.ensure()

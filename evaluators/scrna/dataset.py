@@ -14,6 +14,7 @@ import json
 import math
 import shutil
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +22,8 @@ import numpy as np
 
 from ..cache import build_once, exclusive
 
-GENERATOR = "sim-v1"
+GENERATOR = "sim-v2"  # v2: batch_hvg from scanpy's seurat_v3
+FILE_LAYOUT = "file2"  # the same change for a user's file (its genes are chosen by seurat_v3 too)
 PLANNED = {"default": (16_000, 2_000), "small": (2_000, 500)}  # cells, genes (train)
 CONTROLS = ("no_integration", "random_embedding", "perfect_embedding")
 
@@ -44,7 +46,7 @@ class Dataset:
             if not source.is_file():
                 raise ValueError(f"batch_integration: no file {source} (params.h5ad)")
             self.source: Path | None = source
-            key = f"file-{source.stem}-{batch_key}-{label_key}"
+            key = f"{FILE_LAYOUT}-{source.stem}-{batch_key}-{label_key}"
             self.name = f"{source.name}"
         else:
             self.source = None
@@ -121,10 +123,11 @@ class Dataset:
             return self._solution
 
     def score_arrays(
-        self, value: dict[str, Any], *, timings: dict[str, float] | None = None
+        self, value: dict[str, Any], *, extra: Sequence[str] = (), timings: dict[str, float] | None = None
     ) -> tuple[dict[str, float], dict[str, str]]:
-        """The raw metrics of a run's returned arrays, put back on the solution's cells."""
+        """The raw metrics (the ten, then `extra`) of a run's returned arrays, put back on the solution's cells."""
         import anndata as ad
+        import pandas as pd
         import scipy.sparse as sp
 
         solution = self.solution()
@@ -155,26 +158,43 @@ class Dataset:
                 if not np.isfinite(parts[0]).all() or (parts[0] < 0).any():
                     raise ValueError(f"obsp['{name}'] has NaN, infinite or negative values")
                 result.obsp[name] = sp.csr_matrix(tuple(parts), shape=(n, n))
-        return self._metrics(result, timings)
+        try:
+            counts, bad_counts = _corrected_counts(value, n), ""
+        except ValueError as err:  # only HVG overlap needs them: it alone fails
+            counts, bad_counts = None, str(err)
+        if counts is not None:
+            genes = pd.DataFrame(index=pd.RangeIndex(counts.shape[1]).astype(str))
+            result = ad.AnnData(
+                obs=result.obs, var=genes, obsm=result.obsm, obsp=result.obsp, layers={"corrected_counts": counts}
+            )
+        values, problems = self._metrics(result, timings, extra)
+        if bad_counts and "hvg_overlap" in values:
+            problems["hvg_overlap"] = bad_counts
+        return values, problems
 
-    def _metrics(self, result: Any, timings: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, str]]:
+    def _metrics(
+        self, result: Any, timings: dict[str, float] | None = None, extra: Sequence[str] = ()
+    ) -> tuple[dict[str, float], dict[str, str]]:
         from .metrics import compute_metrics
         from .simulate import G2M_GENES, S_GENES
 
         genes = set(self.solution().var["feature_name"])
         cycle = (S_GENES, G2M_GENES) if set(S_GENES) <= genes else None
-        return compute_metrics(result, self.solution(), cell_cycle_genes=cycle, timings=timings)
+        return compute_metrics(result, self.solution(), cell_cycle_genes=cycle, extra=extra, timings=timings)
 
     def bounds(self) -> dict[str, tuple[float, float]]:
-        """Per metric (min, max) over the control methods on this data, computed once and stored."""
+        """Per metric (min, max) over the control methods on this data, computed once and stored
+        (again when the metrics' definitions changed: METRICS_VERSION)."""
+        from .metrics import METRICS_VERSION
+
         with self._lock:
             if self._bounds is not None:
                 return self._bounds
         path = self.private_dir / "bounds.json"
-        if not path.exists():
+        if _stored_version(path) != METRICS_VERSION:
             with exclusive(self.dir):
-                if not path.exists():
-                    path.write_text(json.dumps(self._control_bounds(), indent=2))
+                if _stored_version(path) != METRICS_VERSION:
+                    path.write_text(json.dumps(self._control_bounds() | {"metrics_version": METRICS_VERSION}, indent=2))
         stored = json.loads(path.read_text())
         with self._lock:
             self._bounds = {m: (float(v["min"]), float(v["max"])) for m, v in stored["bounds"].items()}
@@ -197,6 +217,44 @@ class Dataset:
             values = [runs[c][metric] for c in CONTROLS if math.isfinite(runs[c].get(metric, math.nan))]
             bounds[metric] = {"min": min(values) if values else 0.0, "max": max(values) if values else 1.0}
         return {"controls": runs, "bounds": bounds}
+
+
+def _stored_version(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("metrics_version")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _corrected_counts(value: dict[str, Any], n: int) -> Any:
+    """A run's returned corrected counts (dense, or CSR parts), checked; None when it sent none."""
+    import scipy.sparse as sp
+
+    if "corrected_counts" in value:
+        counts = np.asarray(value["corrected_counts"], dtype=np.float32)
+        if counts.ndim != 2 or counts.shape[0] != n:
+            raise ValueError(f"layers['corrected_counts'] has shape {counts.shape}; expected ({n}, genes)")
+        finite = bool(np.isfinite(counts).all())
+    elif "corrected_counts_data" in value:
+        data, indices, indptr = (np.asarray(value[f"corrected_counts_{p}"]) for p in ("data", "indices", "indptr"))
+        n_genes = int(value.get("corrected_counts_n_genes", 0))
+        if (
+            n_genes < 1
+            or len(indptr) != n + 1
+            or indptr[0] != 0
+            or indptr[-1] != len(indices)
+            or len(data) != len(indices)
+            or np.any(np.diff(indptr) < 0)
+            or (len(indices) and (indices.min() < 0 or indices.max() >= n_genes))
+        ):
+            raise ValueError("layers['corrected_counts'] is not a valid cells x genes sparse matrix")
+        counts = sp.csr_matrix((data.astype(np.float32), indices, indptr), shape=(n, n_genes))
+        finite = bool(np.isfinite(counts.data).all())
+    else:
+        return None
+    if not finite:
+        raise ValueError("layers['corrected_counts'] has NaN or infinite values")
+    return counts
 
 
 def control_embedding(control: str, solution: Any, seed: int) -> np.ndarray:

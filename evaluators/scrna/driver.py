@@ -2,7 +2,8 @@
 
 It runs inside the sandbox, next to the agent's code: it reads the task's input, calls the
 agent's `eliminate_batch_effect_fn` on a copy, checks the contract and returns plain arrays
-(an embedding and/or a kNN graph as CSR parts). Contract problems come back as
+(an embedding and/or a kNN graph as CSR parts; the corrected counts too, dense or as CSR parts,
+when the task computes HVG overlap). Contract problems come back as
 `contract_error` (reported to the author, never debugged); an exception raised inside the
 agent's function is an ordinary crash (the debugger may fix it). Everything here is untrusted
 like the submission itself: scoring happens outside, on the returned arrays only.
@@ -10,7 +11,7 @@ like the submission itself: scoring happens outside, on the returned arrays only
 
 INPUT_DIR = "task_data/batch_integration"  # where the input is mounted, relative to the run's directory
 
-DRIVER = """
+_TEMPLATE = """
 
 # ---- appended by the station: runs your function on the task's data (not part of your code) ----
 def _station_integrate():
@@ -55,8 +56,29 @@ def _station_integrate():
             _res[_name + "_data"] = _g.data.astype(_np.float32)
             _res[_name + "_indices"] = _g.indices.astype(_np.int64)
             _res[_name + "_indptr"] = _g.indptr.astype(_np.int64)
+    if %(counts)s and "corrected_counts" in _out.layers:
+        _c = _out.layers["corrected_counts"]
+        if _c.ndim != 2 or _c.shape[0] != len(_ids):
+            return {"contract_error": "layers['corrected_counts'] must be cells x genes, got %%s" %% (_c.shape,)}
+        if _sp.issparse(_c):  # sparse stays sparse (CSR parts), dense stays dense: the smaller either way
+            _c = _sp.csr_matrix(_c, dtype=_np.float32)
+            _c.sort_indices()
+            _res["corrected_counts_data"] = _c.data
+            _res["corrected_counts_indices"] = _c.indices.astype(_np.int32)
+            _res["corrected_counts_indptr"] = _c.indptr.astype(_np.int64)
+            _res["corrected_counts_n_genes"] = int(_c.shape[1])
+        else:
+            _res["corrected_counts"] = _np.asarray(_c, dtype=_np.float32)
     if "X_emb" not in _res and "connectivities_data" not in _res:
         return {"contract_error": "the result has neither obsm['X_emb'] nor both obsp['connectivities'] and "
                                   "obsp['distances']"}
     return _res
-""" % {"input": INPUT_DIR}
+"""
+
+
+def driver(return_counts: bool = False) -> str:
+    """The appended source; `return_counts` also returns layers['corrected_counts'] (for HVG overlap)."""
+    return _TEMPLATE % {"input": INPUT_DIR, "counts": repr(bool(return_counts))}
+
+
+DRIVER = driver()

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from .clustering import ARI_NMI_RESOLUTIONS, leiden
 from .metric_inputs import Inputs, MetricSkipped
 
-LEIDEN_RESOLUTIONS: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 LISI_NEIGHBORS = 90  # scib's k0 for graph LISI; perplexity k0 / 3
 
 
@@ -29,29 +29,19 @@ def graph_connectivity(inputs: Inputs) -> float:
 
 
 def ari_nmi(inputs: Inputs) -> dict[str, float]:
-    import anndata as ad
-    import pandas as pd
-    import scanpy as sc
+    """NMI and ARI of the Leiden clustering with the best NMI over ARI_NMI_RESOLUTIONS (the first
+    on ties; a clustering must beat NMI 0, as in scib's ``cluster_optimal_resolution``)."""
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-    conn = inputs.need_graph()
-    work = ad.AnnData(obs=pd.DataFrame(index=pd.RangeIndex(inputs.n).astype(str)))
-    best_nmi, best_clusters = -math.inf, None
-    for resolution in LEIDEN_RESOLUTIONS:
-        sc.tl.leiden(
-            work,
-            resolution=resolution,
-            adjacency=conn,
-            flavor="igraph",
-            n_iterations=2,
-            directed=False,
-            random_state=0,
-            key_added="leiden",
-        )
-        clusters = work.obs["leiden"].to_numpy()
+    inputs.need_graph()
+    best_nmi, best_clusters = 0.0, None
+    for resolution in ARI_NMI_RESOLUTIONS:
+        clusters = leiden(inputs, resolution)
         nmi = normalized_mutual_info_score(inputs.labels, clusters, average_method="arithmetic")
         if nmi > best_nmi:
             best_nmi, best_clusters = nmi, clusters
+    if best_clusters is None:  # no clustering shares any information with the labels
+        return {"nmi": 0.0, "ari": 0.0}
     return {"nmi": float(best_nmi), "ari": float(adjusted_rand_score(inputs.labels, best_clusters))}
 
 

@@ -2,13 +2,10 @@
 the normalized counts, the batch-aware ranking behind `var['batch_hvg']`, putting a dataset
 together in that layout, and cutting it into what a submission receives and the labelled solution.
 
-`batch_hvg` flags the top 75% of the genes by a batch-aware, seurat_v3-style ranking (scanpy's
-`flavor="seurat_v3"` needs scikit-misc, which is not a dependency, so it is re-implemented): in
-each batch the log-variance of the counts is regressed on the log-mean by a binned median trend
-(instead of loess), counts are standardised by the trend's standard deviation and clipped at
-sqrt(cells in the batch), and genes are ranked by the variance of the standardised values. Across
-batches genes are ordered by the number of batches in which they are in the top n, then by their
-median rank - the same combination rule as scanpy's.
+`batch_hvg` flags the top 75% of the genes by scanpy's own `flavor="seurat_v3"` with
+`batch_key="batch"` on the raw counts (loess fit of variance on mean per batch, from the
+scikit-misc package): genes sorted by their median rank over the batches in which they are among
+the top n, then by the number of such batches, as scanpy sorts them.
 """
 
 from __future__ import annotations
@@ -34,52 +31,40 @@ def log_normalize(counts: sp.csr_matrix, target_sum: float = TARGET_SUM) -> sp.c
     return out
 
 
-def _binned_trend(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Median of y in quantile bins of x, linearly interpolated back to every x."""
-    n_bins = int(min(25, max(1, len(x) // 20)))
-    order = np.argsort(x, kind="stable")
-    parts = np.array_split(order, n_bins)
-    centres = np.asarray([np.median(x[part]) for part in parts])
-    values = np.asarray([np.median(y[part]) for part in parts])
-    keep = np.concatenate([[True], np.diff(centres) > 0])
-    return np.interp(x, centres[keep], values[keep])
-
-
 def batch_hvg_order(counts: sp.spmatrix, batch: np.ndarray, n_top: int) -> np.ndarray:
-    """Gene indices from most to least variable, batch-aware (seurat_v3-style; module docstring)."""
-    counts = sp.csr_matrix(counts)
-    G = counts.shape[1]
-    batch = np.asarray(batch)
-    ranks = []
-    for b in pd.unique(batch):
-        Xb = counts[batch == b]
-        n = Xb.shape[0]
-        if n < 2:
-            continue
-        mean = np.asarray(Xb.mean(axis=0), dtype=np.float64).ravel()
-        sq = np.asarray(Xb.multiply(Xb).mean(axis=0), dtype=np.float64).ravel()
-        var = (sq - mean**2) * n / (n - 1)
-        ok = (mean > 0) & (var > 0)
-        score = np.full(G, -np.inf)
-        if ok.sum() >= 2:
-            trend = _binned_trend(np.log10(mean[ok]), np.log10(var[ok]))
-            sd = np.sqrt(10.0**trend)
-            coo = Xb[:, ok].tocoo()
-            clip = (mean[ok] + sd * np.sqrt(n))[coo.col]
-            x = np.minimum(coo.data.astype(np.float64), clip)
-            sx = np.bincount(coo.col, weights=x, minlength=ok.sum())
-            sx2 = np.bincount(coo.col, weights=x * x, minlength=ok.sum())
-            m = mean[ok]
-            score[ok] = (n * m**2 + sx2 - 2 * m * sx) / ((n - 1) * sd**2)
-        rank = np.empty(G)
-        rank[np.lexsort((np.arange(G), -score))] = np.arange(G)
-        ranks.append(rank)
-    if not ranks:
-        raise ValueError("batch_hvg_order needs a batch with at least two cells")
-    stacked = np.array(ranks)
-    n_batches_top = (stacked < n_top).sum(axis=0)
-    median_rank = np.median(stacked, axis=0)
-    return np.lexsort((np.arange(G), median_rank, -n_batches_top))
+    """Gene indices, most variable first: the first `n_top` are exactly the genes scanpy's
+    `highly_variable_genes(flavor="seurat_v3", n_top_genes=n_top, batch_key=...)` flags, in scanpy's
+    order (median rank, then more batches first; ties in gene order); the other genes follow in
+    gene order (seurat_v3 does not rank genes outside every batch's top n)."""
+    import warnings
+
+    import scanpy as sc
+
+    counts = sp.csr_matrix(counts, dtype=np.float32)
+    n_top = int(min(max(n_top, 1), counts.shape[1]))
+    work = ad.AnnData(
+        X=counts,
+        obs=pd.DataFrame({"batch": pd.Categorical(np.asarray(batch).astype(str))}, index=_names(counts.shape[0])),
+        var=pd.DataFrame(index=_names(counts.shape[1])),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scanpy's notes on the flavour; nothing the caller can act on
+        table = sc.pp.highly_variable_genes(
+            work, flavor="seurat_v3", n_top_genes=n_top, batch_key="batch", inplace=False
+        )
+    rank = table["highly_variable_rank"].to_numpy(dtype=np.float64)
+    n_batches = table["highly_variable_nbatches"].to_numpy()
+    ranked = np.isfinite(rank)
+    genes = np.arange(counts.shape[1])
+    order = np.lexsort((genes, -n_batches, np.where(ranked, rank, np.inf)))  # the last key sorts first
+    flagged = np.flatnonzero(table["highly_variable"].to_numpy())
+    if not np.array_equal(np.sort(order[:n_top]), flagged):  # scanpy changed its sort; fall back to its flags
+        order = np.concatenate([flagged, np.setdiff1d(genes, flagged)])
+    return order
+
+
+def _names(n: int) -> pd.Index:
+    return pd.Index([str(i) for i in range(n)])
 
 
 def assemble(

@@ -29,12 +29,18 @@ class Inputs:
     conn: Any = None  # scipy CSR, float64
     graph_problem: str = ""
     graph_source: str = ""
+    corrected: Any = None  # layers['corrected_counts'] of a feature output (cells x the solution's genes)
     cache: dict[str, Any] = field(default_factory=dict)
 
     def need_emb(self) -> np.ndarray:
         if self.emb is None:
             raise MetricSkipped(self.emb_problem or "needs an embedding (obsm['X_emb'] or corrected counts)")
         return self.emb
+
+    def need_corrected(self) -> Any:
+        if self.corrected is None:
+            raise MetricSkipped("needs corrected counts (layers['corrected_counts']): a feature output")
+        return self.corrected
 
     def need_graph(self) -> Any:
         if self.conn is None:
@@ -69,6 +75,8 @@ def prepare(result: Any, solution: Any) -> Inputs:
     )
     _embedding(result, inputs)
     _graph(result, inputs)
+    if "corrected_counts" in result.layers:
+        inputs.corrected = result.layers["corrected_counts"]
     return inputs
 
 

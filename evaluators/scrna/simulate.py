@@ -58,7 +58,7 @@ counts scaled to 10,000 per cell, float32 CSR. `obs`: `batch` ("batch_1", ...), 
 `feature_name` (equal to the var names: "GENE_0001", ..., except the cell-cycle genes, which are
 named "S_GENE_01", ..., "G2M_GENE_01", ...) and `batch_hvg`.
 
-`batch_hvg` flags the top 75% of the genes by a batch-aware, seurat_v3-style ranking (layout.py).
+`batch_hvg` flags the top 75% of the genes by scanpy's batch-aware `seurat_v3` ranking (layout.py).
 
 Task files (`make_datasets`): the train split is `simulate(seed=seed)`, the test split an
 independent draw, `simulate(seed=test_seed)`, with its own gene programmes and batch effects (the
@@ -94,7 +94,7 @@ from .layout import HVG_FRACTION, assemble, split_for_task
 from .real_data import load_h5ad  # noqa: F401 - dataset.py and the data README take it from here
 from .world import G2M_GENES, S_GENES, CellType, World, cell_types_for, make_world
 
-GENERATOR_VERSION = "1.0"
+GENERATOR_VERSION = "1.1"  # 1.1: batch_hvg from scanpy's seurat_v3 (was an approximation)
 PHASES = ("G1", "S", "G2M")
 
 # Sizes for make_datasets: train and test cells, genes; both use 4 batches and 15 cell types.

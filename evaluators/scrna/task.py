@@ -4,8 +4,10 @@ A submission defines `eliminate_batch_effect_fn(adata) -> AnnData`. It runs in t
 the task input (raw counts, normalized layer, batches; no cell types), through the driver the
 station appends (`driver.py`). Scoring happens here, in the trusted parent: the returned
 embedding and/or graph is put back on the labelled solution's cells, the ten metrics are
-computed (`metrics.py`), each is normalized with the bounds of the control methods on the same
-data (`bounds.py`), and the primary score is their mean.
+computed (`metrics.py`), each is normalized (`normalisation.py`: bounds from the control methods
+on the same data, or OpenProblems' fixed table), and the primary score is their mean. The three
+metrics the paper left out (HVG overlap, isolated-label F1 and ASW) can be asked for with
+`extra_metrics`; they are shown raw and never enter the score.
 
 Data lives outside everything a run can see: `~/.cache/station/scrna/<dataset>/` (or
 `$STATION_SCRNA_DATA`), whose `input/` folder alone is mounted read-only into runs; labels
@@ -17,15 +19,20 @@ from __future__ import annotations
 import math
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from station.run_types import Mount, RunResult
 
 from ..base import Baseline, Task, Verdict, register
-from .driver import DRIVER, INPUT_DIR
+from .driver import INPUT_DIR, driver
+from .extra_metrics import EXTRA_METRICS
 from .metrics import METRICS
+from .normalisation import choose_normalisation, normalise, openproblems_bounds
 from .play import submission as scripted_play
+
+__all__ = ["LABELS", "METRICS", "BatchIntegration", "data_root", "normalise"]
 
 LABELS = {
     "asw_batch": "ASW_batch",
@@ -38,6 +45,11 @@ LABELS = {
     "clisi": "cLISI",
     "pcr": "PCR",
     "cell_cycle_conservation": "Cell_cycle",
+}
+EXTRA_LABELS = {
+    "hvg_overlap": "HVG_overlap",
+    "isolated_label_f1": "Iso_label_F1",
+    "isolated_label_asw": "Iso_label_ASW",
 }
 BASELINES = {
     "no_integration.py": (
@@ -62,21 +74,6 @@ def data_root() -> Path:
     return Path(os.environ.get("STATION_SCRNA_DATA") or Path.home() / ".cache" / "station" / "scrna")
 
 
-def normalise(raw: dict[str, float], bounds: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """clamp((raw - min) / (max - min), 0, 1); a missing or NaN value is 0; min == max gives 1."""
-    out = {}
-    for name in METRICS:
-        value = raw.get(name)
-        low, high = bounds[name]
-        if value is None or not math.isfinite(value):
-            out[name] = 0.0
-        elif high == low:
-            out[name] = 1.0
-        else:
-            out[name] = min(1.0, max(0.0, (value - low) / (high - low)))
-    return out
-
-
 @register("batch_integration")
 class BatchIntegration(Task):
     title = "scRNA-seq Batch Integration"
@@ -90,7 +87,7 @@ class BatchIntegration(Task):
     max_result_mb = 768  # an embedding (up to 5000 float32 dimensions a cell) and a kNN graph's arrays
     num_cpus = 2.0
     display_precision = 4
-    metric_formats = {label: ".3f" for label in LABELS.values()}
+    metric_formats = {label: ".3f" for label in (*LABELS.values(), *EXTRA_LABELS.values())}
 
     @classmethod
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
@@ -104,13 +101,23 @@ class BatchIntegration(Task):
         batch_key: str = "batch",
         label_key: str = "cell_type",
         memory_mb: int | None = 16384,
+        normalisation: str | None = None,
+        extra_metrics: Sequence[str] = (),
     ) -> None:
         from .dataset import Dataset
 
         if size not in ("default", "small"):
             raise ValueError("size must be 'default' or 'small'")
+        if isinstance(extra_metrics, str) or any(m not in EXTRA_METRICS for m in extra_metrics):
+            raise ValueError(f"extra_metrics must be a list of {', '.join(EXTRA_METRICS)}; got {extra_metrics!r}")
+        self.normalisation = choose_normalisation(normalisation, real_data=bool(h5ad))
+        self.extra_metrics = tuple(dict.fromkeys(extra_metrics))
         self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
+
+    def bounds(self) -> dict[str, tuple[float, float]]:
+        """The (min, max) of each metric under this task's normalisation."""
+        return openproblems_bounds() if self.normalisation == "openproblems" else self.dataset.bounds()
 
     # -- what agents read -------------------------------------------------------------------
     def spec(self) -> str:
@@ -139,19 +146,33 @@ same order, with at least one of:
 Several metrics need `X_emb` and count 0 without it. A `layers['corrected_counts']` matrix alone is
 also accepted: its 50 principal components become the embedding.
 
-Available: numpy, scipy, scikit-learn, pandas, scanpy, anndata. CPU only, {self.timeout_s / 60:g} minutes,
-{(self.memory_mb or 0) / 1024:g} GB of memory. A function that defines `test()` instead is run in test mode
+Available: numpy, scipy, scikit-learn, pandas, scanpy (with scikit-misc, for `flavor="seurat_v3"`),
+anndata. CPU only, {self.timeout_s / 60:g} minutes, {(self.memory_mb or 0) / 1024:g} GB of memory. A function that defines `test()` instead is run in test mode
 (no score), for probing the data.
 
 ## Score
-Ten metrics, each normalized to [0, 1] with bounds from control methods on this data (no integration,
-a random embedding, a perfect cell-type embedding), so 0 is as bad as a control and 1 as good as the
-best control:
+Ten metrics, each normalized to [0, 1] with {self._bounds_text()},
+so 0 is as bad as a control and 1 as good as the best control:
 - batch removal: **ASW_batch**, **iLISI**, **kBET**, **PCR** (batch variance removed), **Graph_conn**;
 - biology kept: **ASW_label**, **cLISI**, **ARI**, **NMI** (Leiden clusters vs cell types),
   **Cell_cycle** (cell-cycle variance kept).
 The score is the mean of the ten. Higher is better. The details of each result list the raw values too.
-"""
+{self._extra_text()}"""
+
+    def _bounds_text(self) -> str:
+        if self.normalisation == "openproblems":
+            return "the fixed bounds of the OpenProblems v2 benchmark (its control methods' results)"
+        return (
+            "bounds from control methods on this data (no integration, a random embedding,\n"
+            "a perfect cell-type embedding)"
+        )
+
+    def _extra_text(self) -> str:
+        if not self.extra_metrics:
+            return ""
+        names = ", ".join(f"**{EXTRA_LABELS[m]}**" for m in self.extra_metrics)
+        counts = " (HVG_overlap needs `layers['corrected_counts']`)" if "hvg_overlap" in self.extra_metrics else ""
+        return f"Also reported, raw and outside the score: {names}{counts}.\n"
 
     def baselines(self) -> list[Baseline]:
         folder = Path(__file__).parent / "baselines"
@@ -162,7 +183,7 @@ The score is the mean of the ten. Higher is better. The details of each result l
 
     # -- how a run is made ------------------------------------------------------------------
     def program(self, code: str) -> str:
-        return code.rstrip("\n") + "\n" + DRIVER
+        return code.rstrip("\n") + "\n" + driver(return_counts="hvg_overlap" in self.extra_metrics)
 
     def data_mounts(self) -> list[Mount]:
         return [Mount(self.dataset.ensure().input_dir, INPUT_DIR)]
@@ -183,10 +204,10 @@ The score is the mean of the ten. Higher is better. The details of each result l
         if value.get("contract_error"):
             return Verdict(False, details=f"ERROR: {value['contract_error']}")
         try:
-            raw, problems = self.dataset.score_arrays(value)
+            raw, problems = self.dataset.score_arrays(value, extra=self.extra_metrics)
         except ValueError as err:
             return Verdict(False, details=f"ERROR: {err}")
-        normal = normalise(raw, self.dataset.bounds())
+        normal = normalise(raw, self.bounds())
         score = sum(normal.values()) / len(normal)
         lines = [
             f"{self.dataset.name} ({self.dataset.n_cells:,} cells)",
@@ -194,9 +215,20 @@ The score is the mean of the ten. Higher is better. The details of each result l
             "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[4:7]),
             "            " + ", ".join(f"{LABELS[m]} {normal[m]:.3f}" for m in METRICS[7:]),
             "Raw: " + ", ".join(f"{LABELS[m]} {_fmt(raw.get(m))}" for m in METRICS),
+            f"Normalization: {self.normalisation}",
         ]
-        lines += [f"{LABELS[m]} could not be computed: {why}" for m, why in problems.items()]
-        return Verdict(True, score, "\n".join(lines), metrics={LABELS[m]: normal[m] for m in METRICS})
+        if self.extra_metrics:
+            shown = ", ".join(f"{EXTRA_LABELS[m]} {_fmt(raw.get(m))}" for m in self.extra_metrics)
+            lines.append(f"Extra (raw, not in the score): {shown}")
+        labels = LABELS | EXTRA_LABELS
+        lines += [f"{labels[m]} could not be computed: {why}" for m, why in problems.items()]
+        metrics: dict[str, float | None] = {LABELS[m]: normal[m] for m in METRICS}
+        metrics |= {EXTRA_LABELS[m]: _finite(raw.get(m)) for m in self.extra_metrics}
+        return Verdict(True, score, "\n".join(lines), metrics=metrics)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _fmt(value: float | None) -> str:
