@@ -88,3 +88,9 @@ def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Pa
     with pytest.raises(BoxobanError, match="fewer than eval=5000"):
         create_task("sokoban", {**params, "eval_levels": 5000})
     assert load_tasks(config.research)["1"].levels.n_eval == 1000
+
+
+def test_the_task_text_states_the_random_policys_solve_rate() -> None:
+    task = create_task("sokoban", {"grid": 5, "boxes": 1, "train_levels": 50, "eval_levels": 40, "max_steps": 40})
+    rate = task.levels.random_solve_rate(40) * 100
+    assert f"a uniformly random policy solves {rate:.1f}% of these held-out levels" in task.spec()

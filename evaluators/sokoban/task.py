@@ -89,6 +89,7 @@ class Sokoban(JaxTrainingTask):
             unroll=self.unroll,
             n_eval=self.levels.n_eval,
             target=self.data_target,
+            random=self.levels.random_solve_rate(self.max_steps) * 100.0,
         )
 
     def baselines(self) -> list[Baseline]:
@@ -161,6 +162,7 @@ x {unroll} steps per update for at most {env_steps:,} environment steps or {budg
 Then each of the {n_eval} held-out levels is played once with actions sampled from the policy.
 The station replays the actions itself to count solved levels. **Score = mean solve rate x 100**
 over the trials (higher is better); the details give each trial's rate and a random policy's.
+The bar to clear: a uniformly random policy solves {random:.1f}% of these held-out levels.
 A trial that diverges (NaN), crashes or runs out of time is reported and the others count.
 A submission that defines `test()` runs it instead (no score).
 """
