@@ -134,12 +134,20 @@ class JaxTrainingTask(Task):
         """(primary score, secondary metrics, extra detail lines) from the scored trials."""
         raise NotImplementedError
 
-    def score(self, result: RunResult) -> Verdict:
-        value = result.value if isinstance(result.value, dict) else {}
+    @staticmethod
+    def untrained_verdict(value: dict[str, Any]) -> Verdict | None:
+        """The verdict of a run that trained nothing: test mode, or a contract broken at the check."""
         if value.get("test_mode"):
             return Verdict(False, details="Test mode - no scoring")
         if value.get("contract_error"):
             return Verdict(False, details=f"ERROR: {value['contract_error']}")
+        return None
+
+    def score(self, result: RunResult) -> Verdict:
+        value = result.value if isinstance(result.value, dict) else {}
+        early = self.untrained_verdict(value)
+        if early is not None:
+            return early
         trials = value.get("trials")
         if not isinstance(trials, list) or not trials:
             return Verdict(False, details="The run returned nothing the station could read.")

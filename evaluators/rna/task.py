@@ -117,10 +117,9 @@ class RnaModelling(JaxTrainingTask):
 
     def score(self, result: RunResult) -> Verdict:
         value = result.value if isinstance(result.value, dict) else {}
-        if value.get("test_mode"):
-            return Verdict(False, details="Test mode - no scoring")
-        if value.get("contract_error"):
-            return Verdict(False, details=f"ERROR: {value['contract_error']}")
+        early = self.untrained_verdict(value)
+        if early is not None:
+            return early
         trials = value.get("trials")
         if not isinstance(trials, list) or len(trials) != len(DATASETS):
             return Verdict(False, details="The run returned nothing the station could read.")
