@@ -264,7 +264,7 @@ It is valid but far from good: a better packing mixes circle sizes.
 """
 
     def _processors(self) -> str:
-        cores = f"{self.num_cpus:g} CPU core" + ("" if self.num_cpus == 1 else "s")
+        cores = "One CPU core" if self.num_cpus == 1 else f"{self.num_cpus:g} CPU cores"
         gpus = "no GPU" if not self.num_gpus else f"{self.num_gpus:g} GPU" + ("" if self.num_gpus == 1 else "s")
         return f"{cores}, {gpus}."
 

@@ -211,7 +211,7 @@ def test_spec_states_the_configured_processors_and_the_paper_config_gives_1260_s
     from rooms.research.tasks import load_tasks
     from station.config import load_config
 
-    assert "1 CPU core, no GPU." in create_task("circle_packing").spec()
+    assert "One CPU core, no GPU." in create_task("circle_packing").spec()  # the text recorded stations read
     assert "4 CPU cores, 1 GPU." in create_task("circle_packing", {"cpus": 4, "gpus": 1}).spec()
     (task,) = load_tasks(load_config(Path(__file__).resolve().parents[1] / "configs" / "circle_packing_n26.yaml").research).values()
     assert task.timeout_s == 1260 and "1260 seconds" in task.spec() and task.run_spec("x", mounts=[], label="t").timeout_s == 1260

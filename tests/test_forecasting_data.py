@@ -295,7 +295,7 @@ def test_the_paper_settings_config_gives_the_official_split_batch_8_and_states_t
 
     monkeypatch.setenv("STATION_FORECAST_DATA", str(tmp_path))
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "forecasting_gpu.yaml")
-    params = {**config.research.tasks[0].params, "size": "small"}  # the official split on the small recording
+    params = config.research.tasks[0].params
     assert params["split"] == "official" and params["batch_size"] == 8
     task = create_task("forecasting", params)
     assert task.trial_settings()["default_batch"] == 8

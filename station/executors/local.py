@@ -232,7 +232,7 @@ class LocalExecutor:
             "tmpfs_mb": spec.max_file_mb,
             "private_tmp": list(PRIVATE_TMP),
             "hide": sorted({os.path.realpath(p) for p in hidden}),
-            "keep": sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, HERE)}),
+            "keep": interpreter_paths(self.hide, self.scratch_base),
             "mounts": [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in spec.mounts],
             "rlimits": self._rlimits(spec, uid),
             "argv": (
@@ -558,6 +558,29 @@ def _check(spec: RunSpec) -> None:
         parts = Path(m.target).parts
         if not parts or m.target.startswith("/") or any(p in ("..", ".") for p in parts):
             raise ValueError(f"bad mount target {m.target!r}")
+
+
+def interpreter_paths(hide: list[Path], scratch_base: Path) -> list[str]:
+    """What the sandboxed interpreter needs wherever it lives (a private /tmp or a hidden /home
+    would mask it): its prefixes, the harness, and every package dir on this process's path (a
+    .pth or PYTHONPATH can add one outside the prefix), except a package dir inside a hidden dir
+    (the station dir, a task's private data) or holding one, or the scratch base."""
+    secret = [os.path.realpath(h) for h in hide]
+    packages = {
+        os.path.realpath(p)
+        for p in sys.path
+        if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)
+    }
+    packages = {
+        p
+        for p in packages
+        if not any(_inside(p, s) for s in secret) and not any(_inside(s, p) for s in [*secret, str(scratch_base)])
+    }
+    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, HERE)} | packages)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _safe(label: str) -> str:
