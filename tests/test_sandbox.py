@@ -27,7 +27,7 @@ import pytest
 
 from station.executors import LocalExecutor, Mount, RunSpec
 from station.executors import local
-from station.executors.local import SANDBOX_GID
+from station.executors.local import SANDBOX_GID, UID_BASE
 
 from helpers import sandbox_processes
 
