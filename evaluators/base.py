@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import io
 import math
+import numbers
 import pkgutil
 import random
 import tokenize
@@ -31,6 +32,8 @@ class Verdict:
     details: str = ""  # one paragraph for the author
     metrics: dict[str, float | None] = field(default_factory=dict)  # secondary metrics, raw values
     sort_key: tuple[float, ...] | None = None  # compared only within one task; default (score,)
+    # what the viewer draws for this run (circles, learning curves, ...): plain JSON data only
+    figure: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.success:
@@ -39,13 +42,27 @@ class Verdict:
             raise ValueError("a successful verdict needs a finite score")
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload = {
             "success": self.success,
             "score": self.score,
             "details": self.details,
             "metrics": dict(self.metrics),
             "sort_key": list(self.sort_key) if self.sort_key else None,
         }
+        if self.figure is not None:  # absent otherwise, so that payloads without one stay as recorded
+            payload["figure"] = self.figure
+        return payload
+
+
+def figure_number(value: Any, digits: int = 6) -> float | None:
+    """A finite float rounded to `digits` significant digits for a figure (small payloads), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # never strings or None
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond floats
+        return None
+    return float(f"{number:.{digits}g}") if math.isfinite(number) else None
 
 
 class ScorerFailure(Exception):

@@ -17,7 +17,7 @@ import numpy as np
 
 from station.run_types import RunResult
 
-from .base import SCRIPTED_TYPO_RATE, Baseline, Task, Verdict, register
+from .base import SCRIPTED_TYPO_RATE, Baseline, Task, Verdict, figure_number, register
 
 SHOWN_N = re.compile(r"n = (\d+)")  # the instance's title names its n
 
@@ -71,6 +71,12 @@ def scripted_circles(n: int, seen: Any, rng: random.Random) -> dict[str, str]:
     return {"title": title, "tags": tags, "abstract": abstract, "content": code}
 
 
+def packing_figure(centers: np.ndarray, radii: np.ndarray) -> dict[str, Any]:
+    """The valid packing for the viewer's drawing of the unit square: [x, y, r] per circle (6 digits)."""
+    circles = [[figure_number(v) for v in (x, y, r)] for (x, y), r in zip(centers.tolist(), radii.tolist())]
+    return {"kind": "circles", "width": 1.0, "height": 1.0, "circles": circles}
+
+
 @register("circle_packing")
 class CirclePacking(Task):
     title = "Circle Packing in a Unit Square"  # the instance's title names its n
@@ -120,7 +126,12 @@ class CirclePacking(Task):
                     "not the score, since no tolerance is allowed: shrink the radii very slightly."
                 )
             return Verdict(False, details=details)
-        return Verdict(True, total, f"Valid packing of {self.n} circles; sum of radii = {total:.6f}")
+        return Verdict(
+            True,
+            total,
+            f"Valid packing of {self.n} circles; sum of radii = {total:.6f}",
+            figure=packing_figure(centers, radii),
+        )
 
     @staticmethod
     def _arrays(value: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -106,10 +106,22 @@ def pick_pages(directory: Path) -> tuple[list[tuple[str, str]], dict[str, Any]]:
                  "WHERE c.room='mail' AND c.deleted=0 GROUP BY c.id ORDER BY n DESC, c.id LIMIT 1")
     if mail:
         pages.append((f"mail thread ({mail[1]} messages)", f"/mail/{mail[0]}"))
-    pages.append(("research (leaderboard + plot)", "/research"))
+    pages.append(("papers, every submission", "/papers?show=all"))
+    submission = q(db, "SELECT id FROM paper_submissions ORDER BY length(content) DESC LIMIT 1")
+    if submission:
+        pages.append(("paper submission (longest)", f"/submissions/{submission[0]}"))
+    pages.append(("research (leaderboard + plots)", "/research"))
+    lineage = q(db, "SELECT lineage FROM evaluations WHERE lineage IS NOT NULL GROUP BY lineage "
+                    "ORDER BY COUNT(*) DESC LIMIT 1")
+    if lineage:
+        pages.append(("research, one lineage by score", f"/research?lineage={quote(lineage[0])}&sort=score"))
+    pages.append(("research, a tick window, newest", "/research?from=1000&to=3000&sort=newest&page=2"))
+    pages.append(("evaluation queue", "/research/queue"))
     evaluation = q(db, "SELECT id FROM evaluations ORDER BY score IS NULL, score DESC, id LIMIT 1")
     if evaluation:
         pages.append(("evaluation (best)", f"/research/{evaluation[0]}"))
+        pages.append(("evaluation diff (best)", f"/research/{evaluation[0]}/diff"))
+    pages.append(("overview, every event", "/?events=all"))
     pages += [("lineages", "/lineages"), ("operator", "/operator"), ("api/live", "/api/live")]
     db.close()
     return pages, info

@@ -18,9 +18,11 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from conftest import ROOT, copy_station
 from station.store import Store
+from station.web import refs
 from station.web.app import create_app
 from station.web.runner import StationRunner
 
@@ -114,12 +116,96 @@ def test_a_paper_with_its_review(browser, site, demo60) -> None:
 
 def test_the_leaderboard_plot(browser, site) -> None:
     browser.get(site + "/research")
-    plot = browser.find_element(By.ID, "score-plot")
+    plot = browser.find_element(By.ID, "score-plot-1")
     assert plot.size["width"] > 300 and plot.size["height"] > 100
-    assert len(plot.find_elements(By.CSS_SELECTOR, "circle")) >= 5
-    assert plot.find_elements(By.CSS_SELECTOR, "path.best")
+    dots = plot.find_elements(By.CSS_SELECTOR, "a circle.dot")
+    assert len(dots) >= 5
+    assert plot.find_elements(By.CSS_SELECTOR, "path.best") and plot.find_elements(By.CSS_SELECTOR, "path.lineage-best")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")) > 5
     shot(browser, "leaderboard")
+    # A dot says what it is and leads to its evaluation.
+    title = dots[-1].find_element(By.TAG_NAME, "title").get_attribute("textContent")
+    assert re.match(r"#(\d+) .+ — .+: -?[\d.]+", title), title
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", dots[-1])
+    wait_for(lambda: browser.current_url.endswith("/research/" + title[1:title.index(" ")]), what="the dot's page")
+
+
+def test_from_the_overview_to_the_best_result_its_author_their_paper_and_what_it_built_on(
+    browser, site, demo60
+) -> None:
+    """By clicks only: the best evaluation, its author, the author's paper citing that result (or the
+    one it built on), and the evaluation it built on."""
+    browser.get(site + "/")
+    browser.find_element(By.ID, "best-1").click()
+    best = int(browser.current_url.rsplit("/", 1)[1])
+    base = int(browser.find_element(By.ID, "built-on").get_attribute("href").rsplit("/", 1)[1])
+    store = Store(demo60)
+    try:
+        assert best == store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
+        author, session = store.one("SELECT author, session FROM evaluations WHERE id=?", (best,))
+        papers = store.all("SELECT c.number, m.content FROM capsules c JOIN capsule_messages m ON m.capsule=c.id "
+                           "WHERE c.room='archive' AND m.k=1 AND c.author_session=? ORDER BY c.number", (session,))
+    finally:
+        store.close()
+    number, cited = next((n, i) for n, text in papers for i in (best, base) if i in refs.mentioned(text))
+    browser.find_element(By.ID, "author").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == author
+    shot(browser, "agent-works")
+    browser.find_element(By.CSS_SELECTOR, f"#agent-papers a[href$='/papers/{number}']").click()
+    shot(browser, "paper-citing")
+    browser.find_element(By.CSS_SELECTOR, f"#paper a.ref[href$='/research/{cited}']").click()
+    assert browser.current_url.endswith(f"/research/{cited}")
+    assert f"/papers/{number}" in browser.find_element(By.CSS_SELECTOR, "#cited-by a").get_attribute("href")
+    if cited == best:
+        browser.find_element(By.ID, "built-on").click()
+    assert browser.current_url.endswith(f"/research/{base}")
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith(f"Evaluation #{base}")
+
+
+def test_a_filtered_leaderboard_reloads_to_the_same_view(browser, site) -> None:
+    browser.get(site + "/research")
+    Select(browser.find_element(By.ID, "filter-lineage")).select_by_visible_text("Gauss")
+    Select(browser.find_element(By.ID, "filter-sort")).select_by_visible_text("score")
+    browser.find_element(By.ID, "filter-from").send_keys("10")
+    browser.find_element(By.ID, "apply-filters").click()
+    wait_for(lambda: "lineage=Gauss" in browser.current_url, what="the filtered address")
+    shown = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")]
+    assert len(shown) > 1 and all("Gauss" in row for row in shown[1:])
+    scores = [float(r.find_elements(By.TAG_NAME, "td")[-1].text)
+              for r in browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")[1:]]
+    assert scores == sorted(scores, reverse=True)
+    address = browser.current_url
+    shot(browser, "leaderboard-filtered")
+    browser.get(site + "/")
+    browser.get(address)  # a shared link, opened afresh
+    assert [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")] == shown
+    assert Select(browser.find_element(By.ID, "filter-lineage")).first_selected_option.text == "Gauss"
+    assert Select(browser.find_element(By.ID, "filter-sort")).first_selected_option.text == "score"
+    assert browser.find_element(By.ID, "filter-from").get_attribute("value") == "10"
+
+
+def test_the_diff_page_shows_added_and_removed_lines(browser, site, demo60) -> None:
+    store = Store(demo60)
+    try:
+        best = store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
+    finally:
+        store.close()
+    browser.get(f"{site}/research/{best}")
+    browser.find_element(By.ID, "diff-link").click()
+    added = browser.find_elements(By.CSS_SELECTOR, "#diff .add")
+    removed = browser.find_elements(By.CSS_SELECTOR, "#diff .del")
+    assert added and removed
+    assert all(a.text.startswith("+") for a in added) and all(r.text.startswith("-") for r in removed)
+    green, red = (e.value_of_css_property("background-color") for e in (added[0], removed[0]))
+    assert green != red  # told apart at a glance
+    summary = browser.find_element(By.ID, "diff-summary").text
+    assert f"{len(added)} line" in summary and f"{len(removed)} removed" in summary
+    shot(browser, "diff")
+    # Another base, chosen on the page.
+    Select(browser.find_element(By.ID, "against")).select_by_index(1)
+    browser.find_element(By.CSS_SELECTOR, "form.jump button").click()
+    wait_for(lambda: "against=" in browser.current_url, what="the other diff")
+    assert browser.find_element(By.ID, "diff-base").text.startswith("#")
 
 
 def test_the_lineage_tree(browser, site) -> None:
@@ -198,7 +284,7 @@ def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, t
     # Every link of every page points at a file of the site.
     broken = []
     for page in site.rglob("*.html"):
-        for href in re.findall(r'href="([^"#]+)', page.read_text(encoding="utf-8")):
+        for _, href in re.findall(r"""href=(["'])([^"'#]+)""", page.read_text(encoding="utf-8")):
             if not href.startswith(("http:", "https:")) and not (page.parent / unquote(href)).exists():
                 broken.append(f"{page.relative_to(site)} -> {href}")
     assert not broken, broken[:5]
@@ -214,6 +300,6 @@ def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, t
     browser.find_element(By.LINK_TEXT, "Guest_1").click()
     assert browser.find_element(By.ID, "tick-1")
     browser.find_element(By.LINK_TEXT, "Research").click()
-    assert browser.find_element(By.ID, "score-plot")
+    assert browser.find_element(By.ID, "score-plot-1")
     assert "Operator" not in browser.find_element(By.TAG_NAME, "nav").text
     shot(browser, "export-research")

@@ -270,8 +270,9 @@ def test_wrong_tokens_are_rate_limited_per_address(station: Path) -> None:
 def test_an_image_in_agent_text_is_a_link_and_raw_img_tags_stay_text(station: Path) -> None:
     store = Store(station)
     with store.transaction():
-        thread = store.scalar("SELECT MIN(id) FROM capsules WHERE room='public_memory' AND deleted=0")
-        store.execute("UPDATE capsule_messages SET content=? WHERE capsule=? AND k=1",
+        thread = store.scalar("SELECT MIN(number) FROM capsules WHERE room='public_memory' AND deleted=0")
+        store.execute("UPDATE capsule_messages SET content=? WHERE k=1 AND capsule="
+                      "(SELECT id FROM capsules WHERE room='public_memory' AND number=?)",
                       ("Look: ![our plot](https://evil.example/track.png)\n\n<img src=\"https://evil.example/x.png\">"
                        "\n\n<p><img src=https://evil.example/y.png></p>", thread))
     store.close()

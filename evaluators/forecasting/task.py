@@ -167,6 +167,9 @@ class Forecasting(JaxTrainingTask):
         )
         return {"score": -mae, "mae": mae, "metrics": metrics, "line": line}
 
+    def curve_panels(self) -> list[tuple[str, str, bool]]:
+        return [("curve", "validation MAE", True), ("train_curve", "training loss", True)]
+
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
         mae = float(np.mean([s["mae"] for s in scored]))
         metrics: dict[str, float | None] = {

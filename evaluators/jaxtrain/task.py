@@ -25,11 +25,12 @@ from typing import Any
 
 from station.run_types import Mount, RunResult, RunStatus
 
-from ..base import Task, Verdict
+from ..base import Task, Verdict, figure_number
 
 HARNESS_DIR = Path(__file__).resolve().parent / "station_jax"
 HARNESS_TARGET = "station_jax"  # `import station_jax` works in the run: its working dir is on sys.path
 CHECK_TIMEOUT_S = 600.0
+MAX_CURVE_POINTS = 2000  # per learning curve in a figure: enough to draw, small in the payload
 
 DRIVER = """
 
@@ -46,6 +47,7 @@ class JaxTrainingTask(Task):
     harness_module = ""  # "forecast" or "sokoban"
     data_target = ""  # where the task's data folder appears in the run, e.g. "task_data/forecasting"
     max_processes = 256  # XLA's and Ray's threads
+    curve_x_label = "epoch"  # what the x values of the trials' learning curves count (see curve_panels)
 
     def __init__(
         self,
@@ -143,6 +145,44 @@ class JaxTrainingTask(Task):
             return Verdict(False, details=f"ERROR: {value['contract_error']}")
         return None
 
+    def curve_panels(self) -> list[tuple[str, str, bool]]:
+        """The learning curves a trial returns, for the viewer: (key in the trial's value, panel
+        title, lower is better). A curve is a list of numbers (one per epoch) or of [x, y] pairs."""
+        return [("curve", "validation metric", False), ("train_curve", "training loss", True)]
+
+    def trial_head(self, n: int, trial: dict[str, Any]) -> str:
+        """How the details name the n-th trial."""
+        return f"Trial {trial['trial']}" + (f" (seed {trial['seed']})" if trial.get("seed") is not None else "")
+
+    def judge_trial(self, n: int, value: dict[str, Any]) -> dict[str, Any]:
+        """The n-th trial's data measured (see score_trial); may add "label", its name in the figure."""
+        return self.score_trial(value)
+
+    def judge_trials(self, trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """(each trial that ran and returned usable data, measured; one line of details per trial)."""
+        scored, lines = [], []
+        for n, trial in enumerate(trials):
+            head = self.trial_head(n, trial)
+            given = trial.get("value")
+            inner: dict[str, Any] = given if isinstance(given, dict) else {}
+            if trial["status"] != "ok":
+                lines.append(f"{head}: {trial['status']}: {trial.get('error') or 'no result'}")
+            elif inner.get("contract_error"):
+                lines.append(f"{head}: ERROR: {inner['contract_error']}")
+            else:
+                try:
+                    one = self.judge_trial(n, inner)
+                except (ValueError, KeyError, TypeError) as err:
+                    lines.append(f"{head}: its result was refused: {err}")
+                    continue
+                scored.append({**one, "trial": trial["trial"], "value": inner})
+                lines.append(f"{head}: {one['line']}")
+        return scored, lines
+
+    def figure(self, scored: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The learning curves of the scored trials, for the viewer."""
+        return learning_curves(self.curve_panels(), scored, self.curve_x_label)
+
     def score(self, result: RunResult) -> Verdict:
         value = result.value if isinstance(result.value, dict) else {}
         early = self.untrained_verdict(value)
@@ -151,22 +191,7 @@ class JaxTrainingTask(Task):
         trials = value.get("trials")
         if not isinstance(trials, list) or not trials:
             return Verdict(False, details="The run returned nothing the station could read.")
-        scored, lines = [], []
-        for trial in trials:
-            head = f"Trial {trial['trial']}" + (f" (seed {trial['seed']})" if trial.get("seed") is not None else "")
-            inner = trial.get("value") if isinstance(trial.get("value"), dict) else {}
-            if trial["status"] != "ok":
-                lines.append(f"{head}: {trial['status']}: {trial.get('error') or 'no result'}")
-            elif inner.get("contract_error"):
-                lines.append(f"{head}: ERROR: {inner['contract_error']}")
-            else:
-                try:
-                    one = self.score_trial(inner)
-                except (ValueError, KeyError, TypeError) as err:
-                    lines.append(f"{head}: its result was refused: {err}")
-                    continue
-                scored.append({**one, "trial": trial["trial"], "value": inner})
-                lines.append(f"{head}: {one['line']}")
+        scored, lines = self.judge_trials(trials)
         if not scored:
             return Verdict(False, details="No trial produced a usable result.\n" + "\n".join(lines))
         score, metrics, extra = self.summary(scored)
@@ -188,7 +213,8 @@ class JaxTrainingTask(Task):
             f"Spread over seeds: std {spread:.{self.display_precision}f}",
             f"Best trial {best['trial']}: hyperparameters {json.dumps(best['value'].get('hparams', {}))}",
         ]
-        return Verdict(True, score, "\n".join([head, *lines, *extra, *tail]), metrics=metrics)
+        details = "\n".join([head, *lines, *extra, *tail])
+        return Verdict(True, score, details, metrics=metrics, figure=self.figure(scored))
 
 
 def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0.0) -> RunResult:
@@ -226,6 +252,56 @@ def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0
         duration_s=check.duration_s + max(r.duration_s for r in trials),
         isolation=trials[0].isolation,
     )
+
+
+def learning_curves(
+    panels: list[tuple[str, str, bool]], scored: list[dict[str, Any]], x_label: str = "epoch"
+) -> dict[str, Any] | None:
+    """A "curves" figure: per panel, one series per scored trial that returned that curve; None
+    when no trial returned any. A scored trial: {"trial": n, "value": its data, "label": optional}."""
+    drawn = []
+    for key, title, lower in panels:
+        series = []
+        for one in scored:
+            label = one.get("label") or f"trial {one['trial']}"
+            curve = curve_series(str(label), one["value"].get(key))
+            if curve is not None:
+                series.append(curve)
+        if series:
+            drawn.append({"title": title, "lower_is_better": lower, "series": series})
+    return {"kind": "curves", "x_label": x_label, "panels": drawn} if drawn else None
+
+
+def curve_series(label: str, curve: Any) -> dict[str, Any] | None:
+    """One trial's curve as plain finite numbers, evenly thinned to MAX_CURVE_POINTS; "x" is kept
+    when the curve held [x, y] pairs or points were left out (else x is 1, 2, ...)."""
+    if not isinstance(curve, (list, tuple)):
+        return None
+    picked = thin_indices(len(curve), MAX_CURVE_POINTS)  # thinned first: a huge list costs nothing
+    xs, ys = [], []
+    pairs = False
+    for i in picked:
+        item = curve[i]
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            pairs, x, y = True, figure_number(item[0]), figure_number(item[1])
+        else:
+            x, y = float(i + 1), figure_number(item)
+        if x is not None and y is not None:
+            xs.append(x)
+            ys.append(y)
+    if not ys:
+        return None
+    series: dict[str, Any] = {"label": label, "values": ys}
+    if pairs or len(ys) < len(curve):
+        series["x"] = xs
+    return series
+
+
+def thin_indices(count: int, limit: int) -> list[int]:
+    """At most `limit` indices into `count` items, evenly spread, the first and last kept."""
+    if count <= limit:
+        return list(range(count))
+    return [round(i * (count - 1) / (limit - 1)) for i in range(limit)]
 
 
 def gpu_device(trial: dict[str, Any]) -> bool:

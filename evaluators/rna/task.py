@@ -115,6 +115,24 @@ class RnaModelling(JaxTrainingTask):
         )
         return metric, line
 
+    # trial n trains dataset n: the details and the figure name the dataset
+    def trial_head(self, n: int, trial: dict[str, Any]) -> str:
+        seed = f", seed {trial['seed']})" if trial.get("seed") is not None else ")"
+        return f"{DATASETS[n].name} (trial {trial['trial']}{seed}"
+
+    def judge_trial(self, n: int, value: dict[str, Any]) -> dict[str, Any]:
+        dataset = DATASETS[n]
+        metric, line = self.measure_trial(dataset, value)
+        return {
+            "metric": metric,
+            "key": dataset.metric_key,
+            "line": line,
+            "label": f"{dataset.name} ({dataset.metric})",
+        }
+
+    def curve_panels(self) -> list[tuple[str, str, bool]]:
+        return [("curve", "validation metric (each dataset's own)", False), ("train_curve", "training loss", True)]
+
     def score(self, result: RunResult) -> Verdict:
         value = result.value if isinstance(result.value, dict) else {}
         early = self.untrained_verdict(value)
@@ -123,25 +141,11 @@ class RnaModelling(JaxTrainingTask):
         trials = value.get("trials")
         if not isinstance(trials, list) or len(trials) != len(DATASETS):
             return Verdict(False, details="The run returned nothing the station could read.")
+        scored, lines = self.judge_trials(trials)
         metrics: dict[str, float | None] = dict.fromkeys(METRIC_KEYS)
-        lines, used = [], []
-        for trial, dataset in zip(trials, DATASETS):
-            head = f"{dataset.name} (trial {trial['trial']}" + (
-                f", seed {trial['seed']})" if trial.get("seed") is not None else ")"
-            )
-            inner = trial.get("value") if isinstance(trial.get("value"), dict) else {}
-            if trial["status"] != "ok":
-                lines.append(f"{head}: {trial['status']}: {trial.get('error') or 'no result'}")
-            elif inner.get("contract_error"):
-                lines.append(f"{head}: ERROR: {inner['contract_error']}")
-            else:
-                try:
-                    metrics[dataset.metric_key], line = self.measure_trial(dataset, inner)
-                except (ValueError, KeyError, TypeError) as err:
-                    lines.append(f"{head}: its result was refused: {err}")
-                    continue
-                used.append(inner)
-                lines.append(f"{head}: {line}")
+        metrics.update({one["key"]: one["metric"] for one in scored})
+        used = [one["value"] for one in scored]
+        figure = self.figure(scored)
         references = self.data.references()
         lines.append(
             f"A constant predictor (train mean, label frequencies, most common class) scores "
@@ -156,11 +160,12 @@ class RnaModelling(JaxTrainingTask):
         missing = [d.name for d in DATASETS if metrics[d.metric_key] is None]
         if missing:
             head = f"No score: {len(missing)} of {len(DATASETS)} datasets have no metric ({', '.join(missing)})."
-            return Verdict(False, details="\n".join([head, *lines]), metrics=metrics)
+            return Verdict(False, details="\n".join([head, *lines]), metrics=metrics, figure=figure)
         score = float(np.mean([metrics[key] for key in METRIC_KEYS]))
         hparams = json.dumps(used[0].get("hparams", {}), sort_keys=True)
         head = f"Mean of the 7 validation metrics: {score:.{self.display_precision}f}"
-        return Verdict(True, score, "\n".join([head, *lines, f"Hyperparameters (APA): {hparams}"]), metrics=metrics)
+        details = "\n".join([head, *lines, f"Hyperparameters (APA): {hparams}"])
+        return Verdict(True, score, details, metrics=metrics, figure=figure)
 
 
 SPEC = """# RNA Modelling

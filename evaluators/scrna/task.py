@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from station.run_types import Mount, RunResult
 
-from ..base import Baseline, Task, Verdict, register
+from ..base import Baseline, Task, Verdict, figure_number, register
 from .driver import INPUT_DIR, driver
 from .extra_metrics import EXTRA_METRICS
 from .metrics import METRICS
@@ -224,7 +224,21 @@ The score is the mean of the ten. Higher is better. The details of each result l
         lines += [f"{labels[m]} could not be computed: {why}" for m, why in problems.items()]
         metrics: dict[str, float | None] = {LABELS[m]: normal[m] for m in METRICS}
         metrics |= {EXTRA_LABELS[m]: _finite(raw.get(m)) for m in self.extra_metrics}
-        return Verdict(True, score, "\n".join(lines), metrics=metrics)
+        return Verdict(True, score, "\n".join(lines), metrics=metrics, figure=contributions(score, raw, normal))
+
+
+def contributions(score: float, raw: Mapping[str, float | None], normal: Mapping[str, float]) -> dict[str, Any]:
+    """What each metric adds to the score (the mean of the normalised ten), for the viewer's table."""
+    rows = [
+        {
+            "metric": LABELS[m],
+            "raw": figure_number(raw.get(m)),
+            "normalised": float(normal[m]),
+            "share": float(normal[m]) / len(normal),
+        }
+        for m in METRICS
+    ]
+    return {"kind": "contributions", "score": float(score), "rows": rows}
 
 
 def _finite(value: float | None) -> float | None:

@@ -28,6 +28,7 @@ class Sokoban(JaxTrainingTask):
     harness_module = "sokoban"
     data_target = "task_data/sokoban"
     display_precision = 1
+    curve_x_label = "env steps"  # the harness reports [env steps, training solve rate] every 100 updates
 
     @classmethod
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
@@ -115,6 +116,9 @@ class Sokoban(JaxTrainingTask):
             f"{value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}"
         )
         return {"score": rate * 100.0, "rate": rate, "metrics": {}, "line": line}
+
+    def curve_panels(self) -> list[tuple[str, str, bool]]:
+        return [("curve", "training solve rate", False)]
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
         mean = float(np.mean([s["rate"] for s in scored])) * 100.0

@@ -35,15 +35,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from fastapi import FastAPI, Form, Request
+from fastapi import FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from .. import commands, endpoints, report
+from ..readers_cli import PAPER_STATES
 from ..store import DB_NAME, Store
-from . import data, render, study
+from . import board, data, diff, plots, refs, render, study
+from . import events as feed
 from .access import (
     COOKIE,
     SAFE_METHODS,
@@ -131,6 +133,10 @@ def create_app(
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(
         markdown=render.markdown,
+        linked=lambda text: refs.link_mentions(
+            str(render.markdown(text)), refs.existing(reader.db(), refs.mentioned(text))
+        ),
+        figure_html=plots.figure_html,
         reply_html=render.reply_html,
         plain=render.plain,
         duration=render.duration,
@@ -255,15 +261,17 @@ def create_app(
 
     # -- reading ----------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)
-    def overview(request: Request) -> HTMLResponse:
+    def overview(request: Request, events: str = "") -> HTMLResponse:
         station = reader.station()
         status = report.status(station, running=runner.state().startswith("running"))
         db = reader.db()
+        every_event = events == "all"  # the turn and tick markers too, else only what matters
         return show(
             request,
             "overview.html",
             st=status,
-            events=data.recent_events(db),
+            events=feed.recent(db, everything=every_event),
+            every_event=every_event,
             reviews=data.pending_reviews(db),
             **alerts(),
         )
@@ -306,7 +314,8 @@ def create_app(
         page = page if 0 < page < MAX_ID else 10**9  # default: the latest page
         turns, pages = data.dialogue_page(db, who.session, page)
         current = min(page, pages)
-        return show(request, "agent.html", agent=who, turns=turns, page=current, pages=pages)
+        works = data.agent_works(db, who)
+        return show(request, "agent.html", agent=who, works=works, turns=turns, page=current, pages=pages)
 
     @app.get("/agents/{name}/turns", response_class=HTMLResponse)
     def new_turns(request: Request, name: str, after: int = 0) -> HTMLResponse:
@@ -339,13 +348,37 @@ def create_app(
         return show(request, "search.html", q=q, hits=hits, total=total, page=max(1, min(page, 10_000)))
 
     @app.get("/study", response_class=HTMLResponse)
-    def study_page(request: Request, first: int | None = None, last: int | None = None) -> HTMLResponse:
-        bounded = [v if v is None or abs(v) < MAX_ID else None for v in (first, last)]
-        return show(request, "study.html", **study.study(reader.db(), *bounded))
+    def study_page(
+        request: Request,
+        first: int | None = None,
+        last: int | None = None,
+        agent: tuple[str, ...] | None = Query(None),  # repeated: ?agent=A&agent=B
+    ) -> HTMLResponse:
+        low, high = (v if v is None or abs(v) < MAX_ID else None for v in (first, last))
+        chosen = [name[:200] for name in (agent or [])[:50]]  # the address is typed by anyone: keep it small
+        return show(request, "study.html", **study.study(reader.db(), low, high, chosen or None))
 
     @app.get("/papers", response_class=HTMLResponse)
-    def papers(request: Request) -> HTMLResponse:
-        return show(request, "papers.html", papers=data.papers(reader.db()))
+    def papers(request: Request, show_: str = Query("", alias="show")) -> HTMLResponse:
+        """The published papers; ?show=all (or a status) lists the submissions, published or not."""
+        db = reader.db()
+        wanted = show_ if show_ in ("all", *PAPER_STATES) else ""
+        listed = data.submissions(db, None if wanted == "all" else wanted) if wanted else []
+        return show(
+            request,
+            "papers.html",
+            papers=data.papers(db) if not wanted else [],
+            submissions=listed,
+            shown=wanted,
+            counts=data.submission_counts(db),
+        )
+
+    @app.get("/submissions/{sid}", response_class=HTMLResponse)
+    def submission(request: Request, sid: int) -> HTMLResponse:
+        found = data.submission(reader.db(), sid) if 0 < sid < MAX_ID else None
+        if found is None:
+            return not_found(request, f"No paper submission {sid}.")
+        return show(request, "submission.html", sub=found)
 
     @app.get("/papers/{number}", response_class=HTMLResponse)
     def paper(request: Request, number: int) -> HTMLResponse:
@@ -354,7 +387,15 @@ def create_app(
             return not_found(request, f"No paper {number} in the Archive.")
         review = [m for m in found["messages"] if m["author"] == data.REVIEWER_NAME]
         rest = [m for m in found["messages"][1:] if m["author"] != data.REVIEWER_NAME]
-        return show(request, "paper.html", paper=found, body=found["messages"][0], review=review, replies=rest)
+        return show(
+            request,
+            "paper.html",
+            paper=found,
+            body=found["messages"][0],
+            review=review,
+            replies=rest,
+            submission_id=data.submission_of_paper(reader.db(), number),
+        )
 
     @app.get("/forum", response_class=HTMLResponse)
     def forum(request: Request) -> HTMLResponse:
@@ -370,32 +411,80 @@ def create_app(
     def mail(request: Request) -> HTMLResponse:
         return show(request, "threads.html", title="Mail", threads=data.threads(reader.db(), "mail"), link="mail")
 
-    @app.get("/forum/{capsule_id}", response_class=HTMLResponse)
-    def forum_thread(request: Request, capsule_id: int) -> HTMLResponse:
-        return thread(request, "forum", capsule_id)
+    @app.get("/forum/{number}", response_class=HTMLResponse)
+    def forum_thread(request: Request, number: int) -> HTMLResponse:
+        return thread(request, "forum", number)
 
-    @app.get("/mail/{capsule_id}", response_class=HTMLResponse)
-    def mail_thread(request: Request, capsule_id: int) -> HTMLResponse:
-        return thread(request, "mail", capsule_id)
+    @app.get("/mail/{number}", response_class=HTMLResponse)
+    def mail_thread(request: Request, number: int) -> HTMLResponse:
+        return thread(request, "mail", number)
 
-    def thread(request: Request, room: str, capsule_id: int) -> HTMLResponse:
-        found = data.capsule_by_id(reader.db(), capsule_id) if 0 < capsule_id < MAX_ID else None
+    def thread(request: Request, room: str, number: int) -> HTMLResponse:
+        """A thread by its number in its room, the number agents and `station thread` use."""
         wanted = "public_memory" if room == "forum" else "mail"
-        if found is None or found["room"] != wanted or found["deleted"]:
-            return not_found(request, f"No such {room} thread.")
+        found = data.capsule(reader.db(), wanted, number) if 0 < number < MAX_ID else None
+        if found is None or found["deleted"]:
+            return not_found(request, f"No {room} thread {number}.")
         return show(request, "thread.html", thread=found, back=room)
 
     @app.get("/research", response_class=HTMLResponse)
     def research(request: Request) -> HTMLResponse:
         db = reader.db()
-        return show(request, "research.html", board=data.leaderboard(db), plot=render.score_plot(data.score_points(db)))
+        filters = board.Filters.read(dict(request.query_params))
+        return show(
+            request,
+            "research.html",
+            f=filters,
+            **board.board(db, filters),
+            plot=plots.score_plots(board.points(db, filters)),
+        )
+
+    @app.get("/research/queue", response_class=HTMLResponse)
+    def queue(request: Request) -> HTMLResponse:
+        db = reader.db()
+        return show(request, "queue.html", failures=data.recent_failures(db), **alerts())
 
     @app.get("/research/{evaluation_id}", response_class=HTMLResponse)
     def evaluation(request: Request, evaluation_id: int) -> HTMLResponse:
-        found = data.evaluation(reader.db(), evaluation_id) if 0 < evaluation_id < MAX_ID else None
+        db = reader.db()
+        found = data.evaluation(db, evaluation_id) if 0 < evaluation_id < MAX_ID else None
         if found is None:
             return not_found(request, f"No evaluation #{evaluation_id}.")
-        return show(request, "evaluation.html", ev=found)
+        return show(
+            request,
+            "evaluation.html",
+            ev=found,
+            built_on=diff.built_on(db, found),
+            cited_by=data.citing_papers(db, evaluation_id),
+            later=data.later_work(db, evaluation_id),
+            figure=data.figure(db, found),
+        )
+
+    @app.get("/research/{evaluation_id}/diff", response_class=HTMLResponse)
+    def evaluation_diff(request: Request, evaluation_id: int, against: int | None = None) -> HTMLResponse:
+        """The submission's code against an earlier one (default: the one it built on)."""
+        db = reader.db()
+        found = data.evaluation(db, evaluation_id) if 0 < evaluation_id < MAX_ID else None
+        if found is None:
+            return not_found(request, f"No evaluation #{evaluation_id}.")
+        base = diff.built_on(db, found)
+        other_id = against if against is not None and 0 < against < MAX_ID else (base["id"] if base else None)
+        other = data.evaluation(db, other_id) if other_id else None
+        if against is not None and other is None:
+            return not_found(request, f"No evaluation #{against} to compare with.")
+        lines = diff.unified(other["code"], found["code"], f"#{other['id']}", f"#{found['id']}") if other else []
+        return show(
+            request,
+            "diff.html",
+            ev=found,
+            other=other,
+            built_on=base,
+            choices=diff.candidates(db, found),
+            lines=lines,
+            diff_html=diff.diff_html(lines) if other else None,
+            added=sum(1 for kind, _ in lines if kind == "add"),
+            removed=sum(1 for kind, _ in lines if kind == "del"),
+        )
 
     @app.get("/lineages", response_class=HTMLResponse)
     def lineages(request: Request) -> HTMLResponse:
@@ -405,11 +494,13 @@ def create_app(
         return show(request, "lineages.html", lineages=tree, first=1, last=tick, bar=render.lifespan_bar)
 
     @app.get("/api/live")
-    def live(after: int = 0, html: str = "") -> JSONResponse:
-        """The run's state, new events, and the page parts named in `html` (LIVE_PARTS) re-rendered."""
+    def live(after: int = 0, html: str = "", everything: int = 0) -> JSONResponse:
+        """The run's state, new events (only meaningful ones unless `everything`), and the page
+        parts named in `html` (LIVE_PARTS) re-rendered."""
         db = reader.db()
-        events = data.recent_events(db, 25, after if 0 <= after < MAX_ID else 0)
-        answer = {"tick": data.meta(db, "tick"), **runner.describe(), "events": events}
+        since = after if 0 <= after < MAX_ID else 0
+        news = feed.recent(db, 25, since, everything=bool(everything))
+        answer = {"tick": data.meta(db, "tick"), **runner.describe(), "events": news}
         wanted = [name for name in html.split(",") if name in LIVE_PARTS]
         if wanted:
             context = alerts()

@@ -164,15 +164,6 @@ def page_of_tick(db: sqlite3.Connection, session: int, tick: int) -> int:
 
 
 # -- the overview -----------------------------------------------------------------------------
-def recent_events(db: sqlite3.Connection, limit: int = 25, after: int = 0) -> list[dict[str, Any]]:
-    found = rows(
-        db, "SELECT id, tick, kind, agent, payload FROM events WHERE id>? ORDER BY id DESC LIMIT ?", (after, limit)
-    )
-    for e in found:
-        e["payload"] = json.loads(e["payload"])
-    return found
-
-
 def pending_reviews(db: sqlite3.Connection) -> int:
     if not has_table(db, "paper_submissions"):
         return 0
@@ -357,3 +348,167 @@ def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
             {"name": name, "members": members[-GENERATIONS_SHOWN:], "earlier": max(0, len(members) - GENERATIONS_SHOWN)}
         )
     return tree
+
+
+# -- what links to what -------------------------------------------------------------------------
+LISTED = 50  # of an agent's evaluations, papers or threads on its page (the rest a filter away)
+
+
+def agent_works(db: sqlite3.Connection, who: Agent) -> dict[str, Any]:
+    """What one life (a guest and its ascended self share it) produced: evaluations, paper
+    submissions, threads written in, mail, and its neighbours in the lineage."""
+    session = who.session
+    names = [r[0] for r in db.execute("SELECT name FROM agents WHERE session=? ORDER BY position, name", (session,))]
+    works: dict[str, Any] = {"names": names, "evaluations": [], "submissions": [], "threads": [], "mail": []}
+    if has_table(db, "evaluations"):
+        works["evaluations"] = rows(
+            db,
+            "SELECT id, task, title, status, score, tick FROM evaluations WHERE session=? ORDER BY id DESC LIMIT ?",
+            (session, LISTED),
+        )
+        works["evaluation_count"] = db.execute(
+            "SELECT COUNT(*) FROM evaluations WHERE session=?", (session,)
+        ).fetchone()[0]
+    if has_table(db, "paper_submissions"):
+        works["submissions"] = rows(
+            db,
+            "SELECT id, title, status, score, tick, capsule_number FROM paper_submissions WHERE session=? "
+            "ORDER BY id DESC LIMIT ?",
+            (session, LISTED),
+        )
+    if has_table(db, "capsules"):
+        for key, room in (("threads", "public_memory"), ("mail", "mail")):
+            works[key] = rows(
+                db,
+                "SELECT c.number, c.title, c.author, c.updated_tick, COUNT(*) AS mine FROM capsule_messages m "
+                "JOIN capsules c ON c.id=m.capsule WHERE m.author_session=? AND c.room=? AND c.deleted=0 "
+                "GROUP BY c.id ORDER BY c.updated_tick DESC LIMIT ?",
+                (session, room, LISTED),
+            )
+    works["lineage"] = lineage_neighbours(db, who)
+    return works
+
+
+def lineage_neighbours(db: sqlite3.Connection, who: Agent) -> dict[str, str | None]:
+    """The previous and next generation's agent names of `who`'s lineage (None where there is none)."""
+    if not who.lineage or who.generation is None:
+        return {"previous": None, "next": None}
+
+    def at(generation: int) -> str | None:
+        row = db.execute(
+            "SELECT name FROM agents WHERE lineage=? AND json_extract(data, '$.generation')=? LIMIT 1",
+            (who.lineage, generation),
+        ).fetchone()
+        return row[0] if row else None
+
+    return {"previous": at(who.generation - 1), "next": at(who.generation + 1)}
+
+
+def citing_papers(db: sqlite3.Connection, evaluation_id: int) -> list[dict[str, Any]]:
+    """Published papers whose text names this evaluation (as the paper page links it)."""
+    if not has_table(db, "capsules"):
+        return []
+    from .refs import mentioned  # refs imports nothing from here at import time either way
+
+    found = rows(
+        db,
+        "SELECT DISTINCT c.number, c.title, c.author, c.created_tick, m.content FROM capsule_messages m "
+        "JOIN capsules c ON c.id=m.capsule WHERE c.room='archive' AND c.scope='' AND c.deleted=0 AND m.deleted=0 "
+        "AND m.author=c.author AND (m.content LIKE ? OR c.abstract LIKE ?) ORDER BY c.number",
+        (f"%{evaluation_id}%", f"%{evaluation_id}%"),
+    )
+    papers: dict[int, dict[str, Any]] = {}
+    for p in found:
+        if evaluation_id in mentioned(p.pop("content")):
+            papers.setdefault(p["number"], p)
+    return list(papers.values())
+
+
+def later_work(db: sqlite3.Connection, evaluation_id: int, limit: int = 20) -> list[dict[str, Any]]:
+    """Later evaluations whose abstract names this one (the work that says it built on it)."""
+    from .refs import mentioned
+
+    found = rows(
+        db,
+        "SELECT id, author, title, score, abstract FROM evaluations WHERE id>? AND abstract LIKE ? ORDER BY id",
+        (evaluation_id, f"%{evaluation_id}%"),
+    )
+    return [e for e in found if evaluation_id in mentioned(e.pop("abstract"))][:limit]
+
+
+def figure(db: sqlite3.Connection, ev: dict[str, Any]) -> Any:
+    """What the task's evaluator gave the viewer to draw for the reported run (None: nothing)."""
+    version = ev.get("reported_version")
+    if not version or not has_table(db, "evaluation_versions"):
+        return None
+    row = db.execute(
+        "SELECT i.payload FROM evaluation_versions v JOIN inputs i ON i.key=v.input_key "
+        "WHERE v.evaluation=? AND v.version=?",
+        (ev["id"], version),
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        return json.loads(row[0]).get("figure")
+    except (ValueError, AttributeError):
+        return None
+
+
+def submissions(db: sqlite3.Connection, status: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+    """Paper submissions, newest first (published or not), optionally of one status."""
+    if not has_table(db, "paper_submissions"):
+        return []
+    where, params = ("status=?", (status,)) if status else ("1", ())
+    return rows(
+        db,
+        "SELECT id, tick, agent, lineage, title, status, score, decided_tick, capsule_number "
+        f"FROM paper_submissions WHERE {where} ORDER BY id DESC LIMIT ?",
+        (*params, limit),
+    )
+
+
+def submission_counts(db: sqlite3.Connection) -> dict[str, int]:
+    if not has_table(db, "paper_submissions"):
+        return {}
+    return {r[0]: r[1] for r in db.execute("SELECT status, COUNT(*) FROM paper_submissions GROUP BY status")}
+
+
+def submission(db: sqlite3.Connection, sid: int) -> dict[str, Any] | None:
+    if not has_table(db, "paper_submissions"):
+        return None
+    found = one(db, "SELECT * FROM paper_submissions WHERE id=?", (sid,))
+    if found:
+        found["tags"] = json.loads(found["tags"] or "[]")
+    return found
+
+
+def recent_failures(db: sqlite3.Connection, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest delivered evaluations that did not succeed, each with the first line of its cause."""
+    if not has_table(db, "evaluations"):
+        return []
+    found = rows(
+        db,
+        "SELECT id, task, author, title, status, finished_tick, error, details FROM evaluations "
+        "WHERE status IN ('failed', 'timed_out', 'scorer_failed') ORDER BY finished_tick DESC, id DESC LIMIT ?",
+        (limit,),
+    )
+    for e in found:
+        cause = (e.pop("error") or e.pop("details") or "").strip()
+        e.pop("details", None)
+        e["cause"] = cause.split("\n")[0][:300] or e["status"]
+    return found
+
+
+def queued_count(db: sqlite3.Connection) -> int:
+    if not has_table(db, "evaluations"):
+        return 0
+    return db.execute("SELECT COUNT(*) FROM evaluations WHERE status='queued'").fetchone()[0]
+
+
+def submission_of_paper(db: sqlite3.Connection, number: int) -> int | None:
+    if not has_table(db, "paper_submissions"):
+        return None
+    row = db.execute(
+        "SELECT id FROM paper_submissions WHERE capsule_number=? ORDER BY id LIMIT 1", (number,)
+    ).fetchone()
+    return row[0] if row else None

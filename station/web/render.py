@@ -1,4 +1,4 @@
-"""Agent text to safe HTML, and the small SVG plots of the viewer (no JavaScript library).
+"""Agent text to safe HTML, and small HTML helpers of the viewer (its SVG plots are in plots.py).
 
 Everything an agent wrote is escaped: Markdown is rendered with raw HTML turned off, and
 links may only point to http(s) or within the page. Images become links: an image would be
@@ -8,7 +8,6 @@ fetched as the page loads, telling whoever serves it that (and when) someone rea
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from html import escape
 
 from markdown_it import MarkdownIt
@@ -68,52 +67,6 @@ def duration(seconds: float | None) -> str:
     if s < 7200:
         return f"{s // 60} min"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
-# -- plots --------------------------------------------------------------------------------------
-def _scale(lo: float, hi: float, a: float, b: float):
-    span = (hi - lo) or 1.0
-    return lambda v: a + (v - lo) / span * (b - a)
-
-
-def score_plot(points: Iterable[tuple[int, float, str]], width: int = 760, height: int = 300) -> Markup:
-    """Every scored evaluation as a dot, and the best so far as a step line, per task."""
-    points = list(points)
-    if not points:
-        return Markup("<p class='empty'>No scored evaluations yet.</p>")
-    left, right, top, bottom = 60, width - 20, 20, height - 40
-    ticks = [p[0] for p in points]
-    scores = [p[1] for p in points]
-    x = _scale(min(ticks), max(ticks) + 1, left, right)
-    y = _scale(min(scores), max(scores), bottom, top)
-    parts = [
-        f"<svg class='plot' id='score-plot' viewBox='0 0 {width} {height}' role='img' aria-label='score versus tick'>",
-        f"<line x1='{left}' y1='{bottom}' x2='{right}' y2='{bottom}' class='axis'/>",
-        f"<line x1='{left}' y1='{top}' x2='{left}' y2='{bottom}' class='axis'/>",
-        f"<text x='{(left + right) / 2}' y='{height - 8}' class='label'>tick</text>",
-        f"<text x='4' y='{top + 4}' class='label'>{max(scores):.4g}</text>",
-        f"<text x='4' y='{bottom}' class='label'>{min(scores):.4g}</text>",
-        f"<text x='{left}' y='{bottom + 16}' class='label'>{min(ticks)}</text>",
-        f"<text x='{right - 30}' y='{bottom + 16}' class='label'>{max(ticks)}</text>",
-    ]
-    for n, task in enumerate(sorted({p[2] for p in points})):
-        mine = [p for p in points if p[2] == task]
-        best = None
-        path: list[str] = []
-        for tick, score, _ in mine:
-            parts.append(
-                f"<circle cx='{x(tick):.1f}' cy='{y(score):.1f}' r='3' class='dot task{n % 4}'>"
-                f"<title>tick {tick}: {score:.6g}</title></circle>"
-            )
-            if best is None or score > best:
-                if best is not None:
-                    path.append(f"L{x(tick):.1f},{y(best):.1f}")
-                best = score
-                path.append(("M" if len(path) == 0 else "L") + f"{x(tick):.1f},{y(best):.1f}")
-        path.append(f"L{right:.1f},{y(best):.1f}")
-        parts.append(f"<path d='{' '.join(path)}' class='best task{n % 4}'/>")
-    parts.append("</svg>")
-    return Markup("".join(parts))
 
 
 def lifespan_bar(born: int, end: int, first: int, last: int) -> Markup:

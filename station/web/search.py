@@ -92,6 +92,7 @@ class SearchIndex:
             ).fetchone()
         )
         fingerprint += "/" + str(world.execute("SELECT SUM(deleted) FROM capsules").fetchone()[0])
+        fingerprint = "by-number/" + fingerprint  # threads are linked by their number in the room
         if self._mark(db, "capsules") == fingerprint:
             return
         db.execute("DELETE FROM docs WHERE kind IN ('public_memory', 'mail', 'archive', 'private_memory')")
@@ -101,7 +102,7 @@ class SearchIndex:
         ).fetchall()
         db.executemany(
             "INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, ?, ?, ?, ?, ?)",
-            [(f"{r[3]}\n{r[6]}", r[1], str(r[2] if r[1] == "archive" else r[0]), r[3], r[4], r[5]) for r in rows],
+            [(f"{r[3]}\n{r[6]}", r[1], str(r[2]), r[3], r[4], r[5]) for r in rows],
         )
         self._set_mark(db, "capsules", fingerprint)
 

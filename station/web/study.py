@@ -1,6 +1,9 @@
 """Behavioural study views (meant for open stations): over a window of ticks, each agent's
 context tokens turn by turn, its actions per room, and who talks to whom through mail, the
 forum and the Common Room. Windows keep every query bounded on long stations.
+
+An agent here is a session: a guest and the agent it ascended as live one life (the same
+`turns.session`), so they are one line, one row, one node, labelled by the latest name.
 """
 
 from __future__ import annotations
@@ -9,15 +12,48 @@ import json
 import math
 import sqlite3
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
 from markupsafe import Markup
 
+from . import plots
 from .data import has_table
 
 PALETTE = ["#2f5fa7", "#b0452c", "#2d8a4e", "#8a2a8f", "#c08a12", "#1f8a8a", "#6b4f2a", "#d0417e", "#5a6b7d", "#7a9a1f"]
-MAX_LINES = 10  # agents drawn in the token timeline (the busiest of the window)
+MAX_LINES = 10  # lines drawn by default in the token timeline
+MAX_CHOSEN = 20  # lines a reader may ask for
+SEGMENTS = 10  # the default lines cover every tenth of the window that had turns
+RULE = (
+    "By default: enough agents to have a line in every tenth of the window that had turns, then the "
+    f"busiest others, up to {MAX_LINES} lines (ties go to the later and longer-lived)."
+)
+
+
+@dataclass(eq=False)  # compared by identity: one object per session
+class Life:
+    """One session's turns inside the window."""
+
+    session: int
+    points: list[tuple[int, int]] = field(default_factory=list)  # (tick, context tokens)
+    rooms: Counter = field(default_factory=Counter)  # successful actions per room
+    segments: Counter = field(default_factory=Counter)  # turns per tenth of the window
+    names: list[str] = field(default_factory=list)  # the oldest first, the latest last
+
+    @property
+    def name(self) -> str:
+        return self.names[-1]
+
+    @property
+    def label(self) -> str:
+        earlier = self.names[:-1]
+        return self.name + (f" (was {', '.join(earlier)})" if earlier else "")
+
+    def rank(self) -> tuple[int, int, int, int]:
+        """Busier first; then the later, then the longer-lived."""
+        first, last = self.points[0][0], self.points[-1][0]
+        return len(self.points), last, last - first, self.session
 
 
 def window(db: sqlite3.Connection, first: int | None, last: int | None, span: int = 500) -> tuple[int, int]:
@@ -27,25 +63,99 @@ def window(db: sqlite3.Connection, first: int | None, last: int | None, span: in
     return min(first, last), last
 
 
-def token_series(db: sqlite3.Connection, first: int, last: int) -> dict[str, list[tuple[int, int]]]:
-    series: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for tick, agent, tokens in db.execute(
-        "SELECT tick, agent, COALESCE(context_tokens, 0) FROM turns WHERE tick BETWEEN ? AND ? ORDER BY tick",
+def read_lives(db: sqlite3.Connection, first: int, last: int) -> dict[int, Life]:
+    """Every session's turns in the window, in one pass over the window's rows (the (tick,
+    session) index); only the parsed actions of each turn are taken out of its JSON."""
+    lives: dict[int, Life] = {}
+    width = last - first + 1
+    for tick, session, agent, tokens, parsed in db.execute(
+        "SELECT tick, session, agent, COALESCE(context_tokens, 0), "
+        "CASE WHEN json_valid(actions) THEN json_extract(actions, '$.parsed') END "
+        "FROM turns WHERE tick BETWEEN ? AND ? ORDER BY tick",
         (first, last),
     ):
-        series[agent].append((tick, tokens))
-    busiest = sorted(series, key=lambda a: -len(series[a]))[:MAX_LINES]
-    return {a: series[a] for a in sorted(busiest)}
+        life = lives.setdefault(session, Life(session))
+        life.points.append((tick, tokens))
+        life.segments[(tick - first) * SEGMENTS // width] += 1
+        if agent not in life.names:
+            life.names.append(agent)
+        for action in json.loads(parsed or "[]"):
+            if isinstance(action, dict) and action.get("ok"):
+                life.rooms[action.get("room") or "?"] += 1
+    name_lives(db, lives)
+    return lives
 
 
-def actions_per_room(db: sqlite3.Connection, first: int, last: int) -> tuple[list[str], dict[str, Counter]]:
-    table: dict[str, Counter] = defaultdict(Counter)
-    for agent, actions in db.execute("SELECT agent, actions FROM turns WHERE tick BETWEEN ? AND ?", (first, last)):
-        for action in json.loads(actions).get("parsed", []):
-            if action.get("ok"):
-                table[agent][action.get("room") or "?"] += 1
-    rooms = sorted({room for counts in table.values() for room in counts})
-    return rooms, dict(sorted(table.items()))
+def session_names(db: sqlite3.Connection, sessions: list[int]) -> dict[int, list[str]]:
+    """Each session's agent names from the agents table, the ascended (latest) one last."""
+    names: dict[int, list[str]] = defaultdict(list)
+    for start in range(0, len(sessions), 500):  # SQLite's limit on bound parameters
+        part = sessions[start : start + 500]
+        for session, name in db.execute(
+            f"SELECT session, name FROM agents WHERE session IN ({','.join('?' * len(part))}) "
+            "ORDER BY session, json_extract(data, '$.ascended_to') IS NULL, rowid",
+            part,
+        ):
+            names[session].append(name)
+    return names
+
+
+def name_lives(db: sqlite3.Connection, lives: dict[int, Life]) -> None:
+    known = session_names(db, list(lives))
+    for session, life in lives.items():
+        if known.get(session):  # names from turns only if the agents table lacks the session
+            life.names = known[session]
+
+
+def default_choice(lives: dict[int, Life]) -> list[Life]:
+    """Cover every tenth of the window that had turns (greedily, the life covering most of what
+    is still uncovered), then fill up with the busiest."""
+    chosen: list[Life] = []
+    uncovered = {s for life in lives.values() for s in life.segments}
+    while uncovered and len(chosen) < MAX_LINES:
+        best = max(lives.values(), key=lambda life: (len(uncovered & life.segments.keys()), life.rank()))
+        chosen.append(best)
+        uncovered -= best.segments.keys()
+    rest = sorted((life for life in lives.values() if life not in chosen), key=Life.rank, reverse=True)
+    return chosen + rest[: MAX_LINES - len(chosen)]
+
+
+def reader_choice(lives: dict[int, Life], names: list[str]) -> tuple[list[Life], list[str]]:
+    """The lives the reader named (either name of a merged session) and the names not found."""
+    by_name = {name: life for life in lives.values() for name in life.names}
+    chosen: list[Life] = []
+    unknown: list[str] = []
+    for name in names:
+        life = by_name.get(name)
+        if life is None and name not in unknown:
+            unknown.append(name)
+        elif life is not None and life not in chosen:
+            chosen.append(life)
+    return chosen, unknown
+
+
+def choose(lives: dict[int, Life], names: list[str] | None, first: int, last: int) -> tuple[list[Life], list[str]]:
+    """The lives to draw and notes for the reader about the asked names."""
+    if not names:
+        return default_choice(lives), []
+    chosen, unknown = reader_choice(lives, names)
+    notes = []
+    if unknown:
+        shown = ", ".join(name[:60] for name in unknown[:10]) + (" …" if len(unknown) > 10 else "")
+        notes.append(f"No agent with turns in ticks {first}–{last} is named: {shown} (ignored).")
+    if len(chosen) > MAX_CHOSEN:
+        notes.append(f"At most {MAX_CHOSEN} lines: the first {MAX_CHOSEN} agents asked for are drawn.")
+        chosen = chosen[:MAX_CHOSEN]
+    if not chosen:
+        notes.append("None of the agents asked for had turns here: showing the default choice.")
+        return default_choice(lives), notes
+    return chosen, notes
+
+
+def actions_rows(lives: dict[int, Life]) -> tuple[list[str], list[dict[str, Any]]]:
+    rows = [{"label": life.label, "name": life.name, "counts": life.rooms} for life in lives.values() if life.rooms]
+    rooms = sorted({room for row in rows for room in row["counts"]})
+    return rooms, sorted(rows, key=lambda row: row["label"])
 
 
 def talk_edges(db: sqlite3.Connection, first: int, last: int) -> Counter:
@@ -76,36 +186,35 @@ def talk_edges(db: sqlite3.Connection, first: int, last: int) -> Counter:
     return edges
 
 
-def token_plot(
-    series: dict[str, list[tuple[int, int]]], first: int, last: int, width: int = 760, height: int = 280
-) -> Markup:
-    if not series:
+def merge_edges(db: sqlite3.Connection, edges: Counter, lives: dict[int, Life]) -> tuple[Counter, dict[str, str]]:
+    """The edges between sessions (labels), and each label's agent name to link to. Names outside
+    the window's lives (a thread's old starter) are looked up; others (System) stay as they are."""
+    who = {name: life for life in lives.values() for name in life.names}
+    strangers = sorted({name for pair in edges for name in pair} - who.keys())[:500]
+    if strangers:
+        sessions = dict(
+            db.execute(f"SELECT name, session FROM agents WHERE name IN ({','.join('?' * len(strangers))})", strangers)
+        )
+        for session, names in session_names(db, sorted(set(sessions.values()))).items():
+            for name in names:
+                who[name] = Life(session, names=names)
+    label = {name: life.label for name, life in who.items()}
+    links = {life.label: life.name for life in who.values()}
+    merged: Counter = Counter()
+    for (a, b), count in edges.items():
+        a, b = label.get(a, a), label.get(b, b)
+        if a != b:  # a guest mailing its own ascended self is no talk
+            merged[(a, b)] += count
+    return merged, links
+
+
+def token_plot(drawn: list[Life]) -> Markup:
+    if not drawn:
         return Markup("<p class='empty'>No turns in this window.</p>")
-    left, right, top, bottom = 60, width - 150, 16, height - 30
-    top_tokens = max(t for points in series.values() for _, t in points) or 1
-    x = lambda tick: left + (tick - first) / max(1, last - first) * (right - left)  # noqa: E731
-    y = lambda tokens: bottom - tokens / top_tokens * (bottom - top)  # noqa: E731
-    parts = [
-        f"<svg class='plot' id='token-plot' viewBox='0 0 {width} {height}' role='img' "
-        f"aria-label='context tokens per turn'>",
-        f"<line x1='{left}' y1='{bottom}' x2='{right}' y2='{bottom}' class='axis'/>",
-        f"<line x1='{left}' y1='{top}' x2='{left}' y2='{bottom}' class='axis'/>",
-        f"<text x='4' y='{top + 8}' class='label'>{top_tokens:,}</text>",
-        f"<text x='{left}' y='{height - 8}' class='label'>tick {first}</text>",
-        f"<text x='{right - 50}' y='{height - 8}' class='label'>tick {last}</text>",
-    ]
-    for n, (agent, points) in enumerate(series.items()):
-        colour = PALETTE[n % len(PALETTE)]
-        path = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v) in enumerate(points))
-        parts.append(
-            f"<path d='{path}' fill='none' stroke='{colour}' stroke-width='1.5'><title>{escape(agent)}</title></path>"
-        )
-        parts.append(
-            f"<text x='{right + 8}' y='{top + 14 * n + 8}' class='label' fill='{colour}' "
-            f"style='fill:{colour}'>{escape(agent)}</text>"
-        )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    series: dict[str, list[tuple[float, float]]] = {life.label: list(life.points) for life in drawn}
+    return plots.line_plot(
+        series, x_label="tick", y_label="context tokens", svg_id="token-plot", width=760, height=300, colours=PALETTE
+    )
 
 
 def talk_graph(edges: Counter, size: int = 520) -> Markup:
@@ -141,16 +250,33 @@ def talk_graph(edges: Counter, size: int = 520) -> Markup:
     return Markup("".join(parts))
 
 
-def study(db: sqlite3.Connection, first: int | None, last: int | None) -> dict[str, Any]:
+def study(
+    db: sqlite3.Connection, first: int | None, last: int | None, agents: list[str] | None = None
+) -> dict[str, Any]:
+    """The study page's context over ticks `first`–`last` (default: the last 500), drawing the
+    agents named in `agents` (default: see RULE)."""
     first, last = window(db, first, last)
-    rooms, actions = actions_per_room(db, first, last)
-    edges = talk_edges(db, first, last)
+    lives = read_lives(db, first, last)
+    drawn, notes = choose(lives, agents, first, last)
+    drawn.sort(key=lambda life: life.label)
+    rooms, actions = actions_rows(lives)
+    edges, links = merge_edges(db, talk_edges(db, first, last), lives)
+    choices = sorted(lives.values(), key=lambda life: (-len(life.points), life.label))
     return {
         "first": first,
         "last": last,
-        "tokens": token_plot(token_series(db, first, last), first, last),
+        "tokens": token_plot(drawn),
+        "lines": [{"label": life.label, "name": life.name, "points": life.points} for life in drawn],
+        "rule": RULE,
+        "notes": notes,
+        "choices": [
+            {"label": life.label, "name": life.name, "turns": len(life.points), "checked": life in drawn}
+            for life in choices
+        ],
+        "chosen": [life.name for life in drawn] if agents else [],  # kept by the window form
         "rooms": rooms,
         "actions": actions,
         "graph": talk_graph(edges),
         "pairs": edges.most_common(20),
+        "links": links,
     }

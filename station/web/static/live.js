@@ -8,12 +8,29 @@
   const parts = Array.from(document.querySelectorAll("[data-live-html]"));
   const wanted = parts.length ? "&html=" + parts.map(function (el) { return el.dataset.liveHtml; }).join(",") : "";
   if (events && events.firstElementChild) lastEvent = Number(events.firstElementChild.dataset.id) || 0;
+  const everything = events && events.dataset.everything === "1" ? "&everything=1" : "";
+  // One event as a list item: text nodes only (never HTML), a link only to a page of this site.
+  function eventItem(e) {
+    const li = document.createElement("li");
+    li.dataset.id = e.id;
+    li.dataset.kind = e.kind;
+    li.append("tick " + e.tick + " · ");
+    if (typeof e.href === "string" && /^\/[a-z]/.test(e.href)) {
+      const a = document.createElement("a");
+      a.href = e.href;
+      a.textContent = e.text;
+      li.append(a);
+    } else {
+      li.append(e.text);
+    }
+    return li;
+  }
   function set(name, text) {
     document.querySelectorAll("[data-live=" + name + "]").forEach(function (el) { el.textContent = text; });
   }
   async function poll() {
     try {
-      const answer = await fetch("/api/live?after=" + lastEvent + wanted, {headers: {accept: "application/json"}});
+      const answer = await fetch("/api/live?after=" + lastEvent + everything + wanted, {headers: {accept: "application/json"}});
       if (answer.ok) {
         const live = await answer.json();
         set("state", live.state);
@@ -26,10 +43,7 @@
         if (live.last) set("progress", "tick " + live.last.tick + (live.last.agent ? " · " + live.last.agent : ""));
         if (events) {
           live.events.slice().reverse().forEach(function (e) {
-            const li = document.createElement("li");
-            li.dataset.id = e.id;
-            li.textContent = "tick " + e.tick + " · " + e.kind + (e.agent ? " · " + e.agent : "");
-            events.prepend(li);
+            events.prepend(eventItem(e));
             lastEvent = Math.max(lastEvent, e.id);
           });
           while (events.children.length > 60) events.lastElementChild.remove();
