@@ -4,6 +4,7 @@ the operator page change the running station's state. Screenshots go to test-art
 """
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
@@ -303,3 +304,88 @@ def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, t
     assert browser.find_element(By.ID, "score-plot-1")
     assert "Operator" not in browser.find_element(By.TAG_NAME, "nav").text
     shot(browser, "export-research")
+
+
+def test_the_best_packing_is_drawn_on_its_evaluation_page(browser, site, demo60) -> None:
+    store = Store(demo60)
+    try:
+        best = store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
+    finally:
+        store.close()
+    browser.get(f"{site}/research/{best}")
+    drawing = browser.find_element(By.ID, "packing")
+    circles = drawing.find_elements(By.CSS_SELECTOR, "circle")
+    assert len(circles) == 26
+    square = drawing.find_element(By.CSS_SELECTOR, ".square").rect
+    for circle in circles:  # every circle is drawn inside the square, as the verifier demands
+        box = circle.rect
+        assert box["x"] >= square["x"] - 1 and box["x"] + box["width"] <= square["x"] + square["width"] + 1
+        assert box["y"] >= square["y"] - 1 and box["y"] + box["height"] <= square["y"] + square["height"] + 1
+    assert abs(square["width"] - square["height"]) < 2  # a square, not a stretched box
+    shot(browser, "evaluation-packing")
+
+
+def forecasting_like(demo60: Path, target: Path) -> Path:
+    """A copy of the demo whose scores are a forecasting task's: negative MAEs 0.00002 apart in all."""
+    directory = copy_station(demo60, target)
+    store = Store(directory)
+    with store.transaction():
+        store.execute("UPDATE evaluations SET score=-0.14132 + (id % 5) * 0.000005 WHERE score IS NOT NULL")
+    store.close()
+    return directory
+
+
+def test_the_forecasting_plot_tick_labels_differ_and_span_the_data(browser, demo60, tmp_path) -> None:
+    directory = forecasting_like(demo60, tmp_path / "st")
+    url, server, thread = serve(create_app(directory))
+    try:
+        browser.get(url + "/research")
+        plot = browser.find_element(By.ID, "score-plot-1")
+        labels = [t.text for t in plot.find_elements(By.CSS_SELECTOR, "text.tick-label[text-anchor='end']")]
+        values = [float(label) for label in labels]
+        assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+        assert min(values) <= -0.14132 + 1e-12 and max(values) >= -0.14130 - 1e-12
+        assert max(values) - min(values) < 0.0001  # the axis spans the data, not a range around it
+        grid = plot.find_elements(By.CSS_SELECTOR, ".grid")
+        assert len(grid) >= len(labels)
+        shot(browser, "leaderboard-forecasting-scale")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_training_run_shows_its_learning_curves(browser, demo60, tmp_path) -> None:
+    """The viewer's side of a training task's figure (the evaluators' side: tests/test_figures.py)."""
+    directory = copy_station(demo60, tmp_path / "st")
+    store = Store(directory)
+    curves = {"kind": "curves", "x_label": "epoch", "panels": [
+        {"title": "validation MAE", "lower_is_better": True,
+         "series": [{"label": f"trial {n}", "values": [0.2 / (e + 1) + 0.01 * n for e in range(30)]} for n in range(3)]},
+        {"title": "training loss", "lower_is_better": True,
+         "series": [{"label": f"trial {n}", "values": [0.5 / (e + 1) ** 0.5 for e in range(30)]} for n in range(3)]},
+    ]}
+    with store.transaction():
+        key = store.scalar("SELECT input_key FROM evaluation_versions WHERE evaluation=2 AND version=1")
+        payload = store.get_input(key)
+        store.execute("UPDATE inputs SET payload=? WHERE key=?", (json.dumps({**payload, "figure": curves}), key))
+    store.close()
+    url, server, thread = serve(create_app(directory))
+    try:
+        browser.get(url + "/research/2")
+        panels = browser.find_elements(By.CSS_SELECTOR, "#figure svg.curve")
+        assert len(panels) == 2
+        assert len(panels[0].find_elements(By.CSS_SELECTOR, "polyline")) == 3
+        assert "trial 2" in panels[0].text and "validation MAE" in browser.find_element(By.ID, "figure").text
+        shot(browser, "evaluation-curves")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_the_study_page_draws_whole_lives_over_the_window(browser, site) -> None:
+    browser.get(site + "/study?first=1&last=60")
+    plot = browser.find_element(By.ID, "token-plot")
+    assert 1 <= len(plot.find_elements(By.CSS_SELECTOR, "polyline")) <= 10
+    assert "was Guest_" in plot.text  # a guest and its ascended self: one line, both names
+    assert browser.find_element(By.ID, "room-actions").text
+    shot(browser, "study")

@@ -99,6 +99,14 @@ def test_an_evaluation_links_its_author_the_papers_citing_it_and_what_it_built_o
     assert built_on == previous  # no id in its abstract: the author's previous submission
     paper = client.get(f"/papers/{number}").text
     assert f'<a class="ref" href="/research/{cited}">{cited}</a>' in paper
+    listed = paper[paper.index('id="cited"'):paper.index('id="review"')]
+    assert all(f'<a href="/research/{n}">{n}</a>' in listed for n in refs.mentioned(content))
+
+
+def test_the_overview_shows_research_progress_at_a_glance(client: TestClient, demo60: Path) -> None:
+    progress = client.get("/").text.split('id="progress"', 1)[1].split("</figure>", 1)[0]
+    scored = query(demo60, "SELECT COUNT(*) FROM evaluations WHERE score IS NOT NULL")[0][0]
+    assert "score-plot-1" in progress and progress.count("<circle class='dot'") == scored
 
 
 def test_the_paper_marks_an_id_that_names_no_evaluation(demo60: Path, tmp_path: Path) -> None:
@@ -113,6 +121,8 @@ def test_the_paper_marks_an_id_that_names_no_evaluation(demo60: Path, tmp_path: 
     page = TestClient(create_app(directory)).get(f"/papers/{number}").text
     assert 'title="this station has no evaluation #4242">4242</span>' in page
     assert 'href="/research/4242"' not in page
+    cited = page[page.index('id="cited"'):page.index('id="review"')]  # the list of what the paper cites
+    assert "no such evaluation in this station" in cited
 
 
 def test_ids_are_the_same_on_the_web_as_in_the_cli(client: TestClient, demo60: Path) -> None:

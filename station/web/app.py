@@ -272,6 +272,7 @@ def create_app(
             st=status,
             events=feed.recent(db, everything=every_event),
             every_event=every_event,
+            progress=plots.score_plots(board.points(db, board.Filters()), height=240),
             reviews=data.pending_reviews(db),
             **alerts(),
         )
@@ -395,6 +396,7 @@ def create_app(
             review=review,
             replies=rest,
             submission_id=data.submission_of_paper(reader.db(), number),
+            cited=data.cited_evaluations(reader.db(), f"{found['abstract'] or ''}\n{found['messages'][0]['content']}"),
         )
 
     @app.get("/forum", response_class=HTMLResponse)

@@ -512,3 +512,20 @@ def submission_of_paper(db: sqlite3.Connection, number: int) -> int | None:
         "SELECT id FROM paper_submissions WHERE capsule_number=? ORDER BY id LIMIT 1", (number,)
     ).fetchone()
     return row[0] if row else None
+
+
+def cited_evaluations(db: sqlite3.Connection, text: str) -> list[dict[str, Any]]:
+    """The evaluations a text names, in order, each with its headline (None fields: no such evaluation)."""
+    from .refs import mentioned
+
+    ids = mentioned(text)[:100]
+    if not ids or not has_table(db, "evaluations"):
+        return [{"id": n, "title": None} for n in ids]
+    marks = ",".join("?" * len(ids))
+    found = {
+        r["id"]: r
+        for r in rows(
+            db, f"SELECT id, task, author, title, status, score FROM evaluations WHERE id IN ({marks})", tuple(ids)
+        )
+    }
+    return [found.get(n, {"id": n, "title": None}) for n in ids]

@@ -279,10 +279,6 @@ def _task_figure(task: str, points: list[_Point], width: int, height: int) -> st
         f"role='img' aria-label='score versus delivery tick, task {escape(task)}'>",
         *axis(frame, x_ticks, y_ticks, "delivery tick", "score (higher is better)"),
     ]
-    for lineage, colour in colours.items():
-        mine = [p for p in points if p.lineage == lineage]
-        parts.append(f"<path class='lineage-best' fill='none' stroke='{colour}' d='{_best_path(frame, mine, None)}'/>")
-    parts.append(f"<path class='best' fill='none' stroke='#1d232b' d='{_best_path(frame, points, x_hi)}'/>")
     px, py = frame.px, frame.py
     for p in points:
         colour = colours.get(p.lineage, GREY) if p.lineage else GREY
@@ -290,6 +286,11 @@ def _task_figure(task: str, points: list[_Point], width: int, height: int) -> st
             f"<a href='/research/{p.ident}'><circle class='dot' cx='{px(p.tick):.1f}' cy='{py(p.score):.1f}' "
             f"r='3.5' fill='{colour}'><title>{p.text}</title></circle></a>"
         )
+    # The lines over the dots (a crowded plot would hide them), letting clicks through to the dots.
+    for lineage, colour in colours.items():
+        mine = [p for p in points if p.lineage == lineage]
+        parts.append(f"<path class='lineage-best' fill='none' stroke='{colour}' d='{_best_path(frame, mine, None)}'/>")
+    parts.append(f"<path class='best' fill='none' stroke='#1d232b' d='{_best_path(frame, points, x_hi)}'/>")
     if colours:
         entries = [("best so far", "#1d232b", "line")] + [(name, c, "line") for name, c in colours.items()]
         entries.append(("other lineages, System", GREY, "dot"))
@@ -334,14 +335,15 @@ def line_plot(
     colours: Sequence[str] | Mapping[str, str] | None = None,
     best: str | None = None,
     css_class: str = "plot line-plot",
+    x_range: tuple[float, float] | None = None,
 ) -> Markup:
     """A line per series (label -> (x, y) points) with ticks, gridlines and a legend. `colours`: a
     palette cycled over the series, or a colour per label. `best`: "min" or "max" marks each
-    series' best point."""
+    series' best point. `x_range`: an x span the axis covers even where no series reaches."""
     lines = _clean_series(series)
     if not lines:
         return Markup("<p class='empty'>No data to plot.</p>")
-    xs = [x for points in lines.values() for x, _ in points]
+    xs = [x for points in lines.values() for x, _ in points] + [float(x) for x in x_range or ()]
     ys = [y for points in lines.values() for _, y in points]
     x_lo, x_hi, x_ticks = _domain(min(xs), max(xs), pad=0.0, integer=all(x.is_integer() for x in xs))
     y_lo, y_hi, y_ticks = _domain(min(ys), max(ys))

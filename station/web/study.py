@@ -208,12 +208,19 @@ def merge_edges(db: sqlite3.Connection, edges: Counter, lives: dict[int, Life]) 
     return merged, links
 
 
-def token_plot(drawn: list[Life]) -> Markup:
+def token_plot(drawn: list[Life], first: int, last: int) -> Markup:
     if not drawn:
         return Markup("<p class='empty'>No turns in this window.</p>")
     series: dict[str, list[tuple[float, float]]] = {life.label: list(life.points) for life in drawn}
     return plots.line_plot(
-        series, x_label="tick", y_label="context tokens", svg_id="token-plot", width=760, height=300, colours=PALETTE
+        series,
+        x_label="tick",
+        y_label="context tokens",
+        svg_id="token-plot",
+        width=760,
+        height=300,
+        colours=PALETTE,
+        x_range=(first, last),  # the whole window, so a line's place in it reads true
     )
 
 
@@ -265,7 +272,7 @@ def study(
     return {
         "first": first,
         "last": last,
-        "tokens": token_plot(drawn),
+        "tokens": token_plot(drawn, first, last),
         "lines": [{"label": life.label, "name": life.name, "points": life.points} for life in drawn],
         "rule": RULE,
         "notes": notes,
