@@ -139,10 +139,10 @@ def test_from_the_overview_to_the_best_result_its_author_their_paper_and_what_it
     browser.get(site + "/")
     browser.find_element(By.ID, "best-1").click()
     best = int(browser.current_url.rsplit("/", 1)[1])
+    assert best == best_evaluation(demo60)
     base = int(browser.find_element(By.ID, "built-on").get_attribute("href").rsplit("/", 1)[1])
     store = Store(demo60)
     try:
-        assert best == store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
         author, session = store.one("SELECT author, session FROM evaluations WHERE id=?", (best,))
         papers = store.all("SELECT c.number, m.content FROM capsules c JOIN capsule_messages m ON m.capsule=c.id "
                            "WHERE c.room='archive' AND m.k=1 AND c.author_session=? ORDER BY c.number", (session,))
@@ -185,12 +185,16 @@ def test_a_filtered_leaderboard_reloads_to_the_same_view(browser, site) -> None:
     assert browser.find_element(By.ID, "filter-from").get_attribute("value") == "10"
 
 
-def test_the_diff_page_shows_added_and_removed_lines(browser, site, demo60) -> None:
-    store = Store(demo60)
+def best_evaluation(directory: Path) -> int:
+    store = Store(directory)
     try:
-        best = store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
+        return store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
     finally:
         store.close()
+
+
+def test_the_diff_page_shows_added_and_removed_lines(browser, site, demo60) -> None:
+    best = best_evaluation(demo60)
     browser.get(f"{site}/research/{best}")
     browser.find_element(By.ID, "diff-link").click()
     added = browser.find_elements(By.CSS_SELECTOR, "#diff .add")
@@ -307,11 +311,7 @@ def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, t
 
 
 def test_the_best_packing_is_drawn_on_its_evaluation_page(browser, site, demo60) -> None:
-    store = Store(demo60)
-    try:
-        best = store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
-    finally:
-        store.close()
+    best = best_evaluation(demo60)
     browser.get(f"{site}/research/{best}")
     drawing = browser.find_element(By.ID, "packing")
     circles = drawing.find_elements(By.CSS_SELECTOR, "circle")

@@ -183,14 +183,33 @@ class JaxTrainingTask(Task):
         """The learning curves of the scored trials, for the viewer."""
         return learning_curves(self.curve_panels(), scored, self.curve_x_label)
 
-    def score(self, result: RunResult) -> Verdict:
+    def read_trials(self, result: RunResult, count: int | None = None) -> tuple[dict[str, Any], list] | Verdict:
+        """(the run's value, its trials), or the verdict of a run with no trials to judge (`count`:
+        how many trials the task runs, when a run must have them all)."""
         value = result.value if isinstance(result.value, dict) else {}
         early = self.untrained_verdict(value)
         if early is not None:
             return early
         trials = value.get("trials")
-        if not isinstance(trials, list) or not trials:
+        if not isinstance(trials, list) or not trials or (count is not None and len(trials) != count):
             return Verdict(False, details="The run returned nothing the station could read.")
+        return value, trials
+
+    @staticmethod
+    def gpu_warning(value: dict[str, Any], trial_values: list[dict[str, Any]]) -> list[str]:
+        """A line for the author when the trials were given a GPU that JAX did not use."""
+        if value.get("gpus_per_trial") and trial_values and not any(gpu_device(v) for v in trial_values):
+            return [
+                "Warning: each trial was given a GPU, but JAX saw only the CPU: install JAX's CUDA "
+                "build where the trials run (pip install -e '.[gpu]')."
+            ]
+        return []
+
+    def score(self, result: RunResult) -> Verdict:
+        found = self.read_trials(result)
+        if isinstance(found, Verdict):
+            return found
+        value, trials = found
         scored, lines = self.judge_trials(trials)
         if not scored:
             return Verdict(False, details="No trial produced a usable result.\n" + "\n".join(lines))
@@ -201,12 +220,7 @@ class JaxTrainingTask(Task):
             + (f" ({failed} failed, listed below)" if failed else "")
             + f"; score {score:.{self.display_precision}f}"
         )
-        if value.get("gpus_per_trial") and not any(gpu_device(s["value"]) for s in scored):
-            extra = [
-                *extra,
-                "Warning: each trial was given a GPU, but JAX saw only the CPU: install JAX's CUDA "
-                "build where the trials run (pip install -e '.[gpu]').",
-            ]
+        extra = [*extra, *self.gpu_warning(value, [s["value"] for s in scored])]
         best = max(scored, key=lambda s: s["score"])
         spread = statistics.pstdev([s["score"] for s in scored]) if len(scored) > 1 else 0.0
         tail = [

@@ -24,7 +24,7 @@ import numpy as np
 from station.run_types import RunResult
 
 from ..base import Baseline, Verdict, register
-from ..jaxtrain.task import JaxTrainingTask, gpu_device
+from ..jaxtrain.task import JaxTrainingTask
 from .beacon import DATASETS, METRIC_KEYS, RnaDataset
 from .dataset import RnaData, data_root
 from .metrics import measure
@@ -134,13 +134,10 @@ class RnaModelling(JaxTrainingTask):
         return [("curve", "validation metric (each dataset's own)", False), ("train_curve", "training loss", True)]
 
     def score(self, result: RunResult) -> Verdict:
-        value = result.value if isinstance(result.value, dict) else {}
-        early = self.untrained_verdict(value)
-        if early is not None:
-            return early
-        trials = value.get("trials")
-        if not isinstance(trials, list) or len(trials) != len(DATASETS):
-            return Verdict(False, details="The run returned nothing the station could read.")
+        found = self.read_trials(result, count=len(DATASETS))
+        if isinstance(found, Verdict):
+            return found
+        value, trials = found
         scored, lines = self.judge_trials(trials)
         metrics: dict[str, float | None] = dict.fromkeys(METRIC_KEYS)
         metrics.update({one["key"]: one["metric"] for one in scored})
@@ -152,11 +149,7 @@ class RnaModelling(JaxTrainingTask):
             f"{np.mean(list(references.values())):.4f}: "
             + ", ".join(f"{name} {metric:.4f}" for name, metric in references.items())
         )
-        if value.get("gpus_per_trial") and used and not any(gpu_device(v) for v in used):
-            lines.append(
-                "Warning: each trial was given a GPU, but JAX saw only the CPU: install JAX's CUDA "
-                "build where the trials run (pip install -e '.[gpu]')."
-            )
+        lines += self.gpu_warning(value, used)
         missing = [d.name for d in DATASETS if metrics[d.metric_key] is None]
         if missing:
             head = f"No score: {len(missing)} of {len(DATASETS)} datasets have no metric ({', '.join(missing)})."
