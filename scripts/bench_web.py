@@ -75,7 +75,8 @@ def q(db: sqlite3.Connection, sql: str, params: tuple = ()) -> Any:
 def pick_pages(directory: Path) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """(label, url) of each page to time, and facts about the dialogue used."""
     db = sqlite3.connect(f"file:{directory / DB_NAME}?mode=ro", uri=True)
-    pages: list[tuple[str, str]] = [("overview", "/"), ("agents index", "/agents")]
+    pages: list[tuple[str, str]] = [("overview", "/"), ("agents index", "/agents"),
+                                    ("agents index, one lineage's ended", "/agents?lineage=Arete&state=ended&page=2")]
     info: dict[str, Any] = {}
     busiest = q(db, "SELECT session, COUNT(*) AS n, MIN(tick), MAX(tick) FROM turns GROUP BY session "
                     "ORDER BY n DESC, session LIMIT 1")
@@ -96,6 +97,9 @@ def pick_pages(directory: Path) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     if paper:
         pages.append((f"paper ({paper[1]} messages)", f"/papers/{paper[0]}"))
     pages.append(("forum", "/forum"))
+    writer = q(db, "SELECT author FROM capsule_messages GROUP BY author ORDER BY COUNT(*) DESC LIMIT 1")
+    if writer:
+        pages.append(("forum, one writer's threads, longest", f"/forum?writer={quote(writer[0])}&sort=longest"))
     thread = q(db, "SELECT c.id, COUNT(m.k) AS n FROM capsules c JOIN capsule_messages m ON m.capsule=c.id "
                    "WHERE c.room='public_memory' AND c.deleted=0 GROUP BY c.id "
                    "ORDER BY n DESC, c.id LIMIT 1")

@@ -219,3 +219,58 @@ def test_the_queue_lists_recent_failures_with_their_cause(demo60: Path, tmp_path
     assert "Traceback line" not in failures
     waiting = page[page.index('id="open-evaluations"'):page.index('id="failures"')]
     assert '<a href="/research/6">#6</a> finished, not delivered yet' in waiting  # its run is recorded
+
+
+# -- other lists ------------------------------------------------------------------------------------
+def agent_names(html: str) -> list[str]:
+    table = html[html.index('id="all-agents"'):]
+    return re.findall(r'<tr><td><a href="/agents/[^"]+">([^<]+)</a>', table)
+
+
+def test_the_agents_index_filters_from_its_address_and_pages_keep_the_filter(client: TestClient, demo60: Path) -> None:
+    gauss = [r[0] for r in query(demo60, "SELECT name FROM agents WHERE lineage='Gauss' ORDER BY position DESC, name DESC")]
+    assert gauss and agent_names(client.get("/agents?lineage=Gauss").text) == gauss
+    ended_guests = {r[0] for r in query(demo60, "SELECT name FROM agents WHERE state='ended' AND kind='guest'")}
+    assert set(agent_names(client.get("/agents?state=ended&kind=guest").text)) == ended_guests
+    everyone = agent_names(client.get("/agents?state=nonsense").text)  # an unknown state filters nothing
+    assert len(everyone) == min(100, query(demo60, "SELECT COUNT(*) FROM agents")[0][0])
+
+
+def test_the_pager_keeps_the_filter(demo60: Path, tmp_path: Path, monkeypatch) -> None:
+    from station.web import data
+    monkeypatch.setattr(data, "AGENTS_PER_PAGE", 2)
+    page = TestClient(create_app(demo60)).get("/agents?kind=recursive").text
+    assert 'href="?kind=recursive&amp;page=2" rel="next"' in page
+
+
+def test_threads_filter_by_writer_and_sort(client: TestClient, demo60: Path) -> None:
+    (writer,), = query(demo60, "SELECT m.author FROM capsule_messages m JOIN capsules c ON c.id=m.capsule "
+                               "WHERE c.room='public_memory' GROUP BY m.author ORDER BY COUNT(*) DESC LIMIT 1")
+    wrote_in = {r[0] for r in query(demo60, "SELECT DISTINCT c.number FROM capsule_messages m JOIN capsules c ON "
+                                            "c.id=m.capsule WHERE c.room='public_memory' AND m.author=?", (writer,))}
+    page = client.get(f"/forum?writer={quote(writer)}").text
+    assert {int(n) for n in re.findall(r'<a href="/forum/(\d+)">', page)} == wrote_in
+    longest = client.get("/forum?sort=longest").text
+    counts = [int(n) for n in re.findall(r"<td>(\d+)</td></tr>", longest)]
+    assert counts == sorted(counts, reverse=True) and counts
+    (recipient,), = query(demo60, "SELECT value FROM capsules, json_each(recipients) WHERE room='mail' LIMIT 1")
+    sent = {r[0] for r in query(demo60, "SELECT number FROM capsules, json_each(recipients) WHERE room='mail' "
+                                        "AND value=?", (recipient,))}
+    assert sent <= {int(n) for n in re.findall(r'<a href="/mail/(\d+)">', client.get(f"/mail?writer={quote(recipient)}").text)}
+    assert "No thread with a message by Nobody" in client.get("/forum?writer=Nobody").text
+
+
+def test_the_overview_plot_keeps_every_improvement_and_a_sample_of_the_rest() -> None:
+    from station.web.board import glance
+
+    points = [{"id": i, "tick": i, "task": "1", "lineage": "AB"[i % 2], "score": (i % 97) / 97 + i / 10_000}
+              for i in range(1, 3001)]
+    kept = glance(points, others=100)
+    ids = {p["id"] for p in kept}
+    best: dict = {}
+    for p in points:  # every point that raised the task's or its lineage's best is drawn
+        for key in (None, p["lineage"]):
+            if p["score"] > best.get(key, -1):
+                best[key] = p["score"]
+                assert p["id"] in ids
+    assert len(kept) < 300 and [p["id"] for p in kept] == sorted(ids)

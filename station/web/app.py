@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlencode
 
 from fastapi import FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -272,7 +272,7 @@ def create_app(
             st=status,
             events=feed.recent(db, everything=every_event),
             every_event=every_event,
-            progress=plots.score_plots(board.points(db, board.Filters()), height=240),
+            progress=plots.score_plots(board.glance(board.points(db, board.Filters())), height=240),
             reviews=data.pending_reviews(db),
             **alerts(),
         )
@@ -294,15 +294,34 @@ def create_app(
         }
 
     @app.get("/agents", response_class=HTMLResponse)
-    def agents_index(request: Request, page: int = 1) -> HTMLResponse:
+    def agents_index(
+        request: Request, page: int = 1, lineage: str = "", state: str = "", kind: str = ""
+    ) -> HTMLResponse:
+        """Everyone who lived, newest first; filtered by lineage, state and kind from the address."""
         db = reader.db()
-        total = db.execute("SELECT COUNT(*) FROM agents").fetchone()[0]
+        where, params = data.agent_filter(lineage, state, kind)
+        total = db.execute(f"SELECT COUNT(*) FROM agents WHERE {where}", params).fetchone()[0]
         pages = max(1, -(-total // data.AGENTS_PER_PAGE))
         page = min(max(1, page), pages) if abs(page) < MAX_ID else 1
         agents = data.agent_summaries(
-            db, limit=data.AGENTS_PER_PAGE, offset=(page - 1) * data.AGENTS_PER_PAGE, newest_first=True
+            db, where, params, limit=data.AGENTS_PER_PAGE, offset=(page - 1) * data.AGENTS_PER_PAGE, newest_first=True
         )
-        return show(request, "agents.html", agents=agents, page=page, pages=pages, total=total)
+        chosen = {"lineage": lineage, "state": state, "kind": kind}
+        return show(
+            request,
+            "agents.html",
+            agents=agents,
+            page=page,
+            pages=pages,
+            total=total,
+            chosen=chosen,
+            keep=urlencode({k: v for k, v in chosen.items() if v}) + "&" if any(chosen.values()) else "",
+            lineages=[
+                r[0] for r in db.execute("SELECT DISTINCT lineage FROM agents WHERE lineage IS NOT NULL ORDER BY 1")
+            ],
+            states=data.AGENT_STATES,
+            kinds=data.AGENT_KINDS,
+        )
 
     @app.get("/agents/{name}", response_class=HTMLResponse)
     def agent_page(request: Request, name: str, page: int = 0, tick: int | None = None) -> HTMLResponse:
@@ -400,18 +419,18 @@ def create_app(
         )
 
     @app.get("/forum", response_class=HTMLResponse)
-    def forum(request: Request) -> HTMLResponse:
-        return show(
-            request,
-            "threads.html",
-            title="Public forum",
-            threads=data.threads(reader.db(), "public_memory"),
-            link="forum",
-        )
+    def forum(request: Request, writer: str = "", sort: str = "recent") -> HTMLResponse:
+        return thread_list(request, "Public forum", "public_memory", "forum", writer, sort)
 
     @app.get("/mail", response_class=HTMLResponse)
-    def mail(request: Request) -> HTMLResponse:
-        return show(request, "threads.html", title="Mail", threads=data.threads(reader.db(), "mail"), link="mail")
+    def mail(request: Request, writer: str = "", sort: str = "recent") -> HTMLResponse:
+        return thread_list(request, "Mail", "mail", "mail", writer, sort)
+
+    def thread_list(request: Request, title: str, room: str, link: str, writer: str, sort: str) -> HTMLResponse:
+        """A room's threads, newest activity first; `writer` and `sort` from the address."""
+        writer, sort = writer[:200].strip(), sort if sort in data.THREAD_SORTS else "recent"
+        found = data.threads(reader.db(), room, writer=writer, sort=sort)
+        return show(request, "threads.html", title=title, threads=found, link=link, writer=writer, sort=sort)
 
     @app.get("/forum/{number}", response_class=HTMLResponse)
     def forum_thread(request: Request, number: int) -> HTMLResponse:

@@ -135,3 +135,20 @@ def points(db: sqlite3.Connection, filters: Filters) -> list[dict[str, Any]]:
         f"FROM evaluations e WHERE {where} AND e.score IS NOT NULL ORDER BY 2, e.id",
         params,
     )
+
+
+def glance(found: list[dict[str, Any]], others: int = 300) -> list[dict[str, Any]]:
+    """The points of a small overview plot: every one that raised its task's or its lineage's best
+    (so the best-so-far lines are exact) and an even sample of the rest (the cloud's shape)."""
+    best: dict[tuple[str, str | None], float] = {}
+    kept, rest = [], []
+    for p in found:  # in delivery order
+        keys = [(p["task"], None), (p["task"], p["lineage"])]
+        if any(p["score"] > best.get(k, float("-inf")) for k in keys):
+            kept.append(p)
+            for k in keys:
+                best[k] = max(best.get(k, float("-inf")), p["score"])
+        else:
+            rest.append(p)
+    step = max(1, -(-len(rest) // others))
+    return sorted(kept + rest[::step], key=lambda p: (p["tick"], p["id"]))

@@ -74,6 +74,24 @@ def agent(db: sqlite3.Connection, name: str) -> Agent | None:
 AGENT_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "ascended_to", "ascend_tick", "location")
 
 
+AGENT_STATES = ("active", "ascended", "ended")
+AGENT_KINDS = ("guest", "recursive")
+
+
+def agent_filter(lineage: str, state: str, kind: str) -> tuple[str, tuple]:
+    """The agents index's WHERE clause for its filters (unknown values are ignored)."""
+    clauses, params = ["1"], []
+    for column, value, allowed in (
+        ("lineage", lineage, None),
+        ("state", state, AGENT_STATES),
+        ("kind", kind, AGENT_KINDS),
+    ):
+        if value and (allowed is None or value in allowed):
+            clauses.append(f"{column}=?")
+            params.append(value[:200])
+    return " AND ".join(clauses), tuple(params)
+
+
 def agent_summaries(
     db: sqlite3.Connection,
     where: str = "1",
@@ -258,13 +276,28 @@ def capsule_by_id(db: sqlite3.Connection, capsule_id: int) -> dict[str, Any] | N
     return capsule(db, row["room"], row["number"], row["scope"]) if row else None
 
 
-def threads(db: sqlite3.Connection, room: str, limit: int = 200) -> list[dict[str, Any]]:
+THREAD_SORTS = {
+    "recent": "updated_tick DESC, id DESC",
+    "oldest": "number",
+    "longest": "message_count DESC, updated_tick DESC",
+}
+
+
+def threads(
+    db: sqlite3.Connection, room: str, limit: int = 200, *, writer: str = "", sort: str = "recent"
+) -> list[dict[str, Any]]:
+    """A room's threads; `writer`: only those this agent wrote in (or, for mail, was sent)."""
     if not has_table(db, "capsules"):
         return []
+    where, params = "room=? AND deleted=0", [room]
+    if writer:
+        where += " AND (id IN (SELECT capsule FROM capsule_messages WHERE author=?)"
+        where += " OR EXISTS (SELECT 1 FROM json_each(recipients) WHERE value=?))" if room == "mail" else ")"
+        params += [writer, writer] if room == "mail" else [writer]
     found = rows(
         db,
-        "SELECT * FROM capsules WHERE room=? AND deleted=0 ORDER BY updated_tick DESC, id DESC LIMIT ?",
-        (room, limit),
+        f"SELECT * FROM capsules WHERE {where} ORDER BY {THREAD_SORTS.get(sort, THREAD_SORTS['recent'])} LIMIT ?",
+        (*params, limit),
     )
     for t in found:
         t["recipients"] = json.loads(t["recipients"])
