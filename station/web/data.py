@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from rooms.research import states
-from rooms.research.store import ranking_order
 
 from ..agents import Agent
+from .refs import mentioned
 
 TURNS_PER_PAGE = 20
 AGENTS_PER_PAGE = 100
@@ -267,15 +267,6 @@ def capsule(db: sqlite3.Connection, room: str, number: int, scope: str = "") -> 
     return found
 
 
-def capsule_by_id(db: sqlite3.Connection, capsule_id: int) -> dict[str, Any] | None:
-    row = (
-        one(db, "SELECT room, scope, number FROM capsules WHERE id=?", (capsule_id,))
-        if has_table(db, "capsules")
-        else None
-    )
-    return capsule(db, row["room"], row["number"], row["scope"]) if row else None
-
-
 THREAD_SORTS = {
     "recent": "updated_tick DESC, id DESC",
     "oldest": "number",
@@ -305,30 +296,6 @@ def threads(
 
 
 # -- research --------------------------------------------------------------------------------
-def leaderboard(db: sqlite3.Connection, limit: int = 100) -> list[dict[str, Any]]:
-    if not has_table(db, "evaluations"):
-        return []
-    order = ranking_order(lambda sql, params: db.execute(sql, params).fetchall(), "1", ())  # as the room ranks
-    return rows(
-        db,
-        "SELECT e.id, e.task, e.author, e.lineage, e.tick, e.title, e.status, e.score, e.finished_tick "
-        f"FROM evaluations e ORDER BY {order} LIMIT ?",
-        (limit,),
-    )
-
-
-def score_points(db: sqlite3.Connection) -> list[tuple[int, float, str]]:
-    """(tick, score, task) of every scored evaluation, for the plot."""
-    if not has_table(db, "evaluations"):
-        return []
-    return [
-        (r[0], r[1], r[2])
-        for r in db.execute(
-            "SELECT COALESCE(finished_tick, tick), score, task FROM evaluations WHERE score IS NOT NULL ORDER BY 1"
-        )
-    ]
-
-
 def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | None:
     if not has_table(db, "evaluations"):
         return None
@@ -441,8 +408,6 @@ def citing_papers(db: sqlite3.Connection, evaluation_id: int) -> list[dict[str, 
     """Published papers whose text names this evaluation (as the paper page links it)."""
     if not has_table(db, "capsules"):
         return []
-    from .refs import mentioned  # refs imports nothing from here at import time either way
-
     found = rows(
         db,
         "SELECT DISTINCT c.number, c.title, c.author, c.created_tick, m.content FROM capsule_messages m "
@@ -459,8 +424,6 @@ def citing_papers(db: sqlite3.Connection, evaluation_id: int) -> list[dict[str, 
 
 def later_work(db: sqlite3.Connection, evaluation_id: int, limit: int = 20) -> list[dict[str, Any]]:
     """Later evaluations whose abstract names this one (the work that says it built on it)."""
-    from .refs import mentioned
-
     found = rows(
         db,
         "SELECT id, author, title, score, abstract FROM evaluations WHERE id>? AND abstract LIKE ? ORDER BY id",
@@ -532,12 +495,6 @@ def recent_failures(db: sqlite3.Connection, limit: int = 20) -> list[dict[str, A
     return found
 
 
-def queued_count(db: sqlite3.Connection) -> int:
-    if not has_table(db, "evaluations"):
-        return 0
-    return db.execute("SELECT COUNT(*) FROM evaluations WHERE status='queued'").fetchone()[0]
-
-
 def submission_of_paper(db: sqlite3.Connection, number: int) -> int | None:
     if not has_table(db, "paper_submissions"):
         return None
@@ -549,8 +506,6 @@ def submission_of_paper(db: sqlite3.Connection, number: int) -> int | None:
 
 def cited_evaluations(db: sqlite3.Connection, text: str) -> list[dict[str, Any]]:
     """The evaluations a text names, in order, each with its headline (None fields: no such evaluation)."""
-    from .refs import mentioned
-
     ids = mentioned(text)[:100]
     if not ids or not has_table(db, "evaluations"):
         return [{"id": n, "title": None} for n in ids]
