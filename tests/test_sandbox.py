@@ -189,12 +189,63 @@ def test_station_database_is_hidden(executor, station):
                     tries[path] = open(path).read()
                 except OSError as err:
                     tries[path] = type(err).__name__
-            tries["listing"] = os.listdir("{station}")
+            try:
+                tries["listing"] = os.listdir("{station}")
+            except OSError as err:
+                tries["listing"] = type(err).__name__
             return tries
     """)
     assert r.status == "ok", r
     assert DB_TEXT not in str(r.value)
-    assert r.value["listing"] == [] and r.value[f"{station}/station.db"] == "FileNotFoundError"
+    assert r.value["listing"] == "FileNotFoundError" and r.value[f"{station}/station.db"] == "FileNotFoundError"
+
+
+def expected_root() -> set[str]:
+    """The top-level names of a run's root: the OS, /etc, /dev, /proc, /sys, private tmp, and the
+    first component of each place the interpreter lives (here, e.g., /root for pyenv, /work for
+    the checkout's .venv)."""
+    system = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+    names = {n for n in system if os.path.lexists(f"/{n}")} | {"etc", "dev", "proc", "sys", "tmp", "var"}
+    for place in (sys.prefix, sys.base_prefix, local.HARNESS):
+        names.add(Path(os.path.abspath(place)).parts[1])
+    return names
+
+
+def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, station):
+    """Walk the run's whole root (not /proc, /sys, the OS's own /usr): the exact top-level names,
+    and outside the OS only the interpreter, the harness file and the run's own folders."""
+    project = Path(__file__).resolve().parents[1]
+    r = run(executor, station, f"""
+        import os
+        SKIP = ("/proc", "/sys", "/usr", "/dev")
+        def main():
+            found, files = [], 0
+            for top, dirs, names in os.walk("/"):
+                dirs[:] = [d for d in dirs if os.path.join(top, d) not in SKIP]
+                for name in dirs + names:
+                    path = os.path.join(top, name)
+                    files += 1
+                    if "/site-packages/" not in path and "/lib/python3" not in path:
+                        found.append(path)
+            return {{"top": sorted(os.listdir("/")), "paths": found, "etc": sorted(os.listdir("/etc")),
+                     "dev": sorted(os.listdir("/dev")), "git": os.path.exists("{project}/.git"),
+                     "project": sorted(os.listdir("{project}"))}}
+    """)
+    assert r.status == "ok", r
+    v = r.value
+    assert set(v["top"]) == expected_root(), v["top"]
+    assert "allow-list-root" in r.isolation
+    assert v["git"] is False and set(v["project"]) <= {".venv", "station"}  # the checkout: its venv and the harness
+    assert v["etc"] == sorted(n for n in ("alternatives", "group", "hosts", "ld.so.cache", "ld.so.conf",
+                                          "ld.so.conf.d", "localtime", "os-release", "passwd")
+                              if n in ("group", "hosts", "passwd") or os.path.lexists(f"/etc/{n}"))
+    assert set(v["dev"]) <= {"fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+    assert not [p for p in v["paths"] if p.startswith(("/home", "/srv", "/opt", "/mnt", "/var/lib", "/root/."))
+                and ".pyenv" not in p]
+    assert not any(str(station) in p for p in v["paths"]) and not any("/.git" in p for p in v["paths"])
+    harness = [p for p in v["paths"] if p.startswith(str(project))]
+    assert all(p == str(project) or p.startswith((sys.prefix, str(project / "station"))) for p in harness), harness
+    assert str(local.HARNESS) in harness and not any(p.endswith("local.py") for p in harness)
 
 
 # -- writes ----------------------------------------------------------------------------------------

@@ -50,10 +50,11 @@ INIT, HARNESS = HERE / "sandbox_init.py", HERE / "harness.py"
 UID_BASE, UID_COUNT, SANDBOX_GID = 60001, 1000, 60000  # per-run uids; one group for writable storage
 LOCK_DIR = Path("/run/station-sandbox")  # flock per uid: unique across executors and processes
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")  # fresh writable tmpfs per run
-ALWAYS_HIDDEN = ("/root", "/home", "/run")  # empty read-only tmpfs (/run: host sockets)
+GPU_DEVICES = re.compile(r"nvidia.*")  # /dev entries a run given GPUs needs (driver, uvm, control)
 NAMESPACE_FLAGS = ("--pid", "--net", "--mount", "--ipc", "--uts")
 NAMESPACES = ["pid-namespace", "net-namespace", "mount-namespace", "ipc-namespace", "uts-namespace"]
 FULL = NAMESPACES + [
+    "allow-list-root",
     "read-only-root",
     "private-tmp",
     "nosuid-nodev",
@@ -65,7 +66,7 @@ FULL = NAMESPACES + [
 CAPS = ["cpu-total", "process-count", "disk-quotas", "storage-tidy"]  # enforced from here, in every mode
 STALE_AFTER_S = 60  # an unlocked run dir this old belongs to a dead station
 RUN_DIR_NAME = re.compile(r"station-[A-Za-z0-9_.-]*-[a-z0-9_]{8}")  # mkdtemp(prefix=f"station-{label}-")
-RUN_DIR_ENTRIES = {"work", "out", "sandbox.json", "status.json"}  # what a run dir may hold, or part of it
+RUN_DIR_ENTRIES = {"work", "out", "root", "sandbox.json", "status.json"}  # what a run dir may hold, or part of it
 PIPE_GRACE_S = 2.0  # reading what is left in the pipes after the process ended or was killed
 TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 PROGRESS_FILE, PROGRESS_MAX_BYTES = "progress.txt", 120  # a harness's "epoch 3/120"
@@ -84,7 +85,8 @@ class LocalExecutor:
     def __init__(
         self, scratch_base: str | Path | None = None, hide: list[Path] | tuple = (), isolation: Isolation = "auto"
     ) -> None:
-        """`hide`: host dirs masked with an empty tmpfs (the station dir, with its database).
+        """`hide`: host dirs that must never enter a run (the station dir, with its database): a
+        run's root holds only what it is given, so this only keeps package dirs inside them out.
         `isolation`: "auto" picks the strongest mode available; the others are for tests."""
         self.scratch_base = Path(scratch_base or tempfile.gettempdir()).resolve()
         self.hide = [Path(p) for p in hide]
@@ -201,6 +203,7 @@ class LocalExecutor:
         scratch, out = run_dir / "work", run_dir / "out"
         scratch.mkdir(mode=0o700)
         out.mkdir(mode=0o700)
+        (run_dir / "root").mkdir(mode=0o700)  # the sandbox's own root is mounted here, in its namespace only
         (scratch / spec.filename).write_text(spec.code)
         for m in spec.mounts:
             if not Path(m.source).is_dir():
@@ -221,18 +224,18 @@ class LocalExecutor:
             for owned in (scratch, out, scratch / spec.filename):
                 os.chown(owned, uid, SANDBOX_GID)
             run_dir.chmod(0o711)  # process mode reaches work/ through it; the rest stays root's
-        hidden: tuple[str | Path, ...] = (*ALWAYS_HIDDEN, *self.hide, self.scratch_base)
         config = {
             "mode": self.mode,
             "uid": uid,
             "gid": SANDBOX_GID,
             "run_dir": str(run_dir),
+            "new_root": str(run_dir / "root"),
             "scratch": str(scratch),
             "out_dir": str(out),
             "tmpfs_mb": spec.max_file_mb,
             "private_tmp": list(PRIVATE_TMP),
-            "hide": sorted({os.path.realpath(p) for p in hidden}),
             "keep": interpreter_paths(self.hide, self.scratch_base),
+            "devices": gpu_devices() if spec.num_gpus else [],
             "mounts": [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in spec.mounts],
             "rlimits": self._rlimits(spec, uid),
             "argv": (
@@ -561,10 +564,11 @@ def _check(spec: RunSpec) -> None:
 
 
 def interpreter_paths(hide: list[Path], scratch_base: Path) -> list[str]:
-    """What the sandboxed interpreter needs wherever it lives (a private /tmp or a hidden /home
-    would mask it): its prefixes, the harness, and every package dir on this process's path (a
-    .pth or PYTHONPATH can add one outside the prefix), except a package dir inside a hidden dir
-    (the station dir, a task's private data) or holding one, or the scratch base."""
+    """What the sandboxed interpreter needs, at the paths it has here: its prefixes, the harness
+    (that one file, not the project around it), and every package dir on this process's path (a
+    .pth or PYTHONPATH can add one outside the prefix), except a package dir inside a dir that
+    must stay out of runs (the station dir, a task's private data) or holding one, or the scratch
+    base. Nothing else of the host goes into a run's root."""
     secret = [os.path.realpath(h) for h in hide]
     packages = {
         os.path.realpath(p)
@@ -576,7 +580,17 @@ def interpreter_paths(hide: list[Path], scratch_base: Path) -> list[str]:
         for p in packages
         if not any(_inside(p, s) for s in secret) and not any(_inside(s, p) for s in [*secret, str(scratch_base)])
     }
-    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, HERE)} | packages)
+    prefixes = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix)}  # as the interpreter names them
+    kept = sorted(prefixes | packages | {str(HARNESS)})
+    return [p for p in kept if not any(p != q and _inside(p, q) for q in kept)]  # one bind covers what is inside it
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA device files of this host, for a run that was given GPUs."""
+    try:
+        return sorted(name for name in os.listdir("/dev") if GPU_DEVICES.fullmatch(name))
+    except OSError:
+        return []
 
 
 def _inside(path: str, folder: str) -> bool:

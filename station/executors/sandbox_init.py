@@ -1,13 +1,14 @@
 """Trusted set-up inside a run's new namespaces: the first process of the sandbox (its PID 1).
 
 LocalExecutor starts `unshare ... python -I -S sandbox_init.py <run dir>/sandbox.json`. As root
-of the new mount namespace this script makes the host read-only, masks private and sensitive
-directories with empty tmpfs, binds the run's scratch dir, its results dir and the storage
-mounts (nosuid, nodev), then forks the code's process, which drops to the run's uid, sets its rlimits and execs
-the harness (function mode) or `sh -c <entry>` (command mode). This process stays behind as
-PID 1: it reaps orphans, kills whatever is left when the code's process ends, and writes
-`status.json` (exit code or signal, the isolation in force) into the host run dir, which the
-code never sees.
+of the new mount namespace this script builds the code's file system from an allow-list on a
+fresh tmpfs (the OS's programs and libraries, the interpreter, the harness, the run's own folders
+and mounts: nothing else of the host) and pivots into it, then forks the code's process, which
+drops to the run's uid, sets its rlimits and execs the harness (function mode) or `sh -c <entry>`
+(command mode). This process stays behind as PID 1: it reaps orphans, kills whatever is left
+when the code's process ends, and writes `status.json` (exit code or signal, the isolation in
+force) into the host run dir through a descriptor opened before the pivot, which the code never
+sees.
 
 Stdlib only, no site (`-I -S`): it runs before anything else, in every mode. In "process" mode
 (no namespaces available) it skips the mounts and only forks, limits and execs.
@@ -20,17 +21,24 @@ import json
 import os
 import resource
 import signal
+import stat
 import sys
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x20, 0x1000, 0x400, 0x800, 0x200000
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, AT_FDCWD, MNT_DETACH = 0x1, 0x2, 0x8000, -100, 2
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x2, 0x4, 0x1000, 0x4000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+AT_RECURSIVE, AT_FDCWD, MNT_DETACH = 0x8000, -100, 2
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers: glibc has no wrapper
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECUREBITS = 1, 24, 38, 28
 # SECBIT_NOROOT | NO_SETUID_FIXUP | KEEP_CAPS_LOCKED | NO_CAP_AMBIENT_RAISE and their locks: a
 # uid-0 process (user-namespace mode) gets no capabilities back when it execs
 SECUREBITS_NO_ROOT = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 STATUS_FILE = "status.json"
 SETUP_FAILED = 111
+# What the new root holds besides the interpreter, the harness and the run's own folders.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the OS's programs and libraries
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "os-release", "alternatives")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+ROOT_MB = 8  # the new root's own tmpfs: directories, mountpoints and /etc's few files
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -59,85 +67,108 @@ def prctl(option: int, arg: int) -> None:
     _check(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
 
 
-def kept_flags(path: str) -> int:
-    """Flags a bind remount must repeat (a user namespace may not clear them)."""
-    f = os.statvfs(path).f_flag
-    pairs = (
-        (os.ST_NOSUID, MS_NOSUID),
-        (os.ST_NODEV, MS_NODEV),
-        (os.ST_NOEXEC, MS_NOEXEC),
-        (os.ST_NOATIME, MS_NOATIME),
-        (os.ST_NODIRATIME, MS_NODIRATIME),
-        (os.ST_RELATIME, MS_RELATIME),
-    )
-    return sum(ms for st, ms in pairs if f & st)
-
-
-def bind(fd: int, target: str, writable: bool) -> None:
-    """Bind what `fd` (opened before the masks went up) points at onto `target`: nosuid and nodev,
-    so a set-id file or a device node in the scratch dir or the storage gives nothing here."""
-    mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
-    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | kept_flags(target)
-    mount(None, target, None, (flags & ~MS_RDONLY) if writable else flags | MS_RDONLY)
-
-
-def under(path: str, roots: list[str]) -> bool:
+def under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def read_only_host() -> bool:
-    """Make every mount read-only (one recursive call); False where the kernel lacks it."""
-    setattr_ = getattr(libc, "mount_setattr", None)
-    if setattr_ is None:
-        return False
-    attr = MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    _check(setattr_(AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)), "mount_setattr /")
-    return True
+def set_attr(path: str, add: int, clear: int, recursive: bool) -> None:
+    attr = MountAttr(add, clear, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    _check(
+        libc.mount_setattr(AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)),
+        f"mount_setattr {path}",
+    )
 
 
-def set_up_mounts(cfg: dict, run_fd: int) -> tuple[list[str], int]:
-    """The file-system view of the code; returns the layers now in force and a writable
-    descriptor of the host run dir."""
-    # Everything we must still reach once the masks are up is opened first: a masked path
-    # (the storage lives inside the hidden station dir) is bound back from its descriptor.
-    opened = lambda p: os.open(p, os.O_PATH | os.O_CLOEXEC)  # noqa: E731
-    work, out = opened(cfg["scratch"]), opened(cfg["out_dir"])
-    keep = [(p, opened(p)) for p in cfg["keep"] if os.path.exists(p)]
-    sources = [(m, opened(m["source"])) for m in cfg["mounts"]]
-    layers = ["read-only-root"] if read_only_host() else []
+def pivot_root(new_root: str) -> None:
+    """Make `new_root` the root and let go of the host's: after this no path leads back to it."""
+    os.chdir(new_root)
+    number = PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: unknown syscall number on {os.uname().machine}")
+    _check(libc.syscall(number, b".", b"."), "pivot_root")  # the old root now sits under the new one
+    _check(libc.umount2(b".", MNT_DETACH), "umount the host's root")
+    os.chdir("/")
 
-    masked: list[str] = []
-    for path in cfg["private_tmp"]:  # fresh, writable, size-capped
-        if os.path.isdir(path) and not under(path, masked):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmpfs_mb']}m,mode=1777")
-            masked.append(path)
-    hidden = []
-    for path in sorted(cfg["hide"]):  # empty and read-only
-        if os.path.isdir(path) and not under(path, masked):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-            masked.append(path)
-            hidden.append(path)
-    # A writable handle on the host run dir for status.json, on a mount detached at once: the
-    # handle keeps it alive, and nothing in the sandbox can reach it.
-    os.makedirs(cfg["run_dir"], exist_ok=True)  # in the tmpfs masking the scratch base
-    bind(run_fd, cfg["run_dir"], writable=True)
-    status_fd = os.open(cfg["run_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    _check(libc.umount2(cfg["run_dir"].encode(), MNT_DETACH), f"umount {cfg['run_dir']}")
-    for path, fd in [(cfg["scratch"], work), (cfg["out_dir"], out)]:
-        os.makedirs(path, exist_ok=True)
-        bind(fd, path, writable=True)
-    for path, fd in keep:  # the interpreter and the harness, when a mask covered them
-        if under(path, masked):
-            os.makedirs(path, exist_ok=True)
-            bind(fd, path, writable=False)
-    for path in hidden:
-        mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    for m, fd in sources:  # mountpoints were made by the executor in the scratch dir
-        bind(fd, os.path.join(cfg["scratch"], m["target"]), writable=m["writable"])
-    for fd in [work, out, *(fd for _, fd in keep), *(fd for _, fd in sources)]:
+
+def _within(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _mountpoint(target: str, is_dir: bool) -> None:
+    if is_dir:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def set_up_root(cfg: dict) -> list[str]:
+    """Build the code's file system from nothing on a fresh tmpfs and pivot into it: the OS's
+    programs and libraries, the interpreter and its packages, the harness, a few /etc files, a
+    minimal /dev, /proc and /sys, private /tmp, and the run's own folders and mounts. Nothing else
+    of the host exists there (no home folders, checkouts, .git, data or station folders): an
+    allow-list cannot forget a secret the way a deny-list can. All of it is read-only except the
+    private tmpfs dirs, the scratch and results dirs and the writable storage mounts, which are
+    nosuid and nodev. Returns the layers now in force."""
+    new = cfg["new_root"]
+    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={ROOT_MB}m,mode=755")
+    binds: list[tuple[int, str, bool]] = []  # (descriptor of the host path, target in the new root, writable)
+
+    def add(host: str, writable: bool = False, at: str | None = None) -> None:
+        target = _within(new, at or host)
+        if os.path.islink(host) and at is None:  # merged /usr: /bin -> usr/bin, kept as a link
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.symlink(os.readlink(host), target)
+        elif os.path.exists(host):  # opened now: later mounts may cover the host path
+            binds.append((os.open(host, os.O_PATH | os.O_CLOEXEC), target, writable))
+
+    for path in SYSTEM_DIRS:
+        add(path)
+    for name in ETC_FILES:
+        add(f"/etc/{name}")
+    for path in cfg["keep"]:  # the interpreter, its packages, the harness
+        if not under(path, [d for d in SYSTEM_DIRS if not os.path.islink(d)]):
+            add(os.path.realpath(path), at=path)
+    add("/proc")
+    add("/sys")
+    for name in [*DEVICES, *cfg["devices"]]:
+        add(f"/dev/{name}")
+    add(cfg["scratch"], writable=True)
+    add(cfg["out_dir"], writable=True)
+    for m in cfg["mounts"]:  # their mountpoints were made by the executor in the scratch dir
+        add(m["source"], m["writable"], at=os.path.join(cfg["scratch"], m["target"]))
+
+    etc = _within(new, "/etc")
+    os.makedirs(etc, exist_ok=True)
+    uid = cfg["uid"] if cfg["uid"] is not None else 0
+    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{cfg['gid']}::{cfg['scratch']}:/bin/sh\n")
+    _write(f"{etc}/group", f"root:x:0:\nsandbox:x:{cfg['gid']}:\n")
+    _write(f"{etc}/hosts", "127.0.0.1 localhost\n::1 localhost\n")
+    dev = _within(new, "/dev")
+    os.makedirs(dev, exist_ok=True)
+    for name, target in (("fd", "self/fd"), ("stdin", "self/fd/0"), ("stdout", "self/fd/1"), ("stderr", "self/fd/2")):
+        os.symlink(f"/proc/{target}", f"{dev}/{name}")
+    private = [_within(new, p) for p in cfg["private_tmp"]]  # fresh, writable, size-capped
+    for at in private:
+        os.makedirs(at, exist_ok=True)
+        mount("tmpfs", at, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmpfs_mb']}m,mode=1777")
+    for fd, target, _ in sorted(binds, key=lambda b: b[1]):  # parents before what is mounted inside them
+        if not os.path.lexists(target):
+            _mountpoint(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         os.close(fd)
+    set_attr(new, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, recursive=True)
+    for at in [*private, *(target for _, target, writable in binds if writable)]:
+        set_attr(at, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MOUNT_ATTR_RDONLY, recursive=False)
+    pivot_root(new)
     libc.sethostname(b"sandbox", 7)
-    return layers + ["private-tmp", "nosuid-nodev"] + [f"hidden {p}" for p in hidden], status_fd
+    return ["allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev"]
 
 
 def drop_capabilities() -> None:
@@ -189,10 +220,10 @@ def write_status(run_fd: int, record: dict) -> None:
 def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
-    run_fd = os.open(cfg["run_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    run_fd = os.open(cfg["run_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # outlives the pivot
     in_namespaces = cfg["mode"] != "process"
     try:
-        layers, run_fd = set_up_mounts(cfg, run_fd) if in_namespaces else ([], run_fd)
+        layers = set_up_root(cfg) if in_namespaces else []
     except Exception as err:  # noqa: BLE001 - a system error; the host may be read-only to us by now
         os.write(2, f"sandbox set-up failed: {type(err).__name__}: {err}\n".encode())
         sys.exit(SETUP_FAILED)
