@@ -108,7 +108,7 @@ def test_eight_concurrent_runs_match_local(ray_ex):
 import numpy as np
 def main():
     rng = np.random.default_rng({seed})
-    return {{"seed": {seed}, "x": rng.random(5), "pid": __import__("os").getpid()}}
+    return {{"seed": {seed}, "x": rng.random(5), "pid": __import__("os").getpid(), "top": sorted(__import__("os").listdir("/"))}}
 """
     specs = [RunSpec(code=code.format(seed=seed), timeout_s=60, label=f"ray-{seed}") for seed in range(8)]
     with ThreadPoolExecutor(8) as pool:
@@ -119,6 +119,8 @@ def main():
         assert r.value["seed"] == l.value["seed"] and np.array_equal(r.value["x"], l.value["x"])
         assert r.value["pid"] == 2  # in its own PID namespace on the worker too
         assert "net-namespace" in r.isolation and any(x.startswith("uid ") for x in r.isolation)
+        assert "allow-list-root" in r.isolation and r.value["top"] == l.value["top"]  # the same root as a local run
+        assert "home" not in r.value["top"] and "srv" not in r.value["top"]
     assert ray_ex.init_seconds is not None
 
 
