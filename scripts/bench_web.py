@@ -256,6 +256,7 @@ def main() -> None:
     app = create_app(directory)
     results = []
     with TestClient(app) as client:
+        client.get(app.state.login.address())  # every page needs a login, as in a browser
         for label, url in OPTIONAL:
             if client.get(url).status_code == 200:
                 pages.append((label, url))

@@ -125,12 +125,16 @@ def _add_tool_commands(sub: Any) -> None:
     t.add_argument("--no-baselines", action="store_true", help="only read and check the files")
     t.set_defaults(fn=cmd_task_check)
 
-    s = sub.add_parser("serve", help="the web viewer and operator console of a station")
+    s = sub.add_parser(
+        "serve", help="the web viewer and operator console of a station (open the login address it prints)"
+    )
     s.add_argument("dir")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     s.add_argument("--port", type=int, default=8470)
     s.add_argument(
-        "--token", help="operator token, at least 16 characters (required off loopback; or STATION_WEB_TOKEN)"
+        "--token",
+        help="a lasting operator token, at least 16 characters, for the login form and scripts' X-Station-Token "
+        "header (required off loopback; better STATION_WEB_TOKEN: a command line is visible to other accounts)",
     )
     s.add_argument(
         "--allow-host",
@@ -143,7 +147,7 @@ def _add_tool_commands(sub: Any) -> None:
     s.add_argument(
         "--public-read",
         action="store_true",
-        help="off loopback, let anyone read the pages without the token (operating still needs it)",
+        help="let anyone who reaches the server read the pages without a login (operating still needs it)",
     )
     s.add_argument("--run", action="store_true", help="also run the station (pause and resume it from the page)")
     s.set_defaults(fn=cmd_serve)

@@ -340,7 +340,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .web.access import WILDCARDS, check_token, is_loopback
+    from .web.access import WILDCARDS, check_token
     from .web.app import create_app
     from .web.runner import StationRunner
 
@@ -350,8 +350,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         token, source = os.environ.get("STATION_WEB_TOKEN"), "STATION_WEB_TOKEN"
     check_token(token, source)
     runner = StationRunner(args.dir)
+    base = login_base(args.host, args.port)
     app = create_app(
-        args.dir, host=args.host, token=token, runner=runner, allow_hosts=args.allow_host, public_read=args.public_read
+        args.dir,
+        host=args.host,
+        token=token,
+        runner=runner,
+        allow_hosts=args.allow_host,
+        public_read=args.public_read,
+        announce_login=lambda path: print(
+            f"that login address is used up; the next one: {base}{path}", file=sys.stderr
+        ),
     )
     if args.run:
         print(runner.resume(), file=sys.stderr)
@@ -360,13 +369,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         + (" and the station, after its turn in flight)" if args.run else ")"),
         file=sys.stderr,
     )
+    # Only this terminal sees it: other accounts on the machine reach the port, not the address.
+    print(f"log in (the address works once): {base}{app.state.login.address()}", file=sys.stderr)
     if args.host in WILDCARDS and not args.allow_host:
         print(
             "only loopback names are answered until you add, with --allow-host, the name or address "
             "others reach this machine by",
             file=sys.stderr,
         )
-    if args.public_read and not is_loopback(args.host):
+    if args.public_read:
         print("--public-read: anyone who can reach the server may read every page", file=sys.stderr)
     try:
         # proxy_headers off: X-Forwarded-For must not choose the client address that wrong tokens count against
@@ -375,6 +386,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runner.pause()
         runner.wait(timeout=600)
     return 0
+
+
+def login_base(host: str, port: int) -> str:
+    """The start of the printed login address: the bound address, or loopback for a wildcard bind."""
+    from .web.access import WILDCARDS
+
+    name = "127.0.0.1" if host in WILDCARDS else host
+    return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -247,3 +247,14 @@ def slow_once_config(tmp_path: Path, executor: dict[str, Any]) -> Path:
     path = tmp_path / "faults.yaml"
     path.write_text(yaml.safe_dump(settings))
     return path
+
+
+def web_client(app: Any) -> Any:
+    """An in-process client of the web console (`station.web.app.create_app`), logged in through its
+    login address as the operator is with the one `station serve` prints."""
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app)
+    opened = client.get(app.state.login.address(), follow_redirects=False)
+    assert opened.status_code == 303 and client.cookies, opened.text
+    return client

@@ -181,8 +181,7 @@ def test_a_runaway_reply_is_cut_on_arrival_so_it_is_never_stored_in_full(tmp_pat
 
 
 def test_a_long_reply_is_shown_cut_on_its_dialogue_page_with_a_link_to_the_whole(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
+    from helpers import web_client
     from station.web.app import create_app
     from station.web.data import SHOWN_CHARS
 
@@ -190,7 +189,7 @@ def test_a_long_reply_is_shown_cut_on_its_dialogue_page_with_a_link_to_the_whole
     model = replay_model(tmp_path / "r.jsonl", [long_reply], pad=2)
     station = make_station(tmp_path / "s", [recursive(model)], engine={"max_reply_chars": 1_000_000})
     run_ticks(station, 2)
-    client = TestClient(create_app(tmp_path / "s"))
+    client = web_client(create_app(tmp_path / "s"))
     page = client.get("/agents/Spiro I")
     assert page.status_code == 200
     assert len(page.text) < 4 * SHOWN_CHARS + 200_000  # the prompts and two cut replies, not the whole

@@ -271,9 +271,9 @@ def test_a_cut_reply_is_told_to_the_agent_recorded_shown_and_replayed(tmp_path, 
     finally:
         st.close()
 
-    from fastapi.testclient import TestClient
+    from helpers import web_client
     from station.web.app import create_app
-    page = TestClient(create_app(tmp_path / "st")).get("/agents/Guest_1?tick=1").text
+    page = web_client(create_app(tmp_path / "st")).get("/agents/Guest_1?tick=1").text
     assert "cut off at max_output_tokens (50 tokens): actions after the cut were not received" in page
 
     # the finish reason is part of the recorded reply: a replay, with no server, rebuilds the same world

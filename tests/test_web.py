@@ -15,13 +15,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import ROOT, copy_station
+from helpers import web_client
 from station.store import Store
 from station.web.app import create_app
 
 
 @pytest.fixture(scope="module")
 def client(demo60: Path) -> TestClient:
-    return TestClient(create_app(demo60))
+    return web_client(create_app(demo60))
 
 
 def first(pattern: str, html: str) -> str:
@@ -97,7 +98,7 @@ def test_a_station_from_before_the_last_schema_change_is_served(demo60: Path, tm
         store.execute("ALTER TABLE turns DROP COLUMN finish_reason")  # the schema before v3
         store.execute("UPDATE schema_versions SET version=2 WHERE component='station'")
     store.close()
-    client = TestClient(create_app(directory))
+    client = web_client(create_app(directory))
     page = client.get("/agents/Guest_1?page=1")
     assert page.status_code == 200 and "Tick 1" in page.text
 
@@ -113,7 +114,7 @@ def test_agent_written_html_is_escaped(demo60: Path, tmp_path: Path) -> None:
         store.execute("UPDATE capsules SET title=? WHERE id=?", ("<b onmouseover=alert(3)>Title</b>", cid))
         store.execute("UPDATE turns SET reply=? WHERE id=(SELECT MIN(id) FROM turns)", ("<script>bad()</script>",))
     store.close()
-    client = TestClient(create_app(directory))
+    client = web_client(create_app(directory))
     for path in (f"/papers/{number}", "/papers", "/agents/Guest_1?page=1"):
         html = client.get(path).text
         assert "<script>alert" not in html and "<script>bad" not in html and "onerror=alert" not in html.replace(
@@ -129,7 +130,7 @@ def test_operator_actions_need_the_token_off_loopback(demo60: Path, tmp_path: Pa
         create_app(directory, host="0.0.0.0")
     client = TestClient(create_app(directory, host="0.0.0.0", token="s3cret-token-0123456"))
     form = {"to": "*", "text": "Hello from the operator."}
-    assert "set-cookie" not in client.get("/operator").headers  # nothing handed out off loopback
+    assert "set-cookie" not in client.get("/operator").headers  # nothing handed out without a login
     assert client.post("/operator/message", data=form).status_code == 403
     assert client.post("/operator/message", data={**form, "token": "wrong"}).status_code == 403
     assert client.post("/operator/pause", data={}).status_code == 403
@@ -143,14 +144,16 @@ def test_operator_actions_need_the_token_off_loopback(demo60: Path, tmp_path: Pa
     assert queued == [{"op": "message", "to": "*", "text": "Hello from the operator."}]
 
 
-def test_on_loopback_the_browser_gets_the_token_and_other_sites_cannot_post(demo60: Path, tmp_path: Path) -> None:
+def test_on_loopback_only_the_login_address_gives_the_cookie(demo60: Path, tmp_path: Path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
-    stranger = TestClient(create_app(directory))
+    app = create_app(directory)
+    stranger = TestClient(app)
     refused = stranger.post("/operator/set", data={"key": "turns", "value": "concurrent"})
-    assert refused.status_code == 403  # refused; its page, like any page, hands out the cookie
-    stranger.cookies.clear()
-    page = stranger.get("/operator")  # a page load hands out the SameSite=Strict cookie
-    assert "samesite=strict" in page.headers["set-cookie"].lower()
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers
+    page = stranger.get("/operator")
+    assert page.status_code == 401 and "set-cookie" not in page.headers  # no page hands out a cookie
+    login = stranger.get(app.state.login.address(), follow_redirects=False)  # the printed address does
+    assert "samesite=strict" in login.headers["set-cookie"].lower()
     done = stranger.post("/operator/set", data={"key": "turns", "value": "concurrent"},
                          headers={"accept": "application/json"})
     assert done.status_code == 200
@@ -197,8 +200,7 @@ def test_operator_forms_reach_the_running_world(demo60: Path, tmp_path: Path) ->
     from station.world import Station
 
     directory = copy_station(demo60, tmp_path / "st")
-    client = TestClient(create_app(directory))
-    client.get("/operator")  # the browser's token cookie
+    client = web_client(create_app(directory))
     store = Store(directory)
     request = store.one("SELECT id, agent FROM human_requests WHERE resolved_tick IS NULL ORDER BY id")
     target = store.one("SELECT name FROM agents WHERE state='active' ORDER BY position")["name"]
@@ -253,8 +255,7 @@ def banner(kind: str, html: str) -> str | None:
 
 def test_a_refused_form_comes_back_to_the_page_with_its_message(demo60: Path, tmp_path: Path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
-    client = TestClient(create_app(directory))
-    client.get("/operator")  # the browser's token cookie
+    client = web_client(create_app(directory))
     refused = client.post("/operator/set", data={"key": "lifecycle.<b>max_age</b>", "value": "3"})
     assert refused.status_code == 400
     assert "cannot be changed" in banner("error", refused.text) and "&lt;b&gt;max_age" in refused.text
@@ -274,8 +275,7 @@ def test_a_refused_form_comes_back_to_the_page_with_its_message(demo60: Path, tm
 
 def test_a_done_form_shows_its_whole_outcome_once_without_text_in_the_address(demo60: Path, tmp_path: Path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
-    client = TestClient(create_app(directory))
-    client.get("/operator")
+    client = web_client(create_app(directory))
     answer = client.post("/operator/set", data={"key": "turns", "value": "concurrent"}, follow_redirects=False)
     assert answer.status_code == 303 and answer.headers["location"] == "/operator"
     page = client.get("/operator")
@@ -292,7 +292,7 @@ def test_a_wrong_token_or_none_is_told_on_the_page(demo60: Path, tmp_path: Path)
     locked = client.post("/operator/message", data={"to": "*", "text": "hi"})
     assert locked.status_code == 403 and "log in" in banner("error", locked.text)
     assert client.post("/login", data={"token": "nope"}, headers={"accept": "application/json"}).json() \
-        == {"error": "Wrong token: operator actions stay locked."}
+        == {"error": "Wrong token: not logged in."}
     client.post("/login", data={"token": "s3cret-token-0123456"})
     assert client.post("/operator/message", data={"to": "*", "text": "hi"}).status_code == 200
 
@@ -303,7 +303,7 @@ def test_resume_runs_until_the_tick_limit_and_stops(demo60: Path, tmp_path: Path
 
     directory = copy_station(demo60, tmp_path / "st")
     runner = StationRunner(directory)
-    client = TestClient(create_app(directory, runner=runner))
+    client = web_client(create_app(directory, runner=runner))
     page = client.get("/operator").text
     assert 'placeholder="no limit"' in page and "no tick limit" in page
     for typed, says in (("sixty", "whole number"), ("60", "at least the current tick, 61"), ("1.5", "whole number")):
@@ -333,8 +333,7 @@ def test_the_run_section_shows_the_active_tick_limit(demo60: Path, tmp_path: Pat
     directory = copy_station(demo60, tmp_path / "st")
     runner, hold = StationRunner(directory), threading.Event()
     monkeypatch.setattr(runner, "_run", lambda until_tick: hold.wait(60))  # a run that lasts until released
-    client = TestClient(create_app(directory, runner=runner))
-    client.get("/operator")
+    client = web_client(create_app(directory, runner=runner))
     for typed, shown in (("120", "running until the end of tick 120"), ("", "running with no tick limit")):
         hold.clear()
         try:
@@ -374,7 +373,7 @@ def alerts_of(client: TestClient) -> str:
 
 def test_the_overview_warns_when_most_recent_evaluations_failed(tmp_path: Path) -> None:
     directory = research_station(tmp_path / "st")
-    client, store = TestClient(create_app(directory)), Store(directory)
+    client, store = web_client(create_app(directory)), Store(directory)
     try:
         for _ in range(4):
             add_evaluation(store, status="failed", finished_tick=1)
@@ -402,7 +401,7 @@ def test_the_overview_shows_each_open_evaluation_honestly(tmp_path: Path) -> Non
     from station.run_lock import run_lock
 
     directory = research_station(tmp_path / "st")
-    client, store = TestClient(create_app(directory)), Store(directory)
+    client, store = web_client(create_app(directory)), Store(directory)
     now = time.time()
     try:
         baseline = store.scalar("SELECT MIN(id) FROM evaluations")  # the System baseline, never run
@@ -445,7 +444,7 @@ def test_the_overview_says_why_the_station_is_paused(tmp_path: Path) -> None:
     from station import report
 
     directory = research_station(tmp_path / "st")
-    client = TestClient(create_app(directory))
+    client = web_client(create_app(directory))
     assert "pause-reason" not in client.get("/").text
     (directory / report.PAUSE_FILE).write_text("the budget <b>ran out</b>\n", encoding="utf-8")
     alerts = alerts_of(client)

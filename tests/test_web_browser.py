@@ -1,6 +1,7 @@
 """The viewer in a real headless Chromium (Debian's chromium and chromedriver, installed by
-scripts/setup): pages render real data from a scripted 60-tick station, and Pause and Resume on
-the operator page change the running station's state. Screenshots go to test-artifacts/.
+scripts/setup): the browser logs in through the login address, as the operator does with the one
+`station serve` prints; pages render real data from a scripted 60-tick station, and Pause and
+Resume on the operator page change the running station's state. Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
@@ -59,9 +60,17 @@ def serve(app) -> tuple[str, uvicorn.Server, threading.Thread]:
     return f"http://127.0.0.1:{port}", server, thread
 
 
+def log_in(driver: webdriver.Chrome, url: str, app, then: str = "/") -> None:
+    """Open the app's login address (one use each), going on to `then`: the token leaves the address."""
+    driver.get(url + app.state.login.address(then))
+    assert driver.current_url == url + then
+
+
 @pytest.fixture(scope="module")
-def site(demo60: Path) -> Iterator[str]:
-    url, server, thread = serve(create_app(demo60))
+def site(browser: webdriver.Chrome, demo60: Path) -> Iterator[str]:
+    app = create_app(demo60)
+    url, server, thread = serve(app)
+    log_in(browser, url, app)  # its cookie is named by its port: logins to the other tests' servers leave it be
     yield url
     server.should_exit = True
     thread.join(10)
@@ -81,6 +90,29 @@ def wait_for(condition, timeout: float = 30.0, what: str = "condition") -> None:
             pass
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_browser_without_a_login_sees_only_the_login_form_and_each_address_works_once(browser, demo60) -> None:
+    app = create_app(demo60)
+    url, server, thread = serve(app)
+    try:
+        browser.get(url + "/agents/Guest_1")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Log in" and 'id="tick-' not in browser.page_source
+        shot(browser, "login")
+        used = app.state.login.address()
+        browser.find_element(By.NAME, "token").send_keys(used.rsplit("=", 1)[1])  # the token typed, not opened
+        browser.find_element(By.CSS_SELECTOR, "form button").click()
+        wait_for(lambda: browser.current_url == url + "/agents/Guest_1", what="the page asked for")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Guest_1"
+        port = url.rsplit(":", 1)[1]
+        browser.delete_cookie(f"station_session_{port}")  # another browser, or this one after a restart
+        browser.get(url + used + "&next=/research")
+        assert "used already" in browser.find_element(By.ID, "error").text and "Guest_1" not in browser.page_source
+        log_in(browser, url, app, "/research")  # the address the server printed next
+        assert browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def test_the_overview_shows_agents_and_the_best_score(browser, site) -> None:
@@ -225,9 +257,10 @@ def test_the_lineage_tree(browser, site) -> None:
 def test_pause_and_resume_from_the_page_change_the_running_station(browser, demo60, tmp_path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
     runner = StationRunner(directory)
-    url, server, thread = serve(create_app(directory, runner=runner))
+    app = create_app(directory, runner=runner)
+    url, server, thread = serve(app)
     try:
-        browser.get(url + "/operator")
+        log_in(browser, url, app, "/operator")
         assert browser.find_element(By.ID, "run-state").text == "stopped"
         browser.find_element(By.ID, "resume").click()
         wait_for(lambda: browser.find_element(By.ID, "run-state").text == "running", what="running")
@@ -249,9 +282,10 @@ def test_pause_and_resume_from_the_page_change_the_running_station(browser, demo
 
 def test_a_bad_setting_shows_its_error_and_a_good_one_its_whole_outcome(browser, demo60, tmp_path) -> None:
     directory = copy_station(demo60, tmp_path / "st")
-    url, server, thread = serve(create_app(directory))
+    app = create_app(directory)
+    url, server, thread = serve(app)
     try:
-        browser.get(url + "/operator")
+        log_in(browser, url, app, "/operator")
         browser.find_element(By.ID, "set-key").send_keys("lifecycle.max_age")
         browser.find_element(By.ID, "set-value").send_keys("3")
         browser.find_element(By.ID, "set").click()
@@ -337,9 +371,10 @@ def forecasting_like(demo60: Path, target: Path) -> Path:
 
 def test_the_forecasting_plot_tick_labels_differ_and_span_the_data(browser, demo60, tmp_path) -> None:
     directory = forecasting_like(demo60, tmp_path / "st")
-    url, server, thread = serve(create_app(directory))
+    app = create_app(directory)
+    url, server, thread = serve(app)
     try:
-        browser.get(url + "/research")
+        log_in(browser, url, app, "/research")
         plot = browser.find_element(By.ID, "score-plot-1")
         labels = [t.text for t in plot.find_elements(By.CSS_SELECTOR, "text.tick-label[text-anchor='end']")]
         values = [float(label) for label in labels]
@@ -369,9 +404,10 @@ def test_a_training_run_shows_its_learning_curves(browser, demo60, tmp_path) -> 
         payload = store.get_input(key)
         store.execute("UPDATE inputs SET payload=? WHERE key=?", (json.dumps({**payload, "figure": curves}), key))
     store.close()
-    url, server, thread = serve(create_app(directory))
+    app = create_app(directory)
+    url, server, thread = serve(app)
     try:
-        browser.get(url + "/research/2")
+        log_in(browser, url, app, "/research/2")
         panels = browser.find_elements(By.CSS_SELECTOR, "#figure svg.curve")
         assert len(panels) == 2
         assert len(panels[0].find_elements(By.CSS_SELECTOR, "polyline")) == 3

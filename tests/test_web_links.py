@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import copy_station
+from helpers import web_client
 from station.store import Store
 from station.web import refs
 from station.web.app import create_app
@@ -22,7 +23,7 @@ from station.web.app import create_app
 
 @pytest.fixture(scope="module")
 def client(demo60: Path) -> TestClient:
-    return TestClient(create_app(demo60))
+    return web_client(create_app(demo60))
 
 
 def query(directory: Path, sql: str, params: tuple = ()) -> list:
@@ -118,7 +119,7 @@ def test_the_paper_marks_an_id_that_names_no_evaluation(demo60: Path, tmp_path: 
                       "WHERE capsule=? AND k=1", (capsule,))
         number = store.scalar("SELECT number FROM capsules WHERE id=?", (capsule,))
     store.close()
-    page = TestClient(create_app(directory)).get(f"/papers/{number}").text
+    page = web_client(create_app(directory)).get(f"/papers/{number}").text
     assert 'title="this station has no evaluation #4242">4242</span>' in page
     assert 'href="/research/4242"' not in page
     cited = page[page.index('id="cited"'):page.index('id="review"')]  # the list of what the paper cites
@@ -188,7 +189,7 @@ def test_a_diff_of_hostile_code_is_escaped(demo60: Path, tmp_path: Path) -> None
     with store.transaction():
         store.execute("UPDATE evaluations SET code=code || ?  WHERE id=2", ("\n# </pre><script>alert(1)</script>\n",))
     store.close()
-    page = TestClient(create_app(directory)).get("/research/2/diff?against=1").text
+    page = web_client(create_app(directory)).get("/research/2/diff?against=1").text
     assert "<script>alert(1)" not in page and "&lt;/pre&gt;&lt;script&gt;alert(1)" in page
 
 
@@ -213,7 +214,7 @@ def test_the_queue_lists_recent_failures_with_their_cause(demo60: Path, tmp_path
                       ("ZeroDivisionError: division by zero\nTraceback line",))
         store.execute("UPDATE evaluations SET status='queued', score=NULL, finished_tick=NULL WHERE id=6")
     store.close()
-    page = TestClient(create_app(directory)).get("/research/queue").text
+    page = web_client(create_app(directory)).get("/research/queue").text
     failures = page[page.index('id="failures"'):]
     assert '<a href="/research/5">5</a>' in failures and "ZeroDivisionError: division by zero" in failures
     assert "Traceback line" not in failures
@@ -239,7 +240,7 @@ def test_the_agents_index_filters_from_its_address_and_pages_keep_the_filter(cli
 def test_the_pager_keeps_the_filter(demo60: Path, tmp_path: Path, monkeypatch) -> None:
     from station.web import data
     monkeypatch.setattr(data, "AGENTS_PER_PAGE", 2)
-    page = TestClient(create_app(demo60)).get("/agents?kind=recursive").text
+    page = web_client(create_app(demo60)).get("/agents?kind=recursive").text
     assert 'href="?kind=recursive&amp;page=2" rel="next"' in page
 
 

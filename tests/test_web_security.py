@@ -1,5 +1,5 @@
-"""The web console against DNS rebinding, cross-site forms, guessed tokens and tracking images,
-over real HTTP: the app served by uvicorn on a free loopback port (as `station serve` does, its
+"""The web console against other local accounts, DNS rebinding, cross-site forms, guessed tokens,
+open redirects and tracking images, over real HTTP: the app served by uvicorn on a free loopback port (as `station serve` does, its
 settings included), and `station serve` itself as a subprocess where its options matter.
 No assertion depends on how fast the machine is: rate limits count tries, and every wait has
 a generous deadline that only a broken server reaches.
@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -61,9 +64,33 @@ def serve(app) -> Iterator[str]:
         thread.join(30)
 
 
+def log_in(client: httpx.Client, app) -> httpx.Client:
+    """Log `client` in through the app's current login address (as the operator does with the printed one)."""
+    answer = client.get(app.state.login.address())
+    assert answer.status_code == 303 and cookie_of(answer), answer.text
+    return client
+
+
+@dataclass
+class Serving:
+    """A `station serve` subprocess: its loopback address and the lines it prints."""
+
+    url: str
+    lines: "queue.Queue[str]"
+
+    def login_address(self) -> str:
+        """The next login address the server prints (the first at start, then one after each use)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = re.search(r"(http://\S+/login\?token=\S+)", self.lines.get(timeout=60))
+            if found:
+                return found.group(1)
+        raise AssertionError("station serve printed no login address")
+
+
 @contextmanager
-def station_serve(directory: Path, *args: str, token: str | None = TOKEN) -> Iterator[str]:
-    """`station serve DIR ARGS` as a subprocess on a free port; yields its loopback address."""
+def station_serve(directory: Path, *args: str, token: str | None = TOKEN) -> Iterator[Serving]:
+    """`station serve DIR ARGS` as a subprocess on a free port."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "STATION_WEB_TOKEN"}
     if token is not None:
@@ -71,6 +98,8 @@ def station_serve(directory: Path, *args: str, token: str | None = TOKEN) -> Ite
     process = subprocess.Popen([sys.executable, "-m", "station.cli", "serve", str(directory), "--port", str(port),
                                 *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
     try:
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:
@@ -79,8 +108,8 @@ def station_serve(directory: Path, *args: str, token: str | None = TOKEN) -> Ite
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        assert process.poll() is None, f"station serve stopped: {process.stdout.read()}"
-        yield url
+        assert process.poll() is None, f"station serve stopped: {list(lines.queue)}"
+        yield Serving(url, lines)
     finally:
         process.terminate()
         try:
@@ -98,8 +127,14 @@ def queued(directory: Path) -> list[dict]:
         store.close()
 
 
+def shows_no_data(answer: httpx.Response, path: str = "") -> bool:
+    """The answer names no agent (the page asked for, kept in the login form to go on to, aside)."""
+    return "Guest_1" not in answer.text.replace(f'name="next" value="{path}"', "")
+
+
 def cookie_of(answer: httpx.Response) -> str | None:
-    return answer.cookies.get("station_token")
+    """The login cookie an answer sets (its name carries the port)."""
+    return next((v for k, v in answer.cookies.items() if k.startswith("station_session")), None)
 
 
 @pytest.fixture
@@ -109,34 +144,39 @@ def station(demo60: Path, tmp_path: Path) -> Path:
 
 # -- Host allow-list -------------------------------------------------------------------------------
 def test_a_foreign_host_gets_nothing_not_even_the_cookie(station: Path) -> None:
-    with serve(create_app(station)) as url:
+    app = create_app(station)
+    with serve(app) as url:
         port = url.rsplit(":", 1)[1]
-        for path in ("/", "/operator", "/agents/Guest_1", "/api/live", "/static/style.css", "/nowhere"):
+        login = app.state.login.address()
+        for path in ("/", "/operator", "/agents/Guest_1", "/api/live", "/static/style.css", "/nowhere", login):
             answer = httpx.get(url + path, headers={"host": f"{EVIL}:{port}"})
             assert answer.status_code == 421, path
             assert "set-cookie" not in answer.headers and "Guest_1" not in answer.text
+        assert app.state.login.address() == login  # the login address sent to a foreign Host is not used up
         # "testserver" is only let through for in-process callers (station export), never over a socket
         assert httpx.get(url + "/", headers={"host": "testserver"}).status_code == 421
         assert httpx.get(url + "/", headers={"host": f"{EVIL}:{port}", "x-forwarded-for": "testclient:50000"}
                          ).status_code == 421
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
-            answer = httpx.get(url + "/operator", headers={"host": host})
-            assert answer.status_code == 200 and cookie_of(answer), host  # loopback names get the cookie
+            answer = httpx.get(url + app.state.login.address(), headers={"host": host})
+            assert answer.status_code == 303 and cookie_of(answer), host  # loopback names may log in
 
 
 def test_allow_host_adds_a_name_and_the_server_says_how(station: Path) -> None:
-    with station_serve(station, "--allow-host", "station.example", "--allow-host", "10.1.2.3:8470") as url:
+    with station_serve(station, "--allow-host", "station.example", "--allow-host", "10.1.2.3:8470") as served:
+        url = served.url
         port = url.rsplit(":", 1)[1]
         refused = httpx.get(url + "/", headers={"host": f"{EVIL}:{port}"})
         assert refused.status_code == 421 and "--allow-host" in refused.text
         for host in (f"station.example:{port}", "10.1.2.3", f"127.0.0.1:{port}"):
-            assert httpx.get(url + "/", headers={"host": host}).status_code == 200, host
+            assert httpx.get(url + "/", headers={"host": host, "x-station-token": TOKEN}).status_code == 200, host
 
 
 # -- Origin check and the rebinding spawn, end to end ------------------------------------------
 def test_a_post_from_another_site_is_refused_even_with_the_cookie(station: Path) -> None:
-    with serve(create_app(station)) as url, httpx.Client(base_url=url) as browser:
-        assert cookie_of(browser.get("/operator"))  # the browser holds the operator cookie
+    app = create_app(station)
+    with serve(app) as url, httpx.Client(base_url=url) as browser:
+        log_in(browser, app)  # the browser holds the login cookie
         form = {"key": "turns", "value": "concurrent"}
         for origin in ({"origin": "http://evil.example"}, {"origin": "null"},
                        {"origin": url.replace("127.0.0.1", "localhost")},  # another origin of the same machine
@@ -153,13 +193,14 @@ def test_the_rebinding_spawn_is_refused_and_nothing_is_spawned(station: Path) ->
     store = Store(station)
     agents_before = store.scalar("SELECT COUNT(*) FROM agents")
     store.close()
-    with serve(create_app(station)) as url, httpx.Client(base_url=url) as browser:
+    app = create_app(station)
+    with serve(app) as url, httpx.Client(base_url=url) as browser:
         port = url.rsplit(":", 1)[1]
-        cookie = cookie_of(browser.get("/operator"))
+        cookie = cookie_of(browser.get(app.state.login.address()))
         # The attack: a page on rebind.evil.example, now resolving to 127.0.0.1, posts the leaky spawn.
         attack = httpx.post(url + "/operator/spawn", data={"spec": LEAKY_SPEC},
                             headers={"host": f"{EVIL}:{port}", "origin": f"http://{EVIL}:{port}"},
-                            cookies={"station_token": cookie})
+                            cookies={f"station_session_{port}": cookie})
         assert attack.status_code == 421
         # The same spawn from the real console (allowed Host, same origin, the token): refused all the same.
         honest = browser.post("/operator/spawn", data={"spec": LEAKY_SPEC}, headers={"origin": url})
@@ -216,6 +257,119 @@ def test_only_pairs_the_config_already_uses_pass() -> None:
     assert endpoints.check_set(config, "turns", "concurrent") == []
 
 
+# -- other local accounts: every client logs in, also on loopback ---------------------------------
+def agent_count(directory: Path) -> int:
+    store = Store(directory)
+    try:
+        return store.scalar("SELECT COUNT(*) FROM agents")
+    finally:
+        store.close()
+
+
+def test_another_local_account_gets_no_cookie_no_data_and_cannot_operate(station: Path) -> None:
+    """The attack: a second account on the machine opens the loopback console, served without --token."""
+    agents = agent_count(station)
+    with station_serve(station, token=None) as served:
+        url = served.url
+        with httpx.Client(base_url=url) as stranger:
+            for path in ("/", "/operator", "/agents/Guest_1", "/research/1", "/forum", "/papers", "/nowhere"):
+                answer = stranger.get(path)
+                assert answer.status_code == 401 and 'action="/login"' in answer.text, path
+                assert "set-cookie" not in answer.headers and shows_no_data(answer, path), path
+            live = stranger.get("/api/live", headers=JSON)
+            assert live.status_code == 401 and "tick" not in live.json()
+            for action, form in (("spawn", {"spec": "kind: guest\nmodel: {provider: scripted}"}),
+                                 ("set", {"key": "budget.station_usd", "value": "1000"}), ("pause", {}),
+                                 ("message", {"to": "*", "text": "hi"})):
+                for headers in (JSON, {"origin": url}):  # a script, and the page's own form
+                    answer = stranger.post(f"/operator/{action}", data=form, headers=headers)
+                    assert answer.status_code == 403 and "set-cookie" not in answer.headers, action
+                    assert "Guest_1" not in answer.text
+            guessed = stranger.get("/login?token=" + "A" * 43)
+            assert guessed.status_code == 403 and "set-cookie" not in guessed.headers
+            assert not stranger.cookies
+        assert queued(station) == [] and agent_count(station) == agents
+
+        # The operator opens the address the server printed: logged in, sent on without the token in the address.
+        address = served.login_address()
+        assert address.startswith(url + "/login?token=") and len(address.rsplit("=", 1)[1]) >= 40
+        with httpx.Client() as operator:
+            opened = operator.get(address)
+            assert opened.status_code == 303 and opened.headers["location"] == "/"
+            cookie = cookie_of(opened)
+            assert cookie and cookie not in address  # the session is a secret of its own
+            assert "samesite=strict" in opened.headers["set-cookie"].lower()
+            assert "Guest_1" in operator.get(url + "/agents/Guest_1").text
+            assert operator.post(url + "/operator/set", data={"key": "turns", "value": "concurrent"},
+                                 headers=JSON).status_code == 200
+            again = operator.get(address)  # reopened from the history by the same browser: still in
+            assert again.status_code == 303 and again.headers["location"] == "/"
+        # Used up: the same address opens nothing for anyone else, and the server printed the next one.
+        reused = httpx.get(address)
+        assert reused.status_code == 403 and "used already" in reused.text and not cookie_of(reused)
+        assert "Guest_1" not in reused.text
+        following = served.login_address()
+        assert following != address and cookie_of(httpx.get(following))
+    assert queued(station) == [{"op": "set", "key": "turns", "value": "concurrent"}]
+
+
+ELSEWHERE = ("https://evil.example/", "//evil.example/", "/\\evil.example", "\\\\evil.example", "/\t/evil.example",
+             "http:evil.example", "javascript:alert(1)", "evil.example", " //evil.example", "/login?token=x",
+             "//[evil", "http://[", "/\nevil.example")
+
+
+def test_a_login_never_sends_the_browser_to_another_site(station: Path) -> None:
+    app = create_app(station)
+    with serve(app) as url, httpx.Client(base_url=url) as browser:
+        for elsewhere in ELSEWHERE:
+            token = app.state.login.address().rsplit("=", 1)[1]
+            opened = browser.get("/login", params={"token": token, "next": elsewhere})
+            assert opened.status_code == 303 and opened.headers["location"] == "/", elsewhere
+            browser.cookies.clear()
+            token = app.state.login.address().rsplit("=", 1)[1]
+            typed = browser.post("/login", data={"token": token, "next": elsewhere}, headers={"origin": url})
+            assert typed.status_code == 303 and typed.headers["location"] == "/", elsewhere
+            browser.cookies.clear()
+
+
+def test_the_login_form_goes_on_to_the_page_asked_for(station: Path) -> None:
+    app = create_app(station)
+    with serve(app) as url, httpx.Client(base_url=url) as browser:
+        asked = browser.get("/agents/Guest_1?page=1")
+        assert asked.status_code == 401 and 'name="next" value="/agents/Guest_1?page=1"' in asked.text
+        token = app.state.login.address().rsplit("=", 1)[1]
+        typed = browser.post("/login", data={"token": token, "next": "/agents/Guest_1?page=1"},
+                             headers={"origin": url})
+        assert typed.status_code == 303 and typed.headers["location"] == "/agents/Guest_1?page=1"
+        assert "Tick 1" in browser.get(typed.headers["location"]).text
+        # A printed address may name the page to open too.
+        with httpx.Client(base_url=url) as other:
+            opened = other.get(app.state.login.address("/research/1"))
+            assert opened.status_code == 303 and opened.headers["location"] == "/research/1"
+
+
+def test_the_servers_token_logs_in_and_public_read_opens_only_reading(station: Path) -> None:
+    app = create_app(station, token=TOKEN)  # on loopback, a lasting token for scripts and the login form
+    with serve(app) as url:
+        assert httpx.get(url + "/agents/Guest_1").status_code == 401
+        assert httpx.get(url + "/agents/Guest_1", headers={"x-station-token": TOKEN}).status_code == 200
+        with httpx.Client(base_url=url) as browser:
+            typed = browser.post("/login", data={"token": TOKEN}, headers={"origin": url})
+            assert typed.status_code == 303 and cookie_of(typed) and cookie_of(typed) != TOKEN
+            assert "Guest_1" in browser.get("/agents/Guest_1").text
+        # A stale session cookie (an earlier server's, from a tab still polling) is no wrong guess.
+        port = url.rsplit(":", 1)[1]
+        with httpx.Client(base_url=url, cookies={f"station_session_{port}": "stale-" * 8}) as tab:
+            for _ in range(8):
+                assert tab.get("/api/live", headers=JSON).status_code == 401
+            assert log_in(tab, app).get("/api/live", headers=JSON).status_code == 200
+    with serve(create_app(station, public_read=True)) as url:
+        assert "Guest_1" in httpx.get(url + "/agents/Guest_1").text
+        assert httpx.post(url + "/operator/pause", headers=JSON).status_code == 403
+        page = httpx.get(url + "/operator")
+        assert page.status_code == 200 and 'action="/login"' in page.text  # reading, with the login form
+
+
 # -- tokens: length, reading off loopback, login rate limit --------------------------------------
 @pytest.mark.parametrize("given", [("--token", ""), ("--token", "fifteen-chars-x"), ("env", ""),
                                    ("env", "tiny")])
@@ -234,18 +388,20 @@ def test_an_empty_or_short_token_is_refused_at_start(demo60: Path, given: tuple[
 
 
 def test_off_loopback_reading_needs_the_token(station: Path) -> None:
-    with station_serve(station, "--host", "0.0.0.0") as url:
+    with station_serve(station, "--host", "0.0.0.0") as served:
+        url = served.url
         for path in ("/", "/agents/Guest_1", "/research/1", "/operator", "/nowhere"):
             locked = httpx.get(url + path)
             assert locked.status_code == 401 and 'action="/login"' in locked.text, path
-            assert "Guest_1" not in locked.text and "set-cookie" not in locked.headers
+            assert shows_no_data(locked, path) and "set-cookie" not in locked.headers
         assert httpx.get(url + "/api/live", headers=JSON).status_code == 401
         assert httpx.get(url + "/static/style.css").status_code == 200  # no secrets there
         assert httpx.get(url + "/agents/Guest_1", headers={"x-station-token": TOKEN}).status_code == 200
         with httpx.Client(base_url=url) as browser:
-            assert browser.post("/login", data={"token": TOKEN}).status_code == 303  # logged in: to /operator
+            assert browser.post("/login", data={"token": TOKEN}).status_code == 303  # logged in
             assert "Guest_1" in browser.get("/agents/Guest_1").text
-    with station_serve(station, "--host", "0.0.0.0", "--public-read") as url:
+    with station_serve(station, "--host", "0.0.0.0", "--public-read") as served:
+        url = served.url
         assert httpx.get(url + "/agents/Guest_1").status_code == 200
         assert httpx.post(url + "/operator/pause", headers=JSON).status_code == 403  # operating still needs it
 
@@ -276,8 +432,9 @@ def test_an_image_in_agent_text_is_a_link_and_raw_img_tags_stay_text(station: Pa
                       ("Look: ![our plot](https://evil.example/track.png)\n\n<img src=\"https://evil.example/x.png\">"
                        "\n\n<p><img src=https://evil.example/y.png></p>", thread))
     store.close()
-    with serve(create_app(station)) as url:
-        page = httpx.get(f"{url}/forum/{thread}")
+    app = create_app(station)
+    with serve(app) as url, httpx.Client(base_url=url) as browser:
+        page = log_in(browser, app).get(f"/forum/{thread}")
     assert page.status_code == 200
     assert "<img" not in page.text.lower()
     assert '<a class="image-link" href="https://evil.example/track.png" rel="nofollow noopener noreferrer">' \

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_station
+from helpers import web_client
 from fastapi.testclient import TestClient
 
 from station.web import events, study
@@ -22,7 +23,7 @@ HOSTILE = "<script>alert('x')</script>"
 
 @pytest.fixture(scope="module")
 def client(demo60: Path) -> TestClient:
-    return TestClient(create_app(demo60))
+    return web_client(create_app(demo60))
 
 
 @pytest.fixture()
@@ -147,7 +148,7 @@ def test_agent_written_titles_in_events_are_escaped_and_clipped(demo60: Path, tm
         )
     db.commit()
     db.close()
-    client = TestClient(create_app(directory))
+    client = web_client(create_app(directory))
     page = client.get("/").text
     assert "<script>alert" not in page and "&lt;script&gt;alert" in page
     live = client.get("/api/live").json()["events"]

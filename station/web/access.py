@@ -3,16 +3,18 @@ the throttle on wrong guesses (docs/security.md)."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from fastapi import Request
 
-COOKIE = "station_token"
+COOKIE = "station_session"  # the login cookie's name; cookie_name() adds the port
 MIN_TOKEN = 16  # characters; a shorter token can be guessed, even slowly
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 WILDCARDS = ("", "0.0.0.0", "::")  # bind addresses that are no name a browser could use
@@ -89,6 +91,58 @@ def foreign_origin(request: Request) -> bool:
         return False
     parts = urlsplit(source)  # "Origin: null" (a sandboxed or file page) has no netloc: foreign
     return parts.scheme not in ("http", "https") or parts.netloc.lower() != request.headers.get("host", "").lower()
+
+
+def same_secret(given: str, secret: str) -> bool:
+    return bool(given) and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def cookie_name(request: Request) -> str:
+    """The login cookie's name, with the port of the address the browser used: browsers keep cookies
+    per host, not per port, so two consoles on one machine must not overwrite each other's login."""
+    _, colon, port = request.headers.get("host", "").rpartition(":")
+    return f"{COOKIE}_{port}" if colon and port.isdigit() else COOKIE
+
+
+def local_path(target: str) -> str:
+    """Where a login may send the browser on: `target` if it is a path of this server, else the overview,
+    so a login address can never lead to another site (`//evil.example`, `/\\evil.example`, `https://...`;
+    browsers drop tabs and newlines from addresses and read a backslash as a slash, hence those too)."""
+    if (
+        not target.startswith("/")
+        or target.startswith("//")
+        or "\\" in target
+        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in target)
+        or urlsplit(target).path.startswith("/login")  # cannot raise: a single "/" start has no host part
+    ):
+        return "/"
+    return target
+
+
+class OneTimeLogin:
+    """The token of the login address `station serve` prints. It opens one login: then it is replaced by a
+    fresh one, handed to `announce` (the server prints it), so an address kept in a browser's history or a
+    log opens nothing. 256 random bits: it cannot be guessed, so it is checked before the throttle (a
+    local user's wrong guesses must not lock the operator out of the printed address)."""
+
+    def __init__(self, announce: Callable[[str], None] = lambda address: None) -> None:
+        self.announce, self._lock = announce, threading.Lock()
+        self._token = secrets.token_urlsafe(32)
+
+    def address(self, then: str = "") -> str:
+        """The login address's path (and, with `then`, the page to go to after it)."""
+        with self._lock:
+            token = self._token
+        return f"/login?token={token}" + (f"&next={quote(then, safe='/')}" if then else "")
+
+    def redeem(self, given: str) -> bool:
+        """Whether `given` is the current token; if so it is used up and the next address is announced."""
+        with self._lock:
+            if not same_secret(given, self._token):
+                return False
+            self._token = secrets.token_urlsafe(32)
+        self.announce(self.address())
+        return True
 
 
 class TooManyTries(Exception):

@@ -8,23 +8,26 @@ A form posted from the operator page comes back to that page: the outcome as a b
 by a one-time cookie, so no text travels in the address), a refusal with what was typed kept.
 Requests that accept JSON get JSON answers instead.
 
-Every operator action needs the server's token. On a loopback address the token is made up at
-start and handed to the browser in a SameSite=Strict cookie (so other sites cannot post to
-it); on any other address the operator must give it (`--token` or STATION_WEB_TOKEN) and
-type it once on the login page, and reading pages needs it too unless `public_read`.
+Every page and every operator action needs a login, also on loopback (another account on the
+same machine can reach that port too): `station serve` prints a login address holding a one-time
+token; opening it (or typing that token, or the server's own `--token` / STATION_WEB_TOKEN, on
+the login page) sets a session cookie (a separate secret, SameSite=Strict, so other sites cannot
+post with it), and the used address is replaced by a fresh one, printed in turn. Scripts send
+the server's token in an X-Station-Token header. With `public_read` anyone may read the pages;
+operating still needs the login.
 
 Against DNS rebinding and cross-site forms (see docs/security.md):
 * a request whose Host is not an allowed name (loopback names, the bound address, `allow_hosts`)
-  is answered 421 and nothing else, so the loopback cookie only goes to allowed Hosts;
+  is answered 421 and nothing else (a login address sent there is not used up);
 * a state-changing request (anything but GET, HEAD, OPTIONS) whose Origin, or without one its
   Referer, is not this server is refused (403). A request with neither is let through to the
   token check: browsers send Origin with every cross-site POST, so such a request is a script;
-* wrong tokens are counted per client address: after a few, every try waits (429, Retry-After).
+* wrong tokens are counted per client address: after a few, every try waits (429, Retry-After);
+* after a login the browser goes on only to a path of this server (no open redirect).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 import secrets
@@ -47,18 +50,21 @@ from ..store import DB_NAME, Store
 from . import board, data, diff, plots, refs, render, study
 from . import events as feed
 from .access import (
-    COOKIE,
     SAFE_METHODS,
     SECURITY_HEADERS,
+    OneTimeLogin,
     Throttle,
     TooManyTries,
     allowed_hosts,
     check_token,
     client_address,
+    cookie_name,
     foreign_origin,
     host_name,
     in_process,
     is_loopback,
+    local_path,
+    same_secret,
 )
 from .runner import StationRunner
 from .search import SearchIndex
@@ -104,9 +110,13 @@ def create_app(
     static_export: bool = False,
     allow_hosts: Iterable[str] = (),
     public_read: bool = False,
+    announce_login: Callable[[str], None] = lambda address: None,
 ) -> FastAPI:
-    """The app. `allow_hosts`: Host names answered besides loopback and `host`; `public_read`: off
-    loopback, pages may be read without the token (operating still needs it).
+    """The app. `allow_hosts`: Host names answered besides loopback and `host`; `public_read`: pages
+    may be read without a login (operating still needs it); `announce_login`: told the path of the
+    next login address each time one is used (`station serve` prints it; the first one is
+    `app.state.login.address()`). `static_export` renders pages in-process for `station export`: no
+    login, as no server is listening.
 
     One long factory on purpose: every route is a closure over this station's reader, runner,
     token and throttle, and the guard that checks Host, Origin and token sits beside the routes
@@ -122,10 +132,10 @@ def create_app(
     from ..world import Station
 
     Station.open(directory).close()
-    secret = token or secrets.token_urlsafe(24)
-    auto_cookie = token is None  # loopback without a given token: the browser gets it by cookie
+    session = secrets.token_urlsafe(32)  # what the login cookie holds: never printed, never typed
+    login = OneTimeLogin(announce_login)
     hosts = allowed_hosts(host, allow_hosts)
-    read_locked = not is_loopback(host_name(host)) and not public_read  # off loopback, research is private
+    read_locked = not public_read and not static_export  # research is private, also from other local accounts
     throttle = Throttle()
     reader, runner = Reader(directory), runner or StationRunner(directory)
     app = FastAPI(title="Station", docs_url=None, redoc_url=None, openapi_url=None)
@@ -143,7 +153,7 @@ def create_app(
         static_export=static_export,
         shown_chars=data.SHOWN_CHARS,
     )
-    app.state.runner, app.state.reader = runner, reader
+    app.state.runner, app.state.reader, app.state.login = runner, reader, login
     index = SearchIndex(directory)
     if not static_export:  # build the search index in the background: the first search is then quick
         threading.Thread(target=lambda: index.refresh(Reader(directory).db()), name="search-index", daemon=True).start()
@@ -151,10 +161,7 @@ def create_app(
     def show(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         meta = reader.db().execute("SELECT value FROM meta WHERE key='config'").fetchone()
         context.setdefault("station_name", json.loads(meta[0]).get("name", "station") if meta else "station")
-        response = templates.TemplateResponse(request, name, {"live": runner.describe(), **context}, status_code=status)
-        if auto_cookie and host_ok(request) and request.cookies.get(COOKIE) != secret:
-            response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
-        return response
+        return templates.TemplateResponse(request, name, {"live": runner.describe(), **context}, status_code=status)
 
     def not_found(request: Request, what: str) -> HTMLResponse:
         return show(request, "error.html", 404, title="Not found", message=what)
@@ -162,24 +169,31 @@ def create_app(
     def host_ok(request: Request) -> bool:
         return in_process(request) or host_name(request.headers.get("host", "")) in hosts
 
-    def given_token(request: Request, form_token: str | None = None) -> str:
-        return form_token or request.headers.get("x-station-token") or request.cookies.get(COOKIE) or ""
+    def logged_in(request: Request) -> bool:
+        """The request carries this server's session cookie. Not throttled: 256 random bits cannot be
+        guessed, and a stale cookie of an earlier server (a tab polling /api/live) must not lock out
+        its address."""
+        return same_secret(request.cookies.get(cookie_name(request), ""), session)
 
-    def matches(given: str) -> bool:
-        return hmac.compare_digest(given.encode(), secret.encode())
+    def given_token(request: Request, form_token: str | None = None) -> str:
+        return form_token or request.headers.get("x-station-token") or ""
+
+    def knows_token(request: Request) -> bool:
+        """Logged in or holding the server's token (not counted: for choosing which page to show)."""
+        return logged_in(request) or (token is not None and same_secret(given_token(request), token))
 
     def authorised(request: Request, form_token: str | None) -> bool:
-        return tried(request, given_token(request, form_token))
+        return logged_in(request) or tried(request, given_token(request, form_token))
 
     def tried(request: Request, given: str) -> bool:
-        """Whether `given` is the token; a wrong one counts against the client's address (TooManyTries)."""
+        """Whether `given` is the server's token; a wrong one counts against the client's address (TooManyTries)."""
         address = client_address(request)
         if not given:
             return False  # nothing was tried
         wait = throttle.wait(address)
         if wait > 0:
             raise TooManyTries(wait)  # even a right token waits: otherwise guessing would go on
-        if matches(given):
+        if token is not None and same_secret(given, token):
             throttle.succeeded(address)
             return True
         throttle.failed(address)
@@ -188,6 +202,16 @@ def create_app(
     def may_read(request: Request) -> bool:
         return not read_locked or authorised(request, None)
 
+    def log_in(request: Request, given: str) -> bool:
+        """A login with the login address's one-time token or the server's token."""
+        return login.redeem(given) or tried(request, given)
+
+    def go_on(request: Request, then: str) -> Response:
+        """After a login: on to the page asked for, with the session cookie and no token in the address."""
+        response = RedirectResponse(local_path(then), status_code=303)
+        response.set_cookie(cookie_name(request), session, httponly=True, samesite="strict")
+        return response
+
     def refuse(
         request: Request, status: int, message: str, action: str | None = None, typed: dict[str, str] | None = None
     ) -> Response:
@@ -195,17 +219,24 @@ def create_app(
         (the login page for someone who may not read the station)."""
         if wants_json(request):
             return JSONResponse({"error": message}, status_code=status)
-        if read_locked and not matches(given_token(request)):
-            return login_page(request, status, message)
+        if read_locked and not knows_token(request):
+            return login_page(request, status, message, then="/operator")
         return operator_view(request, status, error=message, failed=action, typed=typed or {})
 
-    def login_page(request: Request, status: int, error: str | None = None) -> Response:
-        """All that someone without the token sees of a private station."""
+    def login_page(request: Request, status: int, error: str | None = None, then: str | None = None) -> Response:
+        """All that someone without a login sees of a private station; `then`: the page to go to after
+        logging in (default: the one asked for)."""
         if wants_json(request):
-            return JSONResponse({"error": error or "this station's pages need its token: log in"}, status_code=status)
-        response = templates.TemplateResponse(request, "login.html", {"error": error}, status_code=status)
-        if request.cookies.get(COOKIE):  # a stale token (the server's changed) would count as a wrong try each time
-            response.delete_cookie(COOKIE)
+            response: Response = JSONResponse(
+                {"error": error or "this station's pages need a login: open the login address `station serve` printed"},
+                status_code=status,
+            )
+        else:
+            asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            context = {"error": error, "next": local_path(then if then is not None else asked)}
+            response = templates.TemplateResponse(request, "login.html", context, status_code=status)
+        if request.cookies.get(cookie_name(request)):  # an earlier server's session: of no use any more
+            response.delete_cookie(cookie_name(request))
         return response
 
     def too_many(request: Request, err: TooManyTries) -> Response:
@@ -236,7 +267,7 @@ def create_app(
                 if wants_json(request)
                 else PlainTextResponse(f"403 Forbidden: {message}", status_code=403)
             )
-        if request.url.path.startswith("/static/"):  # our CSS and script: nothing private
+        if request.url.path.startswith("/static/") or request.url.path == "/login":  # nothing private there
             return None
         try:
             return None if may_read(request) else login_page(request, 401)
@@ -563,20 +594,32 @@ def create_app(
             failed=failed,
             typed=typed or {},
             tick=data.meta(db, "tick"),
-            needs_login=not auto_cookie and not matches(given_token(request)),
+            needs_login=not knows_token(request),
             safe_keys=commands.changeable(),
         )
         if done:
             response.delete_cookie(FLASH, path="/operator")
         return response
 
+    @app.get("/login")
+    def login_address(request: Request, token: str = "", next: str = "/") -> Response:
+        """The printed login address (`?token=`), or the login form."""
+        if logged_in(request):  # already in (a used address reopened from history): no token is tried
+            return RedirectResponse(local_path(next), status_code=303)
+        if not token:
+            return login_page(request, 200, then=next)
+        if log_in(request, token):
+            return go_on(request, next)
+        used = "This login address was used already (each works once) or is wrong: `station serve` prints a new one."
+        return login_page(request, 403, used, then=next)
+
     @app.post("/login")
-    def login(request: Request, token: str = Form("")) -> Response:
-        if not tried(request, token):
-            return refuse(request, 403, "Wrong token: operator actions stay locked.")
-        response = RedirectResponse("/operator", status_code=303)
-        response.set_cookie(COOKIE, secret, httponly=True, samesite="strict")
-        return response
+    def login_form(request: Request, token: str = Form(""), next: str = Form("/")) -> Response:
+        if log_in(request, token):
+            return go_on(request, next)
+        if read_locked and not wants_json(request):
+            return login_page(request, 403, "Wrong token: not logged in.", then=next)
+        return refuse(request, 403, "Wrong token: not logged in.")
 
     @app.post("/operator/{action}")
     def operate(
@@ -594,7 +637,13 @@ def create_app(
     ) -> Response:
         typed = {"to": to, "text": text, "key": key, "value": value, "spec": spec, "until_tick": until_tick}
         if not authorised(request, token):
-            return refuse(request, 403, "Operator actions need the server's token: log in first.", action, typed)
+            return refuse(
+                request,
+                403,
+                "Operator actions need you to log in (with the address `station serve` printed; scripts send the token).",
+                action,
+                typed,
+            )
         try:
             done = _operate(
                 directory,
