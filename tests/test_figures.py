@@ -17,7 +17,7 @@ import pytest
 from evaluators.base import Verdict, create_task
 from evaluators.circle_packing import CirclePacking
 from evaluators.jaxtrain.station_jax.windows import HORIZON
-from evaluators.jaxtrain.task import MAX_CURVE_POINTS, JaxTrainingTask
+from evaluators.jaxtrain.task import MAX_CURVE_POINTS
 from evaluators.rna.beacon import DATASETS
 from evaluators.scrna.task import METRICS
 from rooms.research.worker import run_payload
@@ -84,37 +84,39 @@ def test_the_recorded_payload_of_a_run_holds_the_figure() -> None:
 
 
 # -- JAX training tasks ----------------------------------------------------------------------------------
-def forecast_trials(task: Any, curves: list[list[float]]) -> dict[str, Any]:
-    """Trials whose predictions are all zeros (a finite, poor forecast) and whose curves are given."""
+def forecast_trials(task: Any, curves: list[list[float | None]]) -> dict[str, Any]:
+    """Trials whose best checkpoint predicted all zeros (a finite, poor forecast), with the given
+    station-measured curves (None: a checkpoint whose outputs could not count)."""
     starts, neurons = task.scored_windows()
     width = task.dataset.n_neurons if neurons is None else len(neurons)
-    pred = np.zeros((len(starts), HORIZON, width), np.float32)
+    best = task.measure(0, {"output_0": np.zeros((len(starts), HORIZON, width), np.float32)})
     return {"trials": [
-        {"trial": n, "status": "ok", "seed": n, "value": {"seed": n, "val_pred": pred, "curve": curve,
-                                                          "train_curve": [0.5, 0.4, 0.3][: len(curve)]}}
+        {"trial": n, "status": "ok", "seed": n, "reported": {"seed": n, "train_curve": [0.5, 0.4, 0.3][: len(curve)]},
+         "station": {"checkpoints": len(curve), "curve": curve, "best_checkpoint": 1, "best": best,
+                     "stop": "max-epochs", "failure": None, "notes": []}}
         for n, curve in enumerate(curves)]}
 
 
 def test_forecasting_draws_the_validation_mae_and_training_loss_of_every_scored_trial(data: Path) -> None:
-    task = create_task("forecasting", FORECAST)
-    value = forecast_trials(task, [[0.3, 0.2, 0.1], [0.4, float("nan"), 0.2], [0.5, 0.45, 0.4]])
-    value["trials"][2]["value"]["val_pred"] = None  # refused: it is no scored trial, and has no curve
+    task = create_task("forecasting", {**FORECAST, "trials": 2})
+    value = forecast_trials(task, [[0.3, 0.2, 0.1], [0.4, None, 0.2]])
     verdict = task.score(RunResult(status="ok", value=value))
     assert verdict.success, verdict.details
     figure = plain_json(verdict.figure)
     assert figure["kind"] == "curves" and figure["x_label"] == "epoch"
     mae, loss = figure["panels"]
-    assert (mae["title"], mae["lower_is_better"], loss["title"]) == ("validation MAE", True, "training loss")
+    assert (mae["title"], mae["lower_is_better"], loss["title"]) == (
+        "validation MAE (measured by the station)", True, "training loss (reported by the run)")
     assert [s["label"] for s in mae["series"]] == ["trial 0", "trial 1"]
     assert mae["series"][0] == {"label": "trial 0", "values": [0.3, 0.2, 0.1]}
-    # the NaN epoch is left out, and the epochs kept say where the others were
+    # the unmeasured epoch is left out, and the epochs kept say where the others were
     assert mae["series"][1] == {"label": "trial 1", "values": [0.4, 0.2], "x": [1.0, 3.0]}
     html = figure_html(figure)
     assert "id='curve-0'" in html and "id='curve-1'" in html and "validation MAE" in html
 
 
 def test_a_long_curve_is_thinned_evenly_to_the_cap(data: Path) -> None:
-    task = create_task("forecasting", FORECAST)
+    task = create_task("forecasting", {**FORECAST, "trials": 1})
     long = [1 / (epoch + 1) for epoch in range(10_000)]
     verdict = task.score(RunResult(status="ok", value=forecast_trials(task, [long])))
     series = verdict.figure["panels"][0]["series"][0] if verdict.figure else {}
@@ -123,17 +125,19 @@ def test_a_long_curve_is_thinned_evenly_to_the_cap(data: Path) -> None:
 
 
 def test_sokoban_draws_the_training_solve_rate_against_env_steps(data: Path) -> None:
-    task = create_task("sokoban", SOKOBAN)
+    task = create_task("sokoban", {**SOKOBAN, "trials": 1})
     idle = np.zeros((len(task.levels.ensure().eval_levels()), task.max_steps), np.int8)
+    best = task.measure(0, {"output_0": idle})  # what the station measured of the trial's policy
     curve = [[12_800, 0.0], [25_600, 0.125], [38_400, "x"]]  # a malformed point is left out
-    value = {"trials": [{"trial": 0, "status": "ok", "seed": 0,
-                         "value": {"seed": 0, "eval_actions": idle, "curve": curve}}]}
+    value = {"trials": [{"trial": 0, "status": "ok", "seed": 0, "reported": {"seed": 0, "train_curve": curve},
+                         "station": {"checkpoints": 1, "curve": [best["metric"]], "best_checkpoint": 1,
+                                     "best": best, "stop": "max-epochs", "failure": None, "notes": []}}]}
     verdict = task.score(RunResult(status="ok", value=value))
     assert verdict.success
     figure = plain_json(verdict.figure)
     assert figure["x_label"] == "env steps"
     (panel,) = figure["panels"]
-    assert panel["title"] == "training solve rate" and panel["lower_is_better"] is False
+    assert panel["title"] == "training solve rate (reported by the run)" and panel["lower_is_better"] is False
     assert panel["series"] == [{"label": "trial 0", "values": [0.0, 0.125], "x": [12_800.0, 25_600.0]}]
 
 
@@ -144,46 +148,22 @@ def test_rna_draws_a_curve_per_dataset_and_keeps_its_details(data: Path) -> None
     for n, dataset in enumerate(DATASETS):
         labels = task.data.labels(dataset.name)
         pred = np.eye(dataset.d_output)[labels] if dataset.task_type == "multiclass_classification" else labels
-        value = {"dataset": dataset.name, "val_pred": pred.astype(np.float32), "seed": 1, "epochs": 2,
-                 "best_epoch": 2, "curve": [0.5, 0.9], "train_curve": [1.0, 0.6]}
-        trials.append({"trial": n, "status": "ok", "seed": 1, "value": value})
-    trials[4] = {"trial": 4, "status": "error", "seed": None, "error": "RuntimeError: out of luck", "value": None}
+        best = task.measure(n, {"output_0": pred.reshape(len(labels), -1).astype(np.float32)})
+        trials.append({"trial": n, "status": "ok", "seed": 1, "reported": {"seed": 1, "epochs": 2, "train_curve": [1.0, 0.6]},
+                       "station": {"checkpoints": 2, "curve": [0.5, 0.9], "best_checkpoint": 2, "best": best,
+                                   "stop": "max-epochs", "failure": None, "notes": []}})
+    trials[4] = {"trial": 4, "status": "error", "seed": None, "error": "RuntimeError: out of luck", "reported": None,
+                 "station": {"checkpoints": 0, "curve": [], "best_checkpoint": None, "best": None, "stop": "run-ended",
+                             "failure": "the run ended before it exported its apply function", "notes": []}}
     verdict = task.score(RunResult(status="ok", value={"trials": trials}))
     assert not verdict.success  # one dataset is missing: no score, but the curves of the others are drawn
-    assert "PRS (trial 4): error: RuntimeError: out of luck" in verdict.details
+    assert "PRS (trial 4): no measured checkpoint: " in verdict.details and "out of luck" in verdict.details
     assert "APA (trial 0, seed 1): " in verdict.details and "A constant predictor" in verdict.details
     figure = plain_json(verdict.figure)
     labels = [s["label"] for s in figure["panels"][0]["series"]]
     assert len(labels) == 6 and labels[0].startswith("APA") and not any(label.startswith("PRS") for label in labels)
-    assert figure["panels"][0]["lower_is_better"] is False and figure["panels"][1]["title"] == "training loss"
-
-
-class Toy(JaxTrainingTask):
-    """A JAX task whose trials report their own score: only the shared per-trial judging is tested."""
-
-    def __init__(self) -> None:
-        super().__init__(trials=3, trial_budget_s=1, trial_cpus=1, gpus_per_trial=0, grace_s=1, memory_mb=None)
-
-    def data_dir(self) -> Path:
-        return Path(".")
-
-    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
-        return {"score": float(value["score"]), "line": f"score {value['score']}"}
-
-    def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
-        return float(np.mean([s["score"] for s in scored])), {}, []
-
-
-def test_a_task_with_no_curves_has_no_figure_and_judging_is_unchanged() -> None:
-    trials = [{"trial": 0, "status": "ok", "seed": 0, "value": {"score": 1.0}},
-              {"trial": 1, "status": "timeout", "seed": 1, "error": "hung", "value": None},
-              {"trial": 2, "status": "ok", "seed": 2, "value": {"contract_error": "no network"}}]
-    verdict = Toy().score(RunResult(status="ok", value={"trials": trials}))
-    assert verdict.success and verdict.score == 1.0 and verdict.figure is None
-    assert "Trial 0 (seed 0): score 1.0" in verdict.details
-    assert "Trial 1 (seed 1): timeout: hung" in verdict.details
-    assert "Trial 2 (seed 2): ERROR: no network" in verdict.details
-    assert "figure" not in verdict.to_payload()
+    assert figure["panels"][0]["lower_is_better"] is False
+    assert figure["panels"][1]["title"] == "training loss (reported by the run)"
 
 
 # -- scRNA ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from evaluators.forecasting.dataset import (
-    INPUT_FILES, TEST_FILES, ForecastDataset, data_root, reference_scores,
+    INPUT_FILES, TEST_FILES, TRAIN_FILES, ForecastDataset, data_root, reference_scores,
 )
 from evaluators.forecasting.simulate import SIZES, SPLIT_FRACTIONS, simulate
 
@@ -172,6 +172,23 @@ def test_dataset_layout_hides_test(built, sim):
     assert info["windows"]["val"] == len(window_starts(sim["val_condition_labels"]))
     text = built.describe()
     assert f"{SMALL['n_neurons']:,} neurons" in text and f"{info['windows']['train']:,}" in text
+
+
+def test_training_runs_get_a_folder_with_the_training_split_only(built, sim):
+    assert sorted(p.name for p in built.train_dir.iterdir()) == sorted(TRAIN_FILES)
+    assert built.train_dir.stat().st_mode & 0o777 == 0o755
+    for file in TRAIN_FILES:
+        assert np.array_equal(np.load(built.train_dir / file), sim[file.removesuffix(".npy")]), file
+
+
+def test_the_scorer_s_inputs_are_the_windows_inputs_without_targets(built, sim):
+    starts = window_starts(sim["val_condition_labels"])[::3]
+    folder = built.scoring_inputs(starts)
+    assert [p.name for p in folder.iterdir()] == ["input_0.npy"]
+    x, _ = gather(sim["val_data"], starts)
+    assert np.array_equal(np.load(folder / "input_0.npy"), x)
+    assert built.scoring_inputs(starts) == folder  # made once
+    assert built.scoring_inputs(starts[1:]) != folder
 
 
 def test_building_twice_reuses(built):

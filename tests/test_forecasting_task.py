@@ -1,14 +1,16 @@
-"""The forecasting task through the real sandbox on the small simulated data, with tiny budgets:
-the baseline trains and is scored by the station from its predictions; a trial that diverges,
-crashes or hangs is reported while the others count; contract violations and harness tampering
-are refused clearly; the test split is never visible; seeds and hyperparameter draws are stable;
-three seeds run in parallel on a real local Ray instance.
+"""The forecasting task through the real sandbox on the small simulated data, with budgets in
+epochs: the baseline trains on the training split and the station scores its checkpoints on the
+validation split in a sandbox of its own (early stopping is the station's); a trial that
+diverges, crashes or hangs before any checkpoint is reported and leaves the evaluation without a
+score; contract violations are refused clearly; only the training split is visible to a run;
+seeds and hyperparameter draws are stable; three seeds run in parallel on a real local Ray
+instance. The attacks on the score are in test_redteam_jax.py.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -18,7 +20,7 @@ from station.config import ExecutorConfig
 from station.executors import create_executor
 from station.run_types import Mount, RunResult
 
-TINY = {"size": "small", "trials": 2, "trial_budget_s": 3, "max_epochs": 3, "patience": 2, "grace_s": 90}
+TINY = {"size": "small", "trials": 2, "trial_budget_s": 600, "max_epochs": 3, "patience": 2, "grace_s": 90}
 HEAD = '''import json, os
 import jax.numpy as jnp
 import flax.linen as nn
@@ -56,27 +58,50 @@ def local(cache: Path):
     executor.close()
 
 
-def evaluate(executor, code: str, **params):
+def evaluate(executor, code: str, timeout_s: float | None = None, **params):
     task = create_task("forecasting", {**TINY, **params})
+    if timeout_s is not None:  # each run's hard limit, as a config's timeout_s sets it
+        task.timeout_s = timeout_s
     result = task.execute(executor, code, mounts=[], label="test-forecast")
     return task, result, (task.score(result) if result.status == "ok" else None)
 
 
-def test_the_baseline_trains_and_the_station_scores_its_predictions(local) -> None:
+def test_the_baseline_trains_and_the_station_scores_its_checkpoints(local) -> None:
     # the epoch limit ends training, not the clock: the score must not depend on the machine's speed
     code = create_task("forecasting", TINY).baselines()[0].code
-    _, result, verdict = evaluate(local, code, trial_budget_s=600)
+    _, result, verdict = evaluate(local, code)
     assert result.status == "ok", result.stderr[-3000:]
     assert verdict.success, verdict.details
     assert -0.5 < verdict.score < 0  # minus a mean absolute error
     assert set(verdict.metrics) == {"Val_MAE_1", "Val_MAE_4", "Val_MAE_8", "Val_MAE_16", "Val_MAE_32"}
-    first = result.value["trials"][0]["value"]
-    assert len(first["curve"]) == first["epochs"] and 1 <= first["best_epoch"] <= first["epochs"]
-    assert first["stop"] in ("time-budget", "max-epochs", "early-stopping")
-    assert "2 of 2 trials counted" in verdict.details and "persistence" in verdict.details
     trials = result.value["trials"]
+    station, reported = trials[0]["station"], trials[0]["reported"]
+    assert station["checkpoints"] == 3 == len(station["curve"]) == reported["epochs"]
+    assert 1 <= station["best_checkpoint"] <= 3 and station["stop"] == "max-epochs"
+    assert -verdict.score == pytest.approx(sum(t["station"]["best"]["mae"] for t in trials) / 2)
+    assert "val_mae" not in reported and "curve" not in reported  # the run has no validation data
+    assert "2 trials, scored by the station" in verdict.details and "persistence" in verdict.details
+    assert "Reported by the run: 3 epochs" in verdict.details
     assert [t["seed"] for t in trials] == [0, 1]  # BASE_SEED 0 + trial
-    assert "=== trial 1 ===" in result.stdout and "val MAE" in result.stdout
+    assert "=== trial 1 ===" in result.stdout and "train loss" in result.stdout
+    panels = [p["title"] for p in verdict.figure["panels"]]
+    assert panels == ["validation MAE (measured by the station)", "training loss (reported by the run)"]
+
+
+def test_early_stopping_is_the_station_s(local) -> None:
+    """A network that never changes (learning rate 0): no checkpoint after the first is better,
+    so the station stops the run after `patience` more, whatever its own epoch limit."""
+    code = HEAD + '''
+
+def create_optimizer(learning_rate):
+    import optax
+    return optax.sgd(0.0)
+'''
+    _, result, verdict = evaluate(local, code, trials=1, max_epochs=10, patience=2)
+    assert verdict is not None and verdict.success, result.stderr[-3000:]
+    trial = result.value["trials"][0]
+    assert trial["station"]["stop"] == "early-stopping" and trial["station"]["checkpoints"] == 3
+    assert trial["station"]["best_checkpoint"] == 1 and trial["reported"]["stop"] == "station"
 
 
 def test_the_score_is_measured_by_the_station_from_the_predictions(local) -> None:
@@ -100,7 +125,7 @@ def create_network(hparams):
     assert -verdict.score == pytest.approx(persistence["mae"], rel=1e-5)
 
 
-def test_a_diverging_a_crashing_and_a_hanging_trial_are_reported_and_the_others_count(local) -> None:
+def test_a_diverging_a_crashing_and_a_hanging_trial_are_reported_and_leave_no_score(local) -> None:
     code = HEAD + '''
 import time
 
@@ -116,15 +141,17 @@ def create_network(hparams):
         time.sleep(600)
     return Linear()
 '''
-    task, result, verdict = evaluate(local, code, trials=4, grace_s=25)
+    task, result, verdict = evaluate(local, code, trials=4, timeout_s=60)
     assert result.status == "ok"
     statuses = [t["status"] for t in result.value["trials"]]
     assert statuses == ["ok", "ok", "error", "timeout"]
-    assert verdict.success and "1 of 4 trials counted (3 failed" in verdict.details
-    assert "Trial 1: ERROR: the training loss (epoch 1) is not finite" in verdict.details and "not finite" in verdict.details
+    assert not verdict.success and "3 of 4 trials have no checkpoint" in verdict.details
+    assert "Trial 0 (seed 0): val MAE" in verdict.details
+    assert "Trial 1: no measured checkpoint" in verdict.details
+    assert "the training loss (epoch 1) is not finite" in verdict.details
     assert "Trial 2" in verdict.details and "trial two breaks" in verdict.details
     assert "Trial 3" in verdict.details and "timed out" in verdict.details
-    assert result.value["trials"][3]["duration_s"] < 3 + 25 + 20  # killed at its own hard limit
+    assert result.value["trials"][3]["duration_s"] < 60 + 20  # killed at its own hard limit
 
 
 def test_when_every_trial_crashes_the_evaluation_fails_like_a_crash(local) -> None:
@@ -161,10 +188,6 @@ def create_network(hparams):
     return Wrong()
 ''', "must map (batch, 4, 64) to (batch, 32, 64)"),
     ('''
-import station_jax.forecast
-station_jax.forecast.train = lambda *a, **k: {"val_mae": 0.0}
-''', "replaced the harness's station_jax.forecast.train"),
-    ('''
 def training_loop():
     pass
 ''', "defines training_loop()"),
@@ -196,7 +219,7 @@ def test():
     _, result, verdict = evaluate(local, code)
     assert not verdict.success and verdict.details == "Test mode - no scoring"
     listing = next(line for line in result.stdout.splitlines() if line.startswith("LISTING"))
-    assert "train_data.npy" in listing and "val_data.npy" in listing and "test" not in listing
+    assert listing == "LISTING ['train_condition_labels.npy', 'train_data.npy']"  # no val, no test
     assert "forecast.py" in result.stdout and "HARNESS read-only" in result.stdout
     assert "test_data.npy" not in result.stdout.split("LISTING")[1]
     assert (private / "test_data.npy").exists()
@@ -272,7 +295,7 @@ def create_network(hparams):
 
 def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    task = create_task("forecasting", {**TINY, "trials": 3, "trial_budget_s": 6, "trial_cpus": 0.5})
+    task = create_task("forecasting", {**TINY, "trials": 3, "max_epochs": 2, "trial_cpus": 0.5})
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     ray = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2), hide=task.private_paths())
@@ -285,7 +308,7 @@ def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_
     assert result.value["check"]["checked"]
     assert sorted(p.name for p in barrier.iterdir()) == ["0", "1", "2"]
     verdict = task.score(result)
-    assert verdict.success and "3 of 3 trials counted" in verdict.details, verdict.details
+    assert verdict.success and "3 trials, scored by the station" in verdict.details, verdict.details
     assert [t["seed"] for t in result.value["trials"]] == [0, 1, 2]
 
 
@@ -294,7 +317,7 @@ def test_a_scripted_station_researches_forecasting_end_to_end(cache: Path, tmp_p
     from helpers import research_station_evaluations
 
     rows = research_station_evaluations(tmp_path / "st", "forecast-station", {
-        "tasks": [{"evaluator": "forecasting", "params": {**TINY, "trials": 1, "trial_budget_s": 2}}],
+        "tasks": [{"evaluator": "forecasting", "params": {**TINY, "trials": 1, "max_epochs": 1}}],
         "executor": {"max_parallel": 1}}, ticks=30)
     system = [r for r in rows if r["author"] == "System"]
     agents = [r for r in rows if r["author"] != "System"]

@@ -85,6 +85,9 @@ def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Pa
     assert np.array_equal(held, again)  # the same draw every time (seed 999)
     valid = read_split(SAMPLE, "valid")
     assert all(any(np.array_equal(h, v) for v in valid) for h in held[:10])
+    # runs get the training levels only; the source folder (its valid/) and the cache are hidden
+    assert [p.name for p in task.data_dir().iterdir()] == ["train_levels.npy"]
+    assert task.private_paths() == [task.levels.dir, SAMPLE.resolve()]
     with pytest.raises(BoxobanError, match="fewer than eval=5000"):
         create_task("sokoban", {**params, "eval_levels": 5000})
     assert load_tasks(config.research)["1"].levels.n_eval == 1000

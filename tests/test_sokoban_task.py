@@ -1,12 +1,13 @@
-"""The Sokoban task through the real sandbox with tiny budgets: the baseline trains and its
-solve rate is counted by the station replaying the returned actions (a trial cannot claim
-solves); the six-argument training_step hook and recurrent networks work; a diverging trial
-and a broken network are reported clearly while the other trials count.
+"""The Sokoban task through the real sandbox with tiny budgets (counted in env steps): the
+baseline trains on the training levels only, hands over its exported policy and final
+parameters, and the station plays the held-out levels with them and counts solves by replaying
+the actions; the six-argument training_step hook and recurrent networks work; a diverging trial
+counts as 0 solved and a broken network is a clear contract error.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ def create_network(hparams):
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     patch = pytest.MonkeyPatch()
     patch.setenv("STATION_SOKOBAN_DATA", str(tmp_path_factory.mktemp("sokoban")))
-    executor = create_executor(ExecutorConfig(kind="local"))
+    executor = create_executor(ExecutorConfig(kind="local"), hide=create_task("sokoban", TINY).private_paths())
     yield executor
     executor.close()
     patch.undo()
@@ -53,29 +54,20 @@ def evaluate(executor, code: str, **params):
     return task, result, (task.score(result) if result.status == "ok" else None)
 
 
-def test_the_baseline_trains_and_its_solves_are_counted_by_replay(local) -> None:
+def test_the_baseline_trains_and_the_station_plays_the_held_out_levels(local) -> None:
     task = create_task("sokoban", TINY)
     task, result, verdict = evaluate(local, task.baselines()[0].code)
     assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
-    trials = [t["value"] for t in result.value["trials"]]
-    assert [t["seed"] for t in trials] == [0, 1] and all(t["stop"] == "step-budget" for t in trials)
-    rates = [task.levels.solved(t["eval_actions"], task.max_steps).mean() for t in trials]
-    assert verdict.score == pytest.approx(round(100 * float(np.mean(rates)), 1))
-    assert all(t["claimed_solved"] == int(round(r * 40)) for t, r in zip(trials, rates))
-    assert "A uniformly random policy solves" in verdict.details and "held-out levels" in verdict.details
-
-
-def test_a_trial_cannot_claim_solves_it_did_not_make(local) -> None:
-    task = create_task("sokoban", TINY)
-    levels = task.levels.ensure().eval_levels()
-    idle = np.zeros((len(levels), task.max_steps), np.int8)  # walking up into the wall: solves nothing
-    forged = {"trials": [{"trial": 0, "status": "ok", "seed": 0, "value": {
-        "seed": 0, "eval_actions": idle, "claimed_solved": len(levels), "env_steps": 1, "stop": "step-budget"}},
-        {"trial": 1, "status": "ok", "seed": 1, "value": {"seed": 1, "eval_actions": idle[:3]}}]}
-    verdict = task.score(RunResult(status="ok", value=forged))
-    assert verdict.success and verdict.score == pytest.approx(100 * task.levels.solved(idle, 30).mean())
-    assert f"(the trial claimed {len(levels)})" in verdict.details
-    assert "Trial 1 (seed 1): its result was refused: action sequences of shape (3, 30)" in verdict.details
+    trials = result.value["trials"]
+    assert [t["seed"] for t in trials] == [0, 1]
+    assert all(t["reported"]["stop"] == "step-budget" and t["reported"]["env_steps"] == 3968 for t in trials)
+    # one checkpoint per trial, the final parameters: nothing is picked on the held-out levels
+    assert all(t["station"]["checkpoints"] == 1 and t["station"]["best_checkpoint"] == 1 for t in trials)
+    rates = [t["station"]["best"]["score"] for t in trials]
+    assert verdict.score == pytest.approx(round(float(np.mean(rates)), 1))
+    assert all(f"solved {round(r * 40 / 100)} of 40 held-out levels" in verdict.details for r in rates)
+    assert "scored by the station" in verdict.details and "Reported by the run: 3,968 env steps" in verdict.details
+    assert "A uniformly random policy solves" in verdict.details
 
 
 @pytest.mark.parametrize("gpus, devices, warned", [
@@ -84,10 +76,13 @@ def test_a_trial_cannot_claim_solves_it_did_not_make(local) -> None:
     (0.0, ["cpu"], False),
 ])
 def test_a_gpu_that_jax_did_not_use_is_pointed_out(local, gpus: float, devices: list[str], warned: bool) -> None:
-    task = create_task("sokoban", TINY)
+    task = create_task("sokoban", {**TINY, "trials": 1})
     idle = np.zeros((len(task.levels.ensure().eval_levels()), task.max_steps), np.int8)
+    best = task.measure(0, {"output_0": idle})
     value = {"gpus_per_trial": gpus, "trials": [
-        {"trial": 0, "status": "ok", "seed": 0, "value": {"seed": 0, "eval_actions": idle, "device": devices}}]}
+        {"trial": 0, "status": "ok", "seed": 0, "reported": {"seed": 0, "device": devices},
+         "station": {"checkpoints": 1, "curve": [best["metric"]], "best_checkpoint": 1, "best": best,
+                     "stop": "max-epochs", "failure": None, "notes": []}}]}
     verdict = task.score(RunResult(status="ok", value=value))
     assert verdict.success
     assert ("JAX saw only the CPU" in verdict.details) is warned, verdict.details
@@ -119,7 +114,8 @@ def training_step(network, optimizer, params, opt_state, batch, hparams):
     _, result, verdict = evaluate(local, code, trials=1)
     assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
     assert "CUSTOM STEP (16, 8, 5, 5, 8) (16, 16)" in result.stdout
-    assert result.value["trials"][0]["value"]["recurrent"] is True
+    trial = result.value["trials"][0]
+    assert trial["reported"]["recurrent"] is True and trial["station"]["best"] is not None
 
 
 def test_a_diverging_trial_is_reported_and_the_other_counts(local) -> None:
@@ -134,8 +130,10 @@ def training_step(network, optimizer, params, opt_state, batch, hparams):
 '''
     _, result, verdict = evaluate(local, code)
     assert verdict is not None and verdict.success
-    assert "1 of 2 trials counted (1 failed" in verdict.details
-    assert "Trial 1: ERROR:" in verdict.details and "diverged" in verdict.details
+    kept = result.value["trials"][0]["station"]["best"]["score"]
+    assert verdict.score == pytest.approx(round(kept / 2, 1))  # the diverged seed counts as 0 solved
+    assert "(1 failed, counted as 0.0)" in verdict.details
+    assert "Trial 1: no measured checkpoint" in verdict.details and "diverged" in verdict.details
 
 
 @pytest.mark.parametrize("body, message", [
@@ -169,11 +167,15 @@ def test_a_broken_network_is_a_clear_contract_error(local, body: str, message: s
 def test_the_level_set_is_held_out_and_reused(local, tmp_path: Path) -> None:
     task = create_task("sokoban", TINY)
     levels = task.levels.ensure()
-    train = np.load(levels.input_dir / "train_levels.npy")
+    train = np.load(levels.train_dir / "train_levels.npy")
     held = levels.eval_levels()
     assert train.shape == (300, 5, 5) and held.shape == (40, 5, 5)
     assert not {lv.tobytes() for lv in train} & {lv.tobytes() for lv in held}
-    stamp = (levels.input_dir / "train_levels.npy").stat().st_mtime_ns
-    assert create_task("sokoban", TINY).levels.ensure().input_dir == levels.input_dir
-    assert (levels.input_dir / "train_levels.npy").stat().st_mtime_ns == stamp
+    # a run's data folder holds the training levels only; the scorer's the held-out ones; both are hidden
+    assert sorted(p.name for p in task.data_dir().iterdir()) == ["train_levels.npy"]
+    assert sorted(p.name for p in task.scoring_dir(0).iterdir()) == ["eval_levels.npy"]
+    assert task.private_paths() == [levels.dir]
+    stamp = (levels.train_dir / "train_levels.npy").stat().st_mtime_ns
+    assert create_task("sokoban", TINY).levels.ensure().dir == levels.dir
+    assert (levels.train_dir / "train_levels.npy").stat().st_mtime_ns == stamp
     assert 0.0 <= levels.random_solve_rate(30) < 1.0

@@ -1,6 +1,8 @@
-"""One forecasting dataset on disk, made once and then reused: `input/` holds what runs may read
-(train and val, mounted read-only into every run), `private/` what only the trusted scorer reads
-(the test split, `dataset.json`, and `references.json` with the naive predictors' scores).
+"""One forecasting dataset on disk, made once and then reused: `input/` holds the train and val
+splits (the station's copy), `train/` the training split alone (hard links; the only data a
+training run sees, mounted read-only), `private/` the test split, `dataset.json`, and
+`references.json` with the naive predictors' scores, and `scoring-*/` the validation windows'
+inputs that the station's scoring sandbox reads. The whole folder is hidden from runs.
 
 The arrays are simulated (`simulate.py`) or taken from a folder of real ZAPBench arrays laid out
 as the reference preprocessing writes them (`--path DIR`).
@@ -36,7 +38,8 @@ from ..cache import build_once, exclusive
 from .simulate import SIZES, SPLIT_FRACTIONS, SPLITS, simulate
 
 GENERATOR = "sim-v1"
-INPUT_FILES = ("train_data.npy", "train_condition_labels.npy", "val_data.npy", "val_condition_labels.npy")
+TRAIN_FILES = ("train_data.npy", "train_condition_labels.npy")
+INPUT_FILES = (*TRAIN_FILES, "val_data.npy", "val_condition_labels.npy")
 TEST_FILES = ("test_data.npy", "test_condition_labels.npy")
 PREDICTORS = ("persistence", "context_mean", "train_mean")
 CHUNK_BYTES = 64 << 20  # memory bound for one chunk of frames or windows (71,721 neurons fit)
@@ -74,12 +77,17 @@ class ForecastDataset:
                 key, self.name = f"{key}-{split}", f"Simulated dataset ({size}, seed {seed}, {split} split)"
         self.dir = Path(root) / key
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
+        self.train_dir = self.dir / "train"
         self._info: dict[str, Any] | None = None
 
     # -- on disk --------------------------------------------------------------------------------
     def ready(self) -> bool:
         # dataset.json is moved into place last, so it marks a finished build
-        return (self.private_dir / "dataset.json").exists() and all((self.input_dir / f).exists() for f in INPUT_FILES)
+        return (
+            (self.private_dir / "dataset.json").exists()
+            and all((self.input_dir / f).exists() for f in INPUT_FILES)
+            and all((self.train_dir / f).exists() for f in TRAIN_FILES)
+        )
 
     def ensure(self) -> ForecastDataset:
         build_once(self.dir, self.ready, self._build)
@@ -97,10 +105,41 @@ class ForecastDataset:
         for file in INPUT_FILES:
             (building / "input" / file).chmod(0o644)
         (building / "input").chmod(0o755)
-        shutil.rmtree(self.input_dir, ignore_errors=True)
-        shutil.rmtree(self.private_dir, ignore_errors=True)
-        (building / "input").replace(self.input_dir)
-        (building / "private").replace(self.private_dir)
+        (building / "train").mkdir(mode=0o755)
+        for file in TRAIN_FILES:
+            _link_or_copy(building / "input" / file, building / "train" / file)
+        for folder in (self.input_dir, self.private_dir, self.train_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+        for name in ("input", "private", "train"):
+            (building / name).replace(self.dir / name)
+
+    def scoring_inputs(self, starts: np.ndarray) -> Path:
+        """A folder holding `input_0.npy`: the input frames (windows, CONTEXT, neurons) float32 of
+        the validation windows at `starts`, what the station's scorer maps the network over. Made
+        once per set of windows; the targets are not in it."""
+        starts = np.asarray(starts, dtype=np.int64)
+        digest = hashlib.sha256(starts.tobytes()).hexdigest()[:12]
+        folder = self.dir / f"scoring-{digest}"
+
+        def build(building: Path) -> None:
+            val = np.load(self.input_dir / "val_data.npy", mmap_mode="r")
+            out = np.lib.format.open_memmap(
+                building / "input_0.npy", mode="w+", dtype=np.float32, shape=(len(starts), CONTEXT, val.shape[1])
+            )
+            per_chunk = max(1, CHUNK_BYTES // ((CONTEXT + HORIZON) * val.shape[1] * 4))
+            for first in range(0, len(starts), per_chunk):
+                x, _ = gather(val, starts[first : first + per_chunk])
+                out[first : first + len(x)] = x
+            out.flush()
+            del out
+            (building / "input_0.npy").chmod(0o644)
+            building.chmod(0o755)
+            shutil.rmtree(folder / "ready", ignore_errors=True)
+            building.replace(folder / "ready")
+
+        self.ensure()
+        build_once(folder, lambda: (folder / "ready" / "input_0.npy").exists(), build)
+        return folder / "ready"
 
     def _simulate(self, input_dir: Path, private_dir: Path) -> dict[str, Any]:
         arrays = simulate(self.seed, **SIZES[self.size], split=self.split)
@@ -154,9 +193,9 @@ class ForecastDataset:
         return (
             f"**Data**: {kind}, {info['n_neurons']:,} neurons, normalised per neuron (train values "
             f"from {low_high[0]:.2f} to {low_high[1]:.2f}, mostly within [0, 1]). `train_data.npy` is "
-            f"({frames['train']:,}, {info['n_neurons']:,}) float32 and `val_data.npy` "
-            f"({frames['val']:,}, {info['n_neurons']:,}); `*_condition_labels.npy` give each frame's "
-            f"experimental condition (int; {len(info['conditions']['train'])} conditions in train). "
+            f"({frames['train']:,}, {info['n_neurons']:,}) float32 and `train_condition_labels.npy` gives "
+            f"each frame's experimental condition (int; {len(info['conditions']['train'])} conditions). "
+            f"The validation split ({frames['val']:,} frames) is the station's: training runs never see it. "
             f"A forecast sees {CONTEXT} consecutive frames and predicts the next {HORIZON}; a window never "
             f"crosses a change of condition or the end of a split, which leaves {windows['train']:,} "
             f"train and {windows['val']:,} validation windows.{test}"
@@ -316,6 +355,14 @@ def _integer_labels(labels: np.ndarray, file: Path) -> np.ndarray:
     if np.issubdtype(labels.dtype, np.floating) and np.isfinite(labels).all() and (labels == np.round(labels)).all():
         return labels.astype(np.int64)
     raise ValueError(f"forecasting: {file} must hold integer condition ids, got {labels.dtype}")
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+        target.chmod(0o644)
 
 
 def _place(source: Path, data: np.ndarray, target: Path) -> None:

@@ -1,11 +1,13 @@
 """Neural-activity forecasting (spec research §3.4): the ZAPBench interface on our simulated data or the real arrays.
 
 Agents supply hooks (`create_network`, optionally `compute_loss`, `create_optimizer`,
-`_define_hyperparameters`, `complete`, `BASE_SEED`, `BATCH_SIZE`); the harness trains 3 seeds.
-Each trial returns its best epoch's predictions for the scored validation windows, and the
-score is measured here from those predictions against the station's own copy of the data:
-−mean(val MAE over seeds), with the MAE at horizons 1, 4, 8, 16 and 32 as secondary metrics.
-The test split stays in the dataset's private folder, which no run can see.
+`_define_hyperparameters`, `complete`, `BASE_SEED`, `BATCH_SIZE`); the harness trains 3 seeds on
+the training split only, and the station scores them in two stages (jaxtrain/two_stage.py): each
+epoch's checkpoint is run by the station's own scorer on the validation windows, one window per
+call of the exported network, and measured here against the station's copy of the data. Early
+stopping and the best epoch are the station's. Score: −mean(best val MAE over seeds), with the MAE
+at horizons 1, 4, 8, 16 and 32 as secondary metrics. The test split stays in the dataset's private
+folder; the whole dataset folder is hidden from runs.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ from typing import Any
 import numpy as np
 
 from ..base import Baseline, register
-from ..jaxtrain.station_jax.windows import HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
-from ..jaxtrain.task import JaxTrainingTask
+from ..jaxtrain.station_jax.windows import CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
+from ..jaxtrain.two_stage import ExampleSpec, StopRule, TwoStageTask
 from .dataset import ForecastDataset, data_root
 from .play import submission as scripted_play
 
-MAX_SCORED_VALUES = 16_000_000  # predictions a trial sends back (windows x 32 x neurons), at most 64 MB
+MAX_SCORED_VALUES = 16_000_000  # predictions the scorer sends back per checkpoint (windows x 32 x neurons), 64 MB
+CHUNK_BYTES = 64 << 20  # the scorer's outputs per compiled call
 MAX_SCORED_NEURONS = 2048
 METRICS = tuple(f"Val_MAE_{h}" for h in HORIZONS_REPORTED)
 
 
 @register("forecasting")
-class Forecasting(JaxTrainingTask):
+class Forecasting(TwoStageTask):
     title = "Neural Activity Forecasting"
     description = "Forecast 32 future frames of whole-brain neural activity from the 4 frames before."
     harness_module = "forecast"
@@ -74,10 +77,10 @@ class Forecasting(JaxTrainingTask):
 
     # -- data ----------------------------------------------------------------------------------------------
     def data_dir(self) -> Path:
-        return self.dataset.ensure().input_dir
+        return self.dataset.ensure().train_dir  # the training split only
 
     def private_paths(self) -> list[Path]:
-        return [self.dataset.private_dir]
+        return [self.dataset.dir]  # val, test and the scorer's inputs; runs get theirs through mounts
 
     def scored_windows(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The validation windows and neurons the station scores (all of them when they fit)."""
@@ -103,14 +106,46 @@ class Forecasting(JaxTrainingTask):
         return window_starts(np.load(self.dataset.ensure().input_dir / "val_condition_labels.npy"))
 
     def trial_settings(self) -> dict[str, Any]:
+        return {"max_epochs": self.max_epochs, "default_batch": self.batch_size}
+
+    # -- two-stage scoring -----------------------------------------------------------------------------------
+    def scoring_dir(self, trial: int) -> Path:
+        return self.dataset.scoring_inputs(self.scored_windows()[0])
+
+    def example_spec(self, trial: int) -> ExampleSpec:
+        n = self.dataset.n_neurons
+        return ExampleSpec(inputs=[((CONTEXT, n), "float32")], outputs=[((HORIZON, n), "float32")])
+
+    def scorer_settings(self, trial: int) -> dict[str, Any]:
+        neurons = self.scored_windows()[1]
+        chunk = max(1, min(256, CHUNK_BYTES // (HORIZON * self.dataset.n_neurons * 4)))
+        return {"mode": "map", "chunk": chunk, "select_last_axis": None if neurons is None else neurons.tolist()}
+
+    def stop_rule(self, trial: int) -> StopRule:
+        return StopRule(self.patience, self.max_epochs, self.trial_budget_s, self.late_allowance_s())
+
+    def measure(self, trial: int, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The validation MAE of one checkpoint's predictions, against the station's own targets."""
         starts, neurons = self.scored_windows()
-        return {
-            "max_epochs": self.max_epochs,
-            "patience": self.patience,
-            "default_batch": self.batch_size,
-            "score_starts": starts.tolist(),
-            "score_neurons": None if neurons is None else neurons.tolist(),
-        }
+        pred = outputs.get("output_0")
+        width = self.dataset.n_neurons if neurons is None else len(neurons)
+        expected = (len(starts), HORIZON, width)
+        if not isinstance(pred, np.ndarray) or pred.shape != expected:
+            raise ValueError(f"predictions of shape {getattr(pred, 'shape', None)}, expected {expected}")
+        if not np.isfinite(pred).all():
+            raise ValueError("the predictions hold NaN or infinite values")
+        val = np.load(self.dataset.input_dir / "val_data.npy", mmap_mode="r")
+        by_horizon = np.zeros(HORIZON)
+        for i in range(0, len(starts), 64):  # bounded memory on the real data
+            _, target = gather(val, starts[i : i + 64])
+            if neurons is not None:
+                target = target[:, :, neurons]
+            by_horizon += mae_by_horizon(pred[i : i + 64].astype(np.float64), target) * len(target)
+        by_horizon /= len(starts)
+        mae = float(by_horizon.mean())
+        metrics = {f"Val_MAE_{h}": float(by_horizon[h - 1]) for h in HORIZONS_REPORTED}
+        line = f"val MAE {mae:.6f} (horizon 1: {metrics['Val_MAE_1']:.4f}, 32: {metrics['Val_MAE_32']:.4f})"
+        return {"score": -mae, "metric": round(mae, 6), "mae": mae, "metrics": metrics, "line": line}
 
     # -- what agents read ---------------------------------------------------------------------------------
     def spec(self) -> str:
@@ -140,35 +175,12 @@ class Forecasting(JaxTrainingTask):
             )
         ]
 
-    # -- scoring --------------------------------------------------------------------------------------------
-    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
-        starts, neurons = self.scored_windows()
-        pred = value.get("val_pred")
-        width = self.dataset.n_neurons if neurons is None else len(neurons)
-        expected = (len(starts), HORIZON, width)
-        if not isinstance(pred, np.ndarray) or pred.shape != expected:
-            raise ValueError(f"predictions of shape {getattr(pred, 'shape', None)}, expected {expected}")
-        if not np.isfinite(pred).all():
-            raise ValueError("the predictions hold NaN or infinite values")
-        val = np.load(self.dataset.input_dir / "val_data.npy", mmap_mode="r")
-        by_horizon = np.zeros(HORIZON)
-        for i in range(0, len(starts), 64):  # bounded memory on the real data
-            _, target = gather(val, starts[i : i + 64])
-            if neurons is not None:
-                target = target[:, :, neurons]
-            by_horizon += mae_by_horizon(pred[i : i + 64].astype(np.float64), target) * len(target)
-        by_horizon /= len(starts)
-        mae = float(by_horizon.mean())
-        metrics = {f"Val_MAE_{h}": float(by_horizon[h - 1]) for h in HORIZONS_REPORTED}
-        line = (
-            f"val MAE {mae:.6f} (horizon 1: {metrics['Val_MAE_1']:.4f}, 32: {metrics['Val_MAE_32']:.4f}); "
-            f"best epoch {value.get('best_epoch')} of {value.get('epochs')}, stopped by "
-            f"{value.get('stop')}, {value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}"
-        )
-        return {"score": -mae, "mae": mae, "metrics": metrics, "line": line}
-
+    # -- scoring ------------------------------------------------------------------------------------------
     def curve_panels(self) -> list[tuple[str, str, bool]]:
-        return [("curve", "validation MAE", True), ("train_curve", "training loss", True)]
+        return [
+            ("curve", "validation MAE (measured by the station)", True),
+            ("train_curve", "training loss (reported by the run)", True),
+        ]
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
         mae = float(np.mean([s["mae"] for s in scored]))
@@ -197,10 +209,11 @@ predict the next **32 frames** of every neuron (the ZAPBench setting).
 ## Data
 {data}
 
-Inside a run the data are in `{target}/` (read-only): `train_data.npy` and `val_data.npy`
-(frames x neurons, float32) with `train_condition_labels.npy` and `val_condition_labels.npy`
-(the experimental condition of each frame). A window is 36 consecutive frames of one
-condition: 4 inputs, 32 targets. The test split is held out and never reachable.
+Inside a run the training split is in `{target}/` (read-only): `train_data.npy` (frames x
+neurons, float32) and `train_condition_labels.npy` (the experimental condition of each frame).
+A window is 36 consecutive frames of one condition: 4 inputs, 32 targets. The validation split
+is the station's: no run sees it, and neither does anything else of yours. The test split is
+held out and never reachable.
 
 ## What to submit
 `submission.py` with hooks; the station's harness owns the training loop (it is in the
@@ -208,27 +221,36 @@ read-only package `station_jax/`, which you may read: `station_jax/forecast.py`)
 - `create_network(hparams)` (required): an object with `init(rng, x)` and
   `apply(params, x, training=False)` mapping x of shape (batch, 4, neurons) to (batch, 32, neurons).
   A Flax `linen` Module works as it is (BatchNorm statistics and a `dropout` RNG are handled).
+  The harness exports `apply(variables, x, training=False)` for one window with `jax.export`;
+  the station runs that export, one window per call. It must be plain JAX: host callbacks
+  (`jax.pure_callback`, `jax.debug.print`), custom calls other than `jnp.linalg`'s, or more than
+  1 MiB of constants embedded in the code are refused (keep what you learn in the parameters).
 - `compute_loss(predictions, targets, params, x)` (optional; default: mean absolute error).
 - `create_optimizer(learning_rate)` (optional; default: `optax.adam(learning_rate, eps=1e-8)`).
 - `_define_hyperparameters()` (optional): a dict; plain values are fixed, and
   `station_jax.hooks.choice([...])`, `uniform(a, b)`, `loguniform(a, b)`, `randint(a, b)` are drawn
   once per trial. `learning_rate` (default 1e-3) is passed to `create_optimizer`.
-- `complete(params, opt_state, info)` (optional): called with the best parameters at the end.
+- `complete(params, opt_state, info)` (optional): called with the last parameters at the end
+  (the station picks the best epoch itself and does not tell the run).
 - `BASE_SEED` (default 0) and `BATCH_SIZE` (default {batch}).
 Defining your own training loop, or changing the harness's functions, is refused.
 
-## How it is trained
+## How it is trained and scored
 {trials} trials with seeds `BASE_SEED + trial`, in parallel, each with {budget:g} minutes of
-training: shuffled training windows each epoch, at most {epochs} epochs, early stopping after
-{patience} epochs without a better validation MAE; the best epoch's parameters are kept. A trial
-whose loss becomes NaN, that crashes or that runs out of time is reported and the others still
-count. A quick check (build, one forward pass, one training step on the CPU) runs first.
-A submission that defines `test()` runs it instead (no score), for probing.
+training: shuffled training windows each epoch, at most {epochs} epochs. After each epoch the
+harness hands the parameters to the station, which measures them on the validation windows in
+a sandbox of its own (your code does not run there: only the exported network, one window at a
+time) and stops the trial after {patience} epochs without a better validation MAE; the best
+epoch counts. A quick check (build, one forward pass, one training step, the export, on the
+CPU) runs first. Every trial counts: one that crashes, diverges or runs out of time before the
+station measured any of its epochs leaves the evaluation without a score (epochs measured
+before a failure still count). What a run prints or returns about itself (epochs, seconds,
+training loss) is shown as its own report. A submission that defines `test()` runs it instead
+(no score), for probing.
 
 ## Score
-The best epoch's predictions are scored by the station: mean absolute error over every scored
-validation window and neuron. **Score = −(mean validation MAE over the trials)**: higher is
-better. Secondary: `Val_MAE_1`, `Val_MAE_4`, `Val_MAE_8`, `Val_MAE_16`, `Val_MAE_32`, the MAE at
+Mean absolute error over every scored validation window and neuron, at the best epoch.
+**Score = −(mean validation MAE over the trials)**: higher is better. Secondary: `Val_MAE_1`, `Val_MAE_4`, `Val_MAE_8`, `Val_MAE_16`, `Val_MAE_32`, the MAE at
 those forecast steps.
 
 The bar to clear, on this validation split (MAE, lower is better): copying the last input frame

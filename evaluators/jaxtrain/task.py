@@ -1,29 +1,24 @@
-"""JAX training tasks: one evaluation = a quick check run, then several seeded trials in parallel.
+"""JAX training tasks: what the three of them share (forecasting, Sokoban, RNA).
 
 The harness (`station_jax/`, mounted read-only into every run) owns the training loop; the
-agent's submission supplies hooks. Here, in the trusted parent:
-- a **check** run on the CPU builds the network and takes one step: a crash there is an
-  ordinary crash (the debugger may fix it) and no trial is started;
-- then `trials` **trial** runs with seeds BASE_SEED + trial, all submitted at once to the
-  executor (on Ray each is a task with its own `num_cpus`/`num_gpus`, so they spread over the
-  cluster; locally they are parallel sandboxes). Each has a training budget (the harness stops
-  training and reports) and a hard wall clock (the sandbox is killed);
-- the trials' results are scored by the task from the data they returned (predictions,
-  action sequences), never from numbers they printed. A trial that crashed, timed out or broke
-  the contract is reported; the others still count.
+agent's submission supplies hooks, and the station appends a driver that calls the task's
+harness module. An evaluation is a quick check run on the CPU (build, one step, the export: a
+crash there is an ordinary crash the debugger may fix, and no trial starts), then `trials`
+trial runs with seeds BASE_SEED + trial, all at once (on Ray each is a task with its own
+`num_cpus`/`num_gpus`). How a trial is run and scored is two_stage.py: the run trains on the
+training split only and hands over checkpoints; the station scores them in a sandbox of its own.
+Here: the settings, specs and GPU placement of the runs, and the details and figures of a verdict.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from station.run_types import Mount, RunResult, RunStatus
+from station.run_types import Mount, RunResult
 
 from ..base import Task, Verdict, figure_number
 
@@ -44,7 +39,7 @@ def _station_trial():
 class JaxTrainingTask(Task):
     mode = "function"
     entry = "_station_trial"
-    harness_module = ""  # "forecast" or "sokoban"
+    harness_module = ""  # "forecast", "sokoban" or "rna"
     data_target = ""  # where the task's data folder appears in the run, e.g. "task_data/forecasting"
     max_processes = 256  # XLA's and Ray's threads
     curve_x_label = "epoch"  # what the x values of the trials' learning curves count (see curve_panels)
@@ -87,27 +82,15 @@ class JaxTrainingTask(Task):
         # several trials may share one GPU: no process takes most of its memory up front
         return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
-    # -- running ------------------------------------------------------------------------------------------
-    def execute(
-        self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
-    ) -> RunResult:
-        base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
-        check = executor.run(self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s)))
-        if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
-            return check  # a crash, a timeout, test mode or a contract error: reported as it is
-        gpus = 0.0 if cpu_only else self._gpus_per_trial(executor)
-        specs = [self._trial_spec(base, "train", n, gpus, self.timeout_s) for n in range(self.trials)]
-        with ThreadPoolExecutor(len(specs), thread_name_prefix=f"{label}-trial") as pool:
-            results = list(pool.map(executor.run, specs))
-        return combine(check, results, gpus)
-
-    def _trial_spec(self, base, phase: str, trial: int, gpus: float, timeout_s: float):
+    # -- running (two_stage.py) ------------------------------------------------------------------------
+    def _trial_spec(self, base, phase: str, trial: int, gpus: float, timeout_s: float, **extra: Any):
         settings = {
             "phase": phase,
             "trial": trial,
             "data": self.data_target,
             "budget_s": self.trial_budget_s,
             **self.trial_settings(),
+            **extra,
         }
         # RLIMIT_AS breaks CUDA: a GPU trial runs without a memory cap (the GPU's own memory bounds it)
         return replace(
@@ -127,11 +110,6 @@ class JaxTrainingTask(Task):
         return 1.0 if count else 0.0
 
     # -- scoring ------------------------------------------------------------------------------------------
-    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
-        """The station's own measurement of one trial: {"score": float, "metrics": {...}, "line": str}.
-        Raises ValueError when the trial's data do not hold up."""
-        raise NotImplementedError
-
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
         """(primary score, secondary metrics, extra detail lines) from the scored trials."""
         raise NotImplementedError
@@ -154,35 +132,6 @@ class JaxTrainingTask(Task):
         """How the details name the n-th trial."""
         return f"Trial {trial['trial']}" + (f" (seed {trial['seed']})" if trial.get("seed") is not None else "")
 
-    def judge_trial(self, n: int, value: dict[str, Any]) -> dict[str, Any]:
-        """The n-th trial's data measured (see score_trial); may add "label", its name in the figure."""
-        return self.score_trial(value)
-
-    def judge_trials(self, trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-        """(each trial that ran and returned usable data, measured; one line of details per trial)."""
-        scored, lines = [], []
-        for n, trial in enumerate(trials):
-            head = self.trial_head(n, trial)
-            given = trial.get("value")
-            inner: dict[str, Any] = given if isinstance(given, dict) else {}
-            if trial["status"] != "ok":
-                lines.append(f"{head}: {trial['status']}: {trial.get('error') or 'no result'}")
-            elif inner.get("contract_error"):
-                lines.append(f"{head}: ERROR: {inner['contract_error']}")
-            else:
-                try:
-                    one = self.judge_trial(n, inner)
-                except (ValueError, KeyError, TypeError) as err:
-                    lines.append(f"{head}: its result was refused: {err}")
-                    continue
-                scored.append({**one, "trial": trial["trial"], "value": inner})
-                lines.append(f"{head}: {one['line']}")
-        return scored, lines
-
-    def figure(self, scored: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The learning curves of the scored trials, for the viewer."""
-        return learning_curves(self.curve_panels(), scored, self.curve_x_label)
-
     def read_trials(self, result: RunResult, count: int | None = None) -> tuple[dict[str, Any], list] | Verdict:
         """(the run's value, its trials), or the verdict of a run with no trials to judge (`count`:
         how many trials the task runs, when a run must have them all)."""
@@ -204,68 +153,6 @@ class JaxTrainingTask(Task):
                 "build where the trials run (pip install -e '.[gpu]')."
             ]
         return []
-
-    def score(self, result: RunResult) -> Verdict:
-        found = self.read_trials(result)
-        if isinstance(found, Verdict):
-            return found
-        value, trials = found
-        scored, lines = self.judge_trials(trials)
-        if not scored:
-            return Verdict(False, details="No trial produced a usable result.\n" + "\n".join(lines))
-        score, metrics, extra = self.summary(scored)
-        failed = len(trials) - len(scored)
-        head = (
-            f"{len(scored)} of {len(trials)} trials counted"
-            + (f" ({failed} failed, listed below)" if failed else "")
-            + f"; score {score:.{self.display_precision}f}"
-        )
-        extra = [*extra, *self.gpu_warning(value, [s["value"] for s in scored])]
-        best = max(scored, key=lambda s: s["score"])
-        spread = statistics.pstdev([s["score"] for s in scored]) if len(scored) > 1 else 0.0
-        tail = [
-            f"Spread over seeds: std {spread:.{self.display_precision}f}",
-            f"Best trial {best['trial']}: hyperparameters {json.dumps(best['value'].get('hparams', {}))}",
-        ]
-        details = "\n".join([head, *lines, *extra, *tail])
-        return Verdict(True, score, details, metrics=metrics, figure=self.figure(scored))
-
-
-def combine(check: RunResult, trials: list[RunResult], gpus_per_trial: float = 0.0) -> RunResult:
-    """One RunResult for the evaluation: every trial's outcome as data, the logs one after another."""
-    listed = [
-        {
-            "trial": n,
-            "status": r.status,
-            "error": r.error,
-            "duration_s": round(r.duration_s, 2),
-            "seed": (r.value or {}).get("seed") if isinstance(r.value, dict) else None,
-            "value": r.value if isinstance(r.value, dict) else None,
-        }
-        for n, r in enumerate(trials)
-    ]
-    usable = [r for r in trials if r.status == "ok"]
-    broken = next((r for r in trials if r.status == "system_error"), None)
-    status: RunStatus
-    if broken is not None:  # the machinery failed, not the code: no partial score is charged to anyone
-        status, error, trace, code = "system_error", broken.error, None, None
-    elif usable:
-        status, error, trace, code = "ok", None, None, 0
-    else:  # nothing to score: the evaluation fails like a single run would (a crash may be debugged)
-        first = next((r for r in trials if r.status == "error"), trials[0])
-        status, error, trace, code = first.status, first.error, first.traceback, first.exit_code
-    logs = [("check", check)] + [(f"trial {n}", r) for n, r in enumerate(trials)]
-    return RunResult(
-        status=status,
-        value={"check": check.value, "trials": listed, "gpus_per_trial": gpus_per_trial},
-        stdout="\n".join(f"=== {name} ===\n{r.stdout}" for name, r in logs if r.stdout),
-        stderr="\n".join(f"=== {name} ===\n{r.stderr}" for name, r in logs if r.stderr),
-        exit_code=code,
-        error=error,
-        traceback=trace,
-        duration_s=check.duration_s + max(r.duration_s for r in trials),
-        isolation=trials[0].isolation,
-    )
 
 
 def learning_curves(

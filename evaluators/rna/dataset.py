@@ -1,6 +1,9 @@
-"""The 7 RNA datasets on disk, made once and then reused: `input/<dataset>/{train,val}.csv` is what
-runs may read (mounted read-only into every run), `private/` what only the trusted scorer reads
-(each `<dataset>/test.csv` and `dataset.json`).
+"""The 7 RNA datasets on disk, made once and then reused, in one folder hidden from every run:
+`input/<dataset>/{train,val}.csv` is the station's copy (it measures against these labels),
+`train/<dataset>/train.csv` the training split alone (hard links; the only data a training run
+sees, mounted read-only), `scoring/<dataset>/input_0.npy` the validation sequences one-hot and
+padded (N, max_seq_len, 4) float32, what the station's scoring sandbox maps the network over (no
+labels), and `private/` each `<dataset>/test.csv` and `dataset.json`.
 
 The source is the seeded synthetic sample (simulate.py, written in BEACON's layout first) or a
 folder of the real BEACON files (`path`); both go through the same reader (real_data.py), and
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluators.jaxtrain.station_jax.rna import read_split
+from evaluators.jaxtrain.station_jax.rna import encode, one_hot, read_split
 
 from ..cache import build_once
 from .beacon import BY_NAME, DATASETS, RnaDataset
@@ -36,6 +39,7 @@ from .real_data import Split, read_dataset
 from .simulate import SIZES, write_beacon_folder
 
 GENERATOR = "sim-v1"
+SCORING_CHUNK = 4096  # sequences one-hot encoded at a time, when the scorer's inputs are written
 
 
 def data_root() -> Path:
@@ -60,15 +64,23 @@ class RnaData:
             key, self.name = f"{GENERATOR}-{size}-seed{seed}", f"Synthetic sample ({size}, seed {seed})"
         self.dir = Path(root) / key
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
+        self.train_dir, self.scoring_root = self.dir / "train", self.dir / "scoring"
         self._info: dict[str, Any] | None = None
         self._labels: dict[tuple[str, str], np.ndarray] = {}
 
     # -- on disk --------------------------------------------------------------------------------
     def ready(self) -> bool:
         # dataset.json is moved into place last, so it marks a finished build
-        return (self.private_dir / "dataset.json").exists() and all(
-            (self.input_dir / d.name / f"{split}.csv").exists() for d in DATASETS for split in ("train", "val")
+        return (
+            (self.private_dir / "dataset.json").exists()
+            and all((self.input_dir / d.name / f"{split}.csv").exists() for d in DATASETS for split in ("train", "val"))
+            and all((self.train_dir / d.name / "train.csv").exists() for d in DATASETS)
+            and all((self.scoring_dir(d.name) / "input_0.npy").exists() for d in DATASETS)
         )
+
+    def scoring_dir(self, name: str) -> Path:
+        """The folder the station's scorer sees for dataset `name`: `input_0.npy`, no labels."""
+        return self.scoring_root / name
 
     def ensure(self) -> RnaData:
         build_once(self.dir, self.ready, self._build)
@@ -90,14 +102,20 @@ class RnaData:
                 target.mkdir(parents=True, exist_ok=True)
                 write_split(target / f"{split}.csv", dataset, data)
             info["datasets"][dataset.name] = summarise(dataset, folder, splits)
+            (building / "train" / dataset.name).mkdir(parents=True)
+            _link_or_copy(
+                building / "input" / dataset.name / "train.csv", building / "train" / dataset.name / "train.csv"
+            )
+            length = info["datasets"][dataset.name]["max_seq_len"]
+            write_scoring_inputs(building / "scoring" / dataset.name, splits["val"].sequences, length)
         (building / "private" / "dataset.json").write_text(json.dumps(info, indent=2))
-        for path in (building / "input").rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        (building / "input").chmod(0o755)
-        shutil.rmtree(self.input_dir, ignore_errors=True)
-        shutil.rmtree(self.private_dir, ignore_errors=True)
-        (building / "input").replace(self.input_dir)
-        (building / "private").replace(self.private_dir)
+        for name in ("input", "train", "scoring"):
+            for path in (building / name).rglob("*"):
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            (building / name).chmod(0o755)
+        for name in ("input", "train", "scoring", "private"):
+            shutil.rmtree(self.dir / name, ignore_errors=True)
+            (building / name).replace(self.dir / name)
 
     def labels(self, name: str, split: str = "val") -> np.ndarray:
         """The station's own copy of a split's labels (test from `private/`), as the harness reads them."""
@@ -160,6 +178,26 @@ def write_split(path: Path, dataset: RnaDataset, split: Split) -> None:
         writer.writerow(["sequence", *dataset.label_names])
         for sequence, row in zip(split.sequences, labels):
             writer.writerow([sequence, *(str(int(v)) if whole else repr(float(v)) for v in row)])
+
+
+def write_scoring_inputs(folder: Path, sequences: list[str], length: int) -> None:
+    """`input_0.npy`: the sequences as the network sees them, one-hot (N, length, 4) float32 and
+    zero-padded on the right, written in chunks (bounded memory on the real files)."""
+    folder.mkdir(parents=True)
+    out = np.lib.format.open_memmap(
+        folder / "input_0.npy", mode="w+", dtype=np.float32, shape=(len(sequences), length, 4)
+    )
+    for first in range(0, len(sequences), SCORING_CHUNK):
+        out[first : first + SCORING_CHUNK] = one_hot(encode(sequences[first : first + SCORING_CHUNK], length))
+    out.flush()
+    del out
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def summarise(dataset: RnaDataset, folder: Path, splits: dict[str, Split]) -> dict[str, Any]:

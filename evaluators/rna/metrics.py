@@ -1,18 +1,82 @@
-"""The station's measurement of one dataset: a trial's validation predictions against the station's
-own labels, with the dataset's metric. The metric functions themselves (R², Spearman, macro
-AUC-ROC, accuracy) live in the harness module, station_jax/rna.py, so that a trial stops early
-on exactly the number the station later measures; here they are applied to checked predictions.
+"""The station's measurement of one dataset: the validation predictions of a trial's checkpoint
+against the station's own labels, with the dataset's metric (R², Spearman, macro AUC-ROC,
+accuracy; higher is better). Only the station measures: the training run never sees the
+validation split (evaluators/jaxtrain/two_stage.py).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from evaluators.jaxtrain.station_jax.rna import metric_value, output_shapes
+from evaluators.jaxtrain.station_jax.rna import output_shapes
 
 from .beacon import RnaDataset
+
+
+# -- metrics (higher is better); all float64 ---------------------------------------------------------------
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks; tied values share the mean of their ranks (as scipy.stats.rankdata)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    first_of_tie = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    starts = np.flatnonzero(first_of_tie)  # 0-based positions where each group of ties begins
+    ends = np.append(starts[1:], len(values))
+    ranks = np.empty(len(values))
+    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(first_of_tie) - 1]  # mean of ranks start+1 .. end
+    return ranks
+
+
+def r2(pred: np.ndarray, target: np.ndarray) -> float:
+    """Coefficient of determination of one target; NaN when the targets are all equal."""
+    pred, target = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    total = float(np.sum((target - target.mean()) ** 2))
+    return 1.0 - float(np.sum((target - pred) ** 2)) / total if total > 0 else math.nan
+
+
+def spearman(pred: np.ndarray, target: np.ndarray) -> float:
+    """Spearman's rank correlation. A constant prediction carries no ranking: 0 (scipy gives NaN)."""
+    a, b = average_ranks(pred), average_ranks(target)
+    a, b = a - a.mean(), b - b.mean()
+    scale = math.sqrt(float(np.sum(a * a)) * float(np.sum(b * b)))
+    return float(np.sum(a * b)) / scale if scale > 0 else 0.0
+
+
+def auc_roc(score: np.ndarray, label: np.ndarray) -> float:
+    """Area under the ROC curve of one binary label (ties count one half); NaN with one class only."""
+    label = np.asarray(label) > 0.5
+    positives, negatives = int(label.sum()), int((~label).sum())
+    if not positives or not negatives:
+        return math.nan
+    rank_sum = float(average_ranks(score)[label].sum())
+    return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
+
+
+def macro_auc_roc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Mean AUC-ROC over the labels; a label with a single value in `labels` is skipped."""
+    aucs = [auc_roc(scores[:, k], labels[:, k]) for k in range(labels.shape[1])]
+    kept = [a for a in aucs if not math.isnan(a)]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def accuracy(logits: np.ndarray, classes: np.ndarray) -> float:
+    return float(np.mean(np.argmax(logits, axis=1) == np.asarray(classes)))
+
+
+def metric_value(metric: str, pred: np.ndarray, target: np.ndarray) -> float:
+    """The dataset's metric: r2 (the mean over outputs for several), spearman, auc_roc, accuracy."""
+    pred = np.asarray(pred, dtype=np.float64)
+    if metric == "accuracy":
+        return accuracy(pred, target)
+    if metric == "auc_roc":
+        return macro_auc_roc(pred, target)
+    pred = pred.reshape(len(pred), -1)
+    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
+    per_output = r2 if metric == "r2" else spearman
+    return float(np.mean([per_output(pred[:, k], target[:, k]) for k in range(target.shape[1])]))
 
 
 def checked_predictions(dataset: RnaDataset, pred: Any, rows: int) -> np.ndarray:

@@ -2,14 +2,18 @@
 
 Agents supply hooks (`create_network`, optionally `create_optimizer`, `_define_hyperparameters`,
 `complete`, `BASE_SEED`, `BATCH_SIZE`); the loss is fixed per task type. One evaluation is the
-check run (the network for every dataset, one step each) and then 7 trials, trial n training
-dataset n. Each trial returns its best epoch's validation predictions, and the station measures
-each dataset's metric from them against its own labels. Score: the mean of the 7 metrics; with a
-dataset missing (its trial crashed, timed out or returned unusable predictions) there is no
-score (n.a.), and the details list what happened to each. Test splits stay in the private folder.
+check run (the network for every dataset, one step and its export each) and then 7 trials,
+trial n training dataset n on its training split only, scored in two stages
+(jaxtrain/two_stage.py): each epoch's checkpoint is run by the station's own scorer on the
+dataset's validation sequences, one sequence per call of the exported network, and measured
+here against the station's labels; early stopping and the best epoch are the station's.
+Score: the mean of the 7 metrics at each dataset's best epoch. A dataset without a measured
+epoch (its trial crashed, timed out or handed over nothing usable) leaves the evaluation
+without a score, and the details say what happened to each: the trials are 7 different
+datasets, not 7 seeds, so there is no worst score to put in its place (an R² has no lower
+bound). The whole dataset folder is hidden from runs; test splits are never used.
 
-The trials are 7 datasets rather than 7 seeds, so this task states its own verdict (`score`)
-instead of JaxTrainingTask's summary over seeds.
+This task states its own verdict (`score`) instead of TwoStageTask's summary over seeds.
 """
 
 from __future__ import annotations
@@ -24,21 +28,25 @@ import numpy as np
 from station.run_types import RunResult
 
 from ..base import Baseline, Verdict, register
-from ..jaxtrain.task import JaxTrainingTask
-from .beacon import DATASETS, METRIC_KEYS, RnaDataset
+from ..jaxtrain.task import learning_curves
+from ..jaxtrain.two_stage import ExampleSpec, StopRule, TwoStageTask, curves_reported, reported_line, run_line
+from .beacon import DATASETS, METRIC_KEYS
 from .dataset import RnaData, data_root
 from .metrics import measure
 from .play import submission as scripted_play
 
 
 @register("rna_modelling")
-class RnaModelling(JaxTrainingTask):
+class RnaModelling(TwoStageTask):
     title = "RNA Modelling"
     description = "Design one network for 7 RNA sequence tasks (BEACON): regression, multilabel and multiclass."
     harness_module = "rna"
     data_target = "task_data/rna"
     display_precision = 4
     metric_formats = {name: ".4f" for name in METRIC_KEYS}
+    # a dataset without a measured epoch fails the evaluation: the trials are 7 datasets, each with
+    # its own metric, so no worst value can stand in for one (an R² has no lower bound)
+    failed_trial_score = None
 
     @classmethod
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
@@ -72,13 +80,39 @@ class RnaModelling(JaxTrainingTask):
 
     # -- data ----------------------------------------------------------------------------------------------
     def data_dir(self) -> Path:
-        return self.data.ensure().input_dir
+        return self.data.ensure().train_dir  # the training splits only
 
     def private_paths(self) -> list[Path]:
-        return [self.data.private_dir]
+        return [self.data.dir]  # val, test and the scorer's inputs; runs get theirs through mounts
 
     def trial_settings(self) -> dict[str, Any]:
-        return {"max_epochs": self.max_epochs, "patience": self.patience, "datasets": self.data.trial_datasets()}
+        return {"max_epochs": self.max_epochs, "datasets": self.data.trial_datasets()}
+
+    # -- two-stage scoring: trial n is dataset n -----------------------------------------------------------
+    def scoring_dir(self, trial: int) -> Path:
+        return self.data.ensure().scoring_dir(DATASETS[trial].name)
+
+    def example_spec(self, trial: int) -> ExampleSpec:
+        """One sequence, one-hot and zero-padded to the dataset's length, as in training (no mask:
+        the network sees padding as all-zero positions, as it does in its batches)."""
+        dataset = DATASETS[trial]
+        return ExampleSpec(
+            inputs=[((self.data.max_seq_len(dataset.name), 4), "float32")], outputs=[((dataset.d_output,), "float32")]
+        )
+
+    def stop_rule(self, trial: int) -> StopRule:
+        return StopRule(self.patience, self.max_epochs, self.trial_budget_s, self.late_allowance_s())
+
+    def measure(self, trial: int, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        """One checkpoint's validation metric, against the station's own labels."""
+        dataset = DATASETS[trial]
+        value = measure(dataset, outputs.get("output_0"), self.data.labels(dataset.name))
+        return {
+            "score": value,
+            "metric": round(value, 6),
+            "metrics": {dataset.metric_key: value},
+            "line": f"{dataset.metric} {value:.4f}",
+        }
 
     # -- what agents read ---------------------------------------------------------------------------------
     def spec(self) -> str:
@@ -104,60 +138,64 @@ class RnaModelling(JaxTrainingTask):
         ]
 
     # -- scoring --------------------------------------------------------------------------------------------
-    def measure_trial(self, dataset: RnaDataset, value: dict[str, Any]) -> tuple[float, str]:
-        """(the metric, one line of details) of one trial's result; ValueError when it does not hold up."""
-        if value.get("dataset") != dataset.name:
-            raise ValueError(f"it reports dataset {value.get('dataset')!r}, but trained {dataset.name}")
-        metric = measure(dataset, value.get("val_pred"), self.data.labels(dataset.name))
-        line = (
-            f"{dataset.metric} {metric:.4f}; best epoch {value.get('best_epoch')} of {value.get('epochs')}, "
-            f"stopped by {value.get('stop')}, {value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}"
-        )
-        return metric, line
-
     # trial n trains dataset n: the details and the figure name the dataset
     def trial_head(self, n: int, trial: dict[str, Any]) -> str:
         seed = f", seed {trial['seed']})" if trial.get("seed") is not None else ")"
         return f"{DATASETS[n].name} (trial {trial['trial']}{seed}"
 
-    def judge_trial(self, n: int, value: dict[str, Any]) -> dict[str, Any]:
-        dataset = DATASETS[n]
-        metric, line = self.measure_trial(dataset, value)
-        return {
-            "metric": metric,
-            "key": dataset.metric_key,
-            "line": line,
-            "label": f"{dataset.name} ({dataset.metric})",
-        }
-
     def curve_panels(self) -> list[tuple[str, str, bool]]:
-        return [("curve", "validation metric (each dataset's own)", False), ("train_curve", "training loss", True)]
+        return [
+            ("curve", "validation metric (each dataset's own, measured by the station)", False),
+            ("train_curve", "training loss (reported by the run)", True),
+        ]
 
     def score(self, result: RunResult) -> Verdict:
         found = self.read_trials(result, count=len(DATASETS))
         if isinstance(found, Verdict):
             return found
         value, trials = found
-        scored, lines = self.judge_trials(trials)
         metrics: dict[str, float | None] = dict.fromkeys(METRIC_KEYS)
-        metrics.update({one["key"]: one["metric"] for one in scored})
-        used = [one["value"] for one in scored]
-        figure = self.figure(scored)
+        lines, drawn = [], []
+        for n, (trial, dataset) in enumerate(zip(trials, DATASETS)):
+            head = self.trial_head(n, trial)
+            station, reported = trial.get("station") or {}, trial.get("reported") or {}
+            ran = run_line(trial, reported)
+            best = station.get("best")
+            if best is None:
+                why = "; ".join(filter(None, [station.get("failure"), ran])) or "no checkpoint could be measured"
+                lines.append(f"{head}: no measured checkpoint: {why}")
+            else:
+                metrics[dataset.metric_key] = best["score"]
+                lines.append(
+                    f"{head}: {best['line']}; best checkpoint {station['best_checkpoint']} of "
+                    f"{station['checkpoints']} (stopped by the station: {station['stop']}). "
+                    f"Reported by the run: {reported_line(reported)}" + (f"; {ran}" if ran else "")
+                )
+                label = f"{dataset.name} ({dataset.metric})"
+                drawn.append(
+                    {"trial": n, "label": label, "value": {"curve": station["curve"], **curves_reported(reported)}}
+                )
+            lines += [f"  {note}" for note in station.get("notes") or []]
+        figure = learning_curves(self.curve_panels(), drawn, self.curve_x_label)
         references = self.data.references()
         lines.append(
             f"A constant predictor (train mean, label frequencies, most common class) scores "
             f"{np.mean(list(references.values())):.4f}: "
             + ", ".join(f"{name} {metric:.4f}" for name, metric in references.items())
         )
-        lines += self.gpu_warning(value, used)
+        reported_values = [t.get("reported") or {} for t in trials]
+        lines += self.gpu_warning(value, reported_values)
         missing = [d.name for d in DATASETS if metrics[d.metric_key] is None]
         if missing:
-            head = f"No score: {len(missing)} of {len(DATASETS)} datasets have no metric ({', '.join(missing)})."
+            head = (
+                f"No score: {len(missing)} of {len(DATASETS)} datasets have no metric ({', '.join(missing)}); "
+                "every dataset counts."
+            )
             return Verdict(False, details="\n".join([head, *lines]), metrics=metrics, figure=figure)
         score = float(np.mean([metrics[key] for key in METRIC_KEYS]))
-        hparams = json.dumps(used[0].get("hparams", {}), sort_keys=True)
-        head = f"Mean of the 7 validation metrics: {score:.{self.display_precision}f}"
-        details = "\n".join([head, *lines, f"Hyperparameters (APA): {hparams}"])
+        hparams = json.dumps(reported_values[0].get("hparams", {}), sort_keys=True)
+        head = f"Mean of the 7 validation metrics, measured by the station: {score:.{self.display_precision}f}"
+        details = "\n".join([head, *lines, f"Hyperparameters (APA, reported by the run): {hparams}"])
         return Verdict(True, score, details, metrics=metrics, figure=figure)
 
 
@@ -171,10 +209,11 @@ from the hyperparameters it is given.
 ## Data
 {data}
 
-Inside a run the data are in `{target}/<dataset>/train.csv` and `val.csv` (read-only): a header
+Inside a run the training splits are in `{target}/<dataset>/train.csv` (read-only): a header
 `sequence,<label names>`, then one row per sequence. Labels: `label` for one target (a class
 index 0..12 for ncRNA), `ON,OFF,ON_OFF` for PRS, the 12 modification names (0/1) for Modif. The
-test splits are held out and never reachable.
+validation splits are the station's: no run sees them, and neither does anything else of yours.
+The test splits are held out and never reachable.
 
 **Input to the network**: x of shape (batch, max_seq_len, 4), float32, a one-hot over
 A, T/U, C, G (channels in that order). IUPAC ambiguity codes share their weight between their
@@ -193,32 +232,43 @@ read-only package `station_jax/`, which you may read: `station_jax/rna.py`).
   multilabel_classification, multiclass_classification), `metric`, `level` ("sequence") and
   `max_seq_len`. The output must be (batch,) or (batch, 1) for regression and
   (batch, d_output) otherwise (logits for the classification tasks).
+  The harness exports `apply(variables, x, deterministic=True)` for one sequence (x of shape
+  (1, max_seq_len, 4)) with `jax.export`; the station runs that export, one sequence per call.
+  It must be plain JAX: host callbacks (`jax.pure_callback`, `jax.debug.print`), custom calls
+  other than `jnp.linalg`'s, or more than 1 MiB of constants embedded in the code are refused
+  (keep what you learn in the parameters).
 - `create_optimizer(learning_rate)` (optional; default: `optax.adamw(learning_rate, weight_decay=0.01)`).
 - `_define_hyperparameters()` (optional): a dict over the defaults `learning_rate` 1e-3,
   `hidden_dim` 512, `dropout` 0.1; plain values are fixed, and `station_jax.hooks.choice([...])`,
   `uniform(a, b)`, `loguniform(a, b)`, `randint(a, b)` are drawn once per trial.
-- `complete(params, opt_state, info)` (optional): called with the best parameters of each trial.
+- `complete(params, opt_state, info)` (optional): called with the last parameters of each trial
+  (the station picks the best epoch itself and does not tell the run).
 - `BASE_SEED` (default 0) and `BATCH_SIZE` (default 64).
 **The loss is fixed** and cannot be overridden: mean squared error for regression and multilabel
 regression, sigmoid binary cross-entropy for multilabel classification, softmax cross-entropy for
 multiclass classification. Defining your own loss or training loop, or changing the harness's
 functions, is refused.
 
-## How it is trained
+## How it is trained and scored
 A quick check first (on the CPU): the network is built for all 7 datasets, its output shape is
-checked and one training step is taken on each. Then 7 trials in parallel, trial n training
-dataset n (table above) with seed `BASE_SEED + crc32(dataset name) % 1000`, each with
-{budget:g} minutes of training: shuffled batches each epoch (the last, partial batch is padded
-with rows that carry no weight in the loss), at most {epochs} epochs, early stopping after
-{patience} epochs without a better validation metric; the best epoch is kept. A trial whose loss
-becomes NaN, that crashes or that runs out of time is reported. A submission that defines
-`test()` runs it instead (no score), for probing.
+checked, one training step is taken on each and the network is exported. Then 7 trials in
+parallel, trial n training dataset n (table above) with seed
+`BASE_SEED + crc32(dataset name) % 1000`, each with {budget:g} minutes of training: shuffled
+batches each epoch (the last, partial batch is padded with rows that carry no weight in the
+loss), at most {epochs} epochs. After each epoch the harness hands the parameters to the
+station, which runs them on the dataset's validation sequences in a sandbox of its own (your
+code does not run there: only the exported network, one sequence at a time) and stops the trial
+after {patience} epochs without a better validation metric; the best epoch counts. A trial that
+crashes, diverges or runs out of time before the station measured any of its epochs leaves the
+evaluation without a score (epochs measured before a failure still count). What a run prints or
+returns about itself (epochs, seconds, training loss) is shown as its own report. A submission
+that defines `test()` runs it instead (no score), for probing.
 
 ## Score
-Each trial's best-epoch predictions on the validation split are scored by the station against
-its own labels: R² (APA, MRL; PRS: the mean over ON, OFF, ON_OFF), Spearman (CRI-Off, CRI-On; a
-constant prediction counts 0), macro AUC-ROC (Modif; a label with a single value in the
-validation split is skipped), accuracy (ncRNA). **Score = the mean of the 7 metrics**: higher is
+Each dataset's best epoch, measured by the station on the validation split against its own
+labels: R² (APA, MRL; PRS: the mean over ON, OFF, ON_OFF), Spearman (CRI-Off, CRI-On; a constant
+prediction counts 0), macro AUC-ROC (Modif; a label with a single value in the validation split
+is skipped), accuracy (ncRNA). **Score = the mean of the 7 metrics**: higher is
 better; if any dataset has no metric, the evaluation has no score. Secondary: {metrics}.
 The details compare with a constant predictor.
 """

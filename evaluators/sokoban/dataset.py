@@ -5,8 +5,13 @@
 Levels come from our reverse-play generator (levels.py), so each is solvable by construction.
 Training and evaluation levels are drawn from different seed streams, and any evaluation level
 that also occurs among the training levels is replaced, so the evaluation set is truly held
-out. Runs see both files (the policy must play the evaluation levels); the station keeps no
-secret here because it scores by replaying the returned actions on its own copy.
+out. On disk, in the level set's folder:
+
+    train/train_levels.npy     what a training run sees (its data mount), nothing else
+    held_out/eval_levels.npy   what the station's scorer sees (its `scoring_data/` mount)
+    meta.json                  how the set was made (written last: marks a finished build)
+
+The whole folder is hidden from runs (the task's private_paths); each gets its part as a mount.
 """
 
 from __future__ import annotations
@@ -45,11 +50,18 @@ class LevelSet:
             raise ValueError("train and eval level counts must be positive")
         self.grid, self.boxes, self.n_train, self.n_eval, self.seed = grid, boxes, train, eval, seed
         self.dir = Path(root) / f"{GENERATOR}-{grid}x{grid}-{boxes}b-seed{seed}-{train}-{eval}"
-        self.input_dir = self.dir / "input"
         self._eval: np.ndarray | None = None
 
+    @property
+    def train_dir(self) -> Path:
+        return self.dir / "train"
+
+    @property
+    def held_out_dir(self) -> Path:
+        return self.dir / "held_out"
+
     def ready(self) -> bool:
-        return (self.input_dir / "eval_levels.npy").exists()
+        return (self.dir / "meta.json").exists()
 
     def ensure(self) -> LevelSet:
         build_once(self.dir, self.ready, self._build)
@@ -60,26 +72,22 @@ class LevelSet:
         shape = (self.grid, self.grid, self.boxes)
         train = make_level_set(self.seed * 2, self.n_train, *shape)
         held = self._held_out(train, shape)
-        np.save(building / "train_levels.npy", train)
-        np.save(building / "eval_levels.npy", held)
-        (building / "meta.json").write_text(
-            json.dumps(
-                {
-                    "generator": GENERATOR,
-                    "grid": self.grid,
-                    "boxes": self.boxes,
-                    "train": self.n_train,
-                    "eval": self.n_eval,
-                    "seed": self.seed,
-                    "seconds": round(time.monotonic() - began, 1),
-                }
-            )
-        )
-        for path in building.iterdir():
-            path.chmod(0o644)
-        building.chmod(0o755)
-        shutil.rmtree(self.input_dir, ignore_errors=True)
-        building.replace(self.input_dir)
+        meta = {"generator": GENERATOR, "grid": self.grid, "boxes": self.boxes, "train": self.n_train}
+        meta |= {"eval": self.n_eval, "seed": self.seed, "seconds": round(time.monotonic() - began, 1)}
+        self._place(building, train, held, meta)
+
+    def _place(self, building: Path, train: np.ndarray, held: np.ndarray, meta: dict) -> None:
+        """Move the two splits into place, each in its own folder, then meta.json (the mark of a finished build)."""
+        for name, levels, file in (("train", train, "train_levels.npy"), ("held_out", held, "eval_levels.npy")):
+            (building / name).mkdir()
+            np.save(building / name / file, levels)
+            (building / name / file).chmod(0o644)
+            (building / name).chmod(0o755)
+            shutil.rmtree(self.dir / name, ignore_errors=True)
+            (building / name).replace(self.dir / name)
+        shutil.rmtree(self.dir / "input", ignore_errors=True)  # the layout before both splits had a folder
+        (building / "meta.json").write_text(json.dumps(meta))
+        (building / "meta.json").replace(self.dir / "meta.json")
 
     def _held_out(self, train: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
         seen = {level.tobytes() for level in train}
@@ -93,9 +101,13 @@ class LevelSet:
             batch += 1
         return np.stack(kept)
 
+    def private_paths(self) -> list[Path]:
+        """What no run may see: the whole set (the held-out levels; runs get their part as mounts)."""
+        return [self.dir]
+
     def eval_levels(self) -> np.ndarray:
         if self._eval is None:
-            self._eval = np.load(self.ensure().input_dir / "eval_levels.npy")
+            self._eval = np.load(self.ensure().held_out_dir / "eval_levels.npy")
         return self._eval
 
     def solved(self, actions: object, max_steps: int) -> np.ndarray:  # checked: the run's untrusted output
@@ -141,9 +153,11 @@ class BoxobanLevelSet(LevelSet):
             "".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in self._files()).encode()
         ).hexdigest()[:12]
         self.dir = Path(root) / f"boxoban-{stamp}-eval{eval}-seed{seed}"
-        self.input_dir = self.dir / "input"
         self._eval = None
         self.ensure()  # read once (and cached): the room's size and box count come from the files
+
+    def private_paths(self) -> list[Path]:
+        return [self.dir, self.folder]  # the source's valid/ holds the held-out levels too
 
     def _files(self) -> list[Path]:
         files = [f for split in SPLITS for f in sorted((self.folder / split).glob("*.txt"))]
@@ -159,7 +173,7 @@ class BoxobanLevelSet(LevelSet):
         return int(height), boxes_per_level(levels)
 
     def _read_meta(self) -> None:
-        meta = json.loads((self.input_dir / "meta.json").read_text())
+        meta = json.loads((self.dir / "meta.json").read_text())
         self.grid, self.boxes, self.n_train = meta["grid"], meta["boxes"], meta["train"]
 
     def _build(self, building: Path) -> None:
@@ -171,15 +185,8 @@ class BoxobanLevelSet(LevelSet):
         self.grid, self.boxes = self._shape(np.concatenate([train, valid]))
         held = valid[np.sort(np.random.default_rng(self.seed).choice(len(valid), self.n_eval, replace=False))]
         self.n_train = len(train)
-        np.save(building / "train_levels.npy", train)
-        np.save(building / "eval_levels.npy", held)
         meta = {"source": str(self.folder), "grid": self.grid, "boxes": self.boxes, "train": len(train)}
-        (building / "meta.json").write_text(json.dumps({**meta, "eval": self.n_eval, "seed": self.seed}))
-        for path in building.iterdir():
-            path.chmod(0o644)
-        building.chmod(0o755)
-        shutil.rmtree(self.input_dir, ignore_errors=True)
-        building.replace(self.input_dir)
+        self._place(building, train, held, {**meta, "eval": self.n_eval, "seed": self.seed})
 
     def ensure(self) -> LevelSet:
         super().ensure()
@@ -206,7 +213,7 @@ def main() -> None:
     levels = LevelSet(
         data_root(), grid=args.grid, boxes=args.boxes, train=args.train, eval=args.eval, seed=args.seed
     ).ensure()
-    print(f"{levels.describe()}\nin {levels.input_dir} ({time.monotonic() - began:.1f} s)")
+    print(f"{levels.describe()}\nin {levels.dir} ({time.monotonic() - began:.1f} s)")
     print(f"random policy solves {levels.random_solve_rate(args.max_steps):.1%} within {args.max_steps} steps")
 
 

@@ -1,10 +1,14 @@
 """Sokoban RL (spec research §3.3), model-free, on our generated levels at a size this machine can train.
 
 Agents supply a network (and may replace the update with `training_step`); the harness trains
-`trials` seeds for a fixed budget of environment steps or time, then plays each held-out level
-once with actions sampled from the policy. The trials return their action sequences and the
-station replays them on its own copy of the levels with the trusted rules (levels.replay):
-the solve rate cannot be claimed, only shown. Primary score: mean solve rate x 100.
+`trials` seeds on the training levels only, for a fixed budget of environment steps or time, and
+hands over the policy for one environment (exported, StableHLO) and its final parameters. The
+station scores in two stages (jaxtrain/two_stage.py): its own scorer, in a sandbox that runs none
+of the submission's code, plays each held-out level once with that policy (one action per
+observation, sampled from the policy's logits with the station's keys; station_jax/
+sokoban_scoring.py), and the station replays the action sequences on its own copy of the levels
+with the trusted rules (levels.replay) to count solves. No run ever holds the held-out levels.
+Primary score: mean solve rate x 100; a trial without a measured policy counts 0.
 """
 
 from __future__ import annotations
@@ -16,19 +20,24 @@ from typing import Any
 import numpy as np
 
 from ..base import Baseline, register
-from ..jaxtrain.task import JaxTrainingTask
+from ..jaxtrain.two_stage import ExampleSpec, StopRule, TwoStageTask
 from .dataset import BoxobanLevelSet, LevelSet, data_root
+from .levels import MOVES, N_CODES
 from .play import submission as scripted_play
+
+N_CHANNELS = N_CODES + 1  # an observation: the one-hot of the cell codes, then the clock (sokoban_env.py)
+DEFAULT_MEMORY = 16384  # floats of recurrent state the exported policy may carry per level (DRC(3,3) on 8x8: 12,288)
 
 
 @register("sokoban")
-class Sokoban(JaxTrainingTask):
+class Sokoban(TwoStageTask):
     title = "Sokoban Reinforcement Learning"
     description = "Train a model-free agent that solves unseen Sokoban levels."
     harness_module = "sokoban"
     data_target = "task_data/sokoban"
     display_precision = 1
     curve_x_label = "env steps"  # the harness reports [env steps, training solve rate] every 100 updates
+    failed_trial_score = 0.0  # a trial without a measured policy solved nothing: it counts, as 0
 
     @classmethod
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
@@ -52,10 +61,12 @@ class Sokoban(JaxTrainingTask):
         grace_s: float = 300.0,
         memory_mb: int | None = 6144,
         levels: str | None = None,
+        memory_size: int = DEFAULT_MEMORY,
     ) -> None:
         """`levels`: a Boxoban-format level folder (train/, valid/; docs in evaluators/sokoban/boxoban.py)
         instead of generated levels; grid and boxes then come from its files, `eval_levels` are drawn
-        from valid/ with `seed`."""
+        from valid/ with `seed`. `memory_size`: how many numbers of recurrent state the exported
+        policy may carry from one step of a level to the next."""
         super().__init__(
             trials=trials,
             trial_budget_s=trial_budget_s,
@@ -66,17 +77,56 @@ class Sokoban(JaxTrainingTask):
         )
         if not 8 <= max_steps <= 1000 or not 1 <= n_envs <= 4096 or not 1 <= unroll <= 256 or env_steps < 1:
             raise ValueError("sokoban: max_steps 8..1000, n_envs 1..4096, unroll 1..256, env_steps >= 1")
+        if not 1 <= memory_size <= 1 << 22:
+            raise ValueError("sokoban: memory_size must be from 1 to 4194304")
         if levels is not None:
             self.levels: LevelSet = BoxobanLevelSet(data_root(), levels, eval=eval_levels, seed=seed)
         else:
             self.levels = LevelSet(data_root(), grid=grid, boxes=boxes, train=train_levels, eval=eval_levels, seed=seed)
         self.max_steps, self.n_envs, self.unroll, self.env_steps = max_steps, n_envs, unroll, env_steps
+        self.memory_size = memory_size
 
+    # -- data ----------------------------------------------------------------------------------------------
     def data_dir(self) -> Path:
-        return self.levels.ensure().input_dir
+        return self.levels.ensure().train_dir  # the training levels only
+
+    def private_paths(self) -> list[Path]:
+        return self.levels.private_paths()
 
     def trial_settings(self) -> dict[str, Any]:
-        return {"max_steps": self.max_steps, "n_envs": self.n_envs, "unroll": self.unroll, "env_steps": self.env_steps}
+        return {
+            "max_steps": self.max_steps,
+            "n_envs": self.n_envs,
+            "unroll": self.unroll,
+            "env_steps": self.env_steps,
+            "memory_size": self.memory_size,
+        }
+
+    # -- two-stage scoring -----------------------------------------------------------------------------------
+    def scoring_dir(self, trial: int) -> Path:
+        return self.levels.ensure().held_out_dir
+
+    def example_spec(self, trial: int) -> ExampleSpec:
+        """One step of one environment: (obs, done, memory) -> (logits, memory)."""
+        grid, memory = self.levels.grid, (self.memory_size,)
+        return ExampleSpec(
+            inputs=[((grid, grid, N_CHANNELS), "float32"), ((), "bool"), (memory, "float32")],
+            outputs=[((len(MOVES),), "float32"), (memory, "float32")],
+        )
+
+    def scorer_settings(self, trial: int) -> dict[str, Any]:
+        return {"mode": "sokoban", "max_steps": self.max_steps, "seed": trial}  # seed: the station's sampling keys
+
+    def stop_rule(self, trial: int) -> StopRule:
+        # one checkpoint, the final parameters: nothing is selected on the held-out levels
+        return StopRule(None, 1, self.trial_budget_s, self.late_allowance_s())
+
+    def measure(self, trial: int, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The held-out levels the policy's actions solve, replayed here under the trusted rules."""
+        solved = self.levels.solved(outputs.get("output_0"), self.max_steps)
+        rate = float(solved.mean())
+        line = f"solved {int(solved.sum())} of {len(solved)} held-out levels: {rate:.1%}"
+        return {"score": rate * 100.0, "metric": round(rate, 4), "metrics": {}, "line": line}
 
     def spec(self) -> str:
         return SPEC.format(
@@ -90,6 +140,7 @@ class Sokoban(JaxTrainingTask):
             unroll=self.unroll,
             n_eval=self.levels.n_eval,
             target=self.data_target,
+            memory=self.memory_size,
             random=self.levels.random_solve_rate(self.max_steps) * 100.0,
         )
 
@@ -105,23 +156,26 @@ class Sokoban(JaxTrainingTask):
             )
         ]
 
-    def score_trial(self, value: dict[str, Any]) -> dict[str, Any]:
-        solved = self.levels.solved(value.get("eval_actions"), self.max_steps)
-        rate = float(solved.mean())
-        claimed = value.get("claimed_solved")
-        note = "" if claimed == int(solved.sum()) else f" (the trial claimed {claimed})"
-        line = (
-            f"solved {int(solved.sum())} of {len(solved)} held-out levels{note}: {rate:.1%}; "
-            f"{value.get('env_steps', 0):,} env steps, stopped by {value.get('stop')}, "
-            f"{value.get('seconds')} s on {', '.join(value.get('device') or ['?'])}"
-        )
-        return {"score": rate * 100.0, "rate": rate, "metrics": {}, "line": line}
+    # -- scoring ------------------------------------------------------------------------------------------
+    def reported_line(self, reported: dict[str, Any]) -> str:
+        """What the run says about its training, shown as its claim."""
+        steps = reported.get("env_steps")
+        parts = [
+            f"{steps:,} env steps" if isinstance(steps, int) else f"{steps} env steps",
+            f"{reported.get('seconds')} s",
+            f"{reported.get('steps_per_second')} steps/s",
+            f"stopped by {reported.get('stop')}",
+        ]
+        devices = reported.get("device")
+        if isinstance(devices, list):
+            parts.append("on " + ", ".join(str(d) for d in devices))
+        return ", ".join(parts)
 
     def curve_panels(self) -> list[tuple[str, str, bool]]:
-        return [("curve", "training solve rate", False)]
+        return [("train_curve", "training solve rate (reported by the run)", False)]
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
-        mean = float(np.mean([s["rate"] for s in scored])) * 100.0
+        mean = float(np.mean([s["score"] for s in scored]))  # every trial, a failed one as 0
         random = self.levels.random_solve_rate(self.max_steps) * 100.0
         return round(mean, 1), {}, [f"A uniformly random policy solves {random:.1f}% of the same levels."]
 
@@ -139,15 +193,22 @@ a target. {levels}
 - Reward per step: −0.01; +1 for a box pushed onto a target, −1 for one pushed off; +10 when
   every box is on a target (the episode ends). Episodes end after {steps} steps.
 - The environment and the training loop are in the read-only package `station_jax/`
-  (`station_jax/sokoban_env.py`, `station_jax/sokoban.py`); levels are in `{target}/`.
+  (`station_jax/sokoban_env.py`, `station_jax/sokoban.py`); the training levels are in
+  `{target}/train_levels.npy`. The held-out levels are the station's: no run sees them.
 
 ## What to submit
-`submission.py` with hooks; the harness runs the rollouts and the evaluation.
+`submission.py` with hooks; the harness runs the rollouts, the station the evaluation.
 - `create_network(hparams)` (required): an object with `init(key, obs, done)` and
   `apply(params, obs, done, rnn_state=None)` returning `(logits (B, 4), value (B,), new_rnn_state)`
   (or just `(logits, value)` without memory). `done` (B,) marks the first observation of an
   episode, so a recurrent network can reset its state. With `rnn_state=None` a recurrent network
-  starts from its initial state.
+  starts from its initial state. Every array of the state has the batch as its first axis and
+  keeps its shape and dtype; per environment it may hold at most {memory:,} numbers.
+  The harness exports `apply` for one environment with `jax.export` (the logits and the state
+  only); the station plays the held-out levels with that export. It must be plain JAX: host
+  callbacks (`jax.pure_callback`, `jax.debug.print`), custom calls other than `jnp.linalg`'s, or
+  more than 1 MiB of constants embedded in the code are refused (keep what you learn in the
+  parameters).
 - `training_step(network, optimizer, params, opt_state, batch, hparams)` -> `(params, opt_state)`
   (optional; six arguments; default: advantage actor-critic with GAE, γ = λ = 0.97). `batch` is
   batch-major: `observations` (B, T, ...), `actions`, `rewards`, `dones`, `starts`, `values`,
@@ -158,15 +219,20 @@ a target. {levels}
   `BASE_SEED` (default 0).
 Rules: choose one track (architecture or algorithm). No pretrained models, imitation learning,
 offline RL, explicit model-based planning or Sokoban-specific heuristics; the training loop is
-the harness's.
+the harness's, and changing its functions changes nothing the station scores.
 
 ## Training and score
 {trials} trials with seeds `BASE_SEED + trial`, in parallel; each trains on {n_envs} environments
 x {unroll} steps per update for at most {env_steps:,} environment steps or {budget:g} minutes.
-Then each of the {n_eval} held-out levels is played once with actions sampled from the policy.
-The station replays the actions itself to count solved levels. **Score = mean solve rate x 100**
-over the trials (higher is better); the details give each trial's rate and a random policy's.
+Then the harness hands the final parameters to the station, which plays each of the {n_eval}
+held-out levels once, in a sandbox of its own (your code does not run there: only the exported
+policy): one action per observation, sampled from the policy's logits, each level on its own
+with a fresh state, at most {steps} steps. The station replays the actions itself to count
+solved levels. **Score = mean solve rate x 100** over the trials (higher is better); the
+details give each trial's rate and a random policy's.
 The bar to clear: a uniformly random policy solves {random:.1f}% of these held-out levels.
-A trial that diverges (NaN), crashes or runs out of time is reported and the others count.
-A submission that defines `test()` runs it instead (no score).
+Every trial counts: one that diverges (NaN), crashes or runs out of time before the station
+took its parameters counts as 0 solved. What a run prints or returns about itself (env steps,
+seconds, training solve rate) is shown as its own report. A submission that defines `test()`
+runs it instead (no score).
 """

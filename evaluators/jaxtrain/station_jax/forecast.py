@@ -1,11 +1,12 @@
 """One neural-activity forecasting trial: 4 frames in, 32 frames out, over every neuron.
 
-Phase "check" builds the network, checks its output shape, makes the optimizer and takes one
-training step (quick, on the CPU: a crash here is the code's fault and may be debugged).
-Phase "train" trains with the trial's seed: shuffled training windows each epoch, the
-validation MAE after each epoch, early stopping, and the time budget; the best epoch's
-parameters predict the windows the station scores (the station computes the score itself
-from those predictions). Only train and val are in the data folder.
+The run sees the training split only. Phase "check" builds the network, checks its output
+shape, makes the optimizer, takes one training step and exports the apply function (quick, on
+the CPU: a crash here is the code's fault and may be debugged). Phase "train" trains with the
+trial's seed (shuffled training windows each epoch, the time budget) and hands the station a
+checkpoint after each epoch (exchange.py); the station scores the checkpoints on the validation
+windows in a sandbox of its own, stops the run early when the validation MAE stops improving,
+and keeps the best epoch. What this run returns is its own report, shown as such.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import time
 from typing import Any
 
+from .exchange import Exchange, export_one
 from .hooks import (
     Clock,
     ContractError,
@@ -23,11 +25,10 @@ from .hooks import (
     plain,
     report_progress,
     require_finite,
-    run_phase,
-    seal,
+    run_trial,
 )
 from .model import Model, count_parameters
-from .windows import CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
+from .windows import CONTEXT, HORIZON, gather, window_starts
 
 DEFAULT_BATCH = 32  # the reference code's default (its spec says 8); a task's `batch_size` replaces it
 
@@ -39,7 +40,7 @@ def default_loss(predictions, targets, params, x):
 
 
 def main(ns: dict[str, Any]) -> dict[str, Any]:
-    return run_phase(ns, run)
+    return run_trial(ns, run)
 
 
 def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     data = Data(cfg["data"])
     model = Model(hooks.create_network(hparams))
     key = jax.random.PRNGKey(seed)
-    x0, y0 = data.batch("train", data.train_starts[:2])
+    x0, y0 = data.batch(data.train_starts[:2])
     variables = model.init(key, x0)
     out, _ = model.apply(variables, x0, training=False)
     if getattr(out, "shape", None) != y0.shape:
@@ -72,6 +73,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     trainer = Trainer(model, optimizer, hooks.extra["compute_loss"])
     trained, rest = model.split(variables)
     opt_state = optimizer.init(trained)
+    exported = export_apply(model, variables, data.n_neurons)
     report = {
         "trial": int(cfg["trial"]),
         "seed": seed,
@@ -86,11 +88,27 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         if hooks.complete:
             hooks.complete(model.join(trained, rest), opt_state, {"phase": "check", **report})
         return {"checked": True, **report}
-    return {**report, **train(cfg, hooks, data, model, trainer, trained, rest, opt_state, key)}
+    exchange = Exchange(cfg["exchange"])
+    exchange.publish(exported)
+    return {**report, **train(cfg, hooks, data, model, trainer, trained, rest, opt_state, key, exchange)}
+
+
+def export_apply(model: Model, variables: Any, n_neurons: int) -> bytes:
+    """The network for one window: (all variables' leaves..., x (4, neurons)) -> ((32, neurons),)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, tree = jax.tree_util.tree_flatten(variables)
+
+    def apply_one(*args):
+        out, _ = model.apply(jax.tree_util.tree_unflatten(tree, args[:-1]), args[-1][None], training=False)
+        return (jnp.asarray(out[0], jnp.float32),)
+
+    return export_one(apply_one, leaves, [((CONTEXT, n_neurons), "float32")])
 
 
 class Data:
-    """The train and val arrays, memory-mapped, and their windows."""
+    """The training arrays, memory-mapped, and their windows: the run has no other split."""
 
     def __init__(self, folder: str) -> None:
         import numpy as np
@@ -101,20 +119,19 @@ class Data:
                 raise ContractError(f"the task data is missing {name}")  # a station fault, shown plainly
             return np.load(path, mmap_mode="r")
 
-        self.arrays = {split: load(f"{split}_data.npy") for split in ("train", "val")}
-        labels = {split: load(f"{split}_condition_labels.npy") for split in ("train", "val")}
-        self.train_starts, self.val_starts = window_starts(labels["train"]), window_starts(labels["val"])
-        self.n_neurons = int(self.arrays["train"].shape[1])
+        self.array = load("train_data.npy")
+        self.train_starts = window_starts(load("train_condition_labels.npy"))
+        self.n_neurons = int(self.array.shape[1])
 
-    def batch(self, split: str, starts):
+    def batch(self, starts):
         import jax.numpy as jnp
 
-        x, y = gather(self.arrays[split], starts)
+        x, y = gather(self.array, starts)
         return jnp.asarray(x), jnp.asarray(y)
 
 
 class Trainer:
-    """The jitted training step and prediction, built once per trial."""
+    """The jitted training step, built once per trial."""
 
     def __init__(self, model: Model, optimizer, loss_fn) -> None:
         import jax
@@ -131,15 +148,12 @@ class Trainer:
             updates, opt_state = optimizer.update(grads, opt_state, trained)
             return optax.apply_updates(trained, updates), rest, opt_state, loss
 
-        def predict(trained, rest, x):
-            return model.apply(model.join(trained, rest), x, training=False)[0]
-
-        self.step, self.predict = jax.jit(step), jax.jit(predict)
+        self.step = jax.jit(step)
 
 
-def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest, opt_state, key) -> dict[str, Any]:
-    """The training loop of one trial. Kept whole: epochs, early stopping, the time budget and
-    progress reports share its state, as in the training loops agents read and change."""
+def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest, opt_state, key, exchange: Exchange):
+    """The training loop of one trial. Kept whole: epochs, the time budget, the hand-over of
+    checkpoints and progress reports share its state, as in the training loops agents read."""
     import jax
     import numpy as np
 
@@ -147,83 +161,42 @@ def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest,
     rng = np.random.default_rng([hooks.base_seed + int(cfg["trial"]), 2])  # stream 2: window order
     batch = min(hooks.batch_size, len(data.train_starts))
     steps_per_epoch = len(data.train_starts) // batch  # the last partial batch is dropped, never padded
-    best = {"mae": float("inf"), "epoch": -1, "horizons": None, "trained": trained, "rest": rest}
-    curve, train_curve, stop, epoch, steps = [], [], "max-epochs", 0, 0
+    train_curve, stop, epoch, steps = [], "max-epochs", 0, 0
     began = time.monotonic()
     for epoch in range(1, int(cfg["max_epochs"]) + 1):
         order = rng.permutation(data.train_starts)
         losses = []
         for i in range(steps_per_epoch):
             key, sub = jax.random.split(key)
-            x, y = data.batch("train", order[i * batch : (i + 1) * batch])
+            x, y = data.batch(order[i * batch : (i + 1) * batch])
             trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, sub)
             losses.append(loss)
             steps += 1
             if i % 50 == 49:
                 require_finite(float(loss), f"the training loss (epoch {epoch}, step {i + 1})")
-            if clock.spent():
+            if clock.spent() or exchange.stopped():
                 break
         mean_loss = require_finite(
             float(np.mean([float(v) for v in losses])) if losses else 0.0, f"the training loss (epoch {epoch})"
         )
-        by_horizon = evaluate(trainer, data, trained, rest, data.val_starts, None, int(cfg.get("eval_batch", 64)))
-        mae = require_finite(float(by_horizon.mean()), f"the validation MAE (epoch {epoch})")
-        curve.append(round(mae, 6))
         train_curve.append(round(mean_loss, 6))
-        print(f"epoch {epoch}: train loss {mean_loss:.5f}, val MAE {mae:.5f} ({clock.elapsed():.0f} s)", flush=True)
+        print(f"epoch {epoch}: train loss {mean_loss:.5f} ({clock.elapsed():.0f} s)", flush=True)
         report_progress(f"epoch {epoch}/{int(cfg['max_epochs'])}")
-        if mae < best["mae"]:
-            best.update(mae=mae, epoch=epoch, horizons=by_horizon, trained=trained, rest=rest)
+        if not exchange.offer(jax.tree_util.tree_leaves(model.join(trained, rest))):
+            stop = "station"
+            break
         if clock.spent():
             stop = "time-budget"
             break
-        if epoch - best["epoch"] >= int(cfg["patience"]):
-            stop = "early-stopping"
-            break
     seconds = time.monotonic() - began
-    scored = evaluate(
-        trainer,
-        data,
-        best["trained"],
-        best["rest"],
-        np.asarray(cfg["score_starts"], dtype=np.int64) if cfg.get("score_starts") is not None else data.val_starts,
-        cfg.get("score_neurons"),
-        int(cfg.get("eval_batch", 64)),
-        keep=True,
-    )
     if hooks.complete:
-        hooks.complete(model.join(best["trained"], best["rest"]), opt_state, {"best_epoch": best["epoch"]})
+        hooks.complete(model.join(trained, rest), opt_state, {"epochs": epoch})
     return {
         "epochs": epoch,
         "steps": steps,
         "stop": stop,
         "seconds": round(seconds, 2),
         "steps_per_second": round(steps / max(seconds, 1e-9), 2),
-        "best_epoch": best["epoch"],
-        "val_mae": best["mae"],
-        "val_mae_by_horizon": {str(h): float(best["horizons"][h - 1]) for h in HORIZONS_REPORTED},
-        "curve": curve,
         "train_curve": train_curve,
-        "val_pred": scored,
+        "handover_s": round(exchange.waited_s, 2),  # of `seconds`: writing checkpoints, waiting for the station
     }
-
-
-def evaluate(trainer: Trainer, data: Data, trained, rest, starts, neurons, eval_batch: int, keep: bool = False):
-    """The MAE per horizon over `starts`; with `keep`, the predictions themselves (float32) instead."""
-    import numpy as np
-
-    total, count, kept = np.zeros(HORIZON), 0, []
-    for i in range(0, len(starts), eval_batch):
-        x, y = data.batch("val", starts[i : i + eval_batch])
-        pred = np.asarray(trainer.predict(trained, rest, x), dtype=np.float32)
-        if keep:
-            kept.append(pred if neurons is None else pred[:, :, np.asarray(neurons)])
-        else:
-            total += mae_by_horizon(pred, np.asarray(y)) * len(pred)
-            count += len(pred)
-    if keep:
-        return np.concatenate(kept) if kept else np.zeros((0, HORIZON, 0), np.float32)
-    return total / max(count, 1)
-
-
-seal(globals())

@@ -1,8 +1,10 @@
 """What every JAX training trial shares: the agent's hooks, hyperparameters, seeds, budgets.
 
 This package is mounted read-only into each run as `station_jax`; the station appends a
-two-line driver to the submission that calls a trial module here (`forecast` or `sokoban`)
-with the submission's globals. The harness owns the loop: agents supply hooks only.
+two-line driver to the submission that calls a trial module here (`forecast`, `sokoban`, `rna`)
+with the submission's globals. The harness owns the loop: agents supply hooks only. Nothing the
+run returns is scored (two-stage scoring, evaluators/jaxtrain/two_stage.py), so the harness
+need not guard itself against the submission: patching it changes only the run's own report.
 
 Trial settings come from the station in the environment variable STATION_TRIAL (JSON):
 phase ("check" or "train"), trial number, data folder, budgets and task-specific options.
@@ -189,46 +191,21 @@ class Clock:
         return time.monotonic() - self.start
 
 
-_OWN: dict[str, dict[str, Any]] = {}  # module name -> its functions as the harness defined them
-
-
-def seal(module_globals: dict[str, Any]) -> None:
-    """Remember a harness module's functions (called at the end of each module, on import)."""
-    name = module_globals["__name__"]
-    _OWN[name] = {k: v for k, v in module_globals.items() if callable(v) and getattr(v, "__module__", None) == name}
-
-
-def check_untampered() -> None:
-    """The training loop belongs to the harness: refuse a run whose code replaced any of its functions."""
-    import sys
-
-    for name, functions in _OWN.items():
-        module = sys.modules.get(name)
-        for attr, original in functions.items():
-            if module is None or getattr(module, attr, None) is not original:
-                raise ContractError(
-                    f"the submission replaced the harness's {name}.{attr}: the training loop "
-                    "belongs to the harness (use the hooks)"
-                )
-
-
 def require_finite(value: float, what: str) -> float:
     if not math.isfinite(value):
         raise ContractError(f"{what} is not finite ({value}): training diverged (try a smaller learning rate)")
     return value
 
 
-def run_phase(ns: dict[str, Any], run: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-    """The driver's body: test mode, or one phase of a trial with contract errors as data."""
+def run_trial(ns: dict[str, Any], run: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """The driver's body: test mode, or one phase of a trial with contract errors as data. What it
+    returns is the run's report, which the station shows as the run's claim and never scores."""
     if callable(ns.get("test")):
         print("=== Test Mode Detected ===", flush=True)
         ns["test"]()
         return {"test_mode": True}
     try:
-        settings = trial_settings()
-        result = run(ns, settings)
-        check_untampered()
-        return result
+        return run(ns, trial_settings())
     except ContractError as err:
         return {"contract_error": str(err)}
 
@@ -241,6 +218,3 @@ def device_names() -> list[str]:
         kind = str(getattr(device, "device_kind", "") or "")
         names.append(device.platform if kind.lower() in ("", device.platform) else f"{device.platform} ({kind})")
     return names
-
-
-seal(globals())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hooks import ContractError, seal
+from .hooks import ContractError
 
 
 class Model:
@@ -77,6 +77,3 @@ def count_parameters(tree: Any) -> int:
     import jax
 
     return int(sum(getattr(leaf, "size", 0) for leaf in jax.tree_util.tree_leaves(tree)))
-
-
-seal(globals())

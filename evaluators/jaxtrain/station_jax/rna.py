@@ -1,18 +1,21 @@
 """One RNA modelling trial: one network trained on one of the 7 sequence-level datasets.
 
-Phase "check" builds the network for every dataset, checks its output shape on a batch of
-that dataset and takes one training step on each (on the CPU: a crash here is the code's
-fault and may be debugged). Phase "train" trains trial n on dataset n: shuffled batches each
-epoch, the validation metric after each epoch, early stopping, and the time budget. The trial
-returns the best epoch's validation predictions; the station computes the score itself.
+The run sees the training split only. Phase "check" builds the network for every dataset,
+checks its output shape on a batch of that dataset, takes one training step on each and
+exports the apply function (on the CPU: a crash here is the code's fault and may be debugged).
+Phase "train" trains trial n on dataset n (shuffled batches each epoch, the time budget) and
+hands the station a checkpoint after each epoch (exchange.py); the station scores the
+checkpoints on the validation sequences in a sandbox of its own, one sequence per call of the
+exported network, stops the run early when the dataset's metric stops improving and keeps the
+best epoch. What this run returns is its own report, shown as such.
 
 The loss is fixed by the dataset's task type and cannot be overridden. The last partial batch
 of an epoch is padded to the batch size with rows of weight zero, so padding never enters the
 loss and the jitted step keeps one shape. Seeds: BASE_SEED + a stable hash of the dataset name.
 
-Shared with the trusted scorer (which imports this module on the host): the one-hot encoding,
-the reader of the station's CSV files and the metrics, so the harness stops early on exactly
-the metric the station measures. numpy only at import time (jax and optax inside functions).
+Shared with the station (which imports this module on the host): the one-hot encoding, the
+reader of the station's CSV files and the output shapes. numpy only at import time (jax and
+optax inside functions).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .exchange import Exchange, export_one
 from .hooks import (
     Clock,
     ContractError,
@@ -35,8 +39,7 @@ from .hooks import (
     plain,
     report_progress,
     require_finite,
-    run_phase,
-    seal,
+    run_trial,
 )
 from .model import Model, count_parameters
 
@@ -102,69 +105,6 @@ def read_split(path: str, task_type: str, limit: int | None = None) -> tuple[lis
     return sequences, (array[:, 0] if array.shape[1] == 1 else array)
 
 
-# -- metrics (higher is better); all float64 ---------------------------------------------------------------
-def average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks; tied values share the mean of their ranks (as scipy.stats.rankdata)."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    first_of_tie = np.concatenate([[True], ordered[1:] != ordered[:-1]])
-    starts = np.flatnonzero(first_of_tie)  # 0-based positions where each group of ties begins
-    ends = np.append(starts[1:], len(values))
-    ranks = np.empty(len(values))
-    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(first_of_tie) - 1]  # mean of ranks start+1 .. end
-    return ranks
-
-
-def r2(pred: np.ndarray, target: np.ndarray) -> float:
-    """Coefficient of determination of one target; NaN when the targets are all equal."""
-    pred, target = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
-    total = float(np.sum((target - target.mean()) ** 2))
-    return 1.0 - float(np.sum((target - pred) ** 2)) / total if total > 0 else math.nan
-
-
-def spearman(pred: np.ndarray, target: np.ndarray) -> float:
-    """Spearman's rank correlation. A constant prediction carries no ranking: 0 (scipy gives NaN)."""
-    a, b = average_ranks(pred), average_ranks(target)
-    a, b = a - a.mean(), b - b.mean()
-    scale = math.sqrt(float(np.sum(a * a)) * float(np.sum(b * b)))
-    return float(np.sum(a * b)) / scale if scale > 0 else 0.0
-
-
-def auc_roc(score: np.ndarray, label: np.ndarray) -> float:
-    """Area under the ROC curve of one binary label (ties count one half); NaN with one class only."""
-    label = np.asarray(label) > 0.5
-    positives, negatives = int(label.sum()), int((~label).sum())
-    if not positives or not negatives:
-        return math.nan
-    rank_sum = float(average_ranks(score)[label].sum())
-    return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
-
-
-def macro_auc_roc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Mean AUC-ROC over the labels; a label with a single value in `labels` is skipped."""
-    aucs = [auc_roc(scores[:, k], labels[:, k]) for k in range(labels.shape[1])]
-    kept = [a for a in aucs if not math.isnan(a)]
-    return float(np.mean(kept)) if kept else math.nan
-
-
-def accuracy(logits: np.ndarray, classes: np.ndarray) -> float:
-    return float(np.mean(np.argmax(logits, axis=1) == np.asarray(classes)))
-
-
-def metric_value(metric: str, pred: np.ndarray, target: np.ndarray) -> float:
-    """The dataset's metric: r2 (the mean over outputs for several), spearman, auc_roc, accuracy."""
-    pred = np.asarray(pred, dtype=np.float64)
-    if metric == "accuracy":
-        return accuracy(pred, target)
-    if metric == "auc_roc":
-        return macro_auc_roc(pred, target)
-    pred = pred.reshape(len(pred), -1)
-    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
-    per_output = r2 if metric == "r2" else spearman
-    return float(np.mean([per_output(pred[:, k], target[:, k]) for k in range(target.shape[1])]))
-
-
 # -- the fixed losses, per example -------------------------------------------------------------------------
 def per_example_loss(task_type: str, pred, target):
     import jax.numpy as jnp
@@ -213,7 +153,7 @@ def forward(model: Model, variables, x, *, train: bool, rng=None) -> tuple[Any, 
 
 
 class Trainer:
-    """The jitted weighted training step and prediction of one dataset, built once per trial."""
+    """The jitted weighted training step of one dataset, built once per trial."""
 
     def __init__(self, model: Model, optimizer, task_type: str) -> None:
         import jax
@@ -231,10 +171,7 @@ class Trainer:
             updates, opt_state = optimizer.update(grads, opt_state, trained)
             return optax.apply_updates(trained, updates), rest, opt_state, loss
 
-        def predict(trained, rest, x):
-            return forward(model, model.join(trained, rest), x, train=False)[0]
-
-        self.step, self.predict = jax.jit(step), jax.jit(predict)
+        self.step = jax.jit(step)
 
 
 # -- one trial --------------------------------------------------------------------------------------------------
@@ -250,7 +187,7 @@ def dataset_seed(base_seed: int, name: str) -> int:
 
 
 def main(ns: dict[str, Any]) -> dict[str, Any]:
-    return run_phase(ns, run)
+    return run_trial(ns, run)
 
 
 def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +241,7 @@ class EncodedSplit:
 
 
 def check(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]:
-    """Build the network for one dataset, check its output shape, take one training step."""
+    """Build the network for one dataset, check its output shape, take one training step, export it."""
     import jax
 
     seed = dataset_seed(hooks.base_seed, dataset["name"])
@@ -329,31 +266,50 @@ def check(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
     opt_state = optimizer.init(trained)
     trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, weight, key)
     require_finite(float(loss), f"the loss of one training step on {dataset['name']}")
+    export_apply(model, model.join(trained, rest), dataset)  # an export that fails is an ordinary crash here
     if hooks.complete:
         hooks.complete(model.join(trained, rest), opt_state, {"phase": "check", "dataset": dataset["name"]})
     return {"dataset": dataset["name"], "n_parameters": count_parameters(trained), "hparams": plain(hparams)}
 
 
+def export_apply(model: Model, variables: Any, dataset: dict[str, Any]) -> bytes:
+    """The network for one sequence: (all variables' leaves..., x (max_seq_len, 4) float32, the
+    sequence one-hot and zero-padded as in training) -> ((d_output,) float32,). A regression
+    network's (batch,) or (batch, 1) both give (1,)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, tree = jax.tree_util.tree_flatten(variables)
+    d_output = int(dataset["d_output"])
+
+    def apply_one(*args):
+        out, _ = forward(model, jax.tree_util.tree_unflatten(tree, args[:-1]), args[-1][None], train=False)
+        return (jnp.reshape(out[0], (d_output,)).astype(jnp.float32),)
+
+    return export_one(apply_one, leaves, [((int(dataset["max_seq_len"]), 4), "float32")])
+
+
 def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]:
-    """The training loop of one trial. Kept whole: epochs, early stopping, the time budget and
-    progress reports share its state."""
+    """The training loop of one trial. Kept whole: epochs, the time budget, the hand-over of
+    checkpoints and progress reports share its state."""
     import jax
 
     clock = Clock(float(cfg["budget_s"]))
-    name, task_type, metric = dataset["name"], dataset["task_type"], dataset["metric"]
+    name, task_type = dataset["name"], dataset["task_type"]
     seed = dataset_seed(hooks.base_seed, name)
     hparams = trial_hparams(hooks, dataset, seed)
-    train_split, val_split = EncodedSplit(cfg["data"], dataset, "train"), EncodedSplit(cfg["data"], dataset, "val")
+    train_split = EncodedSplit(cfg["data"], dataset, "train")
     model = build(hooks.create_network, hparams)
     key = jax.random.PRNGKey(seed)
     batch = min(hooks.batch_size, train_split.size)
-    eval_batch = max(batch, 64)
     x0, _, _ = batch_of(train_split.codes, train_split.labels, np.arange(batch), batch)
     variables = model.init(key, x0)
     optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
     trainer = Trainer(model, optimizer, task_type)
     trained, rest = model.split(variables)
     opt_state = optimizer.init(trained)
+    exchange = Exchange(cfg["exchange"])
+    exchange.publish(export_apply(model, model.join(trained, rest), dataset))
     report: dict[str, Any] = {
         "trial": int(cfg["trial"]),
         "dataset": name,
@@ -365,8 +321,7 @@ def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
     }
     rng = np.random.default_rng([seed, 2])  # stream 2: the order of the training rows
     steps_per_epoch = math.ceil(train_split.size / batch)
-    best: dict[str, Any] = {"metric": -math.inf, "epoch": 0, "pred": None, "trained": trained, "rest": rest}
-    curve, train_curve, stop, epoch, steps = [], [], "max-epochs", 0, 0
+    train_curve, stop, epoch, steps = [], "max-epochs", 0, 0
     began = time.monotonic()
     for epoch in range(1, int(cfg["max_epochs"]) + 1):
         order = rng.permutation(train_split.size)
@@ -377,29 +332,21 @@ def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
             trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, weight, sub)
             losses.append(loss)
             steps += 1
-            if clock.spent():
+            if clock.spent() or exchange.stopped():
                 break
         mean_loss = require_finite(float(np.mean([float(v) for v in losses])), f"the training loss (epoch {epoch})")
-        pred = predict_split(trainer, trained, rest, val_split, eval_batch)
-        if not np.isfinite(pred).all():
-            raise ContractError(f"the validation predictions of epoch {epoch} hold NaN or infinite values")
-        value = require_finite(metric_value(metric, pred, val_split.labels), f"the validation {metric} (epoch {epoch})")
-        curve.append(round(value, 6))
         train_curve.append(round(mean_loss, 6))
-        print(f"{name} epoch {epoch}: train loss {mean_loss:.5f}, val {metric} {value:.5f} ({clock.elapsed():.0f} s)")
+        print(f"{name} epoch {epoch}: train loss {mean_loss:.5f} ({clock.elapsed():.0f} s)", flush=True)
         report_progress(f"{name} epoch {epoch}/{int(cfg['max_epochs'])}")
-        if value > best["metric"]:
-            best.update(metric=value, epoch=epoch, pred=pred, trained=trained, rest=rest)
+        if not exchange.offer(jax.tree_util.tree_leaves(model.join(trained, rest))):
+            stop = "station"
+            break
         if clock.spent():
             stop = "time-budget"
             break
-        if epoch - best["epoch"] >= int(cfg["patience"]):
-            stop = "early-stopping"
-            break
     seconds = time.monotonic() - began
     if hooks.complete:
-        info = {"dataset": name, "best_epoch": best["epoch"], "val_metric": best["metric"]}
-        hooks.complete(model.join(best["trained"], best["rest"]), opt_state, info)
+        hooks.complete(model.join(trained, rest), opt_state, {"dataset": name, "epochs": epoch})
     return {
         **report,
         "epochs": epoch,
@@ -407,22 +354,6 @@ def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
         "stop": stop,
         "seconds": round(seconds, 2),
         "steps_per_second": round(steps / max(seconds, 1e-9), 2),
-        "best_epoch": best["epoch"],
-        "val_metric": best["metric"],
-        "curve": curve,
         "train_curve": train_curve,
-        "val_pred": best["pred"],
+        "handover_s": round(exchange.waited_s, 2),  # of `seconds`: writing checkpoints, waiting for the station
     }
-
-
-def predict_split(trainer: Trainer, trained, rest, split: EncodedSplit, eval_batch: int) -> np.ndarray:
-    """The network's outputs for every row of `split`, float32, in order (batches padded, padding dropped)."""
-    outputs = []
-    for first in range(0, split.size, eval_batch):
-        rows = np.arange(first, min(first + eval_batch, split.size))
-        x, _, _ = batch_of(split.codes, split.labels, rows, eval_batch)
-        outputs.append(np.asarray(trainer.predict(trained, rest, x), dtype=np.float32)[: len(rows)])
-    return np.concatenate(outputs)
-
-
-seal(globals())

@@ -1,21 +1,28 @@
-"""One Sokoban RL trial: model-free training on generated levels, then held-out levels played once.
+"""One Sokoban RL trial: model-free training on the training levels, then the policy handed over.
 
-The harness owns the rollouts (`n_envs` environments stepped `unroll` steps per update,
-auto-reset onto random training levels), the budget (environment steps or training time,
-whichever ends first) and the evaluation (one episode per held-out level, actions sampled
-from the policy). Agents supply the network and may replace the update itself:
+The run sees the training levels only. The harness owns the rollouts (`n_envs` environments
+stepped `unroll` steps per update, auto-reset onto random training levels) and the budget
+(environment steps or training time, whichever ends first). Agents supply the network and may
+replace the update itself:
 
     training_step(network, optimizer, params, opt_state, batch, hparams) -> (params, opt_state)
 
 (six arguments). `batch` holds, batch-major (B environments x T steps): observations
 (B,T,H,W,8), actions, rewards, dones (the episode ended after that step), starts (the
 observation began an episode: the `done` flag the network was given), values, log_probs,
-final_values (B,), initial_rnn_states and rnn_states. The trial returns the evaluation's
-action sequences: the station replays them on its own copy of the levels to count solves.
+final_values (B,), initial_rnn_states and rnn_states.
+
+Both phases export the policy for ONE environment (`export_policy`, StableHLO through
+exchange.export_one, the parameters as arguments); phase "train" publishes it before training
+and hands the final parameters to the station once (exchange.py). The station plays the held-out
+levels itself with that export, in a sandbox that runs none of the submission's code
+(sokoban_scoring.py), and counts solves by replaying the actions. What this run returns is its
+own report, shown as such.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +30,7 @@ from typing import Any
 
 from . import hooks as common
 from . import sokoban_env as env
+from .exchange import Exchange, export_one
 from .hooks import (
     Clock,
     ContractError,
@@ -30,9 +38,9 @@ from .hooks import (
     hyperparameters,
     load_hooks,
     plain,
+    report_progress,
     require_finite,
-    run_phase,
-    seal,
+    run_trial,
 )
 from .model import count_parameters
 
@@ -46,7 +54,7 @@ def default_optimizer(learning_rate: float):
 
 
 def main(ns: dict[str, Any]) -> dict[str, Any]:
-    return run_phase(ns, run)
+    return run_trial(ns, run)
 
 
 def call_network(network, params, obs, starts, rnn_state):
@@ -126,16 +134,15 @@ def default_training_step(network, optimizer, params, opt_state, batch, hparams)
 
 
 class Levels:
+    """The training levels: the only levels a run has."""
+
     def __init__(self, folder: str) -> None:
         import numpy as np
 
-        def load(name):
-            path = os.path.join(folder, name)
-            if not os.path.exists(path):
-                raise ContractError(f"the task data is missing {name}")
-            return np.load(path)
-
-        self.train, self.eval = load("train_levels.npy"), load("eval_levels.npy")
+        path = os.path.join(folder, "train_levels.npy")
+        if not os.path.exists(path):
+            raise ContractError("the task data is missing train_levels.npy")  # a station fault, shown plainly
+        self.train = np.load(path)
         self.shape = tuple(int(v) for v in self.train.shape[1:])
 
 
@@ -168,6 +175,8 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
             f"apply must return logits of shape (batch, 4) and value of shape (batch,); got "
             f"{getattr(logits, 'shape', None)} and {getattr(value, 'shape', None)}"
         )
+    memory = int(cfg["memory_size"])  # the task's memory_size: the station's scorer expects exactly this
+    exported = export_policy(network, params, tuple(obs.shape[1:]), rnn, obs.shape[0], memory)
     optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
     opt_state = optimizer.init(params)
     report = {
@@ -187,11 +196,64 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         if hooks.complete:
             hooks.complete(params, opt_state, {"phase": "check", **report})
         return {"checked": True, **report}
-    return {**report, **train(cfg, hooks, learner, params, opt_state, key)}
+    exchange = Exchange(cfg["exchange"])
+    exchange.publish(exported)
+    return {**report, **train(cfg, hooks, learner, params, opt_state, key, exchange)}
+
+
+def export_policy(network, params, obs_shape: tuple[int, ...], rnn, batch: int, memory: int) -> bytes:
+    """The policy for one environment, as the station calls it (sokoban_scoring.py):
+    (parameter leaves..., obs (H, W, 8) float32, done () bool, memory (memory,) float32) ->
+    (logits (4,) float32, memory (memory,) float32). A recurrent network's state travels packed
+    into `memory` (float32, zero-padded); with `done` True (the first observation of a level) the
+    state starts as the network makes it from rnn_state=None, as in training. `rnn` is the state
+    the network returned for `batch` environments (None: stateless)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, tree = jax.tree_util.tree_flatten(params)
+    state_leaves, state_tree = jax.tree_util.tree_flatten(rnn)
+    if any(getattr(leaf, "ndim", 0) < 1 or leaf.shape[0] != batch for leaf in state_leaves):
+        raise ContractError(f"every array of the recurrent state must have the batch ({batch}) as its first axis")
+    shapes = [(tuple(leaf.shape[1:]), leaf.dtype) for leaf in state_leaves]
+    sizes = [math.prod(shape) for shape, _ in shapes]
+    if sum(sizes) > memory:
+        raise ContractError(
+            f"the recurrent state holds {sum(sizes):,} numbers per environment; this task carries at most "
+            f"{memory:,} (its memory_size)"
+        )
+
+    def pack(state):
+        found = jax.tree_util.tree_leaves(state)
+        if jax.tree_util.tree_structure(state) != state_tree or [(x.shape[1:], x.dtype) for x in found] != shapes:
+            raise ContractError("apply must return the recurrent state in the shape and dtype it was given")
+        flat = [x.reshape(-1).astype(jnp.float32) for x in found]
+        return jnp.concatenate([*flat, jnp.zeros(memory - sum(sizes), jnp.float32)])
+
+    def unpack(vector):
+        parts, at = [], 0
+        for (shape, dtype), size in zip(shapes, sizes):
+            parts.append(vector[at : at + size].reshape((1, *shape)).astype(dtype))
+            at += size
+        return jax.tree_util.tree_unflatten(state_tree, parts)
+
+    def policy_one(*args):
+        params_one = jax.tree_util.tree_unflatten(tree, args[:-3])
+        obs, done, carried = args[-3:]
+        obs, starts = obs[None], done[None]
+        if not state_leaves:  # stateless: the memory passes through untouched
+            return call_network(network, params_one, obs, starts, None)[0][0].astype(jnp.float32), carried
+        state = jax.lax.cond(
+            done, lambda: call_network(network, params_one, obs, starts, None)[2], lambda: unpack(carried)
+        )
+        logits, _, state = call_network(network, params_one, obs, starts, state)
+        return logits[0].astype(jnp.float32), pack(state)
+
+    return export_one(policy_one, leaves, [(obs_shape, "float32"), ((), "bool"), ((memory,), "float32")])
 
 
 class Learner:
-    """The jitted update (rollout + training_step) and the jitted evaluation."""
+    """The jitted update: a rollout on the training levels, then training_step."""
 
     def __init__(
         self, network, optimizer, training_step, hparams, levels: Levels, max_steps: int, n_envs: int, unroll: int
@@ -199,7 +261,6 @@ class Learner:
         self.network, self.optimizer, self.training_step, self.hparams = network, optimizer, training_step, hparams
         self.levels, self.max_steps, self.n_envs, self.unroll = levels, max_steps, n_envs, unroll
         self._update: Callable[..., Any] | None = None
-        self._evaluate: Callable[..., Any] | None = None
 
     def start(self, key, params):
         import jax
@@ -267,54 +328,17 @@ class Learner:
 
         return update
 
-    def evaluate(self, params, key, chunk: int = 256):
-        """(actions (E, max_steps) int8, solved (E,) bool): one sampled episode per held-out level."""
-        import jax
-        import jax.numpy as jnp
-        import numpy as np
 
-        if self._evaluate is None:
-            max_steps = self.max_steps
-
-            def play(params, levels, key):
-                states = jax.vmap(env.reset)(levels)
-                obs = jax.vmap(lambda s: env.observe(s, max_steps))(states)
-                starts = jnp.ones(levels.shape[0], bool)
-                _, _, rnn = call_network(self.network, params, obs, starts, None)
-
-                def one(carry, _):
-                    states, obs, starts, rnn, key, solved = carry
-                    key, sample = jax.random.split(key)
-                    logits, _, rnn = call_network(self.network, params, obs, starts, rnn)
-                    action = jax.random.categorical(sample, logits)
-                    states, reward, done = jax.vmap(lambda s, a: env.step(s, a, max_steps))(states, action)
-                    solved = solved | (done & (reward > 5.0))
-                    obs = jax.vmap(lambda s: env.observe(s, max_steps))(states)
-                    return (states, obs, jnp.zeros_like(starts), rnn, key, solved), action
-
-                carry = (states, obs, starts, rnn, key, jnp.zeros(levels.shape[0], bool))
-                carry, actions = jax.lax.scan(one, carry, None, length=max_steps)
-                return jnp.swapaxes(actions, 0, 1).astype(jnp.int8), carry[-1]
-
-            self._evaluate = jax.jit(play)
-        actions, solved = [], []
-        for i in range(0, len(self.levels.eval), chunk):
-            key, sub = jax.random.split(key)
-            a, s = self._evaluate(params, jnp.asarray(self.levels.eval[i : i + chunk]), sub)
-            actions.append(np.asarray(a))
-            solved.append(np.asarray(s))
-        return np.concatenate(actions), np.concatenate(solved)
-
-
-def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any]:
+def train(cfg, hooks, learner: Learner, params, opt_state, key, exchange: Exchange) -> dict[str, Any]:
+    """The training loop of one trial, then the final parameters handed to the station once."""
     import jax
 
     clock = Clock(float(cfg["budget_s"]))
-    key, start_key, eval_key = jax.random.split(key, 3)
+    key, start_key, _ = jax.random.split(key, 3)  # the third stream was the in-run evaluation's: same draws as before
     carry = learner.start(start_key, params)
     per_update = learner.n_envs * learner.unroll
     limit = int(cfg["env_steps"]) // per_update
-    updates, episodes, solved, curve, window = 0, 0, 0, [], {"episodes": 0, "solved": 0}
+    updates, curve, window = 0, [], {"episodes": 0, "solved": 0}
     began, stop = time.monotonic(), "step-budget"
     while updates < limit:
         params, opt_state, carry, stats = learner.update(params, opt_state, carry)
@@ -322,7 +346,7 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
         if updates % 50 == 0 or updates == limit:
             stats = jax.device_get(stats)
             require_finite(float(stats["reward"]), f"the mean reward (update {updates})")
-            common.report_progress(f"update {updates}/{limit}")
+            report_progress(f"update {updates}/{limit}")
             window["episodes"] += int(stats["episodes"])
             window["solved"] += int(stats["solved"])
             if updates % 100 == 0:
@@ -334,8 +358,14 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
                         f"{rate:.3f} ({clock.elapsed():.0f} s)",
                         flush=True,
                     )
-                episodes, solved = episodes + window["episodes"], solved + window["solved"]
                 window = {"episodes": 0, "solved": 0}
+        if updates < limit:
+            # after every update, once it has run (not merely been queued): the station's clock
+            # takes the final parameters only shortly after the budget
+            jax.block_until_ready(stats)
+            if exchange.stopped():
+                stop = "station"
+                break
             if clock.spent():
                 stop = "time-budget"
                 break
@@ -343,7 +373,8 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
     check = jax.tree_util.tree_leaves(params)
     if not all(bool(jax.numpy.isfinite(leaf).all()) for leaf in check if hasattr(leaf, "dtype")):
         raise ContractError("the parameters became NaN or infinite: training diverged")
-    actions, eval_solved = learner.evaluate(params, eval_key)
+    if not exchange.offer(jax.tree_util.tree_leaves(params)):
+        stop = "station"  # the station stopped the trial before it took these parameters
     if hooks.complete:
         hooks.complete(params, opt_state, {"updates": updates})
     return {
@@ -352,10 +383,6 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key) -> dict[str, Any
         "stop": stop,
         "seconds": round(seconds, 2),
         "steps_per_second": round(updates * per_update / max(seconds, 1e-9), 1),
-        "curve": curve,
-        "claimed_solved": int(eval_solved.sum()),
-        "eval_actions": actions,
+        "train_curve": curve,  # [env steps, share of training episodes solved], every 100 updates
+        "handover_s": round(exchange.waited_s, 2),  # after `seconds`: handing the parameters to the station
     }
-
-
-seal(globals())

@@ -1,0 +1,194 @@
+"""Sokoban's two-stage scoring without the sandbox: the policy step the harness exports for one
+environment acts exactly as the network does in a batch (recurrent state and its reset
+included); the station's scoring mode plays every level on its own (a level's actions do not
+depend on which other levels are played); what the station counts is its own replay of the
+actions, and outputs that cannot count are refused in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from evaluators.base import create_task
+from evaluators.jaxtrain.station_jax import sokoban as harness
+from evaluators.jaxtrain.station_jax import sokoban_env as env
+from evaluators.jaxtrain.station_jax.hooks import ContractError
+from evaluators.jaxtrain.station_jax.scoring import MODES
+from evaluators.jaxtrain.station_jax.verify import check_exported
+from evaluators.sokoban.levels import make_level_set
+
+TINY = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "trials": 2}
+STEPS = 30
+MEMORY = 64
+
+
+class Recurrent(nn.Module):
+    """A recurrent policy whose state is a pytree (two arrays of different shapes)."""
+
+    resets: bool = True  # False: it never forgets by itself, whatever `done` says
+
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        batch = obs.shape[0]
+        if rnn_state is None:
+            rnn_state = {"h": jnp.zeros((batch, 8)), "count": jnp.zeros((batch, 2, 2))}
+        keep = jnp.logical_not(done) if self.resets else jnp.ones_like(done)
+        h = jnp.where(keep[:, None], rnn_state["h"], 0.0)
+        x = nn.Dense(8)(obs.reshape((batch, -1)))
+        h = jnp.tanh(x + nn.Dense(8)(h))
+        count = jnp.where(keep[:, None, None], rnn_state["count"], 0.0) + 1.0
+        logits = nn.Dense(4)(h) + count[:, :1, 0]
+        return logits, nn.Dense(1)(h)[:, 0], {"h": h, "count": count}
+
+
+class Stateless(nn.Module):
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        x = nn.relu(nn.Dense(16)(obs.reshape((obs.shape[0], -1))))
+        return nn.Dense(4)(x), nn.Dense(1)(x)[:, 0]
+
+
+class Sharp(nn.Module):
+    """Recurrent, with one logit so far above the others that sampling always picks it."""
+
+    @nn.compact
+    def __call__(self, obs, done, rnn_state=None):
+        logits, value, state = Recurrent(resets=False)(obs, done, rnn_state)
+        return 1e4 * jax.nn.one_hot(jnp.argmax(logits, axis=-1), 4), value, state
+
+
+@pytest.fixture(scope="module")
+def levels() -> np.ndarray:
+    return make_level_set(3, 12, 5, 5, 1)
+
+
+def setting(network: nn.Module, levels: np.ndarray):
+    """(params, the exported policy, its rnn state for a batch of 2) as the harness makes them."""
+    states = jax.vmap(env.reset)(jnp.asarray(levels[:2]))
+    obs = jax.vmap(lambda s: env.observe(s, STEPS))(states)
+    starts = jnp.ones(2, bool)
+    params = network.init(jax.random.PRNGKey(0), obs, starts)
+    _, _, rnn = harness.call_network(network, params, obs, starts, None)
+    raw = harness.export_policy(network, params, (5, 5, 8), rnn, 2, MEMORY)
+    exported = export.deserialize(bytearray(raw))
+    check_exported(exported, *spec())
+    return params, exported
+
+
+def spec() -> tuple[list, list]:
+    return [((5, 5, 8), "float32"), ((), "bool"), ((MEMORY,), "float32")], [((4,), "float32"), ((MEMORY,), "float32")]
+
+
+@pytest.mark.parametrize("network", [Recurrent(), Stateless()], ids=["recurrent", "stateless"])
+def test_the_exported_step_acts_as_the_network_does_in_a_batch(levels: np.ndarray, network: nn.Module) -> None:
+    params, exported = setting(network, levels)
+    leaves = jax.tree_util.tree_leaves(params)
+    batch = jnp.asarray(levels[:3])
+    states = jax.vmap(env.reset)(batch)
+    obs = jax.vmap(lambda s: env.observe(s, STEPS))(states)
+    starts = jnp.ones(3, bool)
+    # the batched play as training and the one-stage evaluation did it: the state made from None first
+    _, _, rnn = harness.call_network(network, params, obs, starts, None)
+    memories = [jnp.zeros(MEMORY, jnp.float32)] * 3
+    for t in range(6):
+        logits, _, rnn = harness.call_network(network, params, obs, starts, rnn)
+        for i in range(3):
+            one, memories[i] = exported.call(*leaves, obs[i], starts[i], memories[i])
+            np.testing.assert_allclose(np.asarray(one), np.asarray(logits[i]), rtol=1e-5, atol=1e-5)
+        actions = jnp.asarray([(t + i) % 4 for i in range(3)])
+        states, _, _ = jax.vmap(lambda s, a: env.step(s, a, STEPS))(states, actions)
+        obs = jax.vmap(lambda s: env.observe(s, STEPS))(states)
+        starts = jnp.zeros(3, bool).at[1].set(t == 3)  # env 1 starts over: its state resets as in training
+    assert np.asarray(memories[0])[16:].tolist() == [0.0] * (MEMORY - 16)  # the state, then zero padding
+
+
+def play(exported, params, levels: np.ndarray, folder: Path, seed: int = 0) -> np.ndarray:
+    folder.mkdir(exist_ok=True)
+    np.save(folder / "eval_levels.npy", levels)
+    settings = {"mode": "sokoban", "inputs": [[list(s), d] for s, d in spec()[0]], "max_steps": STEPS, "seed": seed}
+    return MODES["sokoban"](exported, settings, str(folder))(jax.tree_util.tree_leaves(params))["output_0"]
+
+
+def test_each_level_is_played_on_its_own(levels: np.ndarray, tmp_path: Path) -> None:
+    """A policy with memory that never forgets by itself: its actions on a level are the same
+    whichever levels come before it, so nothing of one level reaches the next."""
+    params, exported = setting(Sharp(), levels)
+    forward = play(exported, params, levels, tmp_path / "forward")
+    backward = play(exported, params, levels[::-1], tmp_path / "backward")
+    assert forward.shape == (12, STEPS) and forward.dtype == np.int8
+    assert np.array_equal(forward, backward[::-1])
+    alone = play(exported, params, levels[5:6], tmp_path / "alone")
+    assert np.array_equal(alone[0], forward[5])
+
+
+def test_actions_are_sampled_with_the_station_s_keys(levels: np.ndarray, tmp_path: Path) -> None:
+    params, exported = setting(Stateless(), levels)
+    first = play(exported, params, levels, tmp_path / "a", seed=0)
+    again = play(exported, params, levels, tmp_path / "b", seed=0)
+    other = play(exported, params, levels, tmp_path / "c", seed=1)
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert set(np.unique(first)) <= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("state, words", [
+    (lambda b: jnp.zeros((b, 100)), "holds 100 numbers per environment; this task carries at most 64"),
+    (lambda b: jnp.zeros((7,)), "must have the batch (2) as its first axis"),
+])
+def test_a_state_the_station_cannot_carry_is_a_contract_error(levels: np.ndarray, state, words: str) -> None:
+    class Odd(nn.Module):
+        @nn.compact
+        def __call__(self, obs, done, rnn_state=None):
+            logits = nn.Dense(4)(obs.reshape((obs.shape[0], -1)))
+            return logits, logits[:, 0], state(obs.shape[0]) if rnn_state is None else rnn_state
+
+    network = Odd()
+    obs = jax.vmap(lambda s: env.observe(s, STEPS))(jax.vmap(env.reset)(jnp.asarray(levels[:2])))
+    params = network.init(jax.random.PRNGKey(0), obs, jnp.ones(2, bool))
+    with pytest.raises(ContractError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        harness.export_policy(network, params, (5, 5, 8), state(2), 2, MEMORY)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STATION_SOKOBAN_DATA", str(tmp_path_factory.mktemp("sokoban-scoring")))
+    task = create_task("sokoban", TINY)
+    task.levels.ensure()
+    yield task
+    patch.undo()
+
+
+def test_the_station_counts_solves_by_its_own_replay(task) -> None:
+    held = task.levels.eval_levels()
+    idle = np.zeros((len(held), STEPS), np.int8)  # walking up into the wall: solves nothing
+    measured = task.measure(0, {"output_0": idle})
+    assert measured["score"] == pytest.approx(100 * task.levels.solved(idle, STEPS).mean())
+    assert measured["line"].startswith(f"solved {int(task.levels.solved(idle, STEPS).sum())} of 40 held-out levels")
+
+
+@pytest.mark.parametrize("outputs, words", [
+    ({"output_0": np.zeros((3, STEPS), np.int8)}, "action sequences of shape (3, 30), expected (40, steps)"),
+    ({"output_0": np.full((40, STEPS), 7, np.int8)}, "actions must be 0 (up), 1 (right), 2 (down) or 3 (left)"),
+    ({}, "action sequences of shape None"),
+])
+def test_outputs_that_cannot_count_are_refused_in_one_line(task, outputs: dict, words: str) -> None:
+    with pytest.raises(ValueError) as err:
+        task.measure(0, outputs)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_scorer_is_told_the_policy_s_shapes_and_the_station_s_sampling(task) -> None:
+    example = task.example_spec(1)
+    assert example.inputs == [((5, 5, 8), "float32"), ((), "bool"), ((16384,), "float32")]
+    assert example.outputs == [((4,), "float32"), ((16384,), "float32")]
+    assert task.scorer_settings(1) == {"mode": "sokoban", "max_steps": 30, "seed": 1}
+    rule = task.stop_rule(0)
+    assert (rule.patience, rule.max_checkpoints) == (None, 1)
+    assert task.failed_trial_score == 0.0
