@@ -416,6 +416,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_task_check(args: argparse.Namespace) -> int:
     from evaluators.base import create_task
+    from evaluators.folder.layout import exposure_warnings
     from rooms.research.standalone import evaluate_baselines
 
     from .config import ExecutorConfig
@@ -425,21 +426,31 @@ def cmd_task_check(args: argparse.Namespace) -> int:
     task = create_task("folder", {"path": args.folder})  # a TaskFolderError (a ValueError) says what is wrong
     layout = task.folder  # type: ignore[attr-defined]
     print(f"task folder {layout.path} ({layout.format} format): '{task.title}'", file=sys.stderr)
+    for warning in exposure_warnings(layout.path):
+        print(clean(f"warning: {warning}"), file=sys.stderr)
     failed = 0
-    if not args.no_baselines and task.baselines():
-        executor = create_executor(ExecutorConfig(kind=args.executor), hide=task.private_paths())
-        try:
+    executor = create_executor(ExecutorConfig(kind=args.executor), hide=task.private_paths())
+    try:
+        with elapsed_line("importing the scorer in its sandbox"):
+            problem = task.check_scorer(executor)  # type: ignore[attr-defined]
+        entry = ", ".join(f"{name}()" for name in layout.entry_points)
+        print(
+            clean(f"scorer: {problem}" if problem else f"scorer: {layout.scorer_file} imports and defines {entry}"),
+            file=sys.stderr,
+        )
+        failed += problem is not None
+        if problem is None and not args.no_baselines and task.baselines():
             with elapsed_line("evaluating baselines"):
                 results = evaluate_baselines(task, executor)
-        finally:
-            executor.close()
-        print("baselines:", file=sys.stderr)
-        for r in results:
-            score = "n.a." if r["score"] is None else shown(r["score"])
-            problem = "" if r["success"] else f"  ({r['status']}: {r.get('error') or r.get('details') or '?'})"
-            print(clean(f"  {r['title']}: {score}{problem}"), file=sys.stderr)
-            failed += not r["success"]
-    elif not task.baselines():
+            print("baselines:", file=sys.stderr)
+            for r in results:
+                score = "n.a." if r["score"] is None else shown(r["score"])
+                why = "" if r["success"] else f"  ({r['status']}: {r.get('error') or r.get('details') or '?'})"
+                print(clean(f"  {r['title']}: {score}{why}"), file=sys.stderr)
+                failed += not r["success"]
+    finally:
+        executor.close()
+    if not task.baselines():
         print("no baselines (baselines/*.py): the leaderboard starts empty", file=sys.stderr)
     print("--- what agents read with `read` ---", file=sys.stderr)
     print(task.spec())

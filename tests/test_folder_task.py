@@ -269,7 +269,7 @@ def test_a_hostile_submission_reaches_neither_the_private_data_nor_the_scorer(ex
     assert result["success"], result
     found = json.loads(result["details"])
     assert SECRET not in json.dumps(found)
-    assert found["private"] == "FileNotFoundError" and found["listing"] == []
+    assert found["private"] == "FileNotFoundError" and found["listing"] == "FileNotFoundError"  # not in a run at all
     assert found["scorer_source"] == "FileNotFoundError" and found["import_scorer"] == "ModuleNotFoundError"
     assert found["data"] == "public data"  # data/ is the one part a submission sees
     assert found["task_mount"] == "FileNotFoundError"
@@ -490,9 +490,8 @@ def test_a_crashing_scorer_in_a_station_alerts_the_operator_and_charges_nobody(t
     assert "the scorer of task 1 failed on #1: the task's scorer failed: ZeroDivisionError" in status.stdout
     runs = read(directory, "SELECT COUNT(*) FROM evaluation_versions")
     assert runs == [(1,)]  # the debugger did not try to "fix" code that was never wrong
-    from fastapi.testclient import TestClient
-
+    from helpers import web_client
     from station.web.app import create_app
 
-    page = TestClient(create_app(directory)).get("/").text
+    page = web_client(create_app(directory)).get("/").text
     assert "The scorer of task 1 failed on" in page and "ZeroDivisionError" in page and "not charged" in page

@@ -13,6 +13,8 @@ and a station's start-up both say exactly what to fix.
 
 from __future__ import annotations
 
+import ast
+import math
 import os
 import re
 import stat
@@ -79,6 +81,14 @@ class TaskSettings(_Strict):
     score_name: str = Field("score", min_length=1, max_length=60)
     display_precision: int = Field(4, ge=0, le=17)
     metrics: dict[str, str] = Field(default_factory=dict, description="secondary metric -> format, e.g. '.3f'")
+    score_range: tuple[float, float] | None = Field(None, description="[low, high]: where every valid score lies")
+
+    @field_validator("score_range")
+    @classmethod
+    def _range(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not (math.isfinite(value[0]) and math.isfinite(value[1]) and value[0] < value[1]):
+            raise ValueError("must be [low, high], two finite numbers with low < high")
+        return value
 
     @field_validator("metrics")
     @classmethod
@@ -107,10 +117,16 @@ class TaskFolder:
     statement: str  # task.md, or what the OpenEvolve folder offers instead
     baselines: tuple[Baseline, ...]
     cascade: Cascade = Cascade()
+    stages: tuple[str, ...] = ()  # openevolve: the evaluator's functions, in the order they may run
 
     @property
     def scorer_file(self) -> str:
         return "evaluate.py" if self.format == "native" else "evaluator.py"
+
+    @property
+    def entry_points(self) -> tuple[str, ...]:
+        """The functions the scorer must define."""
+        return ("evaluate",) if self.format == "native" else self.stages
 
     @property
     def data_dir(self) -> Path | None:
@@ -196,7 +212,68 @@ def _openevolve(folder: Path) -> TaskFolder:
     if not isinstance(thresholds, list) or not all(isinstance(t, (int, float)) for t in thresholds):
         raise TaskFolderError(f"{folder / 'config.yaml'}: evaluator.cascade_thresholds must be a list of numbers")
     cascade = Cascade(bool(evolve.get("cascade_evaluation", False)), tuple(float(t) for t in thresholds))
-    return TaskFolder(folder, "openevolve", settings, statement, (initial,), cascade)
+    return TaskFolder(folder, "openevolve", settings, statement, (initial,), cascade, _stages(folder, cascade))
+
+
+def _stages(folder: Path, cascade: Cascade) -> tuple[str, ...]:
+    """evaluate_stage1, 2, 3 (as far as they are defined) with cascade evaluation and a stage 1,
+    else evaluate. Read from the source, not imported: the station decides the cascade itself."""
+    file = folder / "evaluator.py"
+    try:
+        tree = ast.parse(_text(file, MAX_BASELINE_CHARS * 5, required=True), filename=str(file))
+    except SyntaxError as err:
+        raise TaskFolderError(f"{file} is not valid Python: line {err.lineno}: {err.msg}") from None
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    if not (cascade.enabled and "evaluate_stage1" in defined):
+        return ("evaluate",)
+    stages = ["evaluate_stage1"]
+    while len(stages) < 3 and f"evaluate_stage{len(stages) + 1}" in defined:
+        stages.append(f"evaluate_stage{len(stages) + 1}")
+    return tuple(stages)
+
+
+def exposure_warnings(folder: Path) -> list[str]:
+    """Ways the folder's private answers may be readable elsewhere than in the folder itself: a
+    private/ (or a file in it) that is a link, and a folder inside a git repository."""
+    notes = []
+    private = folder / "private"
+    links = [private] if private.is_symlink() else _links_under(private)
+    for link in links[:3]:
+        shown = link.relative_to(folder)
+        notes.append(
+            f"{shown} is a symbolic link (to {os.readlink(link)}): only the task folder itself is kept from "
+            "submissions, so the answers are only as hidden as the place the link points to, and the scorer's "
+            f"sandbox, which shows the task folder alone, may not reach them. Replace the link by the files "
+            f"themselves (a real {shown} inside the task folder)."
+        )
+    repository = next((p for p in (folder, *folder.parents) if (p / ".git").exists()), None)
+    if repository is not None:
+        notes.append(
+            f"the task folder is inside the git repository {repository}: whatever of it was ever committed "
+            f"(private/ included) is also in {repository / '.git'}'s object store, readable by anyone who can "
+            "read the repository, long after the files themselves change. Keep the answers out of git: list "
+            "private/ in .gitignore before the first commit (if it was committed, remove it from the history, "
+            "or make new answers), or keep the task folder outside any repository."
+        )
+    return notes
+
+
+def _links_under(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    if not folder.is_dir():
+        return found
+    for checked, (root, dirs, files) in enumerate(os.walk(folder)):
+        found += [Path(root, n) for n in (*dirs, *files) if Path(root, n).is_symlink()]
+        if checked > MAX_CHECKED_ENTRIES:
+            break
+    return found
 
 
 def _settings(folder: Path, *, required: bool) -> TaskSettings:

@@ -1,33 +1,42 @@
 """Stage 2 of a folder task's evaluation: the task's own scorer, in a sandbox of its own.
 
-This file is not imported by the station: it is the program the scorer's sandbox runs, called
-through the function-mode harness (entry `run_scorer`). Its working dir holds, read-only:
+This file is the program the scorer's sandbox runs, called through the function-mode harness
+(entry `run_scorer`); the station itself imports only its READY line from it. Its working dir holds, read-only:
 
     task/     the task folder (evaluate.py or evaluator.py, data/, private/)
     outputs/  a copy of the files the submission left in its outputs/ (regular files only)
     inputs/   scorer.json (how to call the scorer), value.pkl (what the submission returned,
               written by the station from plain data), and the submission's source file
 
-It returns plain data: {"outcome": "scored", "score", "metrics", "details"} or
-{"outcome": "rejected", "message"} (or, for an OpenEvolve evaluator, {"outcome": "crashed", ...}
-when the exception came from the submitted program itself). A scorer that raises ValueError rejects the submission;
-any other exception ends this run with an error, which the station treats as the scorer's
-failure, never the submission's.
+It returns plain data. Native scorer: {"outcome": "scored", "score", "metrics", "details"} or
+{"outcome": "rejected", "message"}. A scorer that raises ValueError rejects the submission, and so
+does arithmetic that overflows (OverflowError, FloatingPointError): numbers that large come from
+the values being scored. Any other exception ends this run with an error, which the station treats
+as the scorer's failure, never the submission's.
+
+OpenEvolve evaluator: one function (`evaluate`, or one stage of a cascade) called on the program,
+and {"outcome": "metrics", "metrics"} back, numbers and short texts only; the station decides the
+cascade and computes the score itself. The program runs in this process, so nothing here is
+trusted once it is handed over: READY goes to stderr just before, and the station counts any
+failure of the run after that line as the program's.
+
+`scorer.json`'s "action" is "score", or "check" (import the scorer and look for its entry points,
+for `station task check`: {"outcome": "checked", "missing": [names]}).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import pickle
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 SETTINGS = os.path.join("inputs", "scorer.json")
+READY = "station: the evaluator is loaded; handing it the program"
+TEXT_MAX_CHARS = 2000
 
 
 def run_scorer() -> dict[str, Any]:
@@ -36,26 +45,21 @@ def run_scorer() -> dict[str, Any]:
     task_dir = Path("task").resolve()
     sys.path.insert(0, str(task_dir))  # the scorer may import its own helper modules
     module = _load(task_dir / settings["scorer_file"])
+    if settings.get("action") == "check":
+        names = settings["entry_points"]
+        return {"outcome": "checked", "missing": [n for n in names if not callable(getattr(module, n, None))]}
     submission = Path("inputs", settings["filename"]).resolve()
+    if settings["format"] == "openevolve":
+        return _openevolve(module, settings["function"], str(submission))
     try:
-        if settings["format"] == "native":
-            return _native(module, settings, task_dir, submission)
-        return _openevolve(module, settings, str(submission))
+        return _native(module, settings, task_dir, submission)
     except ValueError as err:  # the scorer's way to reject a submission
         return {"outcome": "rejected", "message": str(err) or type(err).__name__}
-    except Exception as err:
-        if settings["format"] == "openevolve" and _raised_in(err, str(submission)):
-            return {
-                "outcome": "crashed",
-                "message": _one_line(err),
-                "traceback": "".join(traceback.format_exception(err)),
-            }
-        raise  # the scorer's own failure
-
-
-def _raised_in(err: BaseException, filename: str) -> bool:
-    """Whether the exception passed through the submitted program's own code."""
-    return any(frame.filename == filename for frame in traceback.extract_tb(err.__traceback__))
+    except (OverflowError, FloatingPointError) as err:  # out-of-range numbers: the submission's values
+        return {
+            "outcome": "rejected",
+            "message": f"the scorer could not compute with the values given ({_one_line(err)})",
+        }
 
 
 def _one_line(err: BaseException) -> str:
@@ -94,42 +98,30 @@ def _native(module: Any, settings: dict[str, Any], task_dir: Path, submission: P
     return {"outcome": "scored", **answer}
 
 
-def _openevolve(module: Any, settings: dict[str, Any], program: str) -> dict[str, Any]:
-    """OpenEvolve's rules: evaluate(program_path) -> metrics; with a cascade, evaluate_stage1, 2, 3
-    while the stage's score reaches its threshold; the score is the configured metric
-    (combined_score), else the mean of the numeric metrics. A string `error` rejects the program."""
-    metric, thresholds = settings["metric"], settings["cascade_thresholds"]
-    metrics: dict[str, Any] = {}
-    if settings["cascade"] and hasattr(module, "evaluate_stage1"):
-        for stage in (1, 2, 3):
-            function = getattr(module, f"evaluate_stage{stage}", None)
-            if function is None:
-                break
-            found = _metrics(function(program))
-            metrics.update(found)
-            if stage > len(thresholds) or _score(found, metric) < thresholds[stage - 1]:
-                break
-    else:
-        metrics = _metrics(module.evaluate(program))
-    if isinstance(metrics.get("error"), str) and metrics["error"]:
-        raise ValueError(metrics["error"])
-    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    notes = [f"{k}: {v}" for k, v in metrics.items() if k not in numbers]
-    return {"outcome": "scored", "score": _score(metrics, metric), "metrics": numbers, "details": "\n".join(notes)}
-
-
-def _metrics(result: Any) -> dict[str, Any]:
+def _openevolve(module: Any, name: str, program: str) -> dict[str, Any]:
+    """OpenEvolve's rules: `name`(program_path) -> a metrics dict (or an object with one); a string
+    `error` in it, or a ValueError, rejects the program (the station reads both)."""
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise AttributeError(f"the evaluator defines no {name}(program_path)")
+    sys.stderr.write(READY + "\n")
+    sys.stderr.flush()
+    try:
+        result = function(program)
+    except ValueError as err:
+        return {"outcome": "metrics", "metrics": {"error": str(err) or type(err).__name__}}
     found = getattr(result, "metrics", result)  # an EvaluationResult-like object, or a dict
     if not isinstance(found, dict):
-        raise TypeError(f"the evaluator returned {type(result).__name__}, not a dict of metrics")
-    return dict(found)
+        raise TypeError(f"{name}() returned {type(result).__name__}, not a dict of metrics")
+    return {"outcome": "metrics", "metrics": {str(k): _plain(v) for k, v in found.items()}}
 
 
-def _score(metrics: dict[str, Any], metric: str) -> float:
-    if metric in metrics:
-        return float(metrics[metric])
-    numbers = [float(v) for v in metrics.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    finite = [v for v in numbers if math.isfinite(v)]
-    if not finite:
-        raise TypeError(f"the evaluator returned no {metric!r} and no numeric metric")
-    return sum(finite) / len(finite)
+def _plain(value: Any) -> Any:
+    """A metric as plain data: a number stays a number, anything else becomes short text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    number = getattr(value, "item", None)  # a NumPy scalar
+    if callable(number) and getattr(value, "ndim", None) == 0:
+        return _plain(number())
+    text = value if isinstance(value, str) else repr(value)
+    return text[:TEXT_MAX_CHARS]

@@ -1,18 +1,24 @@
 """A research task from a folder (docs/tasks.md): the submission runs, then the task's scorer judges it.
 
-Two sandboxed runs through the station's executor, never sharing a process or a writable file:
+Native folders: two sandboxed runs through the station's executor, never sharing a process or a
+writable file:
 
 1. the submission, with the task's data/ read-only and an empty, writable outputs/;
-2. the scorer (scorer_driver.py calling the folder's evaluate.py, or an OpenEvolve evaluator.py),
-   with the task folder (private/ included), a copy of the submission's regular output files
-   and what its function returned, all read-only.
+2. the scorer (scorer_driver.py calling the folder's evaluate.py), with the task folder (private/
+   included), a copy of the submission's regular output files and what its function returned,
+   all read-only.
 
 The submission never sees the task folder: the executor hides it, and shows only data/. So it
 cannot read private/ or import the scorer, and anything it leaves behind (a link, a process, a
 later write) cannot reach the copy the scorer reads. Only the scorer's small answer comes back.
-
 A scorer that crashes, hangs, or answers without a finite score raises ScorerFailure: the
 station records a scorer failure, alerts the operator and charges the agent nothing.
+
+OpenEvolve folders: the evaluator runs the program itself, so the two share a run. Each evaluator
+function (evaluate, or one cascade stage) is a run of its own that hands back plain metrics; the
+station decides the cascade and computes the score here, where the program cannot reach. What
+the evaluator hands back once it has the program is the program's doing as much as the
+evaluator's: a failure from then on counts as the program's (scorer_driver.READY marks the point).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from station.run_types import Mount, RunResult, RunSpec
 
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
 from .layout import TaskFolder, read_folder
+from .scorer_driver import READY
 
 DRIVER = Path(__file__).with_name("scorer_driver.py")
 DETAILS_MAX_CHARS = 4000
@@ -66,11 +73,8 @@ class FolderTask(Task):
         s = self.folder.settings
         better = "higher is better" if s.higher_is_better else "lower is better"
         if self.folder.format == "openevolve":
-            run = (
-                f"Submit a complete Python program (it replaces the task's initial program). The task's "
-                f"evaluator runs it and measures it; its `{s.scorer.metric}` is the score ({better})."
-            )
-        elif self.mode == "function":
+            return self._openevolve_contract(better)
+        if self.mode == "function":
             run = (
                 f"Submit a Python file (`{self.filename}`) defining `{self.entry}()`, called with no arguments. "
                 "What it returns (numbers, strings, lists, dicts, NumPy arrays) is handed to the task's scorer; "
@@ -92,8 +96,39 @@ class FolderTask(Task):
             f"{run} {data}\n\n"
             f"The score is the {s.score_name} ({better}).{sign} It is computed by the task's own scorer in a "
             "separate sandbox, from what your run returned or left in `outputs/`: printing a score changes "
-            "nothing. If the scorer rejects the result, you get its reason.\n\n"
+            "nothing. If the scorer rejects the result (a value it cannot use: the wrong shape, not finite, "
+            "too large), you get its reason, and the evaluation counts as failed.\n\n"
             f"Limits per run: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
+        )
+
+    def _openevolve_contract(self, better: str) -> str:
+        s = self.folder.settings
+        stages = self.folder.stages
+        calls = (
+            f"`{stages[0]}(program_path)`"
+            if len(stages) == 1
+            else ", then ".join(f"`{f}`" for f in stages) + " (each stage only while the previous one's score "
+            "reaches its threshold)"
+        )
+        limits = f"{self.timeout_s:g} s of wall-clock time per call, {self._memory()}, {self.num_cpus:g} CPU core(s)"
+        limits += f", {self.num_gpus:g} GPU(s)" if self.num_gpus else ", no GPU"
+        return (
+            "## How submissions run and are scored\n"
+            "Submit a complete Python program (it replaces the task's initial program). The task's evaluator "
+            f"calls {calls} on it, each call in a fresh sandbox, and hands back its metrics. The station computes "
+            f"the score from them, outside that sandbox: the `{s.scorer.metric}` metric ({better}), else the mean "
+            f"of the numeric metrics.{self._range_text()} A string `error` metric, or a `ValueError`, rejects "
+            "the program.\n\n"
+            "What is isolated and what is not: the sandbox keeps your program from the station, other runs, the "
+            "network and API keys, but not from the evaluator. Your program runs inside the evaluator's sandbox, "
+            "usually inside the evaluator's own process, so code in it could change what the evaluator measures "
+            "or hands back, and the station cannot tell such metrics from honest ones. What the station does: it "
+            "computes the score itself, so nothing in the sandbox sets the score directly; only numbers count; a "
+            "metric that is not a finite number, and a run that fails in any way after the evaluator was handed "
+            "your program (an exception, an exit, a killed process), count against your program; and your "
+            "program's source is stored with its evaluation, where it can be read. Changing the evaluator's "
+            "measurements is cheating, not research.\n\n"
+            f"Limits: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
         )
 
     def _memory(self) -> str:
@@ -119,54 +154,101 @@ class FolderTask(Task):
                 folder.mkdir()
             (inputs / self.filename).write_text(code, encoding="utf-8")
             if self.folder.format == "openevolve":
-                ran = RunResult(status="ok")
-            else:
-                os.chmod(outputs, 0o777)  # the sandbox's own uid writes here
-                writable = Mount(outputs, "outputs", writable=True)
-                ran = executor.run(self.run_spec(code, mounts=[*mounts, writable], label=label, cpu_only=cpu_only))
-                if ran.status != "ok":
-                    return ran  # a crash or a timeout is the submission's own outcome
-                _copy_regular_files(outputs, copied)
+                return self._evaluate_program(executor, inputs, copied, label)
+            os.chmod(outputs, 0o777)  # the sandbox's own uid writes here
+            writable = Mount(outputs, "outputs", writable=True)
+            ran = executor.run(self.run_spec(code, mounts=[*mounts, writable], label=label, cpu_only=cpu_only))
+            if ran.status != "ok":
+                return ran  # a crash or a timeout is the submission's own outcome
+            _copy_regular_files(outputs, copied)
             with open(inputs / "value.pkl", "wb") as f:
                 pickle.dump(ran.value, f)  # plain data, as the executor decoded it
-            (inputs / "scorer.json").write_text(json.dumps(self._scorer_settings()), encoding="utf-8")
+            self._write_settings(inputs, action="score")
             judged = executor.run(self._scorer_spec(inputs, copied, f"{label}-score"))
         if judged.status == "system_error":
             return judged  # the machine failed, not the scorer: the station pauses as for any run
-        if self.folder.format == "openevolve":
-            return self._program_outcome(judged)
         if judged.status != "ok":
             trace = f"\n{judged.traceback}" if judged.traceback else ""
             raise ScorerFailure(f"the task's scorer failed: {judged.error}{trace}", ran)
         return replace(ran, value=judged.value, duration_s=ran.duration_s + judged.duration_s)
 
+    def _evaluate_program(self, executor: Any, inputs: Path, outputs: Path, label: str) -> RunResult:
+        """OpenEvolve: each evaluator function in a run of its own, the cascade decided here. The value
+        is {"metrics": ...}, the stages' metrics merged, as plain data; `score` computes the score."""
+        metrics: dict[str, Any] = {}
+        logs: list[RunResult] = []
+        thresholds = self.folder.cascade.thresholds
+        for stage, function in enumerate(self.folder.stages, 1):
+            self._write_settings(inputs, action="score", function=function)
+            judged = executor.run(self._scorer_spec(inputs, outputs, f"{label}-{function}"))
+            logs.append(judged)
+            outcome = self._stage_outcome(judged, function)
+            if outcome is not None:
+                return _with_logs(outcome, logs)
+            found = judged.value["metrics"]
+            metrics.update(found)
+            if _error_of(found) or stage == len(self.folder.stages) or stage > len(thresholds):
+                break
+            stage_score = _program_score(found, self.folder.settings.scorer.metric)
+            if not isinstance(stage_score, float) or stage_score < thresholds[stage - 1]:
+                break
+        return _with_logs(RunResult(status="ok", value={"metrics": metrics}), logs)
+
     @staticmethod
-    def _program_outcome(judged: RunResult) -> RunResult:
-        """An OpenEvolve evaluator runs the program inside its own run: a timeout, or an exception
-        raised from the program's code, is the program's outcome (as in OpenEvolve)."""
+    def _stage_outcome(judged: RunResult, function: str) -> RunResult | None:
+        """None when the run handed back metrics. A failure before the evaluator was handed the program
+        (it cannot be imported, lacks the function) is the evaluator's: ScorerFailure. From then on the
+        program shares the run, so a timeout or any failure is the program's outcome, never a free pass."""
+        answer = judged.value
+        if judged.status == "system_error":
+            return judged
+        if judged.status == "ok" and isinstance(answer, dict) and isinstance(answer.get("metrics"), dict):
+            return None
+        if READY not in judged.stderr:
+            trace = f"\n{judged.traceback}" if judged.traceback else ""
+            raise ScorerFailure(f"the task's evaluator failed before it ran the program: {judged.error}{trace}", judged)
         if judged.status == "timeout":
             return judged
-        if judged.status == "ok" and isinstance(judged.value, dict) and judged.value.get("outcome") == "crashed":
-            answer = judged.value
-            return replace(
-                judged, status="error", value=None, error=answer.get("message"), traceback=answer.get("traceback")
-            )
-        if judged.status != "ok":
-            trace = f"\n{judged.traceback}" if judged.traceback else ""
-            raise ScorerFailure(f"the task's evaluator failed: {judged.error}{trace}", judged)
-        return judged
+        why = judged.error if judged.status != "ok" else f"{function}() handed back no metrics the station can read"
+        return replace(
+            judged,
+            status="error",
+            value=None,
+            error=f"{why} (the evaluator's run failed after it was handed the program: it counts as the program's)",
+        )
 
-    def _scorer_settings(self) -> dict[str, Any]:
+    def check_scorer(self, executor: Any) -> str | None:
+        """Import the scorer in its own sandbox, as an evaluation does, and look for its entry points:
+        None when it is usable, else what is wrong (for `station task check`)."""
+        with tempfile.TemporaryDirectory(prefix="station-check-") as work:
+            inputs, outputs = Path(work, "inputs"), Path(work, "outputs")
+            inputs.mkdir()
+            outputs.mkdir()
+            self._write_settings(inputs, action="check")
+            judged = executor.run(self._scorer_spec(inputs, outputs, "task-check"))
+        scorer = self.folder.scorer_file
+        if judged.status != "ok":
+            trace = f"\n{judged.traceback.rstrip()}" if judged.traceback else ""
+            return f"{scorer} cannot be imported in the scorer's sandbox: {judged.error}{trace}"
+        missing = judged.value.get("missing") if isinstance(judged.value, dict) else None
+        if not isinstance(missing, list):
+            return f"{scorer} gave no answer the station can read"
+        if missing:
+            return f"{scorer} defines no {', '.join(f'{name}()' for name in missing)}"
+        return None
+
+    def _write_settings(self, inputs: Path, *, action: str, function: str = "") -> None:
         folder = self.folder
-        return {
+        settings = {
+            "action": action,
             "format": folder.format,
             "scorer_file": folder.scorer_file,
+            "entry_points": list(folder.entry_points),
             "filename": self.filename,
             "mode": self.mode,
-            "metric": folder.settings.scorer.metric,
-            "cascade": folder.cascade.enabled,
-            "cascade_thresholds": list(folder.cascade.thresholds),
+            "function": function,
         }
+        (inputs / "scorer.json").write_text(json.dumps(settings), encoding="utf-8")
 
     def _scorer_spec(self, inputs: Path, outputs: Path, label: str) -> RunSpec:
         scorer = self.folder.settings.scorer
@@ -187,26 +269,112 @@ class FolderTask(Task):
 
     # -- the scorer's answer -------------------------------------------------------------------
     def score(self, result: RunResult) -> Verdict:
+        if self.folder.format == "openevolve":
+            return self._score_program(result)
         answer = result.value
         if not isinstance(answer, dict) or answer.get("outcome") not in ("scored", "rejected"):
             raise ScorerFailure(f"the task's scorer gave no answer the station can read ({_shown(answer)})", result)
         if answer["outcome"] == "rejected":
             return Verdict(False, details=f"Rejected by the task's scorer: {_clip(str(answer.get('message')))}")
-        value = answer.get("score")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ScorerFailure(f"the task's scorer returned a score that is not a finite number: {value!r}", result)
+        raw = answer.get("score")
+        value = _finite(raw) if _is_number(raw) else None
+        if value is None:
+            raise ScorerFailure(
+                f"the task's scorer returned a score that is not a finite number: {_shown(raw)}", result
+            )
+        outside = self._outside_range(value)
+        if outside:
+            raise ScorerFailure(f"the task's scorer returned a score {outside}", result)
         metrics = answer.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise ScorerFailure(f"the task's scorer returned metrics that are not a dict: {_shown(metrics)}", result)
         shown_metrics: dict[str, float | None] = {}
         for name, number in list(metrics.items())[:METRICS_MAX]:
-            ok = isinstance(number, (int, float)) and not isinstance(number, bool)
-            shown_metrics[str(name)[:60]] = float(number) if ok else None
+            shown_metrics[str(name)[:60]] = _finite(number) if _is_number(number) else None
         s = self.folder.settings
         if not s.higher_is_better:
-            shown_metrics.setdefault(s.score_name, float(value))
+            shown_metrics.setdefault(s.score_name, value)
         details = _clip(str(answer.get("details") or f"{s.score_name} = {value:.{self.display_precision}f}"))
-        return Verdict(True, float(value) if s.higher_is_better else -float(value), details, shown_metrics)
+        return Verdict(True, value if s.higher_is_better else -value, details, shown_metrics)
+
+    def _score_program(self, result: RunResult) -> Verdict:
+        """The score of an OpenEvolve program, computed here from the metrics its evaluator handed back.
+        Those were made in the run the program shared: anything unusable in them is the program's."""
+        metrics = result.value.get("metrics") if isinstance(result.value, dict) else None
+        if not isinstance(metrics, dict):
+            return Verdict(False, details="The evaluator handed back no metrics the station can read.")
+        error = _error_of(metrics)
+        if error:
+            return Verdict(False, details=f"Rejected by the task's evaluator: {_clip(error)}")
+        s = self.folder.settings
+        value = _program_score(metrics, s.scorer.metric)
+        if isinstance(value, str):
+            return Verdict(False, details=f"Rejected: {value}")
+        outside = self._outside_range(value)
+        if outside:
+            return Verdict(False, details=f"Rejected: the evaluator handed back a score {outside}.")
+        numbers = {k: v for k, v in metrics.items() if _is_number(v)}
+        shown: dict[str, float | None] = {str(k)[:60]: _finite(v) for k, v in list(numbers.items())[:METRICS_MAX]}
+        if not s.higher_is_better:
+            shown.setdefault(s.score_name, value)
+        notes = "\n".join(f"{k}: {v}" for k, v in metrics.items() if k not in numbers)
+        details = _clip(notes or f"{s.score_name} = {value:.{self.display_precision}f}")
+        return Verdict(True, value if s.higher_is_better else -value, details, shown)
+
+    def _range_text(self) -> str:
+        bounds = self.folder.settings.score_range
+        return (
+            f" A score outside [{bounds[0]:g}, {bounds[1]:g}], the range this task declares, is refused."
+            if bounds
+            else ""
+        )
+
+    def _outside_range(self, value: float) -> str:
+        """Why `value` breaks task.yaml's score_range ("" when it does not, or there is none)."""
+        bounds = self.folder.settings.score_range
+        if bounds is None or bounds[0] <= value <= bounds[1]:
+            return ""
+        return f"of {value:g}, outside the range [{bounds[0]:g}, {bounds[1]:g}] the task declares (score_range)"
+
+
+def _program_score(metrics: dict[str, Any], metric: str) -> float | str:
+    """OpenEvolve's rule: the named metric, else the mean of the numeric ones; a string says why there
+    is no usable score (not a number, not finite, none at all)."""
+    if metric in metrics:
+        value = metrics[metric]
+        if not _is_number(value):
+            return f"the evaluator's {metric!r} is not a number: {_shown(value)}"
+        number = _finite(value)
+        return number if number is not None else f"the evaluator's {metric!r} is not a finite number: {_shown(value)}"
+    finite = [n for n in (_finite(v) for v in metrics.values() if _is_number(v)) if n is not None]
+    if not finite:
+        return f"the evaluator handed back no {metric!r} and no finite numeric metric"
+    return sum(finite) / len(finite)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond floats
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _error_of(metrics: dict[str, Any]) -> str:
+    error = metrics.get("error")
+    return error if isinstance(error, str) else ""
+
+
+def _with_logs(result: RunResult, runs: list[RunResult]) -> RunResult:
+    """`result` with the output and the time of every run that led to it."""
+    joined = {
+        name: "\n".join(text for text in (getattr(r, name) for r in runs) if text) for name in ("stdout", "stderr")
+    }
+    return replace(result, duration_s=sum(r.duration_s for r in runs), stdout=joined["stdout"], stderr=joined["stderr"])
 
 
 def _copy_regular_files(source: Path, target: Path) -> None:

@@ -2,6 +2,11 @@
 (`input/`) and what only the scorer reads (`private/`: labels, the held-out test draw, and the
 normalization bounds of the control methods).
 
+Simulated data are drawn with seeds keyed by the data root's secret (secret.py), so the public
+simulator and the `seed` parameter alone cannot draw them again. Nothing a run can see names the
+source of a user's file: the cache folder (whose name a run may read from its mount table) is
+named by a hash of it, and the text agents read calls it "a user-supplied dataset".
+
     python -m evaluators.scrna.dataset [--size default|small] [--seed 0] [--h5ad FILE]
 
 prepares one ahead of time (generation, then the control methods' bounds), with progress.
@@ -10,6 +15,7 @@ prepares one ahead of time (generation, then the control methods' bounds), with 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -21,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..cache import build_once, exclusive
+from .secret import fingerprint, keyed_seed, secret_dir, station_secret
 
 GENERATOR = "sim-v2"  # v2: batch_hvg from scanpy's seurat_v3
 FILE_LAYOUT = "file2"  # the same change for a user's file (its genes are chosen by seurat_v3 too)
@@ -46,13 +53,17 @@ class Dataset:
             if not source.is_file():
                 raise ValueError(f"batch_integration: no file {source} (params.h5ad)")
             self.source: Path | None = source
-            key = f"{FILE_LAYOUT}-{source.stem}-{batch_key}-{label_key}"
-            self.name = f"{source.name}"
+            self._key = b""
+            named = hashlib.sha256(f"{source}\0{batch_key}\0{label_key}".encode()).hexdigest()[:16]
+            key = f"{FILE_LAYOUT}-{named}"
+            self.name = "User-supplied dataset"
         else:
             self.source = None
-            key = f"{GENERATOR}-{size}-seed{seed}"
-            self.name = f"Simulated dataset ({size}, seed {seed})"
+            self._key = station_secret(root)
+            key = f"{GENERATOR}-{size}-seed{seed}-key{fingerprint(self._key)}"
+            self.name = f"Simulated dataset ({size})"
         self.dir = Path(root) / key
+        self.secret_dir = secret_dir(root)
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
         self._lock = threading.Lock()
         self._solution: Any = None
@@ -72,7 +83,8 @@ class Dataset:
         else:
             from .simulate import make_datasets
 
-            make_datasets(building, size=self.size, seed=self.seed)
+            train, test = (keyed_seed(self._key, GENERATOR, self.size, self.seed, split) for split in ("train", "test"))
+            make_datasets(building, size=self.size, seed=train, test_seed=test)
         self.input_dir.mkdir(exist_ok=True)
         (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
         shutil.rmtree(self.private_dir, ignore_errors=True)
@@ -104,7 +116,7 @@ class Dataset:
 
     def describe(self) -> str:
         if self.source is not None:
-            return f"A user-supplied dataset ({self.source.name}), restricted to batch-aware highly variable genes."
+            return "A user-supplied dataset, restricted to batch-aware highly variable genes."
         cells, genes = PLANNED[self.size]
         return (
             f"A simulated human-tissue-like dataset: about {cells:,} cells × {genes:,} genes from 4 batches "

@@ -11,7 +11,9 @@ metrics the paper left out (HVG overlap, isolated-label F1 and ASW) can be asked
 
 Data lives outside everything a run can see: `~/.cache/station/scrna/<dataset>/` (or
 `$STATION_SCRNA_DATA`), whose `input/` folder alone is mounted read-only into runs; labels
-(`private/`) are in the executors' hide list.
+(`private/`) and the data root's secret (`secret/`, which keys the simulator's draw: secret.py)
+are in the executors' hide list. `seed` picks one of the station's draws; with the public
+simulator alone it draws other data.
 """
 
 from __future__ import annotations
@@ -189,7 +191,8 @@ The score is the mean of the ten. Higher is better. The details of each result l
         return [Mount(self.dataset.ensure().input_dir, INPUT_DIR)]
 
     def private_paths(self) -> list[Path]:
-        return [self.dataset.private_dir]
+        secret = self.dataset.secret_dir
+        return [self.dataset.private_dir, *([secret] if secret.is_dir() else [])]
 
     def env(self) -> dict[str, str]:
         return {"NUMBA_CACHE_DIR": "/tmp/numba", "MPLCONFIGDIR": "/tmp/mpl"}
