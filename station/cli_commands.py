@@ -54,7 +54,7 @@ class StatusLine:
         where = f"{p.agent} in {p.room}" if p.agent else f"tick {p.tick} finished"
         line = (
             f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
-            + self._evaluations(p.tick)
+            + self._evaluations(p.tick, fresh=p.kind == "tick")
         )
         if self.tty:
             self.stream.write("\r\x1b[K" + line)
@@ -62,18 +62,23 @@ class StatusLine:
         elif p.kind == "tick":
             self.stream.write(line + "\n")
 
-    def _evaluations(self, tick: int) -> str:
-        """Evaluation counts, refreshed at most once a second (they take a few queries)."""
+    def _evaluations(self, tick: int, *, fresh: bool) -> str:
+        """Evaluation counts, refreshed at most once a second (they take a few queries), and at the end
+        of each tick (`fresh`): the line a tick leaves says what was delivered in it."""
         if self.store is None:
             return ""
-        if time.monotonic() - self._evals_at >= 1.0:
+        if fresh or time.monotonic() - self._evals_at >= 1.0:
             from rooms.research import states
 
             self._evals_at = time.monotonic()
             c = states.counts(self.store, live=True, recent_ticks=self.RECENT_TICKS, tick=tick)
+            # the outcomes no author is charged for are named only when there are some: they need the operator
+            faults = (f", {c['scorer_failed']} scorer failures" if c["scorer_failed"] else "") + (
+                f", {c['system_failed']} not run (system errors)" if c["system_failed"] else ""
+            )
             self._evals = (
                 f" | evals: {c['running']} running, {c['queued']} queued, "
-                f"{c['failed']} failed in {self.RECENT_TICKS} ticks"
+                f"{c['failed']} failed{faults} in {self.RECENT_TICKS} ticks"
             )
         return self._evals
 
@@ -158,8 +163,22 @@ def _say_what_evaluations_wait(station: Station, *, interrupted: bool) -> None:
     }
     print(
         f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
-        f"{done.get('timed_out', 0)} timed out (`station status` and the web viewer show each one)"
+        f"{done.get('timed_out', 0)} timed out"
+        + (f", {done['scorer_failed']} not scored (the task's scorer failed)" if done.get("scorer_failed") else "")
+        + (f", {done['system_failed']} not run (system errors)" if done.get("system_failed") else "")
+        + " (`station status` and the web viewer show each one)"
     )
+    for task, health in sorted(states.scorer_health(station.store).items()):
+        if health["failing"]:
+            print(
+                clean(
+                    f"the scorer of task {task} fails: {health['recent_failed']} of its last {health['recent']} "
+                    f"evaluations ({health['failed']} in all; the last: {health['last_error']}); the authors "
+                    "were not charged: mend the task"
+                )
+            )
+    for failure in states.recent_system_failures(station.store)[:3]:
+        print(clean(f"evaluation #{failure['id']} was not run: {failure['error']}"))
     found = states.open_evaluations(station.store, live=True)
     if interrupted:  # a run cut short by Ctrl-C loses its progress: say which
         for e in found:
@@ -213,7 +232,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(f"{out} already holds a station; replay needs a new directory")
     # The config the source began with: its `station set`s are recorded operator commands, applied again below.
     config_data = source.get_meta("initial_config") or source.get_meta("config")
-    station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db"))
+    station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db", stored=True))
     last_complete = source.get_meta("tick") - 1
     until = min(args.until_tick, last_complete) if args.until_tick is not None else last_complete
     engine = Engine(station, replay_source=source, on_progress=StatusLine())
@@ -329,7 +348,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     target = Path(args.target)
     if target.is_dir():
-        config = parse_config(Store(target).get_meta("config"), f"{target}/station.db")
+        config = parse_config(Store(target).get_meta("config"), f"{target}/station.db", stored=True)
     else:
         config = load_config(target)
     findings = diagnose(config, call=args.call)

@@ -89,7 +89,8 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
 def _first_error(err: Exception) -> str:
     if isinstance(err, ValidationError):
         e = err.errors()[0]
-        return f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg']}"
+        got = f" (got {e['input']!r})" if isinstance(e.get("input"), (str, int, float)) else ""
+        return f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg'].removeprefix('Value error, ')}{got}"
     return str(err)
 
 
@@ -103,7 +104,7 @@ def set_command(store: Store, key: str, text: str) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise CommandError(f"cannot read the value {text!r}: {err}") from None
     command = validate({"op": "set", "key": key, "value": value})
-    with_value(parse_config(store.get_meta("config"), f"{store.dir}/station.db"), key, value)
+    with_value(parse_config(store.get_meta("config"), f"{store.dir}/station.db", stored=True), key, value)
     return command
 
 
@@ -131,7 +132,7 @@ def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
     else:
         node[last] = value
     try:
-        return parse_config(data, f"set {key}")
+        return parse_config(data, f"set {key}", stored=True)  # `set` changes no name: the rest is stored
     except ConfigError as err:
         raise CommandError(one_line(str(err), key)) from None
 
@@ -259,8 +260,12 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
     elif op == "spawn":
         from .lifecycle import create_agent
 
-        spec = AgentSpec.model_validate({**command["agent"], "count": 1})
-        create_agent(ctx, spec)  # announced by its agent_spawned event
+        try:  # a spawn queued by an older version, before today's checks: an alert, never a crash on every resume
+            spec = AgentSpec.model_validate({**command["agent"], "count": 1})
+        except (ValidationError, TypeError) as err:
+            ctx.emit("operator_alert", None, problem=f"spawn refused: {_first_error(err)}")
+        else:
+            create_agent(ctx, spec)  # announced by its agent_spawned event
     elif op == "end_agent":
         agent = ctx.agents.get(command["agent"])
         if agent is None or not agent.active:

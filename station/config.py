@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from .agents import lineage_name_problem
 
 
 class ConfigError(ValueError):
@@ -22,6 +24,9 @@ class Section(BaseModel):
 
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Validation context of a config a station already holds: names it was created with are kept as they
+# are (refusing them now would lock the operator out of the station; they were checked at entry).
+STORED = "stored"
 
 
 class ModelConfig(Section):
@@ -123,6 +128,19 @@ class AgentSpec(Section):
     assigned_ancestor: str | None = None
     note: str = ""
     max_age: int | None = Field(None, gt=0, description="default: lifecycle.max_age")
+
+    @field_validator("lineage")
+    @classmethod
+    def _lineage_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """The rule an ascending guest's new lineage follows, checked where a name enters (a config,
+        a spawn): a name the station cannot use (its storage folder, its agents' names) would
+        otherwise fail every later evaluation of the lineage. A stored config keeps what it has."""
+        if not value or (info.context or {}).get(STORED):  # no name: _recursive_needs_lineage says so
+            return value
+        problem = lineage_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _recursive_needs_lineage(self) -> AgentSpec:
@@ -448,13 +466,14 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_config(data: Any, source: str = "<config>") -> StationConfig:
+def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -> StationConfig:
+    """A config from its data. `stored`: the config a station already holds (see STORED)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"invalid station config ({source}): the top level must be a mapping")
     try:
-        return StationConfig.model_validate(data)
+        return StationConfig.model_validate(data, context={STORED: stored})
     except ValidationError as err:
         raise ConfigError(_format_errors(err, source)) from None
 

@@ -110,7 +110,7 @@ def _new_files(config: StationConfig, models: list[ModelConfig], allow: bool) ->
 
 
 def stored_config(store: Any) -> StationConfig:
-    return parse_config(store.get_meta("config"), f"{store.dir}/station.db")
+    return parse_config(store.get_meta("config"), f"{store.dir}/station.db", stored=True)
 
 
 def check_spawn(config: StationConfig, agent: dict[str, Any], *, allow: bool = False) -> list[str]:

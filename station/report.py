@@ -18,7 +18,8 @@ from .world import Station
 
 STATUS_SCHEMA = 1
 CAPSULE_KINDS = ("private", "public", "archive", "mail")
-SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out", "scorer_failed")
+SUBMISSION_STATES = ("queued", "running", "finished", "failed", "timed_out", "scorer_failed", "system_failed")
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 
 
 PAUSE_FILE = "paused.txt"  # why the last run stopped for the operator (removed when a run starts)
@@ -121,14 +122,18 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
     for room in ctx.rooms.values():
         for key, value in room.status_counts(ctx).items():
             counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
-    open_evaluations, scorer_failures = [], []
+    open_evaluations, scorer_failures, system_failures = [], [], []
+    scorer_health: dict[str, Any] = {}
     if "research" in ctx.rooms:  # honest states: nothing runs in a station no process runs
         from rooms.research import states
 
         open_evaluations = [e.to_json() for e in states.open_evaluations(store, live=running)]
         scorer_failures = states.recent_scorer_failures(store)
+        scorer_health = states.scorer_health(store)
+        system_failures = states.recent_system_failures(store)
         for state in ("queued", "running", "undelivered"):
             counts["submissions"][state] = sum(1 for e in open_evaluations if e["state"] == state)
+    problems = health_problems(scorer_health, system_failures)
     done = {r[0] for r in store.all("SELECT session FROM turns WHERE tick=?", (ctx.tick,))}
     pause_file = station.dir / PAUSE_FILE
     paused = not running and pause_file.exists()
@@ -140,12 +145,28 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         "state": "running" if running else "paused" if paused else "stopped",
         "pause_reason": pause_file.read_text(encoding="utf-8").strip() if paused else None,
         "station_status": store.get_meta("station_status", "Healthy"),
+        "health": UNHEALTHY if problems else HEALTHY,
+        "problems": problems,
         "agents": agents,
         "counts": counts,
         "evaluations": open_evaluations,
         "scorer_failures": scorer_failures,
+        "scorer_health": scorer_health,
+        "system_failures": system_failures,
         "spend": money,
     }
+
+
+def health_problems(scorer_health: dict[str, Any], system_failures: list[dict[str, Any]]) -> list[str]:
+    """What keeps the station from being Healthy for its operator (docs/status.md says the rule)."""
+    problems = [
+        f"the scorer of task {task} fails: {h['recent_failed']} of its last {h['recent']} evaluations "
+        f"({h['failed']} in all; the last, #{h['last_evaluation']}: {h['last_error']})"
+        for task, h in sorted(scorer_health.items(), key=lambda item: natural_order(item[0]))
+        if h["failing"]
+    ]
+    problems += [f"evaluation #{f['id']} of task {f['task']} was not run: {f['error']}" for f in system_failures]
+    return problems
 
 
 def status_text(data: dict[str, Any]) -> str:
@@ -154,7 +175,7 @@ def status_text(data: dict[str, Any]) -> str:
     c = data["counts"]
     lines = [
         f"{data['station']['name']} at {data['station']['dir']}",
-        f"tick {data['tick']} ({data['turns_done_this_tick']} turns done), {data['state']}, {data['station_status']}",
+        f"tick {data['tick']} ({data['turns_done_this_tick']} turns done), {data['state']}, " + _health(data),
         f"{c['turns']} turns, {c['agents_ever']} agents ever, {c['departures']} departures, "
         f"{c['ascensions']} ascensions, {c['lineages']} lineages",
         "",
@@ -179,6 +200,7 @@ def status_text(data: dict[str, Any]) -> str:
             f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
             f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out"
             + (f", {sub['scorer_failed']} not scored (the task's scorer failed)" if sub.get("scorer_failed") else "")
+            + (f", {sub['system_failed']} not run (system errors)" if sub.get("system_failed") else "")
         )
         social += [
             f"  #{e['id']} {e['state']}"
@@ -199,6 +221,7 @@ def status_text(data: dict[str, Any]) -> str:
             for task, b in best
         ]
     lines[-1:-1] = social
+    lines[2:2] = [f"problem: {p}" for p in data.get("problems", [])]
     if data.get("pause_reason"):
         lines[2:2] = [f"paused: {data['pause_reason']}"]
     money = data["spend"]
@@ -230,6 +253,13 @@ def status_text(data: dict[str, Any]) -> str:
             f"context {tokens:>9}  spent {a['tokens_spent']:,}" + (f"  ${a['spend_usd']:.4f}" if a["spend_usd"] else "")
         )
     return clean("\n".join(lines))  # pause reasons, titles and progress notes come from agents and code
+
+
+def _health(data: dict[str, Any]) -> str:
+    """The station's status as agents see it, unless something needs the operator (then Unhealthy)."""
+    if data.get("health", HEALTHY) == HEALTHY:
+        return data["station_status"]
+    return f"{UNHEALTHY} ({len(data['problems'])} problem(s) below; the agents see: {data['station_status']})"
 
 
 def agents_table(station: Station, *, include_ended: bool) -> str:

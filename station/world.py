@@ -100,7 +100,7 @@ class Station:
     def open(cls, directory: str | Path) -> Station:
         store = Store(directory)
         store.migrate("station", CORE_MIGRATIONS)
-        config = parse_config(store.get_meta("config"), f"{directory}/station.db")
+        config = parse_config(store.get_meta("config"), f"{directory}/station.db", stored=True)
         store.db.execute(f"PRAGMA synchronous={'FULL' if config.engine.durability == 'full' else 'NORMAL'}")
         return cls(store, config)
 

@@ -905,7 +905,7 @@ def test_task_summary_credits_counts_and_best(tmp_path: Path) -> None:
     deliver(st, p2 + 2, status="timed_out")
     counts = r.status_counts(ctx)
     assert counts["submissions"] == {"queued": 0, "running": 1, "finished": 5, "failed": 0, "timed_out": 1,
-                                     "scorer_failed": 0}
+                                     "scorer_failed": 0, "system_failed": 0}
     assert {task: best["evaluation"] for task, best in counts["research_best"].items()} == {"1": s2, "2": p2}
 
 

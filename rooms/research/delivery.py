@@ -27,7 +27,7 @@ from . import debugger, states
 from .pipeline import Trail, walk
 from .store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
 from .text import clip_log
-from .worker import EvaluationWorker
+from .worker import SYSTEM_ERROR_LIMIT, EvaluationWorker
 
 WAIT_POLL_SECONDS = 0.2
 
@@ -78,11 +78,18 @@ class Evaluations(Hook):
 
     def _pause_on_system_failure(self) -> None:
         failure = self.worker.system_failure if self.worker is not None else None
-        if failure is not None:
-            raise StationPaused(
-                f"{failure}. This is a fault of the station's machine, not of the agent's code: nothing was "
-                "charged to anyone, and the evaluation runs again when the station runs again."
+        if failure is None:
+            return
+        again = "the evaluation runs again when the station runs again"
+        if failure.tries is not None:  # a run's failure (not the evaluator's own): it is given up at the limit
+            again += (
+                f" (identical failure {failure.tries} of {SYSTEM_ERROR_LIMIT}: after {SYSTEM_ERROR_LIMIT} in a row "
+                "the evaluation ends as a system error charged to nobody, and the station goes on)"
             )
+        raise StationPaused(
+            f"{failure}. This is a fault of the station's machine, not of the agent's code: nothing was "
+            f"charged to anyone, and {again}."
+        )
 
     def close(self) -> None:
         if self.worker is not None:
@@ -160,11 +167,19 @@ def seed_baselines(ctx: Context) -> None:
 
 
 # -- applying a finished evaluation ------------------------------------------------------------
+ALERTS = {  # outcomes no author is charged for, and the operator alert each raises
+    "scorer_failed": "the task's scorer failed",
+    "system_failed": "an evaluation could not be run (the same system error each time): it was given up",
+}
+
+
 def final_status(result: dict[str, Any]) -> str:
     if result.get("status") == "ok" and result.get("success"):
         return "finished"
     if result.get("status") == "scorer_error":
         return "scorer_failed"
+    if result.get("status") == "system_error":  # recorded only when given up (worker.SYSTEM_ERROR_LIMIT)
+        return "system_failed"
     return "timed_out" if result.get("status") == "timeout" else "failed"
 
 
@@ -204,11 +219,11 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
                 version.key,
             ),
         )
-    if status == "scorer_failed":  # the task is broken: only the operator can mend it
+    if status in ALERTS:  # the task or the machine is broken: only the operator can mend it
         ctx.emit(
             "operator_alert",
             row["author"],
-            problem="the task's scorer failed",
+            problem=ALERTS[status],
             evaluation=row["id"],
             task=row["task"],
             error=(result.get("error") or "")[:2000],
@@ -253,6 +268,8 @@ def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
         parts.append(texts.render("evaluation_details", details=result["details"]))
     if status == "scorer_failed":
         parts.append(texts.render("evaluation_scorer_failed"))
+    elif status == "system_failed":
+        parts.append(texts.render("evaluation_system_failed"))  # the machine's error is for the operator
     elif status != "finished" and result.get("error"):
         parts.append(texts.render("evaluation_error", error=result["error"]))
         error = result["error"]
@@ -260,7 +277,8 @@ def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
             parts.append(texts.render("evaluation_import_hint"))
     if status == "timed_out":
         parts.append(texts.render("evaluation_timeout_hint", seconds=int(task.timeout_s) if task else "?"))
-    parts.append(_logs(ctx, reported.result, "fixed version" if reported.number > 1 else "run"))
+    if status != "system_failed":  # it never ran: no logs to show
+        parts.append(_logs(ctx, reported.result, "fixed version" if reported.number > 1 else "run"))
     return "\n".join(p.strip() + "\n" for p in parts if p.strip())
 
 

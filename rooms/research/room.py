@@ -46,6 +46,7 @@ STATUS_WORDS = {
     "failed": "failed",
     "timed_out": "timed out",
     "scorer_failed": "not scored (the task's scorer failed; not counted against the author)",
+    "system_failed": "not run (the station's machinery failed; not counted against the author)",
 }
 
 
@@ -395,7 +396,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 lines.append(f"{name}: {self.metric_text(ctx, row['task'], name, value)}")
             if row["details"]:
                 lines += ["", f"Details: {row['details'].strip()}"]
-        if row["error"] and row["status"] != "finished":
+        if row["error"] and row["status"] not in ("finished", "system_failed"):  # a machine's error: the operator's
             lines += ["", f"Error summary: {row['error'].strip()}"]
         version = row["reported_version"]
         code = None
@@ -570,6 +571,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 "failed": rows.get("failed", 0),
                 "timed_out": rows.get("timed_out", 0),
                 "scorer_failed": rows.get("scorer_failed", 0),
+                "system_failed": rows.get("system_failed", 0),
             },
             "research_best": best,
         }

@@ -22,6 +22,9 @@ from typing import Any
 from .pipeline import walk
 
 RECENT_EVALUATIONS = 20  # the failure rate is over this many delivered evaluations
+# A task's scorer is failing while one of the task's last SCORER_WINDOW delivered evaluations
+# ended `scorer_failed`: a mended scorer stops the alarm after that many evaluations without one.
+SCORER_WINDOW = 5
 
 
 @dataclass
@@ -77,18 +80,23 @@ def open_evaluations(store: Any, *, live: bool, now: float | None = None) -> lis
 
 
 def counts(store: Any, *, live: bool, recent_ticks: int | None = None, tick: int | None = None) -> dict[str, int]:
-    """queued / running / undelivered now, and delivered failures (failed or timed out) overall or
-    over the last `recent_ticks` ticks before `tick`."""
+    """queued / running / undelivered now, and delivered outcomes other than a score, overall or over
+    the last `recent_ticks` ticks before `tick`: `failed` (failed or timed out: the code's doing),
+    `scorer_failed` (the task's scorer broke) and `system_failed` (given up after repeated system errors)."""
     found = open_evaluations(store, live=live)
     out = {state: sum(1 for e in found if e.state == state) for state in ("queued", "running", "undelivered")}
+    out.update(failed=0, scorer_failed=0, system_failed=0)
     if not _has_table(store, "evaluations"):
-        return {**out, "failed": 0}
-    sql = "SELECT COUNT(*) FROM evaluations WHERE status IN ('failed','timed_out')"
+        return out
+    sql = "SELECT status, COUNT(*) FROM evaluations WHERE status NOT IN ('queued', 'finished')"
     params: tuple = ()
     if recent_ticks is not None and tick is not None:
         sql += " AND finished_tick > ?"
         params = (tick - recent_ticks,)
-    out["failed"] = store.scalar(sql, params) or 0
+    for status, number in store.all(sql + " GROUP BY status", params):
+        key = "failed" if status in ("failed", "timed_out") else status
+        if key in out:
+            out[key] += number
     return out
 
 
@@ -101,12 +109,22 @@ def recent_failure_rate(store: Any, last: int = RECENT_EVALUATIONS) -> tuple[int
         "ORDER BY finished_tick DESC, id DESC LIMIT ?",
         (last,),
     )
-    return sum(1 for r in rows if r["status"] != "finished"), len(rows)
+    return sum(1 for r in rows if r["status"] in ("failed", "timed_out")), len(rows)  # the others are no one's fault
 
 
 def recent_scorer_failures(store: Any, last: int = RECENT_EVALUATIONS) -> list[dict[str, Any]]:
     """Among the last `last` delivered evaluations, those the task's own scorer failed to judge
     (newest first): id, task and the first line of the error, for the operator's alerts."""
+    return _recent(store, "scorer_failed", last)
+
+
+def recent_system_failures(store: Any, last: int = RECENT_EVALUATIONS) -> list[dict[str, Any]]:
+    """Among the last `last` delivered evaluations, those given up after repeated identical system
+    errors (newest first), as `recent_scorer_failures` lists its own."""
+    return _recent(store, "system_failed", last)
+
+
+def _recent(store: Any, status: str, last: int) -> list[dict[str, Any]]:
     if not _has_table(store, "evaluations"):
         return []
     rows = store.all(
@@ -115,10 +133,46 @@ def recent_scorer_failures(store: Any, last: int = RECENT_EVALUATIONS) -> list[d
         (last,),
     )
     return [
-        {"id": r["id"], "task": r["task"], "error": (r["error"] or "").strip().split("\n")[0][:300]}
+        {"id": r["id"], "task": r["task"], "error": _first_line(r["error"] or "")}
         for r in rows
-        if r["status"] == "scorer_failed"
+        if r["status"] == status
     ]
+
+
+def scorer_health(store: Any, window: int = SCORER_WINDOW) -> dict[str, dict[str, Any]]:
+    """Per task whose scorer ever failed: `failed` (scorer failures in all), `recent_failed` among
+    its last `recent` delivered evaluations (at most `window`), `failing` (recent_failed > 0: the
+    station is not Healthy), and the newest failure's evaluation and first error line."""
+    if not _has_table(store, "evaluations"):
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    tasks = store.all(
+        "SELECT task, COUNT(*) AS failed, MAX(id) AS last FROM evaluations WHERE status='scorer_failed' GROUP BY task"
+    )
+    for row in tasks:
+        recent = [
+            r["status"]
+            for r in store.all(
+                "SELECT status FROM evaluations WHERE task=? AND status != 'queued' "
+                "ORDER BY finished_tick DESC, id DESC LIMIT ?",
+                (row["task"], window),
+            )
+        ]
+        error = store.scalar("SELECT error FROM evaluations WHERE id=?", (row["last"],)) or ""
+        recent_failed = recent.count("scorer_failed")
+        found[row["task"]] = {
+            "failed": row["failed"],
+            "recent_failed": recent_failed,
+            "recent": len(recent),
+            "failing": recent_failed > 0,
+            "last_evaluation": row["last"],
+            "last_error": _first_line(error),
+        }
+    return found
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n")[0][:300]
 
 
 def summary(store: Any, *, live: bool) -> str:

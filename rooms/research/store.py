@@ -15,7 +15,8 @@ from typing import Any
 
 SYSTEM_AUTHOR = "System"
 OPEN_STATES = ("queued",)  # not yet delivered; 'running' is known from evaluation_runs
-DONE_STATES = ("finished", "failed", "timed_out", "scorer_failed")  # scorer_failed: the task's fault
+# scorer_failed: the task's fault; system_failed: the station's (given up after repeated identical system errors)
+DONE_STATES = ("finished", "failed", "timed_out", "scorer_failed", "system_failed")
 
 # The one ranking of results (the leaderboard, a task's best, stagnation, the web viewer).
 VALID = "(e.status = 'finished' AND e.score IS NOT NULL)"
@@ -66,7 +67,7 @@ MIGRATIONS = [
         no_debugger INTEGER NOT NULL DEFAULT 0,
         cpu_only INTEGER NOT NULL DEFAULT 0,
         holds_tick INTEGER NOT NULL DEFAULT 1, -- 0: the tick never waits for it (System baselines)
-        status TEXT NOT NULL DEFAULT 'queued', -- queued / finished / failed / timed_out / scorer_failed
+        status TEXT NOT NULL DEFAULT 'queued', -- queued / finished / failed / timed_out / scorer_failed (v4: system_failed)
         score REAL,                            -- NULL unless finished with success
         sort_key TEXT,                         -- JSON list, compared within one task only
         metrics TEXT,                          -- JSON {name: raw value or null}
@@ -123,6 +124,11 @@ MIGRATIONS = [
     # v3: what a training run last reported (epoch, step), for the status displays.
     """
     ALTER TABLE evaluation_runs ADD COLUMN progress TEXT;
+    """,
+    # v4: identical system errors of a run in a row, across resumes (worker.SYSTEM_ERROR_LIMIT ends it).
+    """
+    ALTER TABLE evaluation_runs ADD COLUMN system_errors INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE evaluation_runs ADD COLUMN system_error TEXT;
     """,
 ]
 

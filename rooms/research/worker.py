@@ -8,6 +8,13 @@ proposal. The engine applies an evaluation once its path is complete. After a cr
 restart the walk resumes at the first missing input, so a run that was in flight is simply
 run again and a recorded result is never produced twice.
 
+A run that fails for the machine's sake (a system error: the sandbox could not be set up, the
+executor broke) records nothing and pauses the station; it runs again on resume. The same
+failure may come back every time (a scratch folder that does not exist, a name the storage
+refuses): after SYSTEM_ERROR_LIMIT identical system errors of one run in a row, counted across
+resumes in `evaluation_runs`, the run is recorded as a system error, and the evaluation ends
+`system_failed`: charged to nobody, the author told so, an operator alert, the station goes on.
+
 `evaluation_runs` keeps the runtime state (what is running, since when, where) for status
 displays; it is bookkeeping, not world state.
 """
@@ -40,6 +47,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 RUN_LABEL = re.compile(r"eval-(\d+)-v(\d+)(?:-(\w+))?")  # the labels _run gives (a training task adds -train0, ...)
 STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
+SYSTEM_ERROR_LIMIT = 3  # identical system errors of one run, across resumes, before it is given up
 
 
 def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
@@ -89,6 +97,20 @@ def _base_payload(result: RunResult, executor: str | None) -> dict[str, Any]:
     }
 
 
+def system_failed_payload(error: str, tries: int, executor: str | None) -> dict[str, Any]:
+    """A run given up after `tries` identical system errors: recorded, so the evaluation ends."""
+    payload = _base_payload(RunResult(status="system_error"), executor)
+    payload["error"] = f"the station could not run this evaluation ({tries} identical system errors): {error}"
+    return payload
+
+
+def system_error_signature(error: str) -> str:
+    """What makes two system errors the same: the first line, numbers and the run's temporary names
+    (any word holding a digit: run folders are named after the evaluation) set aside."""
+    line = (error.strip().splitlines() or [""])[0]
+    return " ".join("#" if any(c.isdigit() for c in word) else word for word in line.split())[:500]
+
+
 def refused_payload(problem: str) -> dict[str, Any]:
     payload = _base_payload(RunResult(status="ok"), None)
     payload.update(status="refused", error=f"Validation error: {problem}")
@@ -115,12 +137,13 @@ def sees_other_lineages(store: Store, config: Any, author: str) -> bool:
 class SystemFailure(Exception):
     """The machinery failed (the sandbox could not be set up, the executor broke): not the code's fault.
 
-    Such a result is never recorded, so it is charged to nobody: the worker stops taking work, the
-    station pauses with the reason, and the evaluation runs again when the station is run again."""
+    Such a result is not recorded, so it is charged to nobody: the worker stops taking work, the
+    station pauses with the reason, and the evaluation runs again when the station is run again
+    (`tries`: how many times in a row this run failed so; at SYSTEM_ERROR_LIMIT it is given up)."""
 
-    def __init__(self, evaluation: int, error: str) -> None:
+    def __init__(self, evaluation: int, error: str, tries: int | None = None) -> None:
         super().__init__(f"evaluation #{evaluation} could not be run: {error}")
-        self.evaluation, self.error = evaluation, error
+        self.evaluation, self.error, self.tries = evaluation, error, tries
 
 
 class EvaluationWorker(InputWorker):
@@ -231,24 +254,59 @@ class EvaluationWorker(InputWorker):
         if problem:
             return refused_payload(problem)
         assert self.executor is not None
-        others = sees_other_lineages(store, self.config, row["author"])
-        mounts = storage_mounts(store.files, row["lineage"], others)
-        self._mark(store, row["id"], version, "running")
         try:
-            result = task.execute(
-                self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"])
-            )
+            result = self._execute(store, row, task, version, code)
         except ScorerFailure as err:
             log.error("the scorer of evaluation %s failed: %s", row["id"], err)
             return scorer_failed_payload(err, self.executor.name)
+        if result.status == "system_error" and not self.stop.is_set():
+            return self._system_error(store, row["id"], version, result.error or "the executor failed")
+        return run_payload(task, result, self.executor.name)
+
+    def _execute(self, store: Store, row: dict[str, Any], task: Any, version: int, code: str) -> RunResult:
+        """The sandbox run. What breaks in the machinery around the code (its storage mounts, the
+        executor) is a system_error result; a ScorerFailure passes through."""
+        assert self.executor is not None
+        try:
+            others = sees_other_lineages(store, self.config, row["author"])
+            mounts = storage_mounts(store.files, row["lineage"], others)
+        except (OSError, ValueError) as err:  # e.g. a lineage name its storage refuses (an old station's)
+            log.exception("the storage of evaluation %s could not be mounted", row["id"])
+            return RunResult(status="system_error", error=f"Evaluation system error: {type(err).__name__}: {err}")
+        self._mark(store, row["id"], version, "running")
+        try:
+            return task.execute(
+                self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"])
+            )
+        except ScorerFailure:
+            raise
         except Exception as err:  # noqa: BLE001 - the executor broke, not the code
             log.exception("executor failed on evaluation %s", row["id"])
-            result = RunResult(status="system_error", error=f"Evaluation system error: {err}")
+            return RunResult(status="system_error", error=f"Evaluation system error: {err}")
         finally:
             self._mark(store, row["id"], version, "done")
-        if result.status == "system_error" and not self.stop.is_set():
-            raise SystemFailure(row["id"], result.error or "the executor failed")
-        return run_payload(task, result, self.executor.name)
+
+    def _system_error(self, store: Store, evaluation: int, version: int, error: str) -> dict[str, Any]:
+        """Count this system error of the run (identical ones in a row, across resumes); below the
+        limit the station pauses (SystemFailure), at it the run is recorded as given up."""
+        signature = system_error_signature(error)
+        previous = store.one(
+            "SELECT system_errors, system_error FROM evaluation_runs WHERE evaluation=? AND version=?",
+            (evaluation, version),
+        )
+        tries = 1  # a different error starts the count again
+        if previous is not None and previous["system_error"] == signature:
+            tries += previous["system_errors"]
+        store.execute(
+            "INSERT INTO evaluation_runs(evaluation, version, state, started_at, executor, system_errors, system_error) "
+            "VALUES(?,?,'done',?,?,?,?) ON CONFLICT(evaluation, version) DO UPDATE SET "
+            "system_errors=excluded.system_errors, system_error=excluded.system_error",
+            (evaluation, version, time.time(), getattr(self.executor, "name", "?"), tries, signature),
+        )
+        if tries < SYSTEM_ERROR_LIMIT:
+            raise SystemFailure(evaluation, error, tries)
+        log.error("evaluation %s given up after %s identical system errors: %s", evaluation, tries, error)
+        return system_failed_payload(error, tries, getattr(self.executor, "name", None))
 
     def _debug(self, task: Any, so_far: Trail) -> dict[str, Any]:
         return debugger.propose(self.texts, task, so_far, self._debugger_model)
@@ -285,10 +343,11 @@ class EvaluationWorker(InputWorker):
 
     def _mark(self, store: Store, evaluation: int, version: int, state: str) -> None:
         now = time.time()
-        if state == "running":
+        if state == "running":  # a row kept from an earlier try keeps its count of system errors
             store.execute(
-                "INSERT OR REPLACE INTO evaluation_runs(evaluation, version, state, started_at, "
-                "finished_at, executor) VALUES(?,?,?,?,NULL,?)",
+                "INSERT INTO evaluation_runs(evaluation, version, state, started_at, finished_at, executor) "
+                "VALUES(?,?,?,?,NULL,?) ON CONFLICT(evaluation, version) DO UPDATE SET state=excluded.state, "
+                "started_at=excluded.started_at, finished_at=NULL, executor=excluded.executor, progress=NULL",
                 (evaluation, version, state, now, getattr(self.executor, "name", "?")),
             )
         else:
