@@ -68,21 +68,26 @@ class Station:
         building = final.parent / f".{final.name}.creating-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
         store = Store.create(building, durability=config.engine.durability)
-        store.migrate("station", CORE_MIGRATIONS)
-        with store.transaction():
-            store.set_meta("format", FORMAT_VERSION)
-            store.set_meta("config", config.model_dump(mode="json"))
-            store.set_meta("tick", 1)
-            store.set_meta("units", 0)
-            store.set_meta("station_status", "Healthy")
-        station = cls(store, config)
-        with store.transaction():
-            for spec in config.agents:
-                for _ in range(spec.count):
-                    lifecycle.create_agent(station.ctx, spec)
-            station.ctx.emit("station_created")
-            station.ctx.emit("tick_started")
-        station.ctx.models.close()
+        try:
+            store.migrate("station", CORE_MIGRATIONS)
+            with store.transaction():
+                store.set_meta("format", FORMAT_VERSION)
+                store.set_meta("config", config.model_dump(mode="json"))
+                store.set_meta("tick", 1)
+                store.set_meta("units", 0)
+                store.set_meta("station_status", "Healthy")
+            station = cls(store, config)  # an unknown room or evaluator is refused here
+            with store.transaction():
+                for spec in config.agents:
+                    for _ in range(spec.count):
+                        lifecycle.create_agent(station.ctx, spec)
+                station.ctx.emit("station_created")
+                station.ctx.emit("tick_started")
+            station.ctx.models.close()
+        except BaseException:
+            store.close()
+            shutil.rmtree(building, ignore_errors=True)  # a refused config leaves nothing behind
+            raise
         store.close()
         if any((building / leftover).exists() for leftover in ("station.db-wal", "station.db-shm")):
             free = shutil.disk_usage(building).free  # a close that could not checkpoint: usually a full disk

@@ -104,6 +104,15 @@ def test_a_config_with_a_bad_lineage_is_refused_with_the_key_s_path_and_nothing_
     assert not (tmp_path / "st").exists()
 
 
+def test_a_config_refused_while_the_station_is_built_leaves_nothing_behind(tmp_path: Path) -> None:
+    """An unknown research task is found only once the rooms are built: the half-made directory goes."""
+    settings = config([{"count": 1}], research={"tasks": [{"evaluator": "no_such_task"}]})
+    (tmp_path / "station.yaml").write_text(yaml.safe_dump(settings))
+    refused = station_cli("init", "station.yaml", "--dir", "st", cwd=tmp_path)
+    assert refused.returncode == 2 and "unknown research task 'no_such_task'" in refused.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["station.yaml"]  # no st, no .st.creating-PID
+
+
 def test_the_web_console_s_spawn_refuses_it_too(tmp_path: Path) -> None:
     from helpers import web_client
 
@@ -222,3 +231,12 @@ def test_a_recurring_system_error_ends_the_evaluation_after_the_limit_and_the_st
     assert status["health"] == "Unhealthy" and status["counts"]["submissions"]["system_failed"] == 1
     assert status["system_failures"][0]["id"] == 1 and "Not a directory" in status["problems"][0]
     assert status["counts"]["submissions"]["failed"] == 0  # nothing charged as the code's failure
+    # the web console says so too: a banner on the overview, the queue's list of failures, the board's filter
+    from helpers import web_client
+    from station.web.app import create_app
+
+    client = web_client(create_app(directory))
+    overview = client.get("/").text
+    assert 'id="system-failed"' in overview and "could not be run" in overview
+    assert "system_failed" in client.get("/research/queue").text
+    assert 'href="/research/1"' in client.get("/research?status=system_failed").text

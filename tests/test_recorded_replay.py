@@ -39,11 +39,14 @@ def dump(directory: Path) -> Dump:
 
 
 def normalized(d: Dump) -> Dump:
-    """The dump with `inputs` as a set: its row ids follow the wall-clock order in which parallel
+    """The dump without schema versions, with `inputs` as a set: its row ids follow the wall-clock order in which parallel
     background evaluation results were recorded, so the id column goes and the rows are sorted by key.
     The stored config is read with today's schema, so that a key added since (with its default) is
     not a difference, while any changed value still is."""
     d = dict(d)
+    # A recording made by older code carries older schema versions; the tables themselves (brought
+    # to today's shape by the migrations) are what must match.
+    d.pop("schema_versions", None)
     cols, *rows = d["meta"]
     key, value = cols.index("key"), cols.index("value")
     d["meta"] = [cols] + [

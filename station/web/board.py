@@ -23,7 +23,7 @@ SORTS = {
     "newest": "e.id DESC",
     "oldest": "e.id",
 }
-STATUSES = ("queued", "finished", "failed", "timed_out", "scorer_failed")
+STATUSES = ("queued", "finished", "failed", "timed_out", "scorer_failed", "system_failed")
 MAX_TEXT = 200  # a filter value longer than any name is cut
 
 

@@ -216,6 +216,9 @@ def evaluation_watch(
     broken = states.recent_scorer_failures(store)
     if broken:
         warnings.append({"kind": "scorer", "count": len(broken), **broken[0]})
+    given_up = states.recent_system_failures(store)
+    if given_up:
+        warnings.append({"kind": "system", "count": len(given_up), **given_up[0]})
     for e in found:
         limit = timeouts.get(e.task)
         if limit is None:
@@ -485,7 +488,8 @@ def recent_failures(db: sqlite3.Connection, limit: int = 20) -> list[dict[str, A
     found = rows(
         db,
         "SELECT id, task, author, title, status, finished_tick, error, details FROM evaluations "
-        "WHERE status IN ('failed', 'timed_out', 'scorer_failed') ORDER BY finished_tick DESC, id DESC LIMIT ?",
+        "WHERE status IN ('failed', 'timed_out', 'scorer_failed', 'system_failed') "
+        "ORDER BY finished_tick DESC, id DESC LIMIT ?",
         (limit,),
     )
     for e in found:
