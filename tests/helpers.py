@@ -10,8 +10,9 @@ import copy
 import json
 import sqlite3
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -258,3 +259,18 @@ def web_client(app: Any) -> Any:
     opened = client.get(app.state.login.address(), follow_redirects=False)
     assert opened.status_code == 303 and client.cookies, opened.text
     return client
+
+
+def station_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The `station` command as a user runs it, in `cwd`, with this checkout's code."""
+    import os
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "station.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import act, config, read, reply, yaml_block
+from helpers import act, config, read, reply, station_cli, yaml_block
 
 from rooms.research.worker import SYSTEM_ERROR_LIMIT
 from station.config import parse_config
@@ -27,19 +25,7 @@ from station.engine import Engine
 from station.store import Store
 from station.world import Station
 
-ROOT = Path(__file__).resolve().parents[1]
 BAD_LINEAGES = ["Ada2", "Ada Lovelace", "ada", "Shared", "DaVinci", "Ada/../x"]
-
-
-def station_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "station.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
 
 
 def number_task(root: Path) -> Path:
@@ -233,6 +219,7 @@ def test_a_recurring_system_error_ends_the_evaluation_after_the_limit_and_the_st
     assert status["counts"]["submissions"]["failed"] == 0  # nothing charged as the code's failure
     # the web console says so too: a banner on the overview, the queue's list of failures, the board's filter
     from helpers import web_client
+
     from station.web.app import create_app
 
     client = web_client(create_app(directory))

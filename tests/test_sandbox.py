@@ -625,3 +625,25 @@ def test_training_progress_is_reported_as_plain_short_text(executor, station):
     assert texts[0] == "epoch 1/3"
     assert texts[1].startswith("epoch 2/3]52;c;evil") and len(texts[1]) <= 120 and "\x1b" not in texts[1]
     assert not any("root:" in t for t in texts)
+
+
+def test_the_host_root_is_not_reachable_through_the_sandbox_s_first_process(executor, station):
+    """PID 1 (the trusted init) pivoted away from the host too, and the code may not look through it."""
+    r = run(executor, station, """
+        import os
+        def main():
+            out = {}
+            for path in ["/proc/1/root", "/proc/1/root/etc/shadow", "/proc/1/cwd", "/proc/1/fd"]:
+                try:
+                    out[path] = sorted(os.listdir(path)) if os.path.isdir(path) else open(path).read()
+                except OSError as err:
+                    out[path] = type(err).__name__
+            try:
+                os.chroot("/tmp")
+                out["chroot"] = "done"
+            except OSError as err:
+                out["chroot"] = type(err).__name__
+            return out
+    """, timeout_s=30)
+    assert r.status == "ok", r
+    assert set(r.value.values()) == {"PermissionError"}, r.value

@@ -9,29 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
-from helpers import act, read, reply, yaml_block
+from helpers import act, read, reply, station_cli, yaml_block
 
 from rooms.research.states import SCORER_WINDOW
 
-ROOT = Path(__file__).resolve().parents[1]
 BROKEN = "def evaluate(returned, context):\n    return {'score': 1.0 / (returned - returned)}\n"
 MENDED = "def evaluate(returned, context):\n    return {'score': float(returned)}\n"
-
-
-def station_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "station.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
 
 
 def scorer_station(tmp_path: Path, scorer: str) -> Path:
