@@ -475,12 +475,12 @@ class CapsuleRoom(Room):
     def _update_notices(self, ctx: Context, editor: Any, capsule: Capsule, ks: list[int]) -> int:
         """Readers of the changed items (other than the editor) lose their read marks and get one notice."""
         current = Capsules(ctx.store, self.short, capsule.scope).get(capsule.number) or capsule
-        by_session = {a.session: a for a in ctx.agents.active()}
+        by_session = dict(ctx.agents.turn_order())
         readers = {s for k in ks for s in cs.readers(ctx.store, capsule, k)} - {editor.session}
         item = f"{capsule.number}" if ks[0] == WHOLE else f"{capsule.number}-{ks[0]}"
         told = 0
         for session in sorted(readers):
-            reader = by_session.get(session)
+            reader = ctx.agents.get(by_session[session]) if session in by_session else None
             if reader is None:
                 continue
             cs.mark_unread(ctx.store, session, [(capsule.id, k) for k in ks])

@@ -127,7 +127,7 @@ class CommonRoom(Room):
     # -- what the agent sees ----------------------------------------------------------------
     def render(self, ctx: Context, agent: Any) -> str:
         window = ctx.config.common_room.display_ticks
-        present = sorted(a.name for a in ctx.agents.active() if a.location == self.short)
+        present = ctx.agents.active_in(self.short)
         lines = [
             f"**Agents currently present:** {', '.join(present) if present else 'nobody'}",
             f"(Presence is only informational: whoever looks in within {window} ticks reads what "
@@ -209,7 +209,8 @@ class CommonRoom(Room):
         if found is not None and found.active:
             return found
         wanted = name.casefold()
-        return next((a for a in ctx.agents.active() if a.name.casefold() == wanted), None)
+        match = next((n for n in ctx.agents.active_names() if n.casefold() == wanted), None)
+        return ctx.agents.get(match) if match is not None else None
 
     @action("history")
     def history(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:

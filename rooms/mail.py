@@ -39,7 +39,7 @@ class MailRoom(CapsuleRoom):
         return row[:3] + [cell(", ".join(capsule.recipients))] + row[3:]
 
     def header(self, ctx: Context, agent: Any) -> str:
-        names = sorted(a.name for a in ctx.agents.active() if not a.is_guest and a.name != agent.name)
+        names = ctx.agents.recursive_names(besides=agent.name)
         listed = ", ".join(names) if names else "none at the moment"
         return f"**Recursive agents you can write to:** {listed}"
 
@@ -132,8 +132,9 @@ class MailRoom(CapsuleRoom):
             r[0] for r in ctx.store.all("SELECT session FROM capsule_members WHERE capsule=?", (capsule.id,))
         )
         told = []
-        for person in ctx.agents.active():
-            if person.session in sessions and person.session != agent.session:
+        for session, name in ctx.agents.turn_order():
+            person = ctx.agents.get(name) if session in sessions and session != agent.session else None
+            if person is not None:
                 title = f" ({message.title})" if message.title else ""
                 ctx.notify(
                     person,

@@ -28,9 +28,9 @@ class PublicMemoryRoom(CapsuleRoom):
         return agent.rooms.get(self.short, {}).get("muted", [])
 
     def _mentions(self, ctx: Context, author: Any, text: str) -> list[Any]:
-        active = [a for a in ctx.agents.active() if a.name != author.name]
-        names = mentioned_names(text, [a.name for a in active])
-        return [a for a in active if a.name in names]
+        others = [n for n in ctx.agents.active_names() if n != author.name]
+        found = set(mentioned_names(text, others))
+        return [a for a in (ctx.agents.get(n) for n in others if n in found) if a is not None]
 
     @action("create", params=PostParams)
     def create(self, ctx: Context, agent: Any, args: str | None, p: PostParams) -> Outcome:
@@ -69,8 +69,9 @@ class PublicMemoryRoom(CapsuleRoom):
         mentioned = {a.name for a in self._mentions(ctx, agent, message.content)}
         participants = {capsule.author, *(m.author for m in caps.messages(capsule))} | mentioned
         told = []
-        for target in ctx.agents.active():
-            if target.name not in participants or target.name == agent.name or not ctx.is_mature(target):
+        for name in ctx.agents.active_names():
+            target = ctx.agents.get(name) if name in participants and name != agent.name else None
+            if target is None or not ctx.is_mature(target):
                 continue
             if capsule.full_id in self._muted(target):
                 continue

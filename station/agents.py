@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .store import Store, dumps
@@ -65,8 +65,30 @@ def lineage_name_problem(name: str) -> str | None:
     return None
 
 
+# The fields the registry's SQL queries can see (its indexed columns, and `offered_ancestor`).
+INDEXED_FIELDS = frozenset(
+    {
+        "name",
+        "session",
+        "state",
+        "position",
+        "kind",
+        "lineage",
+        "model",
+        "succeeded_by",
+        "location",
+        "offered_ancestor",
+        "birth_tick",
+    }
+)
+
+
 @dataclass
 class Agent:
+    # `_changes`, outside the record's fields, is the registry's set of records whose indexed
+    # fields were assigned since they were last written: a query writes only those first.
+    __slots__ = ("__dict__", "_changes")
+
     name: str
     session: int
     kind: str
@@ -99,6 +121,13 @@ class Agent:
     last_history: list[dict[str, Any]] = field(default_factory=list)
     last_summary: list[str] = field(default_factory=list)
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        object.__setattr__(self, key, value)
+        if key in INDEXED_FIELDS:
+            changes = getattr(self, "_changes", None)
+            if changes is not None:
+                changes.add(self.name)
+
     @property
     def is_guest(self) -> bool:
         return self.kind == GUEST
@@ -114,6 +143,8 @@ class Agent:
         return self.rooms.setdefault(short, {})
 
     def to_row(self) -> tuple:
+        # vars() holds exactly the fields (from_json refuses any other key), and dumps sorts
+        # keys: the same bytes as serialising dataclasses.asdict, without its deep copy.
         return (
             self.name,
             self.session,
@@ -124,7 +155,9 @@ class Agent:
             self.model.get("name", ""),
             self.succeeded_by,
             int(bool(self.flags.get("respawn_pending"))),
-            dumps(asdict(self)),
+            self.location,
+            self.offered_ancestor,
+            dumps(vars(self)),
         )
 
     @classmethod
@@ -132,72 +165,201 @@ class Agent:
         return cls(**json.loads(text))
 
 
+# The row columns the active index depends on (to_row's state, position and kind).
+_STATE, _POSITION, _KIND = 2, 3, 4
+Checkpoint = tuple[dict[str, tuple[Agent, dict[str, Any], tuple | None]], set[str]]
+
+
 class AgentRegistry:
-    """Reads and writes agent records; caches them for the engine (the only writer)."""
+    """Reads and writes agent records for the engine (the only writer), and keeps them.
+
+    Cost per unit is what the unit touches, not the population: records stay cached across
+    units (the cache equals the committed rows after each commit), only the records handed
+    out since the last commit are compared with their stored row and written if changed,
+    and the turn order is an index kept between units, rebuilt only when a record's state
+    or position changes. A rollback forgets what the unit touched, so the next unit reads
+    those records' committed rows.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._cache: dict[str, Agent] = {}
         self._stored: dict[str, tuple] = {}  # each cached record's row as last read or written
+        self._touched: set[str] = set()  # handed out since the last commit: the only ones that may differ
+        self._changes: set[str] = set()  # touched records whose indexed fields were assigned since written
+        self._order: list[tuple[int, str, str, int]] | None = None  # active agents in turn order
+        self._order_moved = False  # the turn order changed since the last commit
+        self._births: dict[str, int] = {}  # birth tick of each agent in the active index
 
     def invalidate(self) -> None:
+        """Forget every record (after a rollback, or when another connection may have written)."""
         self._cache.clear()
         self._stored.clear()
+        self._touched.clear()
+        self._changes.clear()
+        self._order = None
+
+    def committed(self) -> None:
+        """The unit committed: every cached record now equals its stored row."""
+        self._touched.clear()
+        self._changes.clear()
+        self._order_moved = False
+
+    def rolled_back(self) -> None:
+        """The unit was rolled back: forget the records it touched; the others still equal their rows."""
+        for name in self._touched:
+            self._cache.pop(name, None)
+            self._stored.pop(name, None)
+        self._touched.clear()
+        self._changes.clear()
+        if self._order_moved:
+            self._order, self._order_moved = None, False
 
     def flush(self) -> None:
-        """Write every cached record changed since it was read or saved. The engine calls this
-        before each unit commits, so no change waits on a later save of the same object."""
-        for agent in self._cache.values():
-            if agent.to_row() != self._stored.get(agent.name):
+        """Write every record handed out since the last commit that changed since it was read or
+        saved. The engine calls this before each unit commits."""
+        self._write_changed(self._touched)
+
+    def _write_changed(self, names: set[str]) -> None:
+        for name in list(names):
+            agent = self._cache.get(name)
+            if agent is not None and agent.to_row() != self._stored.get(name):
                 self.save(agent)
 
-    def checkpoint(self) -> dict[str, tuple[Agent, dict[str, Any]]]:
-        """The state of every cached record, to undo an action that failed half-way."""
-        return {name: (agent, copy.deepcopy(agent.__dict__)) for name, agent in self._cache.items()}
+    def _sync(self) -> None:
+        """Before a query: write the records whose indexed fields changed, so SQL sees them."""
+        if self._changes:
+            self._write_changed(self._changes)
+            self._changes.clear()
 
-    def restore(self, checkpoint: dict[str, tuple[Agent, dict[str, Any]]]) -> None:
-        """Put cached records back as they were (same objects), forgetting ones loaded since."""
-        for name in list(self._cache):
-            if name not in checkpoint:
-                del self._cache[name]
-                self._stored.pop(name, None)
-        for name, (agent, state) in checkpoint.items():
+    def checkpoint(self) -> Checkpoint:
+        """The state of every record this unit has touched, to undo an action that failed half-way."""
+        saved = {
+            name: (self._cache[name], copy.deepcopy(self._cache[name].__dict__), self._stored.get(name))
+            for name in self._touched
+            if name in self._cache
+        }
+        return saved, set(self._touched)
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Put touched records back as they were (same objects). Records first touched since are
+        forgotten: the savepoint undid any write of theirs, so the next read is the committed row."""
+        saved, touched = checkpoint
+        for name in self._touched - touched:
+            self._cache.pop(name, None)
+            self._stored.pop(name, None)
+        for name, (agent, state, stored) in saved.items():
             agent.__dict__.clear()
             agent.__dict__.update(state)
             self._cache[name] = agent
+            if stored is None:
+                self._stored.pop(name, None)
+            else:
+                self._stored[name] = stored
+        self._touched = touched
+        keep = set(saved) | (self._changes & touched)  # restored fields may differ from what a query sees
+        self._changes.clear()
+        self._changes.update(keep)
+        self._order, self._order_moved = None, True
 
     def get(self, name: str) -> Agent | None:
-        if name not in self._cache:
+        agent = self._cache.get(name)
+        if agent is None:
             row = self.store.one("SELECT data FROM agents WHERE name=?", (name,))
             if row is None:
                 return None
             agent = self._cache[name] = Agent.from_json(row["data"])
+            object.__setattr__(agent, "_changes", self._changes)
             self._stored[name] = agent.to_row()
-        return self._cache[name]
+        self._touched.add(name)
+        return agent
 
     def save(self, agent: Agent) -> None:
+        row = agent.to_row()
+        before = self._stored.get(agent.name)
         self.store.execute(
             "INSERT INTO agents(name, session, state, position, kind, lineage, model_name, successor, "
-            "respawn_pending, data) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "respawn_pending, location, offered, data) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(name) DO UPDATE SET session=excluded.session, state=excluded.state, "
             "position=excluded.position, kind=excluded.kind, lineage=excluded.lineage, "
             "model_name=excluded.model_name, successor=excluded.successor, "
-            "respawn_pending=excluded.respawn_pending, data=excluded.data",
-            agent.to_row(),
+            "respawn_pending=excluded.respawn_pending, location=excluded.location, offered=excluded.offered, "
+            "data=excluded.data",
+            row,
         )
+        if self._moves_index(agent, before, row):
+            self._order, self._order_moved = None, True
         self._cache[agent.name] = agent
-        self._stored[agent.name] = agent.to_row()
+        self._stored[agent.name] = row
+        self._touched.add(agent.name)
+        self._changes.discard(agent.name)
+        object.__setattr__(agent, "_changes", self._changes)
+
+    def _moves_index(self, agent: Agent, before: tuple | None, row: tuple) -> bool:
+        """Whether writing `row` changes the active index: state, position or kind changed, or
+        the birth tick (only tests and the operator's tools rewrite it)."""
+        if before is None or any(before[i] != row[i] for i in (_STATE, _POSITION, _KIND)):
+            return True
+        return self._order is not None and self._births.get(agent.name, agent.birth_tick) != agent.birth_tick
+
+    def names(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[str]:
+        """Names of the agents matching an SQL condition on the indexed columns, touching none."""
+        self._sync()
+        return [r[0] for r in self.store.all(f"SELECT name FROM agents WHERE {condition} ORDER BY {order}", params)]
 
     def where(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
-        """Agents matching an SQL condition on the indexed columns (state, kind, lineage, ...)."""
-        names = [
-            r["name"] for r in self.store.all(f"SELECT name FROM agents WHERE {condition} ORDER BY {order}", params)
-        ]
-        return [a for a in (self.get(n) for n in names) if a is not None]
+        """Agents matching an SQL condition on the indexed columns (state, kind, lineage, location, ...)."""
+        return [a for a in (self.get(n) for n in self.names(condition, params, order)) if a is not None]
+
+    def turn_order(self) -> list[tuple[int, str]]:
+        """(session, name) of the active agents in turn order, from an index kept between units."""
+        return [(session, name) for session, name, _, _ in self._active_index()]
+
+    def roster(self) -> list[tuple[str, str, int]]:
+        """(name, kind, birth tick) of the active agents in turn order, touching no record."""
+        return [(name, kind, birth) for _, name, kind, birth in self._active_index()]
+
+    def _active_index(self) -> list[tuple[int, str, str, int]]:
+        # A record's session, name, kind and birth tick never change: only joining or leaving
+        # the active set (state) or moving in the order (position) rebuilds this.
+        self._sync()
+        if self._order is None:
+            rows = self.store.all(
+                "SELECT session, name, kind, json_extract(data, '$.birth_tick') FROM agents WHERE state=? "
+                "ORDER BY position",
+                (ACTIVE,),
+            )
+            self._order = [(r[0], r[1], r[2], r[3]) for r in rows]
+            self._births = {r[1]: r[3] for r in rows}
+        return self._order
 
     def active(self) -> list[Agent]:
-        """Active agents in turn order."""
-        return self.where("state=?", (ACTIVE,), order="position")
+        """Active agents in turn order (every record: for walks that need them all)."""
+        return [a for a in (self.get(name) for _, name in self.turn_order()) if a is not None]
+
+    def active_names(self) -> list[str]:
+        """Names of the active agents in turn order, touching no record."""
+        return [name for _, name in self.turn_order()]
+
+    def active_count(self) -> int:
+        return len(self.turn_order())
+
+    def active_of_session(self, session: int) -> Agent | None:
+        """The active agent living `session`, if any (a session has at most one)."""
+        names = self.names("session=? AND state=?", (session, ACTIVE))
+        return self.get(names[0]) if names else None
+
+    def recursive_names(self, *, besides: str) -> list[str]:
+        """Names of the active recursive (ascended) agents other than `besides`, sorted."""
+        return self.names("state=? AND kind=? AND name<>?", (ACTIVE, RECURSIVE, besides), order="name")
+
+    def active_of_lineage(self, lineage: str) -> list[Agent]:
+        """The active agents of a lineage, in turn order."""
+        return self.where("state=? AND lineage=?", (ACTIVE, lineage), order="position")
+
+    def active_in(self, location: str) -> list[str]:
+        """Names of the active agents in a room, sorted."""
+        return self.names("state=? AND location=?", (ACTIVE, location), order="name")
 
     def all(self) -> list[Agent]:
         return self.where()
@@ -206,7 +368,7 @@ class AgentRegistry:
         return self.where("respawn_pending=1", order="position")
 
     def exists(self, name: str) -> bool:
-        return self.store.one("SELECT 1 FROM agents WHERE name=?", (name,)) is not None
+        return name in self._cache or self.store.one("SELECT 1 FROM agents WHERE name=?", (name,)) is not None
 
     def next_guest_name(self) -> str:
         # Guest numbers are never reused: take one above the highest ever issued.
@@ -215,15 +377,29 @@ class AgentRegistry:
         return f"Guest_{highest + 1}"
 
     def next_session(self) -> int:
+        self._sync()
         return (self.store.scalar("SELECT MAX(session) FROM agents") or 0) + 1
 
     def next_position(self) -> float:
+        self._sync()
         return (self.store.scalar("SELECT MAX(position) FROM agents") or 0.0) + 1.0
+
+    def offered_to_another(self, ancestor: str, *, besides: str) -> bool:
+        """Whether an active guest other than `besides` has been offered `ancestor`."""
+        self._sync()
+        return (
+            self.store.one(
+                "SELECT 1 FROM agents WHERE offered=? AND state=? AND kind=? AND name<>?",
+                (ancestor, ACTIVE, GUEST, besides),
+            )
+            is not None
+        )
 
     def by_lineage(self, lineage: str) -> list[Agent]:
         return self.where("lineage=?", (lineage,))
 
     def lineages(self) -> list[str]:
+        self._sync()
         return [
             r[0] for r in self.store.all("SELECT DISTINCT lineage FROM agents WHERE lineage IS NOT NULL ORDER BY 1")
         ]
@@ -231,12 +407,11 @@ class AgentRegistry:
 
 def ancestor_candidates(registry: AgentRegistry, guest: Agent) -> list[Agent]:
     """Ended recursive agents of the same model with no successor, not offered to another guest."""
-    offered = {a.offered_ancestor for a in registry.active() if a.is_guest and a.name != guest.name}
     heirless = registry.where(
         "state=? AND kind=? AND model_name=? AND successor IS NULL AND lineage IS NOT NULL",
         (ENDED, RECURSIVE, guest.model.get("name", "")),
     )
-    return [a for a in heirless if a.name not in offered]
+    return [a for a in heirless if not registry.offered_to_another(a.name, besides=guest.name)]
 
 
 def assigned_candidate(registry: AgentRegistry, guest: Agent, same_model: list[Agent]) -> Agent | None:

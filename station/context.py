@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from .agents import Agent, AgentRegistry
+from .agents import GUEST, Agent, AgentRegistry
 from .config import StationConfig
 from .conversation import Conversations
 from .registry import Registry
@@ -38,6 +38,15 @@ class NeedInput(Exception):
         super().__init__(key)
         self.key, self.kind, self.agent, self.produce = key, kind, agent, produce
         self.request_hash = request_hash
+        self.also: list[NeedInput] = []  # further inputs the unit needs, fetched at the same time
+
+    @property
+    def needs(self) -> list[NeedInput]:
+        return [self, *self.also]
+
+
+# What `Context.obtain` takes: key, kind, agent, producer, request hash.
+InputRequest = tuple[str, str, "str | None", Callable[[], dict], "str | None"]
 
 
 class ReplayDiverged(RuntimeError):
@@ -174,15 +183,18 @@ class Context:
         self, text: str, kind: str, *, exclude: Iterable[str] = (), recursive_only: bool = False
     ) -> list[str]:
         """Send to every active agent; kinds in MATURE_ONLY_KINDS skip immature agents."""
-        skip = set(exclude)
+        skip, tick, limit = set(exclude), self.tick, self.config.lifecycle.maturity_ticks
         sent = []
-        for agent in self.agents.active():
-            if agent.name in skip or (recursive_only and agent.is_guest):
+        for name, agent_kind, birth_tick in self.agents.roster():  # read from the index: nobody's record is loaded
+            if name in skip or (recursive_only and agent_kind == GUEST):
                 continue
-            if kind in MATURE_ONLY_KINDS and not self.is_mature(agent):
+            if kind in MATURE_ONLY_KINDS and limit is not None and tick - birth_tick < limit:  # as is_mature
                 continue
-            self.notify(agent, text, kind)
-            sent.append(agent.name)
+            sent.append(name)
+        self.store.executemany(
+            "INSERT INTO messages(agent, tick, kind, text) VALUES(?, ?, ?, ?)",
+            [(name, tick, kind, text.strip()) for name in sent],
+        )
         return sent
 
     def pending_messages(self, agent: Agent) -> list[tuple[int, str]]:
@@ -226,6 +238,19 @@ class Context:
             if self.replay_strict:
                 raise ReplayDiverged(f"the source station has no recorded input {key!r}")
         raise NeedInput(key, kind, agent, produce, request_hash)
+
+    def obtain_all(self, requests: Iterable[InputRequest]) -> None:
+        """Make sure every request's input is recorded: the missing ones are fetched together
+        (concurrently, in one rollback) instead of one rollback and re-run per input."""
+        missing: list[NeedInput] = []
+        for request in requests:
+            try:
+                self.obtain(*request)
+            except NeedInput as need:
+                missing.append(need)
+        if missing:
+            missing[0].also = missing[1:]
+            raise missing[0]
 
     # -- rooms ----------------------------------------------------------------------------
     def room(self, short: str) -> Room | None:

@@ -152,7 +152,7 @@ class Engine:
             self._unit(lambda: self._turn(agent.name))
             self.on_progress(Progress(self.ctx.tick, "turn", agent.name, agent.location))
             return True
-        if not self.ctx.agents.active() and not self._respawns_pending():
+        if not self.ctx.agents.active_count() and not self._respawns_pending():
             return False
         self._unit(self._advance_tick)
         self._tick_just_ended = True
@@ -180,25 +180,13 @@ class Engine:
                     self.store.set_meta("units", self.store.get_meta("units", 0) + 1)
             except NeedInput as need:
                 self._rolled_back()
-                began = time.perf_counter()
-                payload = self._produce(need.agent, need.produce)  # outside any transaction: may take minutes
-                self.store.record_input(
-                    need.key,
-                    need.kind,
-                    self.ctx.tick,
-                    need.agent,
-                    payload,
-                    need.request_hash,
-                    time.perf_counter() - began,
-                )
+                self._fetch(need.needs)  # outside any transaction: may take minutes
                 continue
             except BaseException:
                 self._rolled_back()
                 raise
             self.ctx.conversations.commit()
-            # Start every unit from the committed records, as a live run does after a rollback:
-            # a change left unsaved in the cache must not leak into a later unit (nor a replay).
-            self.ctx.agents.invalidate()
+            self.ctx.agents.committed()  # flushed above: the cached records are the committed rows
             return
 
     def _produce(self, who: str | None, produce: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -213,7 +201,7 @@ class Engine:
             raise StationPaused(pause_message(who, err)) from err
 
     def _rolled_back(self) -> None:
-        self.ctx.agents.invalidate()
+        self.ctx.agents.rolled_back()
         self.ctx.conversations.rollback()
         self._done_tick = -1
 
@@ -223,9 +211,9 @@ class Engine:
         if self._done_tick != tick:
             self._done = {r[0] for r in self.store.all("SELECT session FROM turns WHERE tick=?", (tick,))}
             self._done_tick = tick
-        for agent in self.ctx.agents.active():
-            if agent.session not in self._done:
-                return agent
+        for session, name in self.ctx.agents.turn_order():
+            if session not in self._done:
+                return self.ctx.agents.get(name)
         return None
 
     def _respawns_pending(self) -> bool:
@@ -384,33 +372,48 @@ class Engine:
         """Ask every model for this tick's first replies at once, and record each answer."""
         ctx = self.ctx
         jobs = []
+        acting = dict(ctx.agents.turn_order())
         for row in self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,)):
             key = f"reply/{ctx.tick}/{row['session']}/0"
-            agent = next((a for a in ctx.agents.active() if a.session == row["session"]), None)
+            name = acting.get(row["session"])
+            agent = ctx.agents.get(name) if name is not None else None
             if agent is None or self.store.get_input(key) is not None:
                 continue
             messages = self._messages(agent, row["prompt"])
             produce = self._producer(agent, ctx.models.get(agent.model), messages)
-            jobs.append((key, agent.name, produce, request_hash(messages)))
+            jobs.append(NeedInput(key, "reply", agent.name, produce, request_hash(messages)))
+        if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
+            for job in jobs:
+                with self.store.transaction():
+                    ctx.obtain(job.key, job.kind, job.agent, job.produce, job.request_hash)
+            return
+        self._fetch(jobs)
+
+    def _fetch(self, jobs: list[NeedInput]) -> None:
+        """Fetch inputs (all at once when there are several) and record each as it comes;
+        a failure is raised after the others are recorded, so no answer is asked for twice."""
         if not jobs:
             return
-        if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
-            for key, who, produce, digest in jobs:
-                with self.store.transaction():
-                    ctx.obtain(key, "reply", who, produce, digest)
+        if len(jobs) == 1:
+            job, began = jobs[0], time.perf_counter()
+            payload = self._produce(job.agent, job.produce)
+            self._record(job, payload, time.perf_counter() - began)
             return
         failure: BaseException | None = None
-        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="turn") as pool:
-            futures = [(job, time.perf_counter(), pool.submit(self._produce, job[1], job[2])) for job in jobs]
-            for (key, who, _, digest), began, future in futures:
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="input") as pool:
+            futures = [(job, time.perf_counter(), pool.submit(self._produce, job.agent, job.produce)) for job in jobs]
+            for job, began, future in futures:
                 try:
                     payload = future.result()
-                except BaseException as err:  # noqa: BLE001 - keep the others' replies, then report
+                except BaseException as err:  # noqa: BLE001 - keep the others' answers, then report
                     failure = failure or err
                     continue
-                self.store.record_input(key, "reply", ctx.tick, who, payload, digest, time.perf_counter() - began)
+                self._record(job, payload, time.perf_counter() - began)
         if failure is not None:
             raise failure
+
+    def _record(self, job: NeedInput, payload: dict[str, Any], latency: float) -> None:
+        self.store.record_input(job.key, job.kind, self.ctx.tick, job.agent, payload, job.request_hash, latency)
 
     def _internal(self, agent: Agent, log: TurnLog, model: Model, usage: TurnUsage) -> list[dict[str, str]]:
         """Run the reply's exchange (codex reading, test answer, exit) to its end, in this turn."""
@@ -452,7 +455,7 @@ class Engine:
             agent.flags["respawn_pending"] = False
             ctx.agents.save(agent)
             lifecycle.respawn(ctx, agent)
-        ctx.conversations.retain({a.session for a in ctx.agents.active()})
+        ctx.conversations.retain({session for session, _ in ctx.agents.turn_order()})
         ctx.emit("tick_started")
 
     # -- operator commands ----------------------------------------------------------------

@@ -142,6 +142,16 @@ CORE_MIGRATIONS: list[str] = [
     """
     ALTER TABLE turns ADD COLUMN finish_reason TEXT;
     """,
+    # v4: where each agent is and the ancestor a guest is offered, as columns, so "who is in this
+    # room" and "is this ancestor offered to someone" are index lookups.
+    """
+    ALTER TABLE agents ADD COLUMN location TEXT NOT NULL DEFAULT 'lobby';
+    ALTER TABLE agents ADD COLUMN offered TEXT;
+    UPDATE agents SET location = COALESCE(json_extract(data, '$.location'), 'lobby'),
+        offered = json_extract(data, '$.offered_ancestor');
+    CREATE INDEX agents_location ON agents(state, location);
+    CREATE INDEX agents_offered ON agents(offered)
+    """,
 ]
 
 
@@ -188,6 +198,7 @@ class Store:
         except sqlite3.DatabaseError as err:
             raise StoreError(damaged(db_path, err)) from None
         self._in_tx = False
+        self._meta: dict[str, str | None] | None = None  # meta rows read or written in this write transaction
 
     @staticmethod
     def _connect(path: Path, durability: str) -> sqlite3.Connection:
@@ -247,7 +258,7 @@ class Store:
         if self._in_tx:
             raise StoreError("nested transaction")
         self.db.execute("BEGIN IMMEDIATE")
-        self._in_tx = True
+        self._in_tx, self._meta = True, {}  # nobody else can write meta until COMMIT: cache its rows
         try:
             yield self.db
         except BaseException:
@@ -256,7 +267,7 @@ class Store:
         else:
             self.db.execute("COMMIT")
         finally:
-            self._in_tx = False
+            self._in_tx, self._meta = False, None
 
     @contextmanager
     def savepoint(self, name: str = "action") -> Iterator[None]:
@@ -267,20 +278,30 @@ class Store:
         except BaseException:
             self.db.execute(f"ROLLBACK TO {name}")
             self.db.execute(f"RELEASE {name}")
+            if self._meta is not None:
+                self._meta.clear()
             raise
         else:
             self.db.execute(f"RELEASE {name}")
 
     # -- meta -----------------------------------------------------------------------------
     def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return json.loads(row["value"]) if row else default
+        if self._meta is not None and key in self._meta:
+            text = self._meta[key]
+        else:
+            row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            text = row["value"] if row else None
+            if self._meta is not None:
+                self._meta[key] = text
+        return json.loads(text) if text is not None else default
 
     def set_meta(self, key: str, value: Any) -> None:
+        text = dumps(value)
         self.db.execute(
-            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-            (key, dumps(value)),
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, text)
         )
+        if self._meta is not None:
+            self._meta[key] = text
 
     # -- recorded inputs ------------------------------------------------------------------
     def get_input(self, key: str) -> dict[str, Any] | None:

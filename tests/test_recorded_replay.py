@@ -17,6 +17,7 @@ from typing import Any
 from station import cli
 from station.config import parse_config
 from station.store import Store, canonical_dump
+from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "data" / "recorded" / "demo-before-redesign.db.gz"
@@ -94,9 +95,11 @@ def differences(expected: Dump, actual: Dump, *, limit: int = 5) -> list[str]:
 
 
 def unpack(target: Path) -> Path:
+    """The recording, brought to today's schema as opening it with today's code does."""
     target.mkdir()
     with gzip.open(RECORDED) as src, open(target / "station.db", "wb") as dst:
         shutil.copyfileobj(src, dst)
+    Station.open(target).close()
     return target
 
 

@@ -321,7 +321,7 @@ class Reviewer(Hook):
                 "review",
             )
         elif row["lineage"]:
-            for kin in ctx.agents.active():
+            for kin in ctx.agents.active_of_lineage(row["lineage"]):
                 if kin.lineage == row["lineage"]:
                     ctx.notify(
                         kin,

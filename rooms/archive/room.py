@@ -206,8 +206,8 @@ class ArchiveRoom(CapsuleRoom):
         caps = Capsules(ctx.store, self.short)
         involved = {capsule.author, *(m.author for m in caps.messages(capsule))} - {agent.name, REVIEWER.name}
         told = []
-        for target in ctx.agents.active():
-            if target.name in involved and ctx.is_mature(target):
+        for target in (ctx.agents.get(n) for n in ctx.agents.active_names() if n in involved):
+            if target is not None and ctx.is_mature(target):
                 ctx.notify(
                     target,
                     ctx.texts.render(

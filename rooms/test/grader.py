@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from station.context import Context, Event, Hook, request_hash
+from station.context import Context, Event, Hook, InputRequest, request_hash
 
 YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)
@@ -50,14 +50,29 @@ class TestGrader(Hook):
     events = ("tick_ending",)
 
     def handle(self, ctx: Context, event: Event) -> None:
-        for row in ctx.store.all("SELECT * FROM test_attempts WHERE status='pending' ORDER BY id"):
+        rows = ctx.store.all("SELECT * FROM test_attempts WHERE status='pending' ORDER BY id")
+        self._fetch_verdicts(ctx, rows)
+        for row in rows:
             self.grade(ctx, row)
 
-    def grade(self, ctx: Context, row: Any) -> None:
-        test = next((t for t in ctx.texts.tests if t.id == row["test_id"]), None)
-        if test is None:
-            self._close(ctx, row, "fail", "this test no longer exists", 0)
-            return
+    def _fetch_verdicts(self, ctx: Context, rows: list[Any]) -> None:
+        """Ask for every verdict the grading below will read, round by round, all of a round at
+        once: a tick where many guests took tests waits for the slowest verdict, not their sum."""
+        waiting = [row for row in rows if self._test(ctx, row) is not None]
+        for call in range(1, ctx.config.grading.max_attempts + 1):
+            ctx.obtain_all(self._request(ctx, row, call) for row in waiting)
+            waiting = [row for row in waiting if parse_grade(self._verdict_text(ctx, row, call)) is None]
+
+    @staticmethod
+    def _test(ctx: Context, row: Any) -> Any:
+        return next((t for t in ctx.texts.tests if t.id == row["test_id"]), None)
+
+    @staticmethod
+    def _verdict_text(ctx: Context, row: Any, call: int) -> str:
+        return (ctx.store.get_input(f"grade/{row['id']}/{call}") or {}).get("text") or ""
+
+    def _request(self, ctx: Context, row: Any, call: int) -> InputRequest:
+        test = self._test(ctx, row)
         prompt = ctx.texts.render(
             "grader_prompt",
             title=test.title,
@@ -69,19 +84,26 @@ class TestGrader(Hook):
         )
         system = ctx.texts.render("grader_system")
         model = ctx.models.get(ctx.config.grading.model)
+
+        def produce() -> dict:
+            return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
+
+        return (
+            f"grade/{row['id']}/{call}",
+            "verdict",
+            row["agent"],
+            produce,
+            request_hash([{"role": "user", "text": prompt}]),
+        )
+
+    def grade(self, ctx: Context, row: Any) -> None:
+        test = self._test(ctx, row)
+        if test is None:
+            self._close(ctx, row, "fail", "this test no longer exists", 0)
+            return
         attempts = ctx.config.grading.max_attempts
         for call in range(1, attempts + 1):
-
-            def produce(model=model, prompt=prompt, system=system) -> dict:
-                return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
-
-            reply = ctx.obtain(
-                f"grade/{row['id']}/{call}",
-                "verdict",
-                row["agent"],
-                produce,
-                request_hash([{"role": "user", "text": prompt}]),
-            )
+            reply = ctx.obtain(*self._request(ctx, row, call))
             verdict = parse_grade(reply.get("text") or "")
             if verdict is not None:
                 passed, comment = verdict
@@ -102,7 +124,7 @@ class TestGrader(Hook):
             "UPDATE test_attempts SET status=?, graded_tick=?, comment=?, grader_calls=? WHERE id=?",
             (status, ctx.tick, comment, calls, row["id"]),
         )
-        agent = next((a for a in ctx.agents.active() if a.session == row["session"]), None)
+        agent = ctx.agents.active_of_session(row["session"])
         if agent is None:
             return
         verdict = "PASS" if status == "pass" else "FAIL"
