@@ -357,9 +357,9 @@ class AgentRegistry:
         """The active agents of a lineage, in turn order."""
         return self.where("state=? AND lineage=?", (ACTIVE, lineage), order="position")
 
-    def active_in(self, location: str) -> list[str]:
-        """Names of the active agents in a room, sorted."""
-        return self.names("state=? AND location=?", (ACTIVE, location), order="name")
+    def active_in(self, location: str, *, order: str = "name") -> list[str]:
+        """Names of the active agents in a room, sorted by name (or `order="position"`: turn order)."""
+        return self.names("state=? AND location=?", (ACTIVE, location), order=order)
 
     def all(self) -> list[Agent]:
         return self.where()

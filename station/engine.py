@@ -345,6 +345,7 @@ class Engine:
     def _build_prompts(self) -> None:
         """Every prompt of this tick, from the world as the tick starts (turns: concurrent)."""
         ctx = self.ctx
+        needs: list[NeedInput] = []
         for agent in ctx.agents.active():
             if (
                 agent.session in self._done
@@ -352,13 +353,27 @@ class Engine:
                 or (agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age)
             ):
                 continue  # its turn ends it, or it has acted already
-            ctx.emit("turn_started", agent.name)
-            agent = ctx.agents.get(agent.name) or agent  # a hook may have changed it
-            prompt = compose(ctx, agent)
-            ctx.agents.save(agent)
-            self.store.execute(
-                "INSERT INTO turn_prompts(tick, session, prompt) VALUES(?,?,?)", (ctx.tick, agent.session, prompt)
-            )
+            try:
+                with self.store.savepoint("prompt"):
+                    ctx.emit("turn_started", agent.name)
+                    agent = ctx.agents.get(agent.name) or agent  # a hook may have changed it
+                    prompt = compose(ctx, agent)
+                    ctx.agents.save(agent)
+                    self.store.execute(
+                        "INSERT INTO turn_prompts(tick, session, prompt) VALUES(?,?,?)",
+                        (ctx.tick, agent.session, prompt),
+                    )
+            except NeedInput as need:
+                # Go on to find what the other prompts need: all of it is fetched at once and the
+                # unit runs again, instead of once per agent. This pass is rolled back whole.
+                needs.extend(need.needs)
+            except Exception:
+                if not needs:
+                    raise
+                break  # maybe a consequence of a prompt left half-built: the run again decides
+        if needs:
+            needs[0].also = needs[1:]
+            raise needs[0]
         self.store.set_meta("prompts_tick", ctx.tick)
 
     def _prebuilt_prompt(self, agent: Agent) -> str | None:
@@ -394,10 +409,11 @@ class Engine:
         a failure is raised after the others are recorded, so no answer is asked for twice."""
         if not jobs:
             return
-        if len(jobs) == 1:
-            job, began = jobs[0], time.perf_counter()
-            payload = self._produce(job.agent, job.produce)
-            self._record(job, payload, time.perf_counter() - began)
+        if len(jobs) == 1 or self.ctx.config.turns == "sequential":  # sequential: one call at a time
+            for job in jobs:
+                began = time.perf_counter()
+                payload = self._produce(job.agent, job.produce)
+                self._record(job, payload, time.perf_counter() - began)
             return
         failure: BaseException | None = None
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="input") as pool:

@@ -19,8 +19,9 @@ class HolidayEvacuation(Hook):
     def handle(self, ctx: Context, event: Event) -> None:
         if not ctx.config.research.holiday_mode or not is_holiday(ctx.tick):
             return
-        for agent in ctx.agents.active():
-            if agent.location == "research":
+        for name in ctx.agents.active_in("research", order="position"):
+            agent = ctx.agents.get(name)
+            if agent is not None:
                 agent.location = "lobby"
                 ctx.notify(agent, ctx.texts.render("research_holiday_moved", tick=ctx.tick), "research")
                 ctx.agents.save(agent)

@@ -17,6 +17,6 @@ class RandomTips(Hook):
         if not every or not tips or ctx.tick % every:
             return
         header = ctx.texts.render("tips_header")
-        for agent in ctx.agents.active():
-            tip = ctx.rng("tip", ctx.tick, agent.name).choice(tips)
-            ctx.notify(agent, f"{header}\n{tip}", "tip")
+        for name in ctx.agents.active_names():  # names only: no record is loaded to send a tip
+            tip = ctx.rng("tip", ctx.tick, name).choice(tips)
+            ctx.notify(name, f"{header}\n{tip}", "tip")
