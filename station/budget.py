@@ -10,6 +10,7 @@ Before each call the ledger reserves the call's worst case (the prompt's estimat
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .config import ModelConfig, Price, StationConfig
 from .models.base import BudgetExceeded, Message, Usage, estimate_conversation
+from .store import write_lock
 
 ROLES = ("reviewer", "grader", "debugger")  # callers that are not agents: only the station caps apply
 PROMPT_MARGIN = 1.25  # the prompt estimate (about 4 characters a token) may be low for some text
@@ -53,12 +55,14 @@ class Ledger:
         self.config = config
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._write_lock: threading.RLock | contextlib.nullcontext[None] = contextlib.nullcontext()
         self.tokens: dict[str, int] = {}
         self.usd: dict[str, float] = {}
         if directory is not None:
             self._db = sqlite3.connect(
                 Path(directory) / "station.db", isolation_level=None, timeout=60.0, check_same_thread=False
             )
+            self._write_lock = write_lock(Path(directory) / "station.db")
             for who, tokens, usd in self._db.execute(
                 "SELECT who, SUM(input_tokens + output_tokens + reasoning_tokens), SUM(cost_usd) "
                 "FROM spend GROUP BY who"
@@ -101,7 +105,7 @@ class Ledger:
         """Replace the reservation by what the call really used; returns its cost."""
         spent = cost_usd(self.config().prices.get(model.name), usage) if usage is not None else 0.0
         tokens = (usage.input_tokens + usage.output_tokens + usage.reasoning_tokens) if usage is not None else 0
-        with self._lock:
+        with self._write_lock, self._lock:  # in this order, as a unit that makes a call inside its transaction
             self._add(reservation.who, tokens - reservation.tokens, spent - reservation.usd)
             if usage is not None and self._db is not None:
                 tick = self._db.execute("SELECT value FROM meta WHERE key='tick'").fetchone()

@@ -265,7 +265,8 @@ class Engine:
                 lifecycle.end_session(ctx, live, lifecycle.TOKENS)
         live.last_history, live.last_summary = log.history, log.summary
         ctx.agents.save(agent)
-        ctx.agents.save(live)
+        if live is not agent:
+            ctx.agents.save(live)
         self.store.execute(
             "INSERT INTO turns(tick, session, agent, room, prompt, reply, thinking, actions, internal, "
             "context_tokens, tokens_spent, started_at, finished_at, input_tokens, cached_input_tokens, "
