@@ -28,6 +28,7 @@ bench: setup
 	.venv/bin/python scripts/bench_engine.py
 	.venv/bin/python scripts/bench_eval.py
 	.venv/bin/python scripts/bench_turns.py
+	.venv/bin/python scripts/bench_scale.py
 	.venv/bin/python scripts/bench_scrna.py
 	.venv/bin/python scripts/bench_jax.py
 	.venv/bin/python scripts/bench_web.py

@@ -262,7 +262,8 @@ def measure_sdk(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     server = LoopbackServer()
     try:
         counts = split(n, len(AGENT_MODELS))
-        models = [endpoint(server, m) for m in AGENT_MODELS]  # type: ignore[arg-type]  # reads .url, .openai_url
+        # a population's worth of calls in flight on each endpoint (the default bound is 100)
+        models = [{**endpoint(server, m), "max_in_flight": n} for m in AGENT_MODELS]  # type: ignore[arg-type]
         agents = [{"count": k, "model": m} for k, m in zip(counts, models) if k]
         config = {**open_station(agents, args.turns), "prices": PRICES}
         run = Run(tmp / "station", config, Tally(n * (args.warmup + 2 * args.ticks)))

@@ -29,6 +29,9 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 STORED = "stored"
 
 
+DEFAULT_MAX_IN_FLIGHT = 100  # requests at once per endpoint: the SDKs' own keep-alive pool size
+
+
 class ModelConfig(Section):
     """Which model drives an agent (or the reviewer, grader, debugger).
 
@@ -65,6 +68,16 @@ class ModelConfig(Section):
         description="environment variable holding the key (default: ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY)",
     )
     timeout_s: float = Field(600.0, gt=0, description="one request, including a streamed reply")
+    max_in_flight: int = Field(
+        DEFAULT_MAX_IN_FLIGHT,
+        ge=1,
+        le=100_000,
+        # Left out of stored records when it is the default, so stations recorded before the key
+        # existed keep the same agent records (and replay to the same world).
+        exclude_if=lambda value: value == DEFAULT_MAX_IN_FLIGHT,
+        description="most requests sent at once to this model's endpoint (provider, base_url, key), counted "
+        "over every model and role using it; where they give different values the smallest holds",
+    )
     max_retries: int = Field(10, ge=0, le=100, description="retries of a transient failure before pausing")
     retry_base_s: float = Field(2.0, ge=0, description="first backoff delay; doubles with each retry")
     retry_max_s: float = Field(120.0, ge=0, description="longest backoff delay (retry-after may ask more)")

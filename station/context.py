@@ -39,6 +39,7 @@ class NeedInput(Exception):
         self.key, self.kind, self.agent, self.produce = key, kind, agent, produce
         self.request_hash = request_hash
         self.also: list[NeedInput] = []  # further inputs the unit needs, fetched at the same time
+        self.model: Any = None  # the model `produce` calls, where known: sizes the engine's thread pool
 
     @property
     def needs(self) -> list[NeedInput]:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from .world import Station  # the engine is handed a built station; it builds none
 
 
+MAX_OTHER_THREADS = 256  # inputs whose model is not known (verdicts, evaluation results) fetched at once
+
+
 @dataclass
 class Progress:
     tick: int
@@ -397,7 +400,9 @@ class Engine:
                 continue
             messages = self._messages(agent, row["prompt"])
             produce = self._producer(agent, ctx.models.get(agent.model), messages)
-            jobs.append(NeedInput(key, "reply", agent.name, produce, request_hash(messages)))
+            job = NeedInput(key, "reply", agent.name, produce, request_hash(messages))
+            job.model = agent.model
+            jobs.append(job)
         if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
             for job in jobs:
                 with self.store.transaction():
@@ -417,7 +422,7 @@ class Engine:
                 self._record(job, payload, time.perf_counter() - began)
             return
         failure: BaseException | None = None
-        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="input") as pool:
+        with ThreadPoolExecutor(max_workers=self._width(jobs), thread_name_prefix="input") as pool:
             futures = [(job, time.perf_counter(), pool.submit(self._produce, job.agent, job.produce)) for job in jobs]
             for job, began, future in futures:
                 try:
@@ -428,6 +433,13 @@ class Engine:
                 self._record(job, payload, time.perf_counter() - began)
         if failure is not None:
             raise failure
+
+    def _width(self, jobs: list[NeedInput]) -> int:
+        """Threads worth starting: as many calls as each endpoint lets through at once (the models
+        keep that bound themselves, whoever calls), and one each, up to a cap, for other inputs."""
+        known = self.ctx.models.width([job.model for job in jobs if job.model is not None])
+        other = sum(1 for job in jobs if job.model is None)
+        return max(1, min(len(jobs), known + min(other, MAX_OTHER_THREADS)))
 
     def _record(self, job: NeedInput, payload: dict[str, Any], latency: float) -> None:
         self.store.record_input(job.key, job.kind, self.ctx.tick, job.agent, payload, job.request_hash, latency)

@@ -9,10 +9,15 @@ error that lists the known ones. A leaf module: it imports nothing of the projec
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+# A thousand turn threads may ask for one provider at once: its SDK is imported by one thread
+# while the others wait (two importing one package concurrently can see it half-initialised).
+_IMPORTING = threading.Lock()
 
 
 class UnknownName(ValueError):
@@ -40,8 +45,11 @@ class Registry(Generic[T]):
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         entry = self._entries[name]
         if isinstance(entry, str):
-            module, _, attribute = entry.partition(":")
-            entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
+            with _IMPORTING:
+                entry = self._entries[name]
+                if isinstance(entry, str):
+                    module, _, attribute = entry.partition(":")
+                    entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
         return entry
 
     def names(self) -> list[str]:

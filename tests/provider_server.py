@@ -28,6 +28,14 @@ answers POST /api/show (model_info `<arch>.context_length`, `num_ctx` in paramet
 given). `one_at_a_time` serves one generation at a time (llama-cpp-python's lock, a one-slot
 llama.cpp), so two concurrent requests take twice as long as one.
 
+Load: `server.peak_in_flight` is the most generation requests it was serving at once (from
+reading a request to its last byte of answer), `server.connections` the TCP connections it
+accepted, and each `Request.at` the `time.monotonic()` it arrived. It accepts a backlog of 4,096
+connections, so a thousand clients connecting at once are not turned away. Run as a script
+(`python tests/provider_server.py --latency 1`), it serves in its own process, prints its URL,
+and when its standard input closes prints those two counts as JSON and stops: a benchmark's
+client then does not share its interpreter.
+
 Every flavor cuts an answer longer than the request's output limit (max_tokens,
 max_output_tokens, maxOutputTokens; reasoning tokens count against it) to that many tokens, four
 characters a token, and says so the provider's way: finish_reason "length", status "incomplete"
@@ -74,6 +82,7 @@ class Request:
     messages: list[dict]  # [{"role": "user" | "assistant", "text": ...}]
     system: str | None
     method: str = "POST"
+    at: float = 0.0  # time.monotonic() when it arrived
 
 
 @dataclass
@@ -651,6 +660,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a handler stuck on a slow client must not block exit
+    request_queue_size = 4096  # listen backlog: the default 5 drops connections of a burst (1 s SYN retries)
     owner: "ProviderServer"
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -684,6 +694,7 @@ class ProviderServer:
         self.flavor, self.n_ctx, self.n_ctx_train = flavor, n_ctx, n_ctx_train
         self.one_at_a_time, self.listing = one_at_a_time, listing
         self._one_slot = threading.Lock()  # held by the generation being served, when one_at_a_time
+        self.in_flight = self.peak_in_flight = self.connections = 0
         self.requests: list[Request] = []
         self.errors: list[BaseException] = []  # raised by the responder (answered 500) or by this code
         self._faults: deque[Fault] = deque()
@@ -715,6 +726,7 @@ class ProviderServer:
             self._faults.clear()
             self.requests.clear()
             self.errors.clear()
+            self.peak_in_flight = self.connections = 0
         self.responder, self.latency_s = default_responder, 0.0
 
     def close(self) -> None:
@@ -736,10 +748,23 @@ class ProviderServer:
     def _track(self, conn: socket.socket, alive: bool) -> None:
         with self._lock:
             (self._connections.add if alive else self._connections.discard)(conn)
+            self.connections += alive
+
+    @contextlib.contextmanager
+    def _serving(self) -> Iterator[None]:
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     # ----------------------------------------------------------------------- one request
 
     def _handle(self, handler: _Handler, method: str) -> None:
+        arrived = time.monotonic()
         split = urlsplit(handler.path)
         headers = {k.lower(): v for k, v in handler.headers.items()}
         provider, endpoint, model = _route(method, split.path, headers, split.query)
@@ -755,7 +780,7 @@ class ProviderServer:
             model = body["model"]
         messages, system = _conversation(provider, body) if endpoint == "generate" else ([], None)
         stream = bool(body.get("stream") is True or "streamGenerateContent" in split.path)
-        request = Request(provider, split.path, model, body, headers, stream, messages, system, method)
+        request = Request(provider, split.path, model, body, headers, stream, messages, system, method, arrived)
         with self._lock:
             self.requests.append(request)
 
@@ -771,7 +796,7 @@ class ProviderServer:
             return handler.send_json(*getattr(self, f"_{endpoint}")(body))
         with self._lock:
             fault = self._faults.popleft() if self._faults else None
-        with self._one_slot if self.one_at_a_time else contextlib.nullcontext():
+        with self._serving(), self._one_slot if self.one_at_a_time else contextlib.nullcontext():
             if self.latency_s and self._stop.wait(self.latency_s):
                 handler.close_connection = True  # closing
                 return
@@ -927,3 +952,21 @@ class ProviderServer:
         if request.provider == "openai-chat" and not broken:
             handler.send_chunk(_sse(None, "[DONE]"))
         handler.end_sse()
+
+
+def main() -> None:
+    """Serve in this process until standard input closes, then print (as JSON) the most
+    requests it served at once and the connections it accepted."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the loopback provider server, in its own process")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args()
+    with ProviderServer(latency_s=args.latency) as server:
+        print(server.url, flush=True)
+        sys.stdin.read()
+        print(json.dumps({"peak_in_flight": server.peak_in_flight, "connections": server.connections}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -166,16 +166,17 @@ def test_a_key_from_a_named_variable(server, monkeypatch):
     assert reply.text == "ok"
 
 
-def test_stopping_cuts_a_long_backoff_short(server):
-    server.fail_next(Fault("rate_limit", seconds=30))
-    stop = threading.Event()
-    cfg = ModelConfig(**PROVIDERS["gemini"], base_url=server.url, max_retries=3)
-    slow = create_model(cfg, stop=stop)
-    threading.Timer(0.3, stop.set).start()
-    began = time.monotonic()
-    with pytest.raises(ModelError) as err:
-        slow.complete(CONVERSATION, system=None, agent="Guest_1")
-    assert err.value.kind == INTERRUPTED and time.monotonic() - began < 5
+def test_stopping_cuts_a_long_backoff_short():
+    with ProviderServer() as server:  # its own: the 30 s it asks for hold back every call to it
+        server.fail_next(Fault("rate_limit", seconds=30))
+        stop = threading.Event()
+        cfg = ModelConfig(**PROVIDERS["gemini"], base_url=server.url, max_retries=3)
+        slow = create_model(cfg, stop=stop)
+        threading.Timer(0.3, stop.set).start()
+        began = time.monotonic()
+        with pytest.raises(ModelError) as err:
+            slow.complete(CONVERSATION, system=None, agent="Guest_1")
+        assert err.value.kind == INTERRUPTED and time.monotonic() - began < 5
 
 
 def test_anthropic_marks_cache_breakpoints_on_a_stable_prefix(server):

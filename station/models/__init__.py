@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import ModelConfig
@@ -20,6 +21,8 @@ from .base import (
     Usage,
     estimate_conversation,
 )
+from .endpoint import EndpointKey, known_limit
+from .remote import endpoint_key
 from .replay import ReplayModel
 from .scripted import ScriptedModel
 
@@ -137,6 +140,27 @@ class ModelPool:
                     cfg, self.ledger, lambda: create_model(cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text))
                 )
             return self._models[key]
+
+    @staticmethod
+    def width(models: Iterable[PooledModel | ModelConfig | dict[str, Any]]) -> int:
+        """How many of these calls (one model, or its config, per call; repeats welcome) can
+        usefully run at once: on each remote endpoint as many as its `max_in_flight` lets
+        through, and one for all the offline models together (they compute in this process: more
+        threads gain nothing). Callers size their thread pools by it; the bound itself is kept
+        inside each call, whoever makes it."""
+        calls: Counter[EndpointKey] = Counter()
+        bounds: dict[EndpointKey, int] = {}
+        offline = 0
+        for model in models:
+            cfg = model.config if isinstance(model, PooledModel) else model
+            cfg = cfg if isinstance(cfg, ModelConfig) else ModelConfig.model_validate(cfg)
+            if not cfg.remote:
+                offline = 1
+                continue
+            key = endpoint_key(cfg)
+            calls[key] += 1
+            bounds[key] = min(bounds.get(key, cfg.max_in_flight), known_limit(key) or cfg.max_in_flight)
+        return max(1, offline + sum(min(count, bounds[key]) for key, count in calls.items()))
 
     def forget(self, config: ModelConfig | dict[str, Any]) -> None:
         """Drop the model made for these settings (they were changed): a later `get` of them makes

@@ -11,8 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ModelConfig
+from . import loop
 from .base import LENGTH, Message, ModelError, Reply, Usage, estimate_tokens
-from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+from .remote import (
+    Failure,
+    RemoteModel,
+    api_key,
+    classify_status,
+    classify_transport,
+    missing_key_message,
+    pool_limits,
+    ssl_context,
+)
 
 CACHE = {"type": "ephemeral"}
 
@@ -80,13 +90,23 @@ class AnthropicModel(RemoteModel):
         key = api_key(config)
         if key is None:
             raise ModelError(missing_key_message(config), permanent=True)
-        self.client = anthropic.Anthropic(
-            api_key=key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+        self._key = key
+
+    def _http_pool(self, connections: int) -> Any:
+        return self._sdk.DefaultAsyncHttpxClient(limits=pool_limits(connections), verify=ssl_context())
+
+    def _sdk_client(self, pool: Any) -> Any:
+        return self._sdk.AsyncAnthropic(
+            api_key=self._key,
+            base_url=self.config.base_url,
+            timeout=self.config.timeout_s,
+            max_retries=0,
+            http_client=pool,
         )  # we retry, the same way for every provider
 
-    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
-        with self.client.messages.stream(**request_body(self.config, messages, system)) as stream:
-            return reply_from(stream.get_final_message())
+    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
+        async with client.messages.stream(**request_body(self.config, messages, system)) as stream:
+            return reply_from(await stream.get_final_message())
 
     def classify(self, err: Exception) -> Failure:
         sdk = self._sdk
@@ -97,7 +117,7 @@ class AnthropicModel(RemoteModel):
         return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
 
     def check(self) -> str:
-        info = self.client.models.retrieve(self.config.name)
+        info = loop.run(self.client.models.retrieve(self.config.name))
         return f"model {info.id} is available"
 
 

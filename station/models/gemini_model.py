@@ -6,11 +6,29 @@ its end, so each turn re-uses the previous one's prefix, and the cached share sh
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..config import ModelConfig
+from . import loop
 from .base import LENGTH, Message, ModelError, Reply, Usage
-from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+from .remote import (
+    Failure,
+    RemoteModel,
+    api_key,
+    classify_status,
+    classify_transport,
+    missing_key_message,
+    pool_limits,
+    ssl_context,
+)
+
+
+@functools.cache
+def unused_blocking_pool() -> Any:
+    import httpx2
+
+    return httpx2.Client(verify=ssl_context())
 
 
 def request_config(config: ModelConfig, system: str | None) -> dict[str, Any]:
@@ -80,17 +98,36 @@ class GeminiModel(RemoteModel):
         key = api_key(config)
         if key is None:
             raise ModelError(missing_key_message(config), permanent=True)
-        # No retry_options: the SDK then never retries, and we do (the same way for every provider).
-        options: dict[str, Any] = {"timeout": int(config.timeout_s * 1000)}
-        if config.base_url:
-            options["base_url"] = config.base_url
-        self.client = genai.Client(api_key=key, http_options=options)  # type: ignore[arg-type]  # HttpOptionsDict's keys
+        self._genai, self._key = genai, key
 
-    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
-        response = self.client.models.generate_content(
+    def _http_pool(self, connections: int) -> Any:
+        import httpx2
+
+        return httpx2.AsyncClient(limits=pool_limits(connections), verify=ssl_context(), follow_redirects=True)
+
+    def _sdk_client(self, pool: Any) -> Any:
+        # No retry_options: the SDK then never retries, and we do (the same way for every provider).
+        # The blocking client is never used; given one, the SDK does not build its own for each client.
+        options: dict[str, Any] = {
+            "timeout": int(self.config.timeout_s * 1000),
+            "httpx_client": unused_blocking_pool(),
+            "httpx_async_client": pool,
+        }
+        if self.config.base_url:
+            options["base_url"] = self.config.base_url
+        return self._genai.Client(api_key=self._key, http_options=options)  # type: ignore[arg-type]  # HttpOptionsDict's keys
+
+    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
+        # The whole conversation goes as an extra body, sent as it is, in place of the last
+        # message given as `contents`: the SDK turns each message of `contents` into its own types
+        # and back first, about 0.2 ms a message (40 ms of CPU a call at 200 messages), and our
+        # messages, plain text, come out of that unchanged.
+        config = self._config(system)
+        config.http_options = self._types.HttpOptions(extra_body={"contents": contents(messages)})
+        response = await client.aio.models.generate_content(
             model=self.config.name,
-            contents=contents(messages),  # type: ignore[arg-type]  # ContentDicts, as plain dicts
-            config=self._config(system),
+            contents=contents(messages[-1:]),  # ContentDicts, as plain dicts
+            config=config,
         )
         return reply_from(response)
 
@@ -110,5 +147,5 @@ class GeminiModel(RemoteModel):
         return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
 
     def check(self) -> str:
-        info = self.client.models.get(model=self.config.name)
+        info = loop.run(self.client.aio.models.get(model=self.config.name))
         return f"model {info.name} is available"

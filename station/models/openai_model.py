@@ -11,8 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ModelConfig
+from . import loop
 from .base import LENGTH, Message, ModelError, Reply, Usage
-from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+from .remote import (
+    Failure,
+    RemoteModel,
+    api_key,
+    classify_status,
+    classify_transport,
+    missing_key_message,
+    pool_limits,
+    ssl_context,
+)
 
 
 def responses_body(config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> dict[str, Any]:
@@ -43,6 +53,20 @@ def chat_body(config: ModelConfig, messages: list[Message], system: str | None) 
     if config.temperature is not None:
         body["temperature"] = config.temperature
     body.update(config.options)
+    return body
+
+
+def conversation_as_is(body: dict[str, Any], key: str, placeholder: Any = None) -> dict[str, Any]:
+    """The request with its conversation handed to the SDK as `extra_body`, which is sent as it
+    is: the SDK checks each message of a typed argument against its schema first, some 0.2 ms a
+    message (45 ms of CPU a call at 200 messages, a minute a tick at a thousand agents), and our
+    messages, plain text, come out of that check unchanged. `placeholder` fills a required
+    argument; the extra body's value replaces it on the wire."""
+    body = dict(body)
+    extra = {key: body.pop(key), **body.get("extra_body", {})}  # a user's extra_body (options) wins
+    body["extra_body"] = extra
+    if placeholder is not None:
+        body[key] = placeholder
     return body
 
 
@@ -129,14 +153,26 @@ class OpenAIModel(RemoteModel):
             if config.base_url is None:
                 raise ModelError(missing_key_message(config), permanent=True)
             key = "no-key"  # local servers usually need none, but the SDK wants a string
-        self.client = openai.OpenAI(
-            api_key=key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+        self._key = key
+
+    def _http_pool(self, connections: int) -> Any:
+        return self._sdk.DefaultAsyncHttpxClient(limits=pool_limits(connections), verify=ssl_context())
+
+    def _sdk_client(self, pool: Any) -> Any:
+        return self._sdk.AsyncOpenAI(
+            api_key=self._key,
+            base_url=self.config.base_url,
+            timeout=self.config.timeout_s,
+            max_retries=0,
+            http_client=pool,
         )  # we retry, the same way for every provider
 
-    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
+    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
         if self.config.api == "chat":
-            return reply_from_chat(self.client.chat.completions.create(**chat_body(self.config, messages, system)))
-        return reply_from_response(self.client.responses.create(**responses_body(self.config, messages, system, agent)))
+            body = conversation_as_is(chat_body(self.config, messages, system), "messages", [])
+            return reply_from_chat(await client.chat.completions.create(**body))
+        body = conversation_as_is(responses_body(self.config, messages, system, agent), "input")
+        return reply_from_response(await client.responses.create(**body))
 
     def classify(self, err: Exception) -> Failure:
         sdk = self._sdk
@@ -166,10 +202,14 @@ class OpenAIModel(RemoteModel):
         return path.rstrip("/").endswith("/responses") and "model" not in message.lower()
 
     def check(self) -> str:
-        info = self.client.models.retrieve(self.config.name)
+        info = loop.run(self.client.models.retrieve(self.config.name))
         return f"model {info.id} is available"
 
     def listed_models(self) -> list[dict[str, Any]]:
         """GET /v1/models: what the server serves, each entry with whatever metadata it adds
         (llama.cpp's `meta`, vLLM's `max_model_len`, ...)."""
-        return [item.model_dump() for item in self.client.models.list()]
+
+        async def listing() -> list[dict[str, Any]]:
+            return [item.model_dump() async for item in self.client.models.list()]
+
+        return loop.run(listing())

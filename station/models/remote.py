@@ -5,6 +5,8 @@ An adapter only turns (messages, system) into one request with its SDK and the a
 
 * rate limits, overload, 5xx, timeouts, dropped connections and malformed answers are
   retried with exponential backoff and full jitter, honouring `retry-after`;
+* a rate limit or overload holds back every call to the same endpoint, not only the one that
+  met it, and at most `max_in_flight` calls to an endpoint are sent at once (endpoint.py);
 * an empty reply is retried too, and accepted after the last retry (at once if max_output_tokens
   cut it: thinking used every token, and asking again would end the same way);
 * a context-too-long answer is never retried (the engine ends the session), and its error names
@@ -15,6 +17,8 @@ An adapter only turns (messages, system) into one request with its SDK and the a
 from __future__ import annotations
 
 import email.utils
+import functools
+import hashlib
 import json
 import os
 import random
@@ -26,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ModelConfig
+from . import loop
 from .base import INTERRUPTED, LENGTH, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply, estimate_conversation
+from .endpoint import EndpointKey, Stopped, endpoint_for
 
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
 LONGEST_RETRY_AFTER_S = 15 * 60  # a server asking for longer is treated as asking for this
@@ -54,6 +60,7 @@ CONTEXT_NUMBERS = [
 ]
 CONTEXT_FIELDS = (re.compile(r"\bn_ctx\W{1,4}(\d+)"), re.compile(r"\bn_prompt_tokens\W{1,4}(\d+)"))  # llama.cpp
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+THROTTLE_STATUS = {429, 503, 529}  # rate limited, overloaded: the whole endpoint should slow down
 
 
 @dataclass
@@ -61,6 +68,15 @@ class Failure:
     kind: str
     message: str
     retry_after: float | None = None
+    throttled: bool = False  # the server asked every caller to wait, not only this request
+
+
+def endpoint_key(config: ModelConfig) -> EndpointKey:
+    """What a provider counts its limits against: where the calls go, and with which key (known
+    by a digest, so that no key sits in a name that might be logged)."""
+    key = api_key(config)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
+    return EndpointKey(config.provider, (config.base_url or "").rstrip("/"), digest)
 
 
 def api_key(config: ModelConfig) -> str | None:
@@ -70,6 +86,21 @@ def api_key(config: ModelConfig) -> str | None:
     if not key and config.provider == "gemini" and not config.api_key_env:
         key = os.environ.get("GOOGLE_API_KEY")
     return key or None
+
+
+@functools.cache
+def ssl_context() -> Any:
+    """One TLS context for every HTTP pool: each would otherwise load the trust store again."""
+    import httpx2  # the HTTP library of all three SDKs
+
+    return httpx2.create_ssl_context()
+
+
+def pool_limits(connections: int) -> Any:
+    """An HTTP pool that keeps every connection it opens: one per slot that uses it."""
+    import httpx2
+
+    return httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
 
 
 def missing_key_message(config: ModelConfig) -> str:
@@ -113,7 +144,7 @@ def classify_status(status: int | None, message: str, headers: Any = None) -> Fa
     if status in (400, 413, 422) and OVERFLOW_PATTERN.search(message):
         return Failure(OVERFLOW, message)
     if status is None or status in RETRYABLE_STATUS or status >= 500:
-        return Failure(TRANSIENT, message, wait)
+        return Failure(TRANSIENT, message, wait, throttled=status in THROTTLE_STATUS or wait is not None)
     if status in (401, 403):
         return Failure(PERMANENT, f"the key was refused ({status}): {message}")
     if status == 404:
@@ -152,7 +183,8 @@ def short(text: str, limit: int = 300) -> str:
 
 
 class RemoteModel:
-    """Base of the provider adapters. Subclasses implement `_request`, `classify` and `check`."""
+    """Base of the provider adapters. Subclasses implement `_http_pool`, `_sdk_client`,
+    `_request`, `classify` and `check`."""
 
     provider = "remote"
 
@@ -163,9 +195,19 @@ class RemoteModel:
         self.stop = stop or threading.Event()
         self.on_wait = on_wait or (lambda text: None)
         self._jitter = random.Random()
+        self.endpoint = endpoint_for(endpoint_key(config), config.max_in_flight)
 
     # -- what subclasses provide ----------------------------------------------------------
-    def _request(self, messages: list[Message], system: str | None, agent: str) -> Reply:
+    def _http_pool(self, connections: int) -> Any:
+        """An async HTTP client of the SDK's kind that keeps up to `connections` connections open."""
+        raise NotImplementedError
+
+    def _sdk_client(self, pool: Any) -> Any:
+        """The SDK's async client for this model's settings, sending over `pool`."""
+        raise NotImplementedError
+
+    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
+        """One request, run on the process's request loop (loop.py)."""
         raise NotImplementedError
 
     def classify(self, err: Exception) -> Failure:
@@ -174,6 +216,16 @@ class RemoteModel:
     def check(self) -> str:
         """A cheap call that proves key, endpoint and model work (for `station doctor`)."""
         raise NotImplementedError
+
+    def _client(self, slot: int) -> Any:
+        # Clients differ by the settings they are made with: the key (the endpoint's), the timeout.
+        return self.endpoint.client(slot, self.config.timeout_s, self._http_pool, self._sdk_client)
+
+    @property
+    def client(self) -> Any:
+        """A client for one-off calls outside the bound (`station doctor`'s checks), to be
+        awaited on the request loop: `loop.run(...)`."""
+        return self._client(0)
 
     # -- the Model protocol ---------------------------------------------------------------
     def count_tokens(self, messages: list[Message], *, system: str | None) -> int:
@@ -184,9 +236,16 @@ class RemoteModel:
         retries = self.config.max_retries
         sent = wire_messages(messages)
         for attempt in range(retries + 1):
-            began = time.monotonic()
             try:
-                reply = self._request(sent, system, agent)
+                with self.endpoint.slot(self.stop) as slot:
+                    began = time.monotonic()
+                    reply = loop.run(self._request(self._client(slot), sent, system, agent))
+            except Stopped:
+                raise ModelError(
+                    f"{self.provider} {self.name}: stopped while waiting to send (the endpoint was busy or "
+                    "asked to wait)",
+                    kind=INTERRUPTED,
+                ) from None
             except Exception as err:  # noqa: BLE001 - every SDK failure is classified below
                 failure = self.classify(err)
                 if failure.kind == OVERFLOW:
@@ -218,6 +277,8 @@ class RemoteModel:
         delay = self._jitter.uniform(backoff / 2, backoff)  # jitter spreads agents hit at once
         if failure.retry_after is not None:
             delay = max(delay, min(failure.retry_after, LONGEST_RETRY_AFTER_S))
+        if failure.throttled:  # the other calls to this endpoint wait as long
+            self.endpoint.hold_off(delay)
         self.on_wait(
             f"{agent}: {self.provider} {self.name} {short(failure.message, 80)}; "
             f"retry {attempt + 1}/{cfg.max_retries} in {delay:.1f} s"
