@@ -92,7 +92,12 @@ MIGRATIONS = [
     );
     CREATE INDEX paper_submissions_status ON paper_submissions(status, id);
     CREATE INDEX paper_submissions_agent ON paper_submissions(agent, tick);
+    """,
+    # v2: what the viewer reads by tick (the study page's talk) and by writer (an agent's page).
     """
+    CREATE INDEX capsule_messages_tick ON capsule_messages(tick);
+    CREATE INDEX capsule_messages_session ON capsule_messages(author_session);
+    """,
 ]
 
 CAPSULE_COLUMNS = (

@@ -63,9 +63,8 @@ class Ledger:
                 Path(directory) / "station.db", isolation_level=None, timeout=60.0, check_same_thread=False
             )
             self._write_lock = write_lock(Path(directory) / "station.db")
-            for who, tokens, usd in self._db.execute(
-                "SELECT who, SUM(input_tokens + output_tokens + reasoning_tokens), SUM(cost_usd) "
-                "FROM spend GROUP BY who"
+            for who, tokens, usd in self._db.execute(  # the running totals per caller (store.py's v5)
+                "SELECT who, input_tokens + output_tokens + reasoning_tokens, cost_usd FROM spend_totals"
             ):
                 self.tokens[who], self.usd[who] = int(tokens or 0), float(usd or 0.0)
 

@@ -33,7 +33,7 @@ from .cli_commands import (
     cmd_status,
     cmd_task_check,
 )
-from .readers_cli import add_reader_commands
+from .readers_cli import add_page_arguments, add_reader_commands
 from .run_lock import StationBusy
 from .store import DB_NAME, StoreError, damaged
 from .terminal_text import clean
@@ -76,6 +76,7 @@ def _add_station_commands(sub: Any) -> None:
     s = sub.add_parser("agents", help="the agents, their rooms, ages and lineages")
     s.add_argument("dir")
     s.add_argument("--all", action="store_true", help="include agents who left")
+    add_page_arguments(s, "agents", 100)
     s.set_defaults(fn=cmd_agents)
 
     s = sub.add_parser("dialogue", help="an agent's turns, readable in a terminal")
@@ -83,6 +84,7 @@ def _add_station_commands(sub: Any) -> None:
     s.add_argument("agent")
     s.add_argument("--tick", type=int, help="only this tick")
     s.add_argument("--full", action="store_true", help="show whole prompts, not just their changes")
+    add_page_arguments(s, "turns", 20, offset_default="the latest turns")
     s.set_defaults(fn=cmd_dialogue)
 
 

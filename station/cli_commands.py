@@ -199,7 +199,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .world import Station
 
     station = Station.open(args.dir)
-    data = report.status(station, running=is_running(Path(args.dir)))
+    try:
+        data = report.status(station, running=is_running(Path(args.dir)))
+    finally:
+        station.close()
     print(json.dumps(data, indent=2) if args.json else report.status_text(data))
     return 0
 
@@ -208,7 +211,12 @@ def cmd_agents(args: argparse.Namespace) -> int:
     from . import report
     from .world import Station
 
-    print(report.agents_table(Station.open(args.dir), include_ended=args.all), end="")  # it ends in a newline
+    station = Station.open(args.dir)
+    try:
+        table = report.agents_table(station, include_ended=args.all, limit=args.limit, offset=args.offset or 0)
+    finally:
+        station.close()
+    print(table, end="")  # it ends in a newline
     return 0
 
 
@@ -216,7 +224,19 @@ def cmd_dialogue(args: argparse.Namespace) -> int:
     from . import report
     from .world import Station
 
-    report.print_dialogue(Station.open(args.dir), args.agent, tick=args.tick, full=args.full, console=report.Terminal())
+    station = Station.open(args.dir)
+    try:
+        report.print_dialogue(
+            station,
+            args.agent,
+            tick=args.tick,
+            full=args.full,
+            limit=args.limit,
+            offset=args.offset,
+            console=report.Terminal(),
+        )
+    finally:
+        station.close()
     return 0
 
 

@@ -23,6 +23,7 @@ from rooms.archive import REVIEWER
 from rooms.capsule_store import lineage_key
 
 from .readers_cli import PAPER_STATES, ROOMS
+from .report import pages_line
 from .store import Store
 from .terminal_text import MAX_TEXT_CHARS, cell, markdown, plain
 
@@ -104,28 +105,35 @@ def parse_paper_id(value: str | None, submission: int | None) -> tuple[str, int]
 
 
 # -- queries ------------------------------------------------------------------------------------
-def list_papers(store: Store, *, include_unpublished: bool = False, status: str | None = None) -> dict[str, Any]:
+def list_papers(
+    store: Store, *, include_unpublished: bool = False, status: str | None = None, limit: int = -1, offset: int = 0
+) -> dict[str, Any]:
     """The Archive's published papers and, with `include_unpublished` or a status, the other submissions.
 
-    Returns {"papers": [...], "submissions": [...]}: papers by number (deleted ones only with
-    `include_unpublished`), submissions that were not published by id.
+    Returns {"papers": [...], "submissions": [...], "paper_total": N, "submission_total": M}: papers by
+    number (deleted ones only with `include_unpublished`), submissions that were not published by id;
+    `limit` and `offset` choose one page of each list (the totals count them all).
     """
     _require_capsules(store)
     if status is not None and status not in PAPER_STATES:
         raise ValueError(f"unknown status {status!r}; choose one of {', '.join(PAPER_STATES)}")
+    if limit == 0 or limit < -1 or offset < 0:
+        raise ValueError("--limit must be at least 1 and --offset at least 0")
     papers: list[dict[str, Any]] = []
     submissions: list[dict[str, Any]] = []
+    paper_total = submission_total = 0
     if status in (None, "accepted"):
-        deleted = "" if include_unpublished else " AND c.deleted=0"
+        where = "c.room='archive' AND c.scope=''" + ("" if include_unpublished else " AND c.deleted=0")
+        paper_total = store.scalar(f"SELECT COUNT(*) FROM capsules c WHERE {where}")
         rows = store.all(
             "SELECT c.*, (SELECT COUNT(*) FROM capsule_messages m WHERE m.capsule=c.id AND m.k>1 AND m.deleted=0 "
             "             AND NOT (m.author=? AND m.author_session IS NULL)) AS replies, "
             "       (SELECT m.content FROM capsule_messages m WHERE m.capsule=c.id AND m.author=? "
             "             AND m.author_session IS NULL ORDER BY m.k LIMIT 1) AS review "
-            f"FROM capsules c WHERE c.room='archive' AND c.scope=''{deleted} ORDER BY c.number",
-            (REVIEWER.name, REVIEWER.name),
+            f"FROM capsules c WHERE {where} ORDER BY c.number LIMIT ? OFFSET ?",
+            (REVIEWER.name, REVIEWER.name, limit, offset),
         )
-        accepted = _accepted_submissions(store)
+        accepted = _accepted_submissions(store, [r["number"] for r in rows])
         for r in rows:
             sub = accepted.get(r["number"])
             score = sub["score"] if sub and sub["score"] is not None else _score_in(r["review"])
@@ -146,19 +154,33 @@ def list_papers(store: Store, *, include_unpublished: bool = False, status: str 
     wants_submissions = status in ("rejected", "pending", "failed") or (include_unpublished and status is None)
     if wants_submissions and _has_table(store, "paper_submissions"):
         where, params = ("status=?", (status,)) if status else ("status!='accepted'", ())
-        for r in store.all(f"SELECT * FROM paper_submissions WHERE {where} ORDER BY id", params):
+        submission_total = store.scalar(f"SELECT COUNT(*) FROM paper_submissions WHERE {where}", params)
+        for r in store.all(
+            f"SELECT * FROM paper_submissions WHERE {where} ORDER BY id LIMIT ? OFFSET ?", (*params, limit, offset)
+        ):
             submissions.append(_submission_summary(r))
-    return {"papers": papers, "submissions": submissions}
+    return {
+        "papers": papers,
+        "submissions": submissions,
+        "paper_total": paper_total,
+        "submission_total": submission_total,
+    }
 
 
-def _accepted_submissions(store: Store) -> dict[int, dict[str, Any]]:
-    if not _has_table(store, "paper_submissions"):
+def _accepted_submissions(store: Store, numbers: list[int]) -> dict[int, dict[str, Any]]:
+    """The accepted submission behind each of these paper numbers (the latest, if several)."""
+    if not numbers or not _has_table(store, "paper_submissions"):
         return {}
-    rows = store.all(
-        "SELECT id, score, capsule_number FROM paper_submissions "
-        "WHERE status='accepted' AND capsule_number IS NOT NULL ORDER BY id"
-    )
-    return {r["capsule_number"]: {"id": r["id"], "score": r["score"]} for r in rows}
+    found: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(numbers), 500):  # SQLite's limit on bound parameters
+        part = numbers[start : start + 500]
+        rows = store.all(
+            "SELECT id, score, capsule_number FROM paper_submissions WHERE status='accepted' "
+            f"AND capsule_number IN ({','.join('?' * len(part))}) ORDER BY id",
+            tuple(part),
+        )
+        found.update({r["capsule_number"]: {"id": r["id"], "score": r["score"]} for r in rows})  # the latest wins
+    return found
 
 
 def _submission_summary(r: Any) -> dict[str, Any]:
@@ -187,7 +209,7 @@ def get_paper(store: Store, number: int) -> dict[str, Any]:
     body = next((m for m in messages if m["k"] == 1), None)
     review = next((m for m in messages if _is_review(m)), None)
     replies = [_message(m) for m in messages if m["k"] != 1 and not _is_review(m)]
-    sub = _accepted_submissions(store).get(number)
+    sub = _accepted_submissions(store, [number]).get(number)
     verdict = None
     if sub is not None:
         raw = store.one("SELECT verdict FROM paper_submissions WHERE id=?", (sub["id"],))["verdict"]  # type: ignore[index]  # sub's own row
@@ -258,8 +280,11 @@ def get_submission(store: Store, sid: int) -> dict[str, Any]:
     return data
 
 
-def get_thread(store: Store, room: str, number: int, *, lineage: str | None = None) -> dict[str, Any]:
-    """One capsule thread of a room ('public', 'mail', 'private', 'archive' or the room's short name)."""
+def get_thread(
+    store: Store, room: str, number: int, *, lineage: str | None = None, limit: int = -1, offset: int = 0
+) -> dict[str, Any]:
+    """One capsule thread of a room ('public', 'mail', 'private', 'archive' or the room's short name):
+    its messages from `offset` on (at most `limit`), how many there are and who wrote."""
     _require_capsules(store)
     short = ROOMS.get(room, room)
     if short not in THING:
@@ -278,11 +303,21 @@ def get_thread(store: Store, room: str, number: int, *, lineage: str | None = No
         known = f"{plural}: {_span(numbers)}" if numbers else f"there are no {plural} yet"
         where = f" of the {scope} lineage" if short == "private_memory" else ""
         raise ValueError(f"no {thing} {number}{where} ({known})")
+    if limit == 0 or limit < -1 or offset < 0:
+        raise ValueError("--limit must be at least 1 and --offset at least 0")
     messages = [
-        _message(m) for m in store.all("SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k", (row["id"],))
+        _message(m)
+        for m in store.all(
+            "SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k LIMIT ? OFFSET ?", (row["id"], limit, offset)
+        )
     ]
-    participants: list[str] = []
-    for name in [row["author"], *(m["author"]["name"] for m in messages)]:
+    total, live = store.one(  # type: ignore[misc]  # an aggregate: always one row
+        "SELECT COUNT(*), COALESCE(SUM(deleted=0), 0) FROM capsule_messages WHERE capsule=?", (row["id"],)
+    )
+    participants: list[str] = [row["author"]]
+    for (name,) in store.all(
+        "SELECT author FROM capsule_messages WHERE capsule=? GROUP BY author ORDER BY MIN(k)", (row["id"],)
+    ):
         if name not in participants:
             participants.append(name)
     return {
@@ -300,6 +335,10 @@ def get_thread(store: Store, room: str, number: int, *, lineage: str | None = No
         "updated_tick": row["updated_tick"],
         "deleted": bool(row["deleted"]),
         "messages": messages,
+        "total": total,
+        "live": live,
+        "offset": offset,
+        "limit": limit,
     }
 
 
@@ -395,7 +434,16 @@ def render_papers(data: dict[str, Any], console: Console | None = None) -> None:
                 Text(str(s["attempts"])),
             )
         console.print(table)
+    for total, shown, what in (
+        (data.get("paper_total", 0), papers, "papers"),
+        (data.get("submission_total", 0), subs, "submissions not published"),
+    ):
+        line = pages_line(total, data.get("offset", 0), len(shown), data.get("limit", len(shown)), what)
+        if line and total:
+            console.print(Text(line.rstrip(), style="dim"))
     if not papers and not subs:
+        if data.get("paper_total") or data.get("submission_total"):
+            return  # a page past the end: the line above says so
         console.print(
             Text("No papers match." if data.get("filtered") else "No papers have been published yet.", style="yellow")
         )
@@ -501,10 +549,9 @@ def render_thread(thread: dict[str, Any], console: Console | None = None) -> Non
     console.rule(Text(f"{label} {thread['number']}{where}", style="bold"))
     console.print(plain(thread["title"], "bold", limit=2000))
     facts = f"started by {_who(thread['author'])} at tick {thread['created_tick']}"
-    live = sum(1 for m in thread["messages"] if not m["deleted"])
-    facts += f" · {len(thread['messages'])} message(s)" + (
-        f", {live} not deleted" if live != len(thread["messages"]) else ""
-    )
+    total = thread.get("total", len(thread["messages"]))
+    live = thread.get("live", sum(1 for m in thread["messages"] if not m["deleted"]))
+    facts += f" · {total} message(s)" + (f", {live} not deleted" if live != total else "")
     console.print(plain(facts))
     if thread["room"] == "mail":
         console.print(plain(f"from {thread['author']['name']} to {', '.join(thread['recipients']) or '(nobody)'}"))
@@ -517,6 +564,10 @@ def render_thread(thread: dict[str, Any], console: Console | None = None) -> Non
         console.print(Panel(plain(thread["abstract"]), title=Text("Abstract"), border_style="blue"))
     for m in thread["messages"]:
         _print_message(console, thread["number"], m)
+    offset = thread.get("offset", 0)
+    line = pages_line(total, offset, len(thread["messages"]), thread.get("limit", total), "messages")
+    if line:
+        console.print(Text(line.rstrip(), style="dim"))
 
 
 def _print_message(console: Console, number: int, m: dict[str, Any]) -> None:

@@ -18,10 +18,12 @@ def cmd_papers(args: argparse.Namespace) -> int:
 
     station = Station.open(args.dir)
     try:
-        data = list_papers(station.store, include_unpublished=args.all, status=args.status)
+        data = list_papers(
+            station.store, include_unpublished=args.all, status=args.status, limit=args.limit, offset=args.offset or 0
+        )
     finally:
         station.close()
-    data["filtered"] = args.status is not None
+    data.update(filtered=args.status is not None, limit=args.limit, offset=args.offset or 0)
     render_papers(data, Terminal())
     return 0
 
@@ -54,11 +56,21 @@ def cmd_thread(args: argparse.Namespace) -> int:
 
     station = Station.open(args.dir)
     try:
-        thread = get_thread(station.store, args.room, args.id, lineage=args.lineage)
+        thread = get_thread(
+            station.store, args.room, args.id, lineage=args.lineage, limit=args.limit, offset=args.offset or 0
+        )
     finally:
         station.close()
     render_thread(thread, Terminal())
     return 0
+
+
+def add_page_arguments(parser: argparse.ArgumentParser, what: str, limit: int, offset_default: str = "0") -> None:
+    """--limit and --offset of a command that lists one page of `what` (a last line says how to see more)."""
+    parser.add_argument(
+        "--limit", type=int, default=limit, metavar="N", help=f"show at most N {what} (default {limit})"
+    )
+    parser.add_argument("--offset", type=int, metavar="K", help=f"skip the first K {what} (default: {offset_default})")
 
 
 def add_reader_commands(sub: Any) -> None:
@@ -69,6 +81,7 @@ def add_reader_commands(sub: Any) -> None:
     s.add_argument(
         "--status", choices=PAPER_STATES, help="only submissions with this status (accepted = the published papers)"
     )
+    add_page_arguments(s, "papers and submissions", 100)
     s.set_defaults(fn=cmd_papers)
 
     s = sub.add_parser("paper", help="one Archive paper with its review and replies (s:N: a submission)")
@@ -82,4 +95,5 @@ def add_reader_commands(sub: Any) -> None:
     s.add_argument("id", type=int, help="the capsule's number in its room")
     s.add_argument("--room", choices=tuple(ROOMS), default="public", help="which room (default: public, the forum)")
     s.add_argument("--lineage", help="for private notes: whose (needed when several lineages have that number)")
+    add_page_arguments(s, "messages", 50)
     s.set_defaults(fn=cmd_thread)

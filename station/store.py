@@ -153,6 +153,40 @@ CORE_MIGRATIONS: list[str] = [
     CREATE INDEX agents_location ON agents(state, location);
     CREATE INDEX agents_offered ON agents(offered)
     """,
+    # v5: what the readers (status, the web pages) look up, as indexes and running totals, so that a
+    # page costs the same at tick 10,000 as at tick 10: a session's turns, events of one kind, the
+    # messages not delivered yet, and the spend per caller (kept by a trigger on every spend row).
+    """
+    CREATE INDEX turns_session ON turns(session, tick);
+    CREATE INDEX events_kind ON events(kind);
+    CREATE INDEX messages_pending ON messages(delivered_tick) WHERE delivered_tick IS NULL;
+    CREATE TABLE spend_totals (
+        who TEXT PRIMARY KEY,
+        calls INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        retries INTEGER NOT NULL,
+        latency_s REAL NOT NULL,
+        timed_calls INTEGER NOT NULL
+    );
+    INSERT INTO spend_totals SELECT who, COUNT(*), SUM(cost_usd), SUM(input_tokens), SUM(cached_input_tokens),
+        SUM(output_tokens), SUM(reasoning_tokens), SUM(retries), COALESCE(SUM(latency_s), 0), COUNT(latency_s)
+        FROM spend GROUP BY who;
+    CREATE INDEX spend_totals_cost ON spend_totals(cost_usd);
+    CREATE TRIGGER spend_totals_add AFTER INSERT ON spend BEGIN
+        INSERT INTO spend_totals VALUES(NEW.who, 1, NEW.cost_usd, NEW.input_tokens, NEW.cached_input_tokens,
+            NEW.output_tokens, NEW.reasoning_tokens, NEW.retries, COALESCE(NEW.latency_s, 0), NEW.latency_s IS NOT NULL)
+        ON CONFLICT(who) DO UPDATE SET calls = calls + 1, cost_usd = cost_usd + excluded.cost_usd,
+            input_tokens = input_tokens + excluded.input_tokens,
+            cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
+            output_tokens = output_tokens + excluded.output_tokens,
+            reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens, retries = retries + excluded.retries,
+            latency_s = latency_s + excluded.latency_s, timed_calls = timed_calls + excluded.timed_calls;
+    END
+    """,
 ]
 
 
@@ -396,15 +430,25 @@ class Store:
 
 
 def _split_sql(script: str) -> list[str]:
-    """Split a migration script into statements (our migrations hold no ';' in literals)."""
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Split a migration script into statements (our migrations hold no ';' in literals; a trigger's
+    body, whose statements end in ';' too, stays whole: SQLite says when a statement is complete)."""
+    statements, pending = [], ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip().removesuffix(";").strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        statements.append(pending.strip().removesuffix(";").strip())
+    return statements
 
 
 def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
     """Every world table, rows in key order, minus wall-clock columns: equal worlds, equal dumps."""
     volatile = {"recorded_at", "started_at", "finished_at", "queued_at", "latency_s"}
     # bookkeeping, not world: a replay spends nothing and runs nothing
-    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs", "spend"}
+    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs", "spend", "spend_totals"}
     out: dict[str, list[list[Any]]] = {}
     tables = [r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for table in tables:

@@ -94,8 +94,12 @@ def test_a_station_from_before_the_last_schema_change_is_served(demo60: Path, tm
     so the dialogue pages (which read the newest turn columns) are served, not a 500."""
     directory = copy_station(demo60, tmp_path / "st")
     store = Store(directory)
-    with store.transaction():
-        store.execute("ALTER TABLE turns DROP COLUMN finish_reason")  # the schema before v3
+    with store.transaction():  # the schema before v3: what v5, v4 and v3 added goes
+        for statement in ("DROP TRIGGER spend_totals_add", "DROP TABLE spend_totals", "DROP INDEX turns_session",
+                          "DROP INDEX events_kind", "DROP INDEX messages_pending", "DROP INDEX agents_location",
+                          "DROP INDEX agents_offered", "ALTER TABLE agents DROP COLUMN location",
+                          "ALTER TABLE agents DROP COLUMN offered", "ALTER TABLE turns DROP COLUMN finish_reason"):
+            store.execute(statement)
         store.execute("UPDATE schema_versions SET version=2 WHERE component='station'")
     store.close()
     client = web_client(create_app(directory))

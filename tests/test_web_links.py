@@ -74,10 +74,10 @@ def test_an_agent_page_links_to_everything_its_life_produced(client: TestClient,
     assert all(f'href="/papers/{n}"' in works for n in papers)
     assert f'href="/research?author={quote(name)}"' in works
     lineage = name.rsplit(" ", 1)[0]
-    assert f'href="/lineages#lineage-{lineage}"' in works
+    assert f'href="/lineages?lineage={quote(lineage)}#lineage-{lineage}"' in works
     if guest:  # a guest and its ascended self are one life: each page names the other
         assert f'href="/agents/{quote(guest[0][0])}"' in works
-    assert f'id="lineage-{lineage}"' in client.get("/lineages").text
+    assert f'id="lineage-{lineage}"' in client.get(f"/lineages?lineage={quote(lineage)}").text  # its page
 
 
 def test_an_evaluation_links_its_author_the_papers_citing_it_and_what_it_built_on(

@@ -130,6 +130,10 @@ MIGRATIONS = [
     ALTER TABLE evaluation_runs ADD COLUMN system_errors INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE evaluation_runs ADD COLUMN system_error TEXT;
     """,
+    # v5: the latest deliveries (the operator's alerts, a scorer's health) read from an index, not a sort of all.
+    """
+    CREATE INDEX evaluations_delivered ON evaluations(finished_tick, id);
+    """,
 ]
 
 

@@ -73,6 +73,7 @@ HERE = Path(__file__).parent
 FLASH = "station_done"  # the outcome of the last operator form, shown once on the operator page
 LIVE_PARTS = {"alerts": "alerts.html", "evaluations": "open_evaluations.html"}  # refreshed by /api/live
 MAX_ID = 2**62  # larger ids cannot exist (SQLite integers) and get a 404
+OVERVIEW_DOTS = 300  # dots of the overview's small score plot (besides the records its lines pass through)
 
 
 class Reader:
@@ -303,8 +304,9 @@ def create_app(
             st=status,
             events=feed.recent(db, everything=every_event),
             every_event=every_event,
-            progress=plots.score_plots(board.glance(board.points(db, board.Filters())), height=240),
+            progress=plots.score_plots(board.points(db, board.Filters(), dots=OVERVIEW_DOTS), height=240),
             reviews=data.pending_reviews(db),
+            shown_agents=data.OVERVIEW_AGENTS,
             **alerts(),
         )
 
@@ -347,9 +349,7 @@ def create_app(
             total=total,
             chosen=chosen,
             keep=urlencode({k: v for k, v in chosen.items() if v}) + "&" if any(chosen.values()) else "",
-            lineages=[
-                r[0] for r in db.execute("SELECT DISTINCT lineage FROM agents WHERE lineage IS NOT NULL ORDER BY 1")
-            ],
+            lineages=data.recent_lineages(db),
             states=data.AGENT_STATES,
             kinds=data.AGENT_KINDS,
         )
@@ -539,11 +539,25 @@ def create_app(
         )
 
     @app.get("/lineages", response_class=HTMLResponse)
-    def lineages(request: Request) -> HTMLResponse:
+    def lineages(request: Request, page: int = 1, lineage: str = "") -> Response:
+        """One page of the lineages; ?lineage=NAME: the page that shows that lineage."""
         db = reader.db()
         tick = data.meta(db, "tick")
-        tree = data.lineage_tree(db, tick)
-        return show(request, "lineages.html", lineages=tree, first=1, last=tick, bar=render.lifespan_bar)
+        if lineage:  # to the address of its page, so that each page has one address (an export saves it once)
+            where = data.lineage_page(db, lineage[:200])
+            return RedirectResponse(f"/lineages?page={where}#lineage-{quote(lineage[:200])}", status_code=303)
+        tree, page, pages = data.lineage_tree(db, tick, page if abs(page) < MAX_ID else 1)
+        return show(
+            request,
+            "lineages.html",
+            lineages=tree,
+            first=1,
+            last=tick,
+            bar=render.lifespan_bar,
+            page=page,
+            pages=pages,
+            keep="",
+        )
 
     @app.get("/api/live")
     def live(after: int = 0, html: str = "", everything: int = 0) -> JSONResponse:
@@ -574,7 +588,8 @@ def create_app(
     ) -> HTMLResponse:
         """The operator page; `error`, `failed` and `typed`: a refused form, its action and what was typed."""
         db = reader.db()
-        agents = data.agent_summaries(db, "state='active'")
+        agents = data.agent_summaries(db, "state='active'", limit=data.OPERATOR_NAMES)  # offered, not all
+        active = db.execute("SELECT COUNT(*) FROM agents WHERE state='active'").fetchone()[0]
         requests, waiting = [], 0
         if data.has_table(db, "human_requests"):
             waiting = db.execute("SELECT COUNT(*) FROM human_requests WHERE resolved_tick IS NULL").fetchone()[0]
@@ -587,6 +602,7 @@ def create_app(
             "operator.html",
             status,
             agents=agents,
+            active=active,
             requests=requests,
             waiting=waiting,
             done=done,

@@ -7,7 +7,9 @@ rank (as the Research Counter ranks: valid results first, best first), score, ne
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import threading
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +17,7 @@ from urllib.parse import urlencode
 from rooms.research.store import ranking_order
 
 from .data import has_table, rows
+from .plots import TOP_LINEAGES
 
 PER_PAGE = 100
 SORTS = {
@@ -112,43 +115,113 @@ def board(db: sqlite3.Connection, filters: Filters) -> dict[str, Any]:
     return {"entries": entries, "total": total, "pages": pages, "page": page, "choices": choices(db)}
 
 
+CHOICES = (
+    100  # authors and lineages the filters offer: those of the latest evaluations (any other is typed in the address)
+)
+RECENT = 2_000  # the latest evaluations they are taken from
+
+
 def choices(db: sqlite3.Connection) -> dict[str, list[str]]:
-    """The values each filter can take in this station (tags: the 200 most used)."""
+    """The values each filter can take in this station (tags: the 200 most used; authors and lineages:
+    the CHOICES who submitted last, a long station has tens of thousands)."""
     column = lambda sql: [r[0] for r in db.execute(sql)]  # noqa: E731
+    recent = f"(SELECT author, lineage FROM evaluations ORDER BY id DESC LIMIT {RECENT})"
     return {
         "task": column("SELECT DISTINCT task FROM evaluations ORDER BY CAST(task AS INTEGER), task"),
-        "author": column("SELECT DISTINCT author FROM evaluations ORDER BY author"),
-        "lineage": column("SELECT DISTINCT lineage FROM evaluations WHERE lineage IS NOT NULL ORDER BY lineage"),
+        "author": column(f"SELECT author FROM (SELECT DISTINCT author FROM {recent} LIMIT {CHOICES}) ORDER BY 1"),
+        "lineage": column(
+            f"SELECT lineage FROM (SELECT DISTINCT lineage FROM {recent} WHERE lineage IS NOT NULL LIMIT {CHOICES}) "
+            "ORDER BY 1"
+        ),
         "tag": column("SELECT tag FROM evaluation_tags GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200"),
         "status": list(STATUSES),
     }
 
 
-def points(db: sqlite3.Connection, filters: Filters) -> list[dict[str, Any]]:
-    """Every scored evaluation the filters select, for the score plots (by delivery tick)."""
+def points(db: sqlite3.Connection, filters: Filters, dots: int = 2_000) -> list[dict[str, Any]]:
+    """The scored evaluations the filters select that the score plots draw, by delivery tick: every
+    one that raised its task's best or the best of one of the leading lineages (so the lines drawn are
+    exact) and an even sample of `dots` of the others (the cloud's shape: a page of a long station
+    would otherwise carry 100,000 dots). Kept until an evaluation is scored or delivered."""
     if not has_table(db, "evaluations"):
         return []
     where, params = filters.where()
-    return rows(
-        db,
-        "SELECT e.id, COALESCE(e.finished_tick, e.tick) AS tick, e.score, e.task, e.lineage, e.author, e.title "
-        f"FROM evaluations e WHERE {where} AND e.score IS NOT NULL ORDER BY 2, e.id",
-        params,
+    scored = f"FROM evaluations e WHERE e.score IS NOT NULL AND {where}"
+    # what changes when a point may: a new evaluation, or one delivered (a later version re-scores it
+    # at a later tick); each an index lookup, whatever the filters
+    mark = tuple(
+        db.execute(
+            "SELECT (SELECT MAX(id) FROM evaluations), (SELECT MAX(finished_tick) FROM evaluations), "
+            "(SELECT COUNT(*) FROM evaluations WHERE finished_tick IS NOT NULL)"
+        ).fetchone()
     )
+    key = (db.execute("PRAGMA database_list").fetchone()[2], where, params, dots)  # the station's file first
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+    if cached is not None and cached[0] == mark:
+        return cached[1]
+    found = db.execute(
+        f"SELECT e.id, COALESCE(e.finished_tick, e.tick) AS tick, e.score, e.task, e.lineage {scored} ORDER BY 2, 1",
+        params,
+    ).fetchall()
+    kept = _glance(found, dots)
+    details = _titles(db, [row[0] for row in kept])
+    chosen = [
+        {"id": i, "tick": tick, "score": score, "task": task, "lineage": lineage, **details.get(i, {})}
+        for i, tick, score, task, lineage in kept
+    ]
+    with _CACHE_LOCK:
+        _CACHE[key] = (mark, chosen)
+        while len(_CACHE) > CACHED_VIEWS:
+            _CACHE.pop(next(iter(_CACHE)))
+    return chosen
+
+
+CACHED_VIEWS = 32  # filtered views whose plot points are kept (the oldest go first)
+_CACHE: dict[tuple, tuple[tuple, list[dict[str, Any]]]] = {}
+_CACHE_LOCK = threading.Lock()
 
 
 def glance(found: list[dict[str, Any]], others: int = 300) -> list[dict[str, Any]]:
-    """The points of a small overview plot: every one that raised its task's or its lineage's best
-    (so the best-so-far lines are exact) and an even sample of the rest (the cloud's shape)."""
+    """The points (dicts with id, tick, score, task, lineage) a plot draws: see _glance."""
+    by_id = {p["id"]: p for p in found}
+    rows = [(p["id"], p["tick"], p["score"], p["task"], p["lineage"]) for p in found]
+    return [by_id[row[0]] for row in _glance(rows, others)]
+
+
+def _glance(found: list[Any], others: int) -> list[Any]:
+    """(id, tick, score, task, lineage) rows in delivery order: every one that raised its task's best
+    or the best of a leading lineage (plots.TOP_LINEAGES of each task by best score: the lineages the
+    plot draws a line for), and an even sample of `others` of the rest (the cloud's shape)."""
+    best_of: dict[tuple[str, str], float] = {}
+    for _, _, score, task, lineage in found:
+        if lineage and score > best_of.get((task, lineage), -math.inf):
+            best_of[(task, lineage)] = score
+    leading: set[tuple[str, str]] = set()
+    for task in {task for task, _ in best_of}:
+        ranked = sorted((k for k in best_of if k[0] == task), key=lambda k: (-best_of[k], k[1]))
+        leading.update(ranked[:TOP_LINEAGES])
     best: dict[tuple[str, str | None], float] = {}
     kept, rest = [], []
-    for p in found:  # in delivery order
-        keys = [(p["task"], None), (p["task"], p["lineage"])]
-        if any(p["score"] > best.get(k, float("-inf")) for k in keys):
-            kept.append(p)
+    for row in found:
+        _, _, score, task, lineage = row
+        keys = [(task, None)] + ([(task, lineage)] if (task, lineage) in leading else [])
+        if any(score > best.get(k, -math.inf) for k in keys):
+            kept.append(row)
             for k in keys:
-                best[k] = max(best.get(k, float("-inf")), p["score"])
+                best[k] = max(best.get(k, -math.inf), score)
         else:
-            rest.append(p)
-    step = max(1, -(-len(rest) // others))
-    return sorted(kept + rest[::step], key=lambda p: (p["tick"], p["id"]))
+            rest.append(row)
+    step = max(1, -(-len(rest) // max(1, others)))
+    return sorted(kept + rest[::step], key=lambda row: (row[1], row[0]))
+
+
+def _titles(db: sqlite3.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Author and title of the evaluations drawn (the hover text), read for those only."""
+    found: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(ids), 500):  # SQLite's limit on bound parameters
+        part = ids[start : start + 500]
+        marks = ",".join("?" * len(part))
+        for r in db.execute(f"SELECT id, author, title FROM evaluations WHERE id IN ({marks})", part):
+            found[r[0]] = {"author": r[1], "title": r[2]}
+    return found

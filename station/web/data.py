@@ -18,6 +18,9 @@ from .refs import mentioned
 
 TURNS_PER_PAGE = 20
 AGENTS_PER_PAGE = 100
+OVERVIEW_AGENTS = 50  # active agents listed on the overview (all of them: the agents index, paged)
+LINEAGES_PER_PAGE = 50
+OPERATOR_NAMES = 100  # active agents the operator's forms suggest (any other can be typed)
 GENERATIONS_SHOWN = 12  # per lineage on the lineage page (the latest ones)
 REVIEWER_NAME = "Archive Review System"
 
@@ -92,6 +95,19 @@ def agent_filter(lineage: str, state: str, kind: str) -> tuple[str, tuple]:
     return " AND ".join(clauses), tuple(params)
 
 
+def recent_lineages(db: sqlite3.Connection, count: int = 100, among: int = 2_000) -> list[str]:
+    """The lineages of the latest agents (`count` of them, by name), for a filter's choices: a long
+    station has thousands (any other is chosen from its own pages)."""
+    return [
+        r[0]
+        for r in db.execute(
+            "SELECT lineage FROM (SELECT DISTINCT lineage FROM (SELECT lineage FROM agents WHERE lineage IS NOT NULL "
+            "ORDER BY position DESC LIMIT ?) LIMIT ?) ORDER BY 1",
+            (among, count),
+        )
+    ]
+
+
 def agent_summaries(
     db: sqlite3.Connection,
     where: str = "1",
@@ -100,14 +116,18 @@ def agent_summaries(
     limit: int = -1,
     offset: int = 0,
     newest_first: bool = False,
+    fields: tuple[str, ...] = AGENT_FIELDS,
 ) -> list[dict[str, Any]]:
-    """Agents' headline fields, read inside SQLite (a long station has thousands of records)."""
-    extracted = ", ".join(f"json_extract(data, '$.{f}') AS {f}" for f in AGENT_FIELDS)
-    order = "position DESC, name DESC" if newest_first else "position, name"
+    """Agents' headline fields, read inside SQLite (a long station has tens of thousands of records).
+    The page is chosen on the position index alone (no record is read for the rows skipped), then
+    only its rows are read."""
+    extracted = "".join(f", json_extract(a.data, '$.{f}') AS {f}" for f in fields)
+    way = " DESC" if newest_first else ""
     return rows(
         db,
-        f"SELECT name, session, state, kind, lineage, model_name, {extracted} FROM agents "
-        f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+        f"SELECT a.name, a.session, a.state, a.kind, a.lineage, a.model_name, a.successor{extracted} FROM "
+        f"(SELECT rowid AS id FROM agents WHERE {where} ORDER BY position{way}, name{way} LIMIT ? OFFSET ?) page "
+        f"JOIN agents a ON a.rowid = page.id ORDER BY a.position{way}, a.name{way}",
         (*params, limit, offset),
     )
 
@@ -320,17 +340,50 @@ def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | N
 
 
 # -- lineages ----------------------------------------------------------------------------------
-def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
-    """Each lineage with its generations in order, each with the guest it grew from and its life."""
-    agents = agent_summaries(db, "lineage IS NOT NULL OR json_extract(data, '$.ascended_to') IS NOT NULL")
-    grew_from = {a["ascended_to"]: a for a in agents if a["ascended_to"]}
-    lineages: dict[str, list[dict[str, Any]]] = {}
-    for a in agents:
-        if a["lineage"] is None:
-            continue
+def lineage_page(db: sqlite3.Connection, lineage: str) -> int:
+    """The page of the lineages index that shows `lineage` (1 when there is no such lineage)."""
+    founded = db.execute("SELECT MIN(position) FROM agents WHERE lineage=?", (lineage,)).fetchone()[0]
+    if founded is None:
+        return 1
+    before = db.execute(
+        "SELECT COUNT(*) FROM (SELECT lineage, MIN(position) AS p FROM agents WHERE lineage IS NOT NULL "
+        "GROUP BY lineage) WHERE p < ? OR (p = ? AND lineage < ?)",
+        (founded, founded, lineage),
+    ).fetchone()[0]
+    return before // LINEAGES_PER_PAGE + 1
+
+
+def lineage_tree(db: sqlite3.Connection, tick: int, page: int = 1) -> tuple[list[dict[str, Any]], int, int]:
+    """One page of lineages, in the order they were founded (LINEAGES_PER_PAGE a page), each with its
+    latest generations in order, each with the guest it grew from and its life; and the page shown
+    and the number of pages."""
+    total = db.execute("SELECT COUNT(DISTINCT lineage) FROM agents WHERE lineage IS NOT NULL").fetchone()[0]
+    pages = max(1, -(-total // LINEAGES_PER_PAGE))
+    page = min(max(1, page), pages)
+    names = [
+        r[0]
+        for r in db.execute(
+            "SELECT lineage FROM agents WHERE lineage IS NOT NULL GROUP BY lineage ORDER BY MIN(position), lineage "
+            "LIMIT ? OFFSET ?",
+            (LINEAGES_PER_PAGE, (page - 1) * LINEAGES_PER_PAGE),
+        )
+    ]
+    marks = ",".join("?" * len(names))
+    members = agent_summaries(db, f"lineage IN ({marks})", tuple(names)) if names else []
+    sessions = sorted({a["session"] for a in members})
+    guests = (
+        agent_summaries(  # the guests these generations grew from: same session, kind guest
+            db, f"kind='guest' AND session IN ({','.join('?' * len(sessions))})", tuple(sessions)
+        )
+        if sessions
+        else []
+    )
+    grew_from = {a["ascended_to"]: a for a in guests if a["ascended_to"]}
+    lineages: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for a in members:
         guest = grew_from.get(a["name"])
         born = guest["birth_tick"] if guest else a["birth_tick"]
-        lineages.setdefault(a["lineage"], []).append(
+        lineages[a["lineage"]].append(
             {
                 "name": a["name"],
                 "generation": a["generation"] or 0,
@@ -345,12 +398,16 @@ def lineage_tree(db: sqlite3.Connection, tick: int) -> list[dict[str, Any]]:
             }
         )
     tree = []
-    for name, members in sorted(lineages.items(), key=lambda kv: min(m["born"] for m in kv[1])):
-        members.sort(key=lambda m: m["generation"])
+    for name in names:
+        generations = sorted(lineages[name], key=lambda m: m["generation"])
         tree.append(
-            {"name": name, "members": members[-GENERATIONS_SHOWN:], "earlier": max(0, len(members) - GENERATIONS_SHOWN)}
+            {
+                "name": name,
+                "members": generations[-GENERATIONS_SHOWN:],
+                "earlier": max(0, len(generations) - GENERATIONS_SHOWN),
+            }
         )
-    return tree
+    return tree, page, pages
 
 
 # -- what links to what -------------------------------------------------------------------------

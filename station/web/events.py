@@ -50,8 +50,8 @@ def recent(db: sqlite3.Connection, limit: int = 25, after: int = 0, everything: 
     The kind filter is in SQL so the rowid walk stops after `limit` matches."""
     where = "id>?"
     args: list[Any] = [after]
-    if not everything:
-        where += f" AND kind IN ({','.join('?' * len(MEANINGFUL))})"
+    if not everything:  # `+kind`: walk the rowid backwards, not the kind index (all of the kinds, then a sort)
+        where += f" AND +kind IN ({','.join('?' * len(MEANINGFUL))})"
         args += MEANINGFUL
     found = db.execute(
         f"SELECT id, tick, kind, agent, payload FROM events WHERE {where} ORDER BY id DESC LIMIT ?", (*args, limit)

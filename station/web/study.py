@@ -24,6 +24,8 @@ from .data import has_table
 PALETTE = ["#2f5fa7", "#b0452c", "#2d8a4e", "#8a2a8f", "#c08a12", "#1f8a8a", "#6b4f2a", "#d0417e", "#5a6b7d", "#7a9a1f"]
 MAX_LINES = 10  # lines drawn by default in the token timeline
 MAX_CHOSEN = 20  # lines a reader may ask for
+MAX_TURNS = 10_000  # turns a window may hold: a wider one is narrowed to its latest ticks
+LISTED = 100  # agents offered to draw and rows of the actions table: the busiest of the window
 SEGMENTS = 10  # the default lines cover every tenth of the window that had turns
 RULE = (
     "By default: enough agents to have a line in every tenth of the window that had turns, then the "
@@ -36,7 +38,10 @@ class Life:
     """One session's turns inside the window."""
 
     session: int
-    points: list[tuple[int, int]] = field(default_factory=list)  # (tick, context tokens)
+    turns: int = 0
+    first: int = 0  # its first and last tick with a turn in the window
+    last: int = 0
+    points: list[tuple[int, int]] = field(default_factory=list)  # (tick, context tokens): read for drawn lives
     rooms: Counter = field(default_factory=Counter)  # successful actions per room
     segments: Counter = field(default_factory=Counter)  # turns per tenth of the window
     names: list[str] = field(default_factory=list)  # the oldest first, the latest last
@@ -52,8 +57,7 @@ class Life:
 
     def rank(self) -> tuple[int, int, int, int]:
         """Busier first; then the later, then the longer-lived."""
-        first, last = self.points[0][0], self.points[-1][0]
-        return len(self.points), last, last - first, self.session
+        return self.turns, self.last, self.last - self.first, self.session
 
 
 def window(db: sqlite3.Connection, first: int | None, last: int | None, span: int = 500) -> tuple[int, int]:
@@ -63,27 +67,51 @@ def window(db: sqlite3.Connection, first: int | None, last: int | None, span: in
     return min(first, last), last
 
 
+def bounded(db: sqlite3.Connection, first: int, last: int) -> int:
+    """The first tick of the window that holds at most MAX_TURNS turns, ending at `last` (a crowded
+    station's window is narrowed to its latest ticks: a page reads a bounded number of turns)."""
+    row = db.execute(
+        "SELECT tick FROM turns WHERE tick BETWEEN ? AND ? ORDER BY tick DESC LIMIT 1 OFFSET ?",
+        (first, last, MAX_TURNS),
+    ).fetchone()
+    return first if row is None else min(row[0] + 1, last)
+
+
 def read_lives(db: sqlite3.Connection, first: int, last: int) -> dict[int, Life]:
-    """Every session's turns in the window, in one pass over the window's rows (the (tick,
-    session) index); only the parsed actions of each turn are taken out of its JSON."""
+    """Every session with turns in the window (at most MAX_TURNS turns: see `bounded`), in one pass
+    over the window's rows (the (tick, session) index); only the parsed actions of each turn are
+    taken out of its JSON."""
     lives: dict[int, Life] = {}
     width = last - first + 1
-    for tick, session, agent, tokens, parsed in db.execute(
-        "SELECT tick, session, agent, COALESCE(context_tokens, 0), "
-        "CASE WHEN json_valid(actions) THEN json_extract(actions, '$.parsed') END "
+    for tick, session, parsed in db.execute(
+        "SELECT tick, session, CASE WHEN json_valid(actions) THEN json_extract(actions, '$.parsed') END "
         "FROM turns WHERE tick BETWEEN ? AND ? ORDER BY tick",
         (first, last),
     ):
-        life = lives.setdefault(session, Life(session))
-        life.points.append((tick, tokens))
+        life = lives.get(session)
+        if life is None:
+            life = lives[session] = Life(session, first=tick)
+        life.turns += 1
+        life.last = tick
         life.segments[(tick - first) * SEGMENTS // width] += 1
-        if agent not in life.names:
-            life.names.append(agent)
         for action in json.loads(parsed or "[]"):
             if isinstance(action, dict) and action.get("ok"):
                 life.rooms[action.get("room") or "?"] += 1
     name_lives(db, lives)
     return lives
+
+
+def read_points(db: sqlite3.Connection, drawn: list[Life], first: int, last: int) -> None:
+    """The context tokens after each turn of the lives drawn (their own index: a few rows each)."""
+    for life in drawn:
+        life.points = [
+            (tick, tokens)
+            for tick, tokens in db.execute(
+                "SELECT tick, COALESCE(context_tokens, 0) FROM turns WHERE session=? AND tick BETWEEN ? AND ? "
+                "ORDER BY tick",
+                (life.session, first, last),
+            )
+        ]
 
 
 def session_names(db: sqlite3.Connection, sessions: list[int]) -> dict[int, list[str]]:
@@ -103,8 +131,14 @@ def session_names(db: sqlite3.Connection, sessions: list[int]) -> dict[int, list
 def name_lives(db: sqlite3.Connection, lives: dict[int, Life]) -> None:
     known = session_names(db, list(lives))
     for session, life in lives.items():
-        if known.get(session):  # names from turns only if the agents table lacks the session
-            life.names = known[session]
+        life.names = known.get(session) or []
+        if not life.names:  # the agents table lacks the session: the names its turns were taken under
+            life.names = [
+                r[0]
+                for r in db.execute(
+                    "SELECT agent FROM turns WHERE session=? GROUP BY agent ORDER BY MIN(tick)", (session,)
+                )
+            ]
 
 
 def default_choice(lives: dict[int, Life]) -> list[Life]:
@@ -152,8 +186,15 @@ def choose(lives: dict[int, Life], names: list[str] | None, first: int, last: in
     return chosen, notes
 
 
+def busiest(lives: dict[int, Life]) -> list[Life]:
+    """The LISTED lives with the most turns in the window."""
+    return sorted(lives.values(), key=lambda life: (-life.turns, life.label))[:LISTED]
+
+
 def actions_rows(lives: dict[int, Life]) -> tuple[list[str], list[dict[str, Any]]]:
-    rows = [{"label": life.label, "name": life.name, "counts": life.rooms} for life in lives.values() if life.rooms]
+    """The rooms, and a row of successful actions per room for each of the busiest lives that acted."""
+    acted = {life.session: life for life in lives.values() if life.rooms}
+    rows = [{"label": life.label, "name": life.name, "counts": life.rooms} for life in busiest(acted)]
     rooms = sorted({room for row in rows for room in row["counts"]})
     return rooms, sorted(rows, key=lambda row: row["label"])
 
@@ -263,12 +304,22 @@ def study(
     """The study page's context over ticks `first`–`last` (default: the last 500), drawing the
     agents named in `agents` (default: see RULE)."""
     first, last = window(db, first, last)
+    asked, first = first, bounded(db, first, last)
     lives = read_lives(db, first, last)
     drawn, notes = choose(lives, agents, first, last)
+    if first > asked:
+        notes.insert(
+            0,
+            f"Ticks {asked}–{last} hold more than {MAX_TURNS:,} turns: the latest ticks, {first}–{last}, are shown "
+            "(choose an earlier window to see the ones before).",
+        )
     drawn.sort(key=lambda life: life.label)
+    read_points(db, drawn, first, last)
     rooms, actions = actions_rows(lives)
+    acted = sum(1 for life in lives.values() if life.rooms)
     edges, links = merge_edges(db, talk_edges(db, first, last), lives)
-    choices = sorted(lives.values(), key=lambda life: (-len(life.points), life.label))
+    listed = busiest(lives)
+    choices = listed + [life for life in drawn if life not in listed]
     return {
         "first": first,
         "last": last,
@@ -277,9 +328,11 @@ def study(
         "rule": RULE,
         "notes": notes,
         "choices": [
-            {"label": life.label, "name": life.name, "turns": len(life.points), "checked": life in drawn}
-            for life in choices
+            {"label": life.label, "name": life.name, "turns": life.turns, "checked": life in drawn} for life in choices
         ],
+        "lives": len(lives),
+        "acted": acted,
+        "listed": len(listed),
         "chosen": [life.name for life in drawn] if agents else [],  # kept by the window form
         "rooms": rooms,
         "actions": actions,
