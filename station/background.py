@@ -99,14 +99,16 @@ def apply_ready(
     apply: Callable[[Any], None],
     *,
     in_order: bool = False,
+    inline: bool = False,
 ) -> None:
     """Apply each of `rows` (by `id`) that the ready list recorded under `key` names, in the order of `rows`.
 
     The list is obtained like any input: the first time it is `find_ready()` (run outside the
     transaction), afterwards and in a replay the recorded one. `in_order`: stop at the first row
-    not ready (items that must be applied in sequence).
+    not ready (items that must be applied in sequence). `inline`: `find_ready` waits for nothing,
+    so the list is made and recorded inside the unit (see `Context.obtain`).
     """
-    ready = set(ctx.obtain(key, kind, None, lambda: {"ready": find_ready()})["ready"])
+    ready = set(ctx.obtain(key, kind, None, lambda: {"ready": find_ready()}, inline=inline)["ready"])
     for row in rows:
         if row["id"] in ready:
             apply(row)

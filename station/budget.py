@@ -62,6 +62,9 @@ class Ledger:
             self._db = sqlite3.connect(
                 Path(directory) / "station.db", isolation_level=None, timeout=60.0, check_same_thread=False
             )
+            # as durable as the station's own writes (engine.durability): FULL would fsync every call's row
+            full = config().engine.durability == "full"
+            self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
             self._write_lock = write_lock(Path(directory) / "station.db")
             for who, tokens, usd in self._db.execute(  # the running totals per caller (store.py's v5)
                 "SELECT who, input_tokens + output_tokens + reasoning_tokens, cost_usd FROM spend_totals"

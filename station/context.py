@@ -222,9 +222,21 @@ class Context:
 
     # -- recorded inputs ------------------------------------------------------------------
     def obtain(
-        self, key: str, kind: str, agent: str | None, produce: Callable[[], dict], request_hash: str | None = None
+        self,
+        key: str,
+        kind: str,
+        agent: str | None,
+        produce: Callable[[], dict],
+        request_hash: str | None = None,
+        *,
+        inline: bool = False,
     ) -> dict[str, Any]:
-        """The recorded input under `key`; fetched (via NeedInput) the first time only."""
+        """The recorded input under `key`; fetched (via NeedInput) the first time only.
+
+        `inline`: `produce` only reads the store and returns at once (which evaluations are
+        complete, say), so it is produced here and recorded in the unit's own transaction:
+        committed with what it causes, or rolled back with it, and no rollback and second run of
+        the unit is needed to fetch it."""
         payload = self.store.get_input(key)
         if payload is not None:
             return payload
@@ -238,6 +250,10 @@ class Context:
                 return payload
             if self.replay_strict:
                 raise ReplayDiverged(f"the source station has no recorded input {key!r}")
+        if inline:
+            payload = produce()
+            self.store.put_input(key, kind, self.tick, agent, payload, request_hash)
+            return payload
         raise NeedInput(key, kind, agent, produce, request_hash)
 
     def obtain_all(self, requests: Iterable[InputRequest]) -> None:

@@ -204,6 +204,7 @@ class Reviewer(Hook):
             lambda: ready_submissions(store, cfg),
             review,
             in_order=True,
+            inline=True,  # reads what is recorded, waits for nothing
         )
 
     def _start_worker(self, ctx: Context) -> None:

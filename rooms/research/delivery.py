@@ -67,6 +67,7 @@ class Evaluations(Hook):
             rows,
             lambda: self._wait_until_ready(ctx, rows, hold),
             lambda row: apply(ctx, row, walk_recorded(ctx, row)),
+            inline=not hold,  # nothing to wait for: which are complete is read at once
         )
 
     # -- the worker -----------------------------------------------------------------------
