@@ -400,6 +400,9 @@ class EngineConfig(Section):
     durability: Literal["normal", "full"] = "normal"
     backup_every_ticks: int = Field(50, ge=0, description="0 disables automatic backups")
     backups_kept: int = Field(5, ge=1)
+    conversation_cache_mb: int = Field(
+        256, ge=1, description="conversations kept in memory, at most; the least recently used are read again"
+    )
 
 
 class StationConfig(Section):

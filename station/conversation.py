@@ -6,12 +6,14 @@ returns, so a restarted station rebuilds exactly the context it would have sent.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from .store import Store
 
 HELP_HEADER = "Help Message - "
+ENTRY_OVERHEAD = 120  # bytes an Entry costs besides its text (object, list slot)
 
 
 @dataclass(frozen=True)
@@ -22,19 +24,38 @@ class Entry:
 
 
 class Conversations:
-    """Cache of committed entries per session, plus the entries of the open transaction."""
+    """Cache of committed entries per session, plus the entries of the open transaction.
 
-    def __init__(self, store: Store, protected_keywords: list[str]) -> None:
+    The cache holds at most `cache_bytes` of text (the sessions used least recently leave it
+    first, to be read again from the store when needed), so a thousand long conversations are
+    not all kept in memory."""
+
+    def __init__(self, store: Store, protected_keywords: list[str], *, cache_bytes: int = 256 << 20) -> None:
         self.store = store
         self.keywords = [HELP_HEADER, *protected_keywords]
-        self._committed: dict[int, list[Entry]] = {}
+        self.cache_bytes = cache_bytes
+        self._committed: OrderedDict[int, list[Entry]] = OrderedDict()
+        self._sizes: dict[int, int] = {}
+        self._cached = 0  # bytes in _committed, by ENTRY_OVERHEAD + text length
         self._pending: dict[int, list[Entry]] = {}
 
     def entries(self, session: int) -> list[Entry]:
-        if session not in self._committed:
+        if session in self._committed:
+            self._committed.move_to_end(session)
+        else:
             rows = self.store.all("SELECT tick, role, text FROM conversation WHERE session=? ORDER BY id", (session,))
             self._committed[session] = [Entry(r["tick"], r["role"], r["text"]) for r in rows]
+            self._grow(session, self._committed[session])
         return self._committed[session] + self._pending.get(session, [])
+
+    def _grow(self, session: int, new: list[Entry]) -> None:
+        size = sum(ENTRY_OVERHEAD + len(e.text) for e in new)
+        self._sizes[session] = self._sizes.get(session, 0) + size
+        self._cached += size
+
+    def _forget(self, session: int) -> None:
+        del self._committed[session]
+        self._cached -= self._sizes.pop(session, 0)
 
     def append(self, session: int, tick: int, role: str, text: str) -> None:
         self.entries(session)  # make sure the committed part is loaded first
@@ -46,7 +67,11 @@ class Conversations:
     def commit(self) -> None:
         for session, new in self._pending.items():
             self._committed.setdefault(session, []).extend(new)
+            self._grow(session, new)
         self._pending.clear()
+        # Only here, with nothing pending: a session read again holds exactly its committed rows.
+        while self._cached > self.cache_bytes and len(self._committed) > 1:
+            self._forget(next(iter(self._committed)))
 
     def rollback(self) -> None:
         self._pending.clear()
@@ -55,7 +80,7 @@ class Conversations:
         """Keep only these sessions in memory (the others stay in the store)."""
         for session in list(self._committed):
             if session not in sessions:
-                del self._committed[session]
+                self._forget(session)
 
     # -- pruning ----------------------------------------------------------------------------
     def protected_ticks(self, session: int) -> set[int]:

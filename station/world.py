@@ -30,7 +30,9 @@ class Station:
         self.store = store
         self.texts = Texts(config.codex.set, config.codex.texts, style=config.prompt.style)
         self.agents = AgentRegistry(store)
-        self.conversations = Conversations(store, config.tokens.protected_keywords)
+        self.conversations = Conversations(
+            store, config.tokens.protected_keywords, cache_bytes=config.engine.conversation_cache_mb << 20
+        )
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
         self.ctx.tasks = load_tasks(config.research)
         no_research = [] if self.ctx.tasks else ["research"]
