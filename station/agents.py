@@ -65,7 +65,7 @@ def lineage_name_problem(name: str) -> str | None:
     return None
 
 
-# The fields the registry's SQL queries can see (its indexed columns, and `offered_ancestor`).
+# The fields the registry's SQL queries and active index read (the table's columns, birth tick).
 INDEXED_FIELDS = frozenset(
     {
         "name",
