@@ -6,7 +6,6 @@ session (and so the conversation), while each has its own record under its own n
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import re
@@ -167,7 +166,17 @@ class Agent:
 
 # The row columns the active index depends on (to_row's state, position and kind).
 _STATE, _POSITION, _KIND = 2, 3, 4
-Checkpoint = tuple[dict[str, tuple[Agent, dict[str, Any], tuple | None]], set[str]]
+Checkpoint = tuple[dict[str, tuple[Agent, str, tuple | None]], set[str]]
+
+
+@dataclass(frozen=True)
+class ActiveIndex:
+    """The active agents in turn order, as the registry keeps them between units (shared: read only)."""
+
+    turns: tuple[tuple[int, str], ...]  # (session, name)
+    roster: tuple[tuple[str, str, int], ...]  # (name, kind, birth tick)
+    names: tuple[str, ...]
+    births: dict[str, int]
 
 
 class AgentRegistry:
@@ -187,9 +196,8 @@ class AgentRegistry:
         self._stored: dict[str, tuple] = {}  # each cached record's row as last read or written
         self._touched: set[str] = set()  # handed out since the last commit: the only ones that may differ
         self._changes: set[str] = set()  # touched records whose indexed fields were assigned since written
-        self._order: list[tuple[int, str, str, int]] | None = None  # active agents in turn order
+        self._order: ActiveIndex | None = None  # the active agents in turn order
         self._order_moved = False  # the turn order changed since the last commit
-        self._births: dict[str, int] = {}  # birth tick of each agent in the active index
 
     def invalidate(self) -> None:
         """Forget every record (after a rollback, or when another connection may have written)."""
@@ -235,7 +243,7 @@ class AgentRegistry:
     def checkpoint(self) -> Checkpoint:
         """The state of every record this unit has touched, to undo an action that failed half-way."""
         saved = {
-            name: (self._cache[name], copy.deepcopy(self._cache[name].__dict__), self._stored.get(name))
+            name: (self._cache[name], self._cache[name].to_row()[-1], self._stored.get(name))
             for name in self._touched
             if name in self._cache
         }
@@ -250,7 +258,7 @@ class AgentRegistry:
             self._stored.pop(name, None)
         for name, (agent, state, stored) in saved.items():
             agent.__dict__.clear()
-            agent.__dict__.update(state)
+            agent.__dict__.update(json.loads(state))  # the record as it would be read back
             self._cache[name] = agent
             if stored is None:
                 self._stored.pop(name, None)
@@ -300,7 +308,7 @@ class AgentRegistry:
         the birth tick (only tests and the operator's tools rewrite it)."""
         if before is None or any(before[i] != row[i] for i in (_STATE, _POSITION, _KIND)):
             return True
-        return self._order is not None and self._births.get(agent.name, agent.birth_tick) != agent.birth_tick
+        return self._order is not None and self._order.births.get(agent.name, agent.birth_tick) != agent.birth_tick
 
     def names(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[str]:
         """Names of the agents matching an SQL condition on the indexed columns, touching none."""
@@ -311,15 +319,22 @@ class AgentRegistry:
         """Agents matching an SQL condition on the indexed columns (state, kind, lineage, location, ...)."""
         return [a for a in (self.get(n) for n in self.names(condition, params, order)) if a is not None]
 
-    def turn_order(self) -> list[tuple[int, str]]:
+    def turn_order(self) -> tuple[tuple[int, str], ...]:
         """(session, name) of the active agents in turn order, from an index kept between units."""
-        return [(session, name) for session, name, _, _ in self._active_index()]
+        return self._active_index().turns
 
-    def roster(self) -> list[tuple[str, str, int]]:
+    def roster(self) -> tuple[tuple[str, str, int], ...]:
         """(name, kind, birth tick) of the active agents in turn order, touching no record."""
-        return [(name, kind, birth) for _, name, kind, birth in self._active_index()]
+        return self._active_index().roster
 
-    def _active_index(self) -> list[tuple[int, str, str, int]]:
+    def active_names(self) -> tuple[str, ...]:
+        """Names of the active agents in turn order, touching no record."""
+        return self._active_index().names
+
+    def active_count(self) -> int:
+        return len(self._active_index().names)
+
+    def _active_index(self) -> ActiveIndex:
         # A record's session, name, kind and birth tick never change: only joining or leaving
         # the active set (state) or moving in the order (position) rebuilds this.
         self._sync()
@@ -329,20 +344,17 @@ class AgentRegistry:
                 "ORDER BY position",
                 (ACTIVE,),
             )
-            self._order = [(r[0], r[1], r[2], r[3]) for r in rows]
-            self._births = {r[1]: r[3] for r in rows}
+            self._order = ActiveIndex(
+                turns=tuple((r[0], r[1]) for r in rows),
+                roster=tuple((r[1], r[2], r[3]) for r in rows),
+                names=tuple(r[1] for r in rows),
+                births={r[1]: r[3] for r in rows},
+            )
         return self._order
 
     def active(self) -> list[Agent]:
         """Active agents in turn order (every record: for walks that need them all)."""
-        return [a for a in (self.get(name) for _, name in self.turn_order()) if a is not None]
-
-    def active_names(self) -> list[str]:
-        """Names of the active agents in turn order, touching no record."""
-        return [name for _, name in self.turn_order()]
-
-    def active_count(self) -> int:
-        return len(self.turn_order())
+        return [a for a in (self.get(name) for name in self.active_names()) if a is not None]
 
     def active_of_session(self, session: int) -> Agent | None:
         """The active agent living `session`, if any (a session has at most one)."""
