@@ -13,16 +13,7 @@ from typing import Any
 from ..config import ModelConfig
 from . import loop
 from .base import LENGTH, Message, ModelError, Reply, Usage, estimate_tokens
-from .remote import (
-    Failure,
-    RemoteModel,
-    api_key,
-    classify_status,
-    classify_transport,
-    missing_key_message,
-    pool_limits,
-    ssl_context,
-)
+from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
 
 CACHE = {"type": "ephemeral"}
 
@@ -91,9 +82,6 @@ class AnthropicModel(RemoteModel):
         if key is None:
             raise ModelError(missing_key_message(config), permanent=True)
         self._key = key
-
-    def _http_pool(self, connections: int) -> Any:
-        return self._sdk.DefaultAsyncHttpxClient(limits=pool_limits(connections), verify=ssl_context())
 
     def _sdk_client(self, pool: Any) -> Any:
         return self._sdk.AsyncAnthropic(

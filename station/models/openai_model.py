@@ -13,16 +13,7 @@ from typing import Any
 from ..config import ModelConfig
 from . import loop
 from .base import LENGTH, Message, ModelError, Reply, Usage
-from .remote import (
-    Failure,
-    RemoteModel,
-    api_key,
-    classify_status,
-    classify_transport,
-    missing_key_message,
-    pool_limits,
-    ssl_context,
-)
+from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
 
 
 def responses_body(config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> dict[str, Any]:
@@ -154,9 +145,6 @@ class OpenAIModel(RemoteModel):
                 raise ModelError(missing_key_message(config), permanent=True)
             key = "no-key"  # local servers usually need none, but the SDK wants a string
         self._key = key
-
-    def _http_pool(self, connections: int) -> Any:
-        return self._sdk.DefaultAsyncHttpxClient(limits=pool_limits(connections), verify=ssl_context())
 
     def _sdk_client(self, pool: Any) -> Any:
         return self._sdk.AsyncOpenAI(

@@ -197,10 +197,13 @@ class RemoteModel:
         self._jitter = random.Random()
         self.endpoint = endpoint_for(endpoint_key(config), config.max_in_flight)
 
+    _sdk: Any  # the provider's SDK module, imported by the subclass when a model is made
+
     # -- what subclasses provide ----------------------------------------------------------
     def _http_pool(self, connections: int) -> Any:
-        """An async HTTP client of the SDK's kind that keeps up to `connections` connections open."""
-        raise NotImplementedError
+        """An async HTTP client of the SDK's kind that keeps up to `connections` connections open
+        (the httpx client that the Anthropic and OpenAI SDKs, set in `self._sdk`, both offer)."""
+        return self._sdk.DefaultAsyncHttpxClient(limits=pool_limits(connections), verify=ssl_context())
 
     def _sdk_client(self, pool: Any) -> Any:
         """The SDK's async client for this model's settings, sending over `pool`."""
