@@ -240,11 +240,14 @@ class AgentRegistry:
             self._write_changed(self._changes)
             self._changes.clear()
 
-    def checkpoint(self) -> Checkpoint:
-        """The state of every record this unit has touched, to undo an action that failed half-way."""
+    def checkpoint(self, only: Iterable[str] | None = None) -> Checkpoint:
+        """The state of every record this unit has touched (or of those named in `only` that it
+        has), to undo an action that failed half-way. Records first touched after it are
+        forgotten by `restore` whatever `only` says."""
+        names = self._touched if only is None else self._touched.intersection(only)
         saved = {
             name: (self._cache[name], self._cache[name].to_row()[-1], self._stored.get(name))
-            for name in self._touched
+            for name in names
             if name in self._cache
         }
         return saved, set(self._touched)
@@ -285,6 +288,21 @@ class AgentRegistry:
     def save(self, agent: Agent) -> None:
         row = agent.to_row()
         before = self._stored.get(agent.name)
+        if row == before:
+            pass  # the stored row already says this
+        elif before is not None and before[:-1] == row[:-1]:  # only the record's JSON: no index to update
+            self.store.execute("UPDATE agents SET data=? WHERE name=?", (row[-1], agent.name))
+        else:
+            self._upsert(row)
+        if self._moves_index(agent, before, row):
+            self._order, self._order_moved = None, True
+        self._cache[agent.name] = agent
+        self._stored[agent.name] = row
+        self._touched.add(agent.name)
+        self._changes.discard(agent.name)
+        object.__setattr__(agent, "_changes", self._changes)
+
+    def _upsert(self, row: tuple) -> None:
         self.store.execute(
             "INSERT INTO agents(name, session, state, position, kind, lineage, model_name, successor, "
             "respawn_pending, location, offered, data) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -295,13 +313,6 @@ class AgentRegistry:
             "data=excluded.data",
             row,
         )
-        if self._moves_index(agent, before, row):
-            self._order, self._order_moved = None, True
-        self._cache[agent.name] = agent
-        self._stored[agent.name] = row
-        self._touched.add(agent.name)
-        self._changes.discard(agent.name)
-        object.__setattr__(agent, "_changes", self._changes)
 
     def _moves_index(self, agent: Agent, before: tuple | None, row: tuple) -> bool:
         """Whether writing `row` changes the active index: state, position or kind changed, or

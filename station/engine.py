@@ -99,6 +99,7 @@ class Engine:
         self.station = station
         self.ctx = station.ctx
         self.store = station.store
+        self.store.keep_meta()  # the running engine is the one writer of meta (commands come through it)
         self.ctx.replay_source = replay_source
         self.ctx.replay_strict = replay_source is not None
         self._replayed_commands = commands.recorded_by_point(replay_source) if replay_source else None
@@ -110,6 +111,7 @@ class Engine:
         self.ctx.models.on_wait = self.ctx.report_wait
         self._done_tick = -1
         self._done: set[int] = set()
+        self._finished: int | None = None  # the session whose turn the unit in flight committed
         self._tick_just_ended = False
         self._scale = 1.0
         self._prefetched = -1  # the tick whose concurrent replies were fetched by this process
@@ -152,6 +154,8 @@ class Engine:
                 agent = self._next_agent()
                 if agent is None:
                     return True
+            elif self.ctx.config.turns == "sequential":
+                self._prepare_turn(agent)
             self._unit(lambda: self._turn(agent.name))
             self.on_progress(Progress(self.ctx.tick, "turn", agent.name, agent.location))
             return True
@@ -174,13 +178,16 @@ class Engine:
         for old in sorted(folder.glob("resume_at_tick_*.db"))[: -cfg.backups_kept]:
             old.unlink()
 
-    def _unit(self, body: Callable[[], None]) -> None:
+    def _unit(self, body: Callable[[], None], *, counted: bool = True) -> None:
+        """Run `body` in one transaction until it commits. `counted`: the unit is one of the points
+        at which operator commands are applied (a turn's prompt, made apart from it, is not)."""
         while True:
             try:
                 with self.store.transaction():
                     body()
                     self.ctx.agents.flush()
-                    self.store.set_meta("units", self.store.get_meta("units", 0) + 1)
+                    if counted:
+                        self.store.set_meta("units", self.store.get_meta("units", 0) + 1)
             except NeedInput as need:
                 self._rolled_back()
                 self._fetch(need.needs)  # outside any transaction: may take minutes
@@ -190,6 +197,9 @@ class Engine:
                 raise
             self.ctx.conversations.commit()
             self.ctx.agents.committed()  # flushed above: the cached records are the committed rows
+            if self._finished is not None:
+                self._done.add(self._finished)
+                self._finished = None
             return
 
     def _produce(self, who: str | None, produce: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -206,7 +216,7 @@ class Engine:
     def _rolled_back(self) -> None:
         self.ctx.agents.rolled_back()
         self.ctx.conversations.rollback()
-        self._done_tick = -1
+        self._finished = None
 
     # -- who acts next --------------------------------------------------------------------
     def _next_agent(self) -> Agent | None:
@@ -229,6 +239,9 @@ class Engine:
         ctx = self.ctx
         agent = ctx.agents.get(name)
         assert agent is not None
+        prompt = self._prebuilt_prompt(agent)
+        if ctx.config.turns == "sequential":  # handed over by _prepare_turn: the turn's row keeps the prompt
+            self.store.execute("DELETE FROM turn_prompts WHERE tick=? AND session=?", (ctx.tick, agent.session))
         if agent.flags.get("end_requested"):
             lifecycle.end_session(
                 ctx, agent, lifecycle.OPERATOR, respawn_wanted=ctx.config.lifecycle.respawn_after_operator_end
@@ -238,7 +251,6 @@ class Engine:
             lifecycle.end_session(ctx, agent, lifecycle.LIFE_LIMIT)
             return
         started = time.time()
-        prompt = self._prebuilt_prompt(agent)
         if prompt is None:
             ctx.emit("turn_started", agent.name)
             prompt = compose(ctx, agent)
@@ -293,7 +305,7 @@ class Engine:
                 reply.finish_reason,
             ),
         )
-        self._done.add(agent.session)
+        self._finished = agent.session
         ctx.emit("turn_finished", live.name, actions=[a["name"] for a in log.actions if a.get("ok")])
 
     def _live(self, agent: Agent) -> Agent:
@@ -346,16 +358,13 @@ class Engine:
         return reply
 
     # -- concurrent turns -----------------------------------------------------------------
-    def _build_prompts(self) -> None:
-        """Every prompt of this tick, from the world as the tick starts (turns: concurrent)."""
+    def _build_prompts(self, only: Agent | None = None) -> None:
+        """Every prompt of this tick, from the world as the tick starts (turns: concurrent); or,
+        `only`, that agent's prompt as its turn starts (turns: sequential)."""
         ctx = self.ctx
         needs: list[NeedInput] = []
-        for agent in ctx.agents.active():
-            if (
-                agent.session in self._done
-                or agent.flags.get("end_requested")
-                or (agent.max_age is not None and agent.age(ctx.tick) >= agent.max_age)
-            ):
+        for agent in ctx.agents.active() if only is None else [only]:
+            if agent.session in self._done or not self._prompted(agent):
                 continue  # its turn ends it, or it has acted already
             try:
                 with self.store.savepoint("prompt"):
@@ -378,7 +387,22 @@ class Engine:
         if needs:
             needs[0].also = needs[1:]
             raise needs[0]
-        self.store.set_meta("prompts_tick", ctx.tick)
+        if only is None:
+            self.store.set_meta("prompts_tick", ctx.tick)
+
+    def _prompted(self, agent: Agent) -> bool:
+        """False when the agent's turn only ends its session (asked to, or at its life's end)."""
+        return not agent.flags.get("end_requested") and not (
+            agent.max_age is not None and agent.age(self.ctx.tick) >= agent.max_age
+        )
+
+    def _prepare_turn(self, agent: Agent) -> None:
+        """Sequential turns: the prompt is made and kept in a unit of its own and the reply fetched
+        for it, before the turn's unit runs. Otherwise the turn would run up to its model call,
+        roll back to fetch the reply, and run again from the start."""
+        if self._prompted(agent) and self._prebuilt_prompt(agent) is None:
+            self._unit(lambda: self._build_prompts(agent), counted=False)
+        self._prefetch(agent.session)
 
     def _prebuilt_prompt(self, agent: Agent) -> str | None:
         # Looked up whatever the mode: if the operator switched to sequential mid-tick, a prompt
@@ -387,12 +411,17 @@ class Engine:
             "SELECT prompt FROM turn_prompts WHERE tick=? AND session=?", (self.ctx.tick, agent.session)
         )
 
-    def _prefetch(self) -> None:
-        """Ask every model for this tick's first replies at once, and record each answer."""
+    def _prefetch(self, session: int | None = None) -> None:
+        """Ask every model (or `session`'s) for this tick's first replies at once, and record each answer."""
         ctx = self.ctx
         jobs = []
         acting = dict(ctx.agents.turn_order())
-        for row in self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,)):
+        rows = (
+            self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,))
+            if session is None
+            else self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=? AND session=?", (ctx.tick, session))
+        )
+        for row in rows:
             key = f"reply/{ctx.tick}/{row['session']}/0"
             name = acting.get(row["session"])
             agent = ctx.agents.get(name) if name is not None else None
@@ -417,20 +446,30 @@ class Engine:
             return
         if len(jobs) == 1 or self.ctx.config.turns == "sequential":  # sequential: one call at a time
             for job in jobs:
-                began = time.perf_counter()
-                payload = self._produce(job.agent, job.produce)
-                self._record(job, payload, time.perf_counter() - began)
+                self._record(job, *self._timed(job))
             return
         failure: BaseException | None = None
         with ThreadPoolExecutor(max_workers=self._width(jobs), thread_name_prefix="input") as pool:
-            futures = [(job, time.perf_counter(), pool.submit(self._produce, job.agent, job.produce)) for job in jobs]
-            for job, began, future in futures:
-                try:
-                    payload = future.result()
-                except BaseException as err:  # noqa: BLE001 - keep the others' answers, then report
-                    failure = failure or err
-                    continue
-                self._record(job, payload, time.perf_counter() - began)
+            futures = [pool.submit(self._timed, job) for job in jobs]
+            # Recorded in the order asked (so a replay records the same rows), each answer as soon
+            # as those before it are in, and all answers that have come by then in one transaction:
+            # a thousand answers arriving together cost a few commits, not a thousand.
+            i = 0
+            while i < len(jobs):
+                futures[i].exception()  # wait for the next in order
+                batch = []
+                while i < len(jobs) and futures[i].done():
+                    try:
+                        batch.append((jobs[i], *futures[i].result()))
+                    except BaseException as err:  # noqa: BLE001 - keep the others' answers, then report
+                        failure = failure or err
+                    i += 1
+                if batch:
+                    with self.store.transaction():
+                        for job, payload, latency in batch:
+                            self.store.put_input(
+                                job.key, job.kind, self.ctx.tick, job.agent, payload, job.request_hash, latency
+                            )
         if failure is not None:
             raise failure
 
@@ -440,6 +479,11 @@ class Engine:
         known = self.ctx.models.width([job.model for job in jobs if job.model is not None])
         other = sum(1 for job in jobs if job.model is None)
         return max(1, min(len(jobs), known + min(other, MAX_OTHER_THREADS)))
+
+    def _timed(self, job: NeedInput) -> tuple[dict[str, Any], float]:
+        began = time.perf_counter()
+        payload = self._produce(job.agent, job.produce)
+        return payload, time.perf_counter() - began
 
     def _record(self, job: NeedInput, payload: dict[str, Any], latency: float) -> None:
         self.store.record_input(job.key, job.kind, self.ctx.tick, job.agent, payload, job.request_hash, latency)

@@ -83,12 +83,17 @@ def standing_rules(ctx: Context, agent: Agent) -> str:
 def room_view(ctx: Context, room: Any, agent: Agent) -> str:
     """A room's view, under the same protection as its actions: an error is undone and reported,
     and the turn goes on (a view reads files and tables that agents' code and replies shaped)."""
+    # The viewer's record and any first read by the view are put back if it fails. (Not every
+    # record the unit holds: a tick's prompts are built in one unit, and copying them all for
+    # each view would cost the population's square.)
+    saved = ctx.agents.checkpoint(only=[agent.name])
     try:
         with ctx.store.savepoint("view"):
             return room.output(ctx, agent)
     except ENGINE_SIGNALS:
         raise
     except Exception as err:  # noqa: BLE001 - a room's bug or a hostile file must not stop the station
+        ctx.agents.restore(saved)  # the records as the savepoint left their rows
         ctx.emit(
             "operator_alert",
             agent.name,

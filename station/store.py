@@ -252,6 +252,12 @@ class Store:
         self._in_tx = False
         self._write_lock = write_lock(db_path)
         self._meta: dict[str, str | None] | None = None  # meta rows read or written in this write transaction
+        self._committed_meta: dict[str, str | None] | None = None  # kept across transactions: see keep_meta
+
+    def keep_meta(self) -> None:
+        """Remember meta rows across transactions. Only for the connection that is meta's one
+        writer while it is open (the running engine's): anyone else must read what is on disk."""
+        self._committed_meta = {}
 
     @staticmethod
     def _connect(path: Path, durability: str) -> sqlite3.Connection:
@@ -312,7 +318,8 @@ class Store:
             raise StoreError("nested transaction")
         with self._write_lock:
             self.db.execute("BEGIN IMMEDIATE")
-            self._in_tx, self._meta = True, {}  # nobody else can write meta until COMMIT: cache its rows
+            # nobody else can write meta until COMMIT: cache its rows
+            self._in_tx, self._meta = True, dict(self._committed_meta or {})
             try:
                 yield self.db
             except BaseException:
@@ -320,6 +327,8 @@ class Store:
                 raise
             else:
                 self.db.execute("COMMIT")
+                if self._committed_meta is not None:
+                    self._committed_meta = self._meta
             finally:
                 self._in_tx, self._meta = False, None
 
@@ -340,13 +349,14 @@ class Store:
 
     # -- meta -----------------------------------------------------------------------------
     def get_meta(self, key: str, default: Any = None) -> Any:
-        if self._meta is not None and key in self._meta:
-            text = self._meta[key]
+        cache = self._meta if self._meta is not None else self._committed_meta
+        if cache is not None and key in cache:
+            text = cache[key]
         else:
             row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
             text = row["value"] if row else None
-            if self._meta is not None:
-                self._meta[key] = text
+            if cache is not None:
+                cache[key] = text
         return json.loads(text) if text is not None else default
 
     def set_meta(self, key: str, value: Any) -> None:
@@ -354,8 +364,9 @@ class Store:
         self.db.execute(
             "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, text)
         )
-        if self._meta is not None:
-            self._meta[key] = text
+        cache = self._meta if self._meta is not None else self._committed_meta
+        if cache is not None:
+            cache[key] = text
 
     # -- recorded inputs ------------------------------------------------------------------
     def get_input(self, key: str) -> dict[str, Any] | None:

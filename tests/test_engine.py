@@ -525,3 +525,27 @@ def test_open_human_requests_pause_the_station_at_tick_end_when_configured(tmp_p
     assert "request #1 " not in again and st.ctx.tick >= 3  # resumed; only newer requests can hold it
     row = st.store.one("SELECT resolved_tick, response FROM human_requests WHERE id=1")
     assert row["resolved_tick"] == 2 and row["response"] == "Done."
+
+
+def test_a_room_view_that_fails_leaves_no_change_to_an_agent_record(tmp_path: Path) -> None:
+    """A view that changed the agent's record and then raised is undone whole: the savepoint
+    undoes the row, and the record the engine keeps in memory goes back with it (the next
+    writes of the record must not carry the change, and must not be skipped as unchanged)."""
+    st = two_guests(tmp_path)
+    lobby = st.ctx.rooms["lobby"]
+    shown = lobby.output
+
+    def scribbling_view(ctx: Any, agent: Any) -> str:
+        agent.note = "written by a view that then failed"
+        ctx.agents.save(agent)
+        raise RuntimeError("the view broke")
+
+    lobby.output = scribbling_view  # type: ignore[method-assign]
+    Engine(st).run(ticks=1)
+    lobby.output = shown  # type: ignore[method-assign]
+    Engine(st).run(ticks=1)
+    for r in st.store.all("SELECT data FROM agents"):
+        assert "failed" not in json.loads(r["data"])["note"]
+    assert all("failed" not in a.note for a in st.ctx.agents.active())
+    assert "could not be shown this turn" in prompt_at(st, 1, session=1)
+    assert len(turn_rows(st)) == 4
