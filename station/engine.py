@@ -419,7 +419,9 @@ class Engine:
         rows = (
             self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,))
             if session is None
-            else self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=? AND session=?", (ctx.tick, session))
+            else self.store.all(
+                "SELECT session, prompt FROM turn_prompts WHERE tick=? AND session=?", (ctx.tick, session)
+            )
         )
         for row in rows:
             key = f"reply/{ctx.tick}/{row['session']}/0"
