@@ -16,6 +16,9 @@ against a fresh server, so that memory and threads do not carry over.
 * `blocking-pooled`: the alternative to the station's one request loop: the SDK's blocking
   client, each thread doing its own reading and writing, over the same pools of ten
   connections and with the conversation sent as the station sends it.
+* `httpx-floor`: the station's way without the SDK: the same loop, pools and threads, the body
+  posted with the SDKs' HTTP library and the answer parsed with `json`: the floor under any
+  change to the adapters.
 
 Columns: wall seconds of the timed round; client CPU (all threads of the client process) and
 server CPU per call; the client's resident memory before the first call and its peak during
@@ -43,7 +46,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-WAYS = ("sdk-default", "station", "station-default-bound", "blocking-pooled")
+WAYS = ("sdk-default", "station", "station-default-bound", "blocking-pooled", "httpx-floor")
 PROMPT: list[dict[str, str]] = []  # the conversation each call sends (--messages)
 
 
@@ -106,7 +109,40 @@ def calls_by_way(way: str, url: str, calls: int) -> tuple[Any, int]:
         model = create_model(ModelPool().get(settings).config)
         width = ModelPool.width([settings] * calls)
         return (lambda: model.complete(PROMPT, system=None, agent="bench").text), width
+    if way == "httpx-floor":
+        return httpx_floor(url, calls), calls
     return blocking_pooled(url, calls), calls
+
+
+def httpx_floor(url: str, calls: int) -> Any:
+    """The station's way (the request loop, pools of ten, a thread per call) without the SDK: the
+    JSON body posted with the SDKs' HTTP library and the answer read with `json`. What is left
+    is the floor that no change to the adapters can go under."""
+    import httpx2
+
+    from station.models import loop
+    from station.models.endpoint import POOL_SIZE
+
+    limits = httpx2.Limits(max_connections=POOL_SIZE, max_keepalive_connections=POOL_SIZE)
+    clients = [httpx2.AsyncClient(limits=limits, timeout=60) for _ in range(-(-calls // POOL_SIZE))]
+    body = json.dumps({"model": "bench", "messages": wire(), "max_tokens": 100})
+    headers = {"authorization": "Bearer bench-key", "content-type": "application/json"}
+    slots, lock = list(range(calls)), threading.Lock()
+
+    async def post(client: Any) -> str:
+        answer = await client.post(url + "/v1/chat/completions", content=body, headers=headers)
+        return json.loads(answer.content)["choices"][0]["message"]["content"]
+
+    def call() -> str:
+        with lock:
+            slot = slots.pop()
+        try:
+            return loop.run(post(clients[slot // POOL_SIZE]))
+        finally:
+            with lock:
+                slots.append(slot)
+
+    return call
 
 
 def blocking_pooled(url: str, calls: int) -> Any:
