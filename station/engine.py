@@ -111,7 +111,7 @@ class Engine:
         self.ctx.models.on_wait = self.ctx.report_wait
         self._done_tick = -1
         self._done: set[int] = set()
-        self._finished: int | None = None  # the session whose turn the unit in flight committed
+        self._finished: int | None = None  # the session whose turn the unit in flight wrote: done once it commits
         self._tick_just_ended = False
         self._scale = 1.0
         self._prefetched = -1  # the tick whose concurrent replies were fetched by this process
