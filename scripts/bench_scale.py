@@ -20,7 +20,8 @@ next; each run warms up (default one tick), then `--ticks` ticks are timed.
   a small machine it shares the cores).
 - s per tick at 1 s latency: the same station after the server starts taking `--latency` seconds
   per answer; with concurrent turns a tick should last about one call, plus the engine's overhead.
-- peak RSS: the engine process of each run (ru_maxrss), the server's process not included.
+- peak RSS: the engine process of each run (ru_maxrss), with its request processes' peaks added
+  (`--request-processes`); the server's process not included.
 - DB growth per tick: station.db after minus before the timed ticks (the WAL checkpointed both
   times, outside the timing), in the scripted run.
 
@@ -266,16 +267,30 @@ def measure_sdk(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         models = [{**endpoint(server, m), "max_in_flight": n} for m in AGENT_MODELS]  # type: ignore[arg-type]
         agents = [{"count": k, "model": m} for k, m in zip(counts, models) if k]
         config = {**open_station(agents, args.turns), "prices": PRICES}
+        config.setdefault("engine", {})["request_processes"] = args.request_processes
         run = Run(tmp / "station", config, Tally(n * (args.warmup + 2 * args.ticks)))
         server.set_latency(0.0)
         run.ticks(args.warmup, "warm-up")  # SDK clients made, connections open
         wall0, _, turns0 = run.ticks(args.ticks, "timed, no latency")
         server.set_latency(args.latency)
         wall1, _, _ = run.ticks(args.ticks, f"timed, {args.latency:g} s latency")
+        workers_mb = request_processes_peak_mb(run.station)
         run.close()
     finally:
         server.close()
-    return {"sdk_ms": wall0 * 1000 / turns0, "tick_s": wall1 / args.ticks, "rss_mb": peak_rss_mb()}
+    rss = peak_rss_mb()
+    return {"sdk_ms": wall0 * 1000 / turns0, "tick_s": wall1 / args.ticks, "rss_mb": rss + workers_mb}
+
+
+def request_processes_peak_mb(station: Any) -> float:
+    """The request processes' peak resident memory, added up (they belong to the station)."""
+    processes = station.ctx.models.processes
+    total = 0.0
+    for worker in processes._workers if processes is not None else []:
+        if worker is not None:
+            status = Path(f"/proc/{worker.process.pid}/status").read_text()
+            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+    return total
 
 
 def child(kind: str, n: int, args: argparse.Namespace) -> None:
@@ -287,7 +302,10 @@ def child(kind: str, n: int, args: argparse.Namespace) -> None:
 
 # -- the parent: one child per population and kind ------------------------------------------------------
 def run_child(kind: str, n: int, args: argparse.Namespace, update: Callable[[int, int, str], None]) -> dict[str, Any]:
-    flags = f"--child {kind} --agents {n} --ticks {args.ticks} --warmup {args.warmup} --latency {args.latency}"
+    flags = (
+        f"--child {kind} --agents {n} --ticks {args.ticks} --warmup {args.warmup} --latency {args.latency} "
+        f"--request-processes {args.request_processes}"
+    )
     command = [sys.executable, __file__, *flags.split(), "--min-turns", str(args.min_turns), "--turns", args.turns]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
@@ -319,6 +337,12 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0, help="the loopback server's seconds per answer")
     ap.add_argument("--min-turns", type=int, default=300, help="scripted: time fresh stations until this many turns")
     ap.add_argument("--turns", choices=["concurrent", "sequential"], default="concurrent")
+    ap.add_argument(
+        "--request-processes",
+        type=int,
+        default=0,
+        help="SDK runs: engine.request_processes (processes that send the model calls; 0: the engine's own)",
+    )
     ap.add_argument("--quick", action="store_true", help="CI-sized: 10 and 100 agents, 2 timed ticks")
     ap.add_argument("--no-sdk", action="store_true", help="only the scripted runs (no SDK clients, no server)")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

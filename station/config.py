@@ -403,6 +403,13 @@ class EngineConfig(Section):
     conversation_cache_mb: int = Field(
         256, ge=1, description="conversations kept in memory, at most; the least recently used are read again"
     )
+    request_processes: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="processes that send the provider requests and read the answers (the SDKs' CPU); 0: the "
+        "station's own process does. Worth a few at hundreds of agents, on a machine with cores to spare",
+    )
 
 
 class StationConfig(Section):

@@ -40,6 +40,8 @@ class NeedInput(Exception):
         self.request_hash = request_hash
         self.also: list[NeedInput] = []  # further inputs the unit needs, fetched at the same time
         self.model: Any = None  # the model `produce` calls, where known: sizes the engine's thread pool
+        # Sends the call without a thread waiting for it (request processes); (payload, latency) comes in the future.
+        self.send: Callable[[], Any] | None = None
 
     @property
     def needs(self) -> list[NeedInput]:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import commands, lifecycle
 from .agents import Agent
 from .context import NeedInput, StationPaused, WaitInterrupted, request_hash
-from .models import BudgetExceeded, Model, ModelError, Reply, Usage
+from .models import BudgetExceeded, Model, ModelError, PooledModel, Reply, SentCall, Usage
 from .models.base import INTERRUPTED, OVERFLOW
 from .prompt import compose, system_prompt
 from .store import Store, dumps
@@ -62,6 +62,28 @@ def pause_message(who: str | None, err: Exception, config: Any = None, directory
         f"a model call{whose} kept failing: {err}. Run the station again to retry; the turn starts over "
         "and nothing is lost."
     )
+
+
+class SentInput:
+    """A model call sent ahead (request processes), as `_fetch` waits for it: like a future of
+    (payload, latency), whose payload is made, and spend booked, by the engine's thread."""
+
+    def __init__(self, call: SentCall, payload: Callable[[Callable[[], Reply]], dict[str, Any]]) -> None:
+        self.call, self.payload = call, payload
+        self.began = self.ended = time.perf_counter()
+        call.future.add_done_callback(self._ended)
+
+    def _ended(self, _: Any) -> None:
+        self.ended = time.perf_counter()
+
+    def done(self) -> bool:
+        return self.call.future.done()
+
+    def exception(self) -> BaseException | None:
+        return self.call.future.exception()
+
+    def result(self) -> tuple[dict[str, Any], float]:
+        return self.payload(self.call.reply), self.ended - self.began
 
 
 @dataclass
@@ -206,12 +228,18 @@ class Engine:
         """Fetch one input; a model failure or a budget cap becomes an operator pause."""
         try:
             return produce()
-        except ModelError as err:
-            if err.kind == INTERRUPTED:
-                raise WaitInterrupted(f"stopped while a model call waited to retry ({who})") from err
-            raise StationPaused(pause_message(who, err, self.ctx.config, self.station.dir)) from err
-        except BudgetExceeded as err:
-            raise StationPaused(pause_message(who, err)) from err
+        except (ModelError, BudgetExceeded) as err:
+            raise self._stopping(who, err) from err
+
+    def _stopping(self, who: str | None, err: BaseException) -> BaseException:
+        """What a failed input stops the engine with: an operator pause, or an interruption."""
+        if isinstance(err, ModelError) and err.kind == INTERRUPTED:
+            return WaitInterrupted(f"stopped while a model call waited to retry ({who})")
+        if isinstance(err, ModelError):
+            return StationPaused(pause_message(who, err, self.ctx.config, self.station.dir))
+        if isinstance(err, BudgetExceeded):
+            return StationPaused(pause_message(who, err))
+        return err
 
     def _rolled_back(self) -> None:
         self.ctx.agents.rolled_back()
@@ -320,19 +348,23 @@ class Engine:
         return self.ctx.conversations.context(agent.session, agent.pruned) + [{"role": "user", "text": prompt}]
 
     def _producer(self, agent: Agent, model: Model, messages: list[dict[str, str]]) -> Callable[[], dict[str, Any]]:
-        limit = self.ctx.config.engine.max_reply_chars
         system = system_prompt(self.ctx, agent)
+        return lambda: self._payload(lambda: model.complete(messages, system=system, agent=agent.name))
 
-        def produce() -> dict[str, Any]:
-            try:
-                reply = model.complete(messages, system=system, agent=agent.name)
-            except ModelError as err:
-                if err.kind == OVERFLOW:  # an answer like any other: recorded, and it ends the session
-                    return {"text": "", "overflow": str(err)}
-                raise
-            return reply.within(limit).to_payload()
+    def _sender(self, agent: Agent, model: PooledModel, messages: list[dict[str, str]]) -> Callable[[], SentInput]:
+        """Where the model `sends_ahead`: the call is sent at once, and its answer taken later."""
+        system = system_prompt(self.ctx, agent)
+        return lambda: SentInput(model.submit(messages, system=system, agent=agent.name), self._payload)
 
-        return produce
+    def _payload(self, reply: Callable[[], Reply]) -> dict[str, Any]:
+        """The recorded input of one model call."""
+        try:
+            answer = reply()
+        except ModelError as err:
+            if err.kind == OVERFLOW:  # an answer like any other: recorded, and it ends the session
+                return {"text": "", "overflow": str(err)}
+            raise
+        return answer.within(self.ctx.config.engine.max_reply_chars).to_payload()
 
     def _exchange(self, agent: Agent, step: int, prompt: str, model: Model, usage: TurnUsage) -> Reply:
         """Send `prompt` after the agent's conversation; record and return the reply."""
@@ -430,9 +462,11 @@ class Engine:
             if agent is None or self.store.get_input(key) is not None:
                 continue
             messages = self._messages(agent, row["prompt"])
-            produce = self._producer(agent, ctx.models.get(agent.model), messages)
-            job = NeedInput(key, "reply", agent.name, produce, request_hash(messages))
+            model = ctx.models.get(agent.model)
+            job = NeedInput(key, "reply", agent.name, self._producer(agent, model, messages), request_hash(messages))
             job.model = agent.model
+            if model.sends_ahead:
+                job.send = self._sender(agent, model, messages)
             jobs.append(job)
         if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
             for job in jobs:
@@ -452,7 +486,7 @@ class Engine:
             return
         failure: BaseException | None = None
         with ThreadPoolExecutor(max_workers=self._width(jobs), thread_name_prefix="input") as pool:
-            futures = [pool.submit(self._timed, job) for job in jobs]
+            futures = [self._start(job, pool) for job in jobs]
             # Recorded in the order asked (so a replay records the same rows), each answer as soon
             # as those before it are in, and all answers that have come by then in one transaction:
             # a thousand answers arriving together cost a few commits, not a thousand.
@@ -464,7 +498,7 @@ class Engine:
                     try:
                         batch.append((jobs[i], *futures[i].result()))
                     except BaseException as err:  # noqa: BLE001 - keep the others' answers, then report
-                        failure = failure or err
+                        failure = failure or self._stopping(jobs[i].agent, err)
                     i += 1
                 if batch:
                     with self.store.transaction():
@@ -475,9 +509,23 @@ class Engine:
         if failure is not None:
             raise failure
 
+    def _start(self, job: NeedInput, pool: ThreadPoolExecutor) -> Future[Any] | SentInput:
+        """Ask for one input: sent ahead where its model can, else fetched by a thread of `pool`."""
+        if job.send is None:
+            return pool.submit(self._timed, job)
+        try:
+            sent: SentInput = job.send()
+            return sent
+        except BaseException as err:  # noqa: BLE001 - a budget cap: reported with the others' answers
+            failed = Future[Any]()
+            failed.set_exception(err)
+            return failed
+
     def _width(self, jobs: list[NeedInput]) -> int:
         """Threads worth starting: as many calls as each endpoint lets through at once (the models
-        keep that bound themselves, whoever calls), and one each, up to a cap, for other inputs."""
+        keep that bound themselves, whoever calls), and one each, up to a cap, for other inputs.
+        Calls sent ahead need none."""
+        jobs = [job for job in jobs if job.send is None]
         known = self.ctx.models.width([job.model for job in jobs if job.model is not None])
         other = sum(1 for job in jobs if job.model is None)
         return max(1, min(len(jobs), known + min(other, MAX_OTHER_THREADS)))

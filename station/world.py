@@ -43,7 +43,9 @@ class Station:
         self.ctx.hooks = load_hooks(config, rooms)
         for hook in self.ctx.hooks:
             store.migrate(f"hook:{hook.name}", hook.migrations)
-        self.ctx.models = ModelPool(Ledger(store.dir, lambda: self.ctx.config))
+        self.ctx.models = ModelPool(
+            Ledger(store.dir, lambda: self.ctx.config), request_processes=config.engine.request_processes
+        )
 
     @property
     def config(self) -> StationConfig:

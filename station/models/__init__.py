@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 from ..config import ModelConfig
@@ -24,6 +26,7 @@ from .base import (
 from .endpoint import EndpointKey, known_limit
 from .remote import endpoint_key
 from .replay import ReplayModel
+from .request_processes import RequestProcesses
 from .scripted import ScriptedModel
 
 __all__ = [
@@ -33,19 +36,27 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelPool",
+    "PooledModel",
     "Reply",
+    "SentCall",
     "Usage",
     "create_model",
 ]
 
 
 def create_model(
-    config: ModelConfig, *, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+    config: ModelConfig,
+    *,
+    stop: threading.Event | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    processes: RequestProcesses | None = None,
 ) -> Model:
     try:
         make = PROVIDERS.get(config.provider)
     except UnknownName as err:
         raise ModelError(str(err), permanent=True) from None
+    if processes is not None and config.remote:
+        return make(config, stop=stop, on_wait=on_wait, processes=processes)
     return make(config, stop=stop, on_wait=on_wait)
 
 
@@ -74,8 +85,10 @@ class PooledModel:
     booked after. Made lazily so that a replay, or counting tokens, never needs a provider key.
     """
 
-    def __init__(self, config: ModelConfig, ledger: Any, make: Callable[[], Model]) -> None:
-        self.config, self.ledger, self._make = config, ledger, make
+    def __init__(
+        self, config: ModelConfig, ledger: Any, make: Callable[[], Model], processes: RequestProcesses | None = None
+    ) -> None:
+        self.config, self.ledger, self._make, self.processes = config, ledger, make, processes
         self.name = config.name
         self._inner: Model | None = None
         self._lock = threading.Lock()
@@ -93,19 +106,41 @@ class PooledModel:
         return self.inner.count_tokens(messages, system=system)
 
     def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
-        try:
-            inner = self.inner
-        except ModelError as err:  # e.g. no key: which settings failed, for the operator's fix
-            err.config = getattr(err, "config", None) or self.config
-            raise
+        inner = self._made()
         reservation = self.ledger.reserve(agent, self.config, messages, system)
         try:
             reply = inner.complete(messages, system=system, agent=agent)
         except BaseException as err:
-            self.ledger.settle(reservation, self.config, None)
-            if isinstance(err, ModelError):
-                err.config = getattr(err, "config", None) or self.config
+            self._failed(reservation, err)
             raise
+        return self._booked(reservation, reply)
+
+    @property
+    def sends_ahead(self) -> bool:
+        """Whether `submit` can send a call without a thread waiting for it (request processes)."""
+        return self.processes is not None and self.config.remote
+
+    def submit(self, messages: list[Message], *, system: str | None, agent: str) -> SentCall:
+        """`complete` without waiting (only where `sends_ahead`): the budget is checked now (a
+        cap raises here); the reply is booked when it is taken (`SentCall.reply`)."""
+        assert self.processes is not None
+        self._made()  # a missing key is told here, as `complete` tells it
+        reservation = self.ledger.reserve(agent, self.config, messages, system)
+        return SentCall(self, reservation, self.processes.submit(self.config, messages, system, agent))
+
+    def _made(self) -> Model:
+        try:
+            return self.inner
+        except ModelError as err:  # e.g. no key: which settings failed, for the operator's fix
+            err.config = getattr(err, "config", None) or self.config
+            raise
+
+    def _failed(self, reservation: Any, err: BaseException) -> None:
+        self.ledger.settle(reservation, self.config, None)
+        if isinstance(err, ModelError):
+            err.config = getattr(err, "config", None) or self.config
+
+    def _booked(self, reservation: Any, reply: Reply) -> Reply:
         cost = self.ledger.settle(
             reservation, self.config, reply.usage, latency_s=reply.latency_s, retries=reply.retries
         )
@@ -114,30 +149,79 @@ class PooledModel:
         return reply
 
 
+class SentCall:
+    """A call sent ahead (PooledModel.submit). Its reply is booked by whoever takes it, in that
+    thread: the thread that reads the workers' answers must never wait for the ledger's lock."""
+
+    def __init__(self, model: PooledModel, reservation: Any, future: Future[Reply]) -> None:
+        self.model, self.reservation, self.future = model, reservation, future
+
+    def reply(self) -> Reply:
+        """The reply (waiting for it), booked; or the failure it ended with, raised."""
+        try:
+            reply = self.future.result()
+        except BaseException as err:
+            self.model._failed(self.reservation, err)
+            raise
+        return self.model._booked(self.reservation, reply)
+
+
 class ModelPool:
     """One model per distinct config, shared by the agents (and threads) that use it, with one
     ledger that meters every call: budgets are checked before it and spend is booked after.
     """
 
     def __init__(
-        self, ledger: Any = None, *, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+        self,
+        ledger: Any = None,
+        *,
+        stop: threading.Event | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        request_processes: int = 0,
     ) -> None:
         from ..budget import Ledger
         from ..config import StationConfig
 
         self.ledger = ledger if ledger is not None else Ledger(None, StationConfig)
-        self.stop = stop or threading.Event()
         self.on_wait = on_wait or (lambda text: None)
         self._models: dict[str, PooledModel] = {}
+        self._by_dict: dict[str, PooledModel] = {}
         self._lock = threading.Lock()
+        # engine.request_processes: the provider calls are made in that many processes
+        self.processes = (
+            RequestProcesses(request_processes, on_wait=lambda text: self.on_wait(text)) if request_processes else None
+        )
+        self.stop = stop or threading.Event()
+
+    @property
+    def stop(self) -> threading.Event:
+        """Set when the station stops: calls waiting to retry give up (ModelError, interrupted)."""
+        return self._stop
+
+    @stop.setter
+    def stop(self, event: threading.Event) -> None:
+        self._stop = event
+        if self.processes is not None:
+            self.processes.watch(event)
 
     def get(self, config: ModelConfig | dict[str, Any]) -> PooledModel:
-        cfg = config if isinstance(config, ModelConfig) else ModelConfig.model_validate(config)
+        if isinstance(config, dict):  # an agent's settings, asked for every turn: validated once
+            seen = json.dumps(config, sort_keys=True, default=str)
+            found = self._by_dict.get(seen)
+            if found is None:
+                found = self._by_dict[seen] = self.get(ModelConfig.model_validate(config))
+            return found
+        cfg = config
         key = cfg.model_dump_json()
         with self._lock:
             if key not in self._models:
                 self._models[key] = PooledModel(
-                    cfg, self.ledger, lambda: create_model(cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text))
+                    cfg,
+                    self.ledger,
+                    lambda: create_model(
+                        cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text), processes=self.processes
+                    ),
+                    self.processes,
                 )
             return self._models[key]
 
@@ -168,6 +252,9 @@ class ModelPool:
         cfg = config if isinstance(config, ModelConfig) else ModelConfig.model_validate(config)
         with self._lock:
             self._models.pop(cfg.model_dump_json(), None)
+            self._by_dict = {seen: model for seen, model in self._by_dict.items() if model.config != cfg}
 
     def close(self) -> None:
+        if self.processes is not None:
+            self.processes.close()
         self.ledger.close()

@@ -27,12 +27,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
 from . import loop
 from .base import INTERRUPTED, LENGTH, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply, estimate_conversation
 from .endpoint import EndpointKey, Stopped, endpoint_for
+
+if TYPE_CHECKING:
+    from .request_processes import RequestProcesses
 
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
 LONGEST_RETRY_AFTER_S = 15 * 60  # a server asking for longer is treated as asking for this
@@ -189,9 +192,15 @@ class RemoteModel:
     provider = "remote"
 
     def __init__(
-        self, config: ModelConfig, *, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+        self,
+        config: ModelConfig,
+        *,
+        stop: threading.Event | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        processes: RequestProcesses | None = None,
     ) -> None:
         self.config, self.name = config, config.name
+        self.processes = processes  # None: requests are sent from this process
         self.stop = stop or threading.Event()
         self.on_wait = on_wait or (lambda text: None)
         self._jitter = random.Random()
@@ -236,6 +245,8 @@ class RemoteModel:
         return estimate_conversation(messages, system)
 
     def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+        if self.processes is not None:  # made whole, retries too, in a request process
+            return self.processes.call(self.config, messages, system, agent)
         retries = self.config.max_retries
         sent = wire_messages(messages)
         for attempt in range(retries + 1):

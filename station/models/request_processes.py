@@ -1,0 +1,218 @@
+"""Processes that make the provider calls (`engine.request_processes`).
+
+At a thousand agents the SDKs' work (building each request, parsing each answer, HTTP) and a
+thread per call cost the station's process seconds of CPU per tick, under the one interpreter
+lock it shares with the engine: on a machine with cores to spare, a tick then lasts that CPU
+time, not the slowest call. Here each call goes whole to one of N worker processes
+(request_worker.py), which makes it as the station's own process would, retries and backoff
+included, and sends back the `Reply` or the failure. The station only sends and reads: the
+engine sends a tick's calls without waiting and takes the answers as they come (`submit`), and
+the other callers (reviewer, grader, a turn's later steps) wait for theirs (`call`). Budgets
+are still checked and booked in the station's process (models/__init__.py).
+
+An endpoint's `max_in_flight` is shared out among the workers, so together they never send more
+than it allows. A rate limit holds back the calls of the worker that met it (in one process it
+holds back all of them). A worker that dies is started again and its calls in flight are sent
+to the new one (up to RESENDS times each, then they fail as transient failures); workers end
+with the station, or on their own when its process is gone (their pipe closes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from .base import TRANSIENT, Message, ModelError, Reply
+
+# Where `station` is imported from, for the workers: each is a fresh interpreter (not a fork of
+# a process that runs threads, nor multiprocessing's spawn, which re-runs the caller's script).
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+WAITING = -1  # the number of a worker's message that is a retry notice, not an answer
+RESENDS = 2  # times a call is sent again after the worker making it died
+
+
+def worker_share(limit: int, workers: int, index: int) -> int:
+    """Worker `index`'s part of an endpoint's bound: the parts add up to `limit`."""
+    return limit // workers + (index < limit % workers)
+
+
+class _Call:
+    """A call in flight: what was sent, to send it again if its worker dies."""
+
+    def __init__(self, message: tuple[Any, ...], future: Future[Reply]) -> None:
+        self.message, self.future, self.resent = message, future, 0
+
+
+class _Worker:
+    """The station's end of one worker process."""
+
+    def __init__(
+        self, index: int, count: int, on_wait: Callable[[str], None], on_lost: Callable[[list[_Call]], None]
+    ) -> None:
+        path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "station.models.request_worker", str(index), str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.outgoing = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+        self.incoming = Connection(os.dup(self.process.stdout.fileno()), writable=False)
+        self.process.stdin.close()
+        self.process.stdout.close()
+        self.on_wait, self.on_lost = on_wait, on_lost
+        self.pending: dict[int, _Call] = {}
+        self.lock = threading.Lock()  # one sender at a time; guards `pending` and `alive`
+        self.alive = True
+        threading.Thread(target=self._read, name="requests-reader", daemon=True).start()
+
+    def send(self, message: tuple[Any, ...], call: _Call | None = None) -> None:
+        with self.lock:
+            if not self.alive:
+                raise ModelError("the request process had ended", kind=TRANSIENT)
+            if call is not None:
+                self.pending[message[1]] = call
+            try:
+                self.outgoing.send(message)
+            except OSError:
+                if call is not None:
+                    self.pending.pop(message[1])
+                raise ModelError("the request process had ended", kind=TRANSIENT) from None
+
+    def _read(self) -> None:
+        while True:
+            try:
+                number, ok, value = self.incoming.recv()
+            except (EOFError, OSError):
+                break
+            if number == WAITING:
+                self.on_wait(value)
+                continue
+            with self.lock:
+                call = self.pending.pop(number, None)
+            if call is None:
+                continue
+            if ok:
+                value.retries += call.resent
+                call.future.set_result(value)
+            else:
+                call.future.set_exception(ModelError(value[1], kind=value[0]))
+        with self.lock:
+            self.alive = False
+            lost, self.pending = self.pending, {}
+        self.on_lost(list(lost.values()))
+
+    def close(self) -> None:
+        with self.lock:
+            try:
+                self.outgoing.send(None)
+            except OSError:
+                pass
+            self.outgoing.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.incoming.close()
+
+
+class RequestProcesses:
+    """N worker processes, each started by the first call it gets."""
+
+    def __init__(self, count: int, on_wait: Callable[[str], None] | None = None) -> None:
+        self.count = count
+        self.on_wait = on_wait or (lambda text: None)
+        self._workers: list[_Worker | None] = [None] * count
+        self._numbers = itertools.count()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._stop: threading.Event | None = None
+        self._sent_settings: dict[int, tuple[ModelConfig, str]] = {}
+
+    def watch(self, stop: threading.Event) -> None:
+        """The station's stop signal: once it is set, the calls waiting to retry end (as in the
+        station's own process). A new signal (the station runs again) lets them wait again."""
+        self._stop = stop
+        self._tell("go")
+        threading.Thread(target=self._relay_stop, args=(stop,), name="requests-stop", daemon=True).start()
+
+    def submit(self, config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> Future[Reply]:
+        """Send one call of `config`'s model (retries included) to a worker; its Reply comes in
+        the future, or the ModelError it ended with."""
+        number = next(self._numbers)
+        # Only workers with a part of the endpoint's bound get its calls (see worker_share).
+        call = _Call(("call", number, self._settings(config), messages, system, agent), Future())
+        self._send(call, number % min(self.count, config.max_in_flight))
+        return call.future
+
+    def _send(self, call: _Call, index: int) -> None:
+        self._worker(index).send(call.message, call)
+
+    def _resend(self, index: int, calls: list[_Call]) -> None:
+        """Worker `index` died: its calls go to a new one, each at most RESENDS times."""
+        for call in calls:
+            call.resent += 1
+            try:
+                if call.resent > RESENDS:
+                    raise ModelError("the request process kept ending during the call", kind=TRANSIENT)
+                self._send(call, index)
+            except ModelError as err:
+                call.future.set_exception(err)
+
+    def _settings(self, config: ModelConfig) -> str:
+        """The config as sent to the workers (made once per config: this runs for every call)."""
+        found = self._sent_settings.get(id(config))
+        if found is None or found[0] is not config:
+            found = self._sent_settings[id(config)] = (config, config.model_dump_json())
+        return found[1]
+
+    def call(self, config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> Reply:
+        return self.submit(config, messages, system, agent).result()
+
+    def _worker(self, index: int) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise ModelError("the station is closing", kind=TRANSIENT)
+            worker = self._workers[index]
+            if worker is None or not worker.alive:
+                if worker is not None:
+                    worker.close()
+                worker = self._workers[index] = _Worker(
+                    index, self.count, self.on_wait, lambda calls: self._resend(index, calls)
+                )
+                if self._stop is not None and self._stop.is_set():
+                    worker.send(("stop",))
+            return worker
+
+    def _relay_stop(self, stop: threading.Event) -> None:
+        stop.wait()
+        if stop is self._stop:
+            self._tell("stop")
+
+    def _tell(self, word: str) -> None:
+        with self._lock:
+            workers = [w for w in self._workers if w is not None and w.alive]
+        for worker in workers:
+            try:
+                worker.send((word,))
+            except ModelError:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers, self._workers = self._workers, [None] * self.count
+        for worker in workers:
+            if worker is not None:
+                worker.close()

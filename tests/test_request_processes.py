@@ -1,0 +1,153 @@
+"""`engine.request_processes`: the provider calls are made in worker processes. A station that
+uses them sends the same conversations and records the same world as one that does not; the
+workers retry, classify failures, honour the endpoints' bounds and survive being killed, as the
+station's own process would.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from provider_server import Fault, ProviderServer
+from remote_world import KEY_ENV, remote_config, scripted_responder
+from station.config import parse_config
+from station.engine import Engine, StationPaused
+from station.world import Station
+
+TICKS = 3
+
+
+@pytest.fixture
+def server(monkeypatch):
+    for env, value in KEY_ENV.items():
+        monkeypatch.setenv(env, value)
+    with ProviderServer(scripted_responder(), api_keys={KEY_ENV["OPENAI_API_KEY"]}) as s:
+        yield s
+
+
+def create(directory, server, processes: int, **overrides) -> Station:
+    config = remote_config(server, turns="concurrent", **overrides)
+    config.setdefault("engine", {})["request_processes"] = processes
+    return Station.create(directory, parse_config(config))
+
+
+def run(directory, until: int) -> str:
+    station = Station.open(directory)
+    try:
+        return Engine(station).run(until_tick=until)
+    finally:
+        station.close()
+
+
+def world(directory) -> list[tuple]:
+    """What the agents saw and said, turn by turn, and what it cost."""
+    station = Station.open(directory)
+    try:
+        turns = station.store.all("SELECT tick, agent, prompt, reply FROM turns ORDER BY id")
+        spend = station.store.scalar("SELECT ROUND(SUM(cost_usd), 8) FROM spend")
+        return [tuple(row) for row in turns] + [("spend", spend)]
+    finally:
+        station.close()
+
+
+def test_a_station_with_request_processes_records_the_world_one_without_them_does(server, tmp_path):
+    create(tmp_path / "here", server, 0).close()
+    assert run(tmp_path / "here", TICKS) == f"finished tick {TICKS}"
+    create(tmp_path / "workers", server, 2).close()
+    assert run(tmp_path / "workers", TICKS) == f"finished tick {TICKS}"
+    here, workers = world(tmp_path / "here"), world(tmp_path / "workers")
+    assert len(here) == 5 * TICKS + 1 and here[-1][1] > 0
+    assert workers == here
+
+
+def test_the_workers_retry_transient_failures_and_book_the_retries(server, tmp_path):
+    create(tmp_path / "st", server, 2).close()
+    server.fail_next(Fault("rate_limit", seconds=0.2), "server_error", "drop", "malformed")
+    assert run(tmp_path / "st", 2) == "finished tick 2"
+    station = Station.open(tmp_path / "st")
+    assert station.store.scalar("SELECT COUNT(*) FROM turns") == 10
+    assert station.store.scalar("SELECT SUM(retries) FROM spend") == 4
+    station.close()
+
+
+def test_a_refused_key_pauses_the_station_with_the_providers_reason(server, tmp_path, monkeypatch):
+    create(tmp_path / "st", server, 2).close()
+    monkeypatch.setenv("OPENAI_API_KEY", "revoked-key")  # the workers start with this environment
+    with pytest.raises(StationPaused) as paused:
+        run(tmp_path / "st", 1)
+    assert "key was refused" in str(paused.value) and "gpt-station-test" in str(paused.value)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY_ENV["OPENAI_API_KEY"])
+    assert run(tmp_path / "st", 1) == "finished tick 1"
+
+
+def test_a_context_too_long_answer_still_ends_the_session(server, tmp_path):
+    create(tmp_path / "st", server, 2).close()
+    assert run(tmp_path / "st", 1) == "finished tick 1"
+    server.fail_next("context_too_long")
+    assert run(tmp_path / "st", 2) == "finished tick 2"
+    station = Station.open(tmp_path / "st")
+    ended = [a for a in station.ctx.agents.all() if a.state == "ended"]
+    assert [a.exit_reason for a in ended] == ["context window overflow"]
+    station.close()
+
+
+def test_the_workers_together_keep_an_endpoints_bound(server, tmp_path):
+    answer, lock, flight = server.responder, threading.Lock(), {"now": 0, "most": 0}
+
+    def slow_answer(request):
+        with lock:
+            flight["now"] += 1
+            flight["most"] = max(flight["most"], flight["now"])
+        time.sleep(0.2)
+        with lock:
+            flight["now"] -= 1
+        return answer(request)
+
+    server.responder = slow_answer
+    config = remote_config(server)
+    one = config["agents"][0]["model"]  # every agent on one endpoint, two calls at a time
+    agents = [{"count": 6, "kind": "guest", "model": {**one, "max_in_flight": 2}}]
+    create(tmp_path / "st", server, 3, agents=agents).close()
+    assert run(tmp_path / "st", 1) == "finished tick 1"
+    assert flight["most"] == 2
+
+
+def test_a_killed_worker_costs_a_retry_not_the_turn(server, tmp_path):
+    station = create(tmp_path / "st", server, 2)
+    station.close()
+    station = Station.open(tmp_path / "st")
+    answer, killed = server.responder, []
+
+    def kill_a_worker_once(request):
+        if not killed:
+            workers = [w for w in station.ctx.models.processes._workers if w is not None]
+            killed.append(workers[0].process.pid)
+            os.kill(workers[0].process.pid, signal.SIGKILL)
+            time.sleep(0.2)  # its answer has nobody to go to
+        return answer(request)
+
+    server.responder = kill_a_worker_once
+    try:
+        assert Engine(station).run(until_tick=2) == "finished tick 2"
+    finally:
+        station.close()
+    assert killed
+    station = Station.open(tmp_path / "st")
+    assert station.store.scalar("SELECT COUNT(*) FROM turns") == 10
+    assert station.store.scalar("SELECT SUM(retries) FROM spend") >= 1
+    station.close()
+
+
+def test_the_workers_end_with_the_station(server, tmp_path):
+    station = create(tmp_path / "st", server, 2)
+    station.close()
+    station = Station.open(tmp_path / "st")
+    Engine(station).run(until_tick=1)
+    workers = [w.process for w in station.ctx.models.processes._workers if w is not None]
+    assert workers and all(p.poll() is None for p in workers)
+    station.close()
+    assert all(p.poll() is not None for p in workers)
