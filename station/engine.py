@@ -87,6 +87,24 @@ class SentInput:
 
 
 @dataclass
+class Answers:
+    """Inputs asked for together, taken (recorded) in the order asked as they come."""
+
+    jobs: list[NeedInput]
+    futures: list[Any]  # Future or SentInput of (payload, latency), one per job
+    taken: int = 0  # jobs[:taken] are recorded, or failed
+    failure: BaseException | None = None
+    index: dict[str, int] = field(default_factory=dict)  # key -> its job's place
+
+    def __post_init__(self) -> None:
+        self.index = {job.key: i for i, job in enumerate(self.jobs)}
+
+    @property
+    def all_taken(self) -> bool:
+        return self.taken == len(self.jobs)
+
+
+@dataclass
 class TurnUsage:
     """The model calls of one turn (the main reply and any exchange steps), added up."""
 
@@ -137,10 +155,17 @@ class Engine:
         self._tick_just_ended = False
         self._scale = 1.0
         self._prefetched = -1  # the tick whose concurrent replies were fetched by this process
+        self._in_flight: Answers | None = None  # this tick's replies sent ahead, not all recorded yet
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, *, ticks: int | None = None, until_tick: int | None = None) -> str:
         """Run units until told to stop; returns why it stopped."""
+        try:
+            return self._run(ticks, until_tick)
+        finally:
+            self._keep_answers_in_flight()
+
+    def _run(self, ticks: int | None, until_tick: int | None) -> str:
         start = self.ctx.tick
         last = until_tick if until_tick is not None else (start + ticks - 1 if ticks is not None else None)
         while not self.stop.is_set():
@@ -176,11 +201,13 @@ class Engine:
                 agent = self._next_agent()
                 if agent is None:
                     return True
-            elif self.ctx.config.turns == "sequential":
+            self._take_in_flight(f"reply/{self.ctx.tick}/{agent.session}/0")  # also before a sequential fetch
+            if self.ctx.config.turns == "sequential":
                 self._prepare_turn(agent)
             self._unit(lambda: self._turn(agent.name))
             self.on_progress(Progress(self.ctx.tick, "turn", agent.name, agent.location))
             return True
+        self._take_in_flight(None)  # replies of agents whose sessions ended this tick
         if not self.ctx.agents.active_count() and not self._respawns_pending():
             return False
         self._unit(self._advance_tick)
@@ -473,6 +500,11 @@ class Engine:
                 with self.store.transaction():
                     ctx.obtain(job.key, job.kind, job.agent, job.produce, job.request_hash)
             return
+        if session is None and jobs and all(job.send is not None for job in jobs):
+            # Sent ahead (request processes): each turn takes its reply when it comes to act,
+            # while the later replies are still coming in (`_take_in_flight`).
+            self._in_flight = Answers(jobs, [self._start(job, None) for job in jobs])
+            return
         self._fetch(jobs)
 
     def _fetch(self, jobs: list[NeedInput]) -> None:
@@ -484,34 +516,62 @@ class Engine:
             for job in jobs:
                 self._record(job, *self._timed(job))
             return
-        failure: BaseException | None = None
         with ThreadPoolExecutor(max_workers=self._width(jobs), thread_name_prefix="input") as pool:
-            futures = [self._start(job, pool) for job in jobs]
-            # Recorded in the order asked (so a replay records the same rows), each answer as soon
-            # as those before it are in, and all answers that have come by then in one transaction:
-            # a thousand answers arriving together cost a few commits, not a thousand.
-            i = 0
-            while i < len(jobs):
-                futures[i].exception()  # wait for the next in order
-                batch = []
-                while i < len(jobs) and futures[i].done():
-                    try:
-                        batch.append((jobs[i], *futures[i].result()))
-                    except BaseException as err:  # noqa: BLE001 - keep the others' answers, then report
-                        failure = failure or self._stopping(jobs[i].agent, err)
-                    i += 1
-                if batch:
-                    with self.store.transaction():
-                        for job, payload, latency in batch:
-                            self.store.put_input(
-                                job.key, job.kind, self.ctx.tick, job.agent, payload, job.request_hash, latency
-                            )
-        if failure is not None:
-            raise failure
+            self._take(Answers(jobs, [self._start(job, pool) for job in jobs]), len(jobs))
 
-    def _start(self, job: NeedInput, pool: ThreadPoolExecutor) -> Future[Any] | SentInput:
+    def _take(self, answers: Answers, count: int) -> None:
+        """Record `answers` in the order asked (so a replay records the same rows) until `count`
+        are taken, each as soon as those before it are in, and all that have come by then in one
+        transaction: a thousand answers arriving together cost a few commits, not a thousand. A
+        failure is raised once every other answer is recorded, so none is asked for twice."""
+        while answers.taken < count and answers.failure is None:
+            answers.futures[answers.taken].exception()  # wait for the next in order
+            self._record_arrived(answers)
+        if answers.failure is not None:
+            while not answers.all_taken:
+                answers.futures[answers.taken].exception()
+                self._record_arrived(answers)
+            raise answers.failure
+
+    def _record_arrived(self, answers: Answers) -> None:
+        batch = []
+        while not answers.all_taken and answers.futures[answers.taken].done():
+            job = answers.jobs[answers.taken]
+            try:
+                batch.append((job, *answers.futures[answers.taken].result()))
+            except BaseException as err:  # noqa: BLE001 - keep the others' answers, then report
+                answers.failure = answers.failure or self._stopping(job.agent, err)
+            answers.taken += 1
+        if batch:
+            with self.store.transaction():
+                for job, payload, latency in batch:
+                    self.store.put_input(
+                        job.key, job.kind, self.ctx.tick, job.agent, payload, job.request_hash, latency
+                    )
+
+    def _take_in_flight(self, key: str | None) -> None:
+        """Record the replies sent ahead up to `key`'s (None: all of them)."""
+        answers = self._in_flight
+        if answers is None or (key is not None and key not in answers.index):
+            return
+        try:
+            self._take(answers, len(answers.jobs) if key is None else answers.index[key] + 1)
+        finally:
+            if answers.all_taken:
+                self._in_flight = None
+
+    def _keep_answers_in_flight(self) -> None:
+        """The engine stops mid-tick: the replies already paid for are recorded, not asked again.
+        A failure among them is asked again, and told, when the station runs next."""
+        try:
+            self._take_in_flight(None)
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    def _start(self, job: NeedInput, pool: ThreadPoolExecutor | None) -> Future[Any] | SentInput:
         """Ask for one input: sent ahead where its model can, else fetched by a thread of `pool`."""
         if job.send is None:
+            assert pool is not None
             return pool.submit(self._timed, job)
         try:
             sent: SentInput = job.send()

@@ -5,8 +5,10 @@ station's own process would.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import threading
 import time
 
@@ -16,6 +18,7 @@ from provider_server import Fault, ProviderServer
 from remote_world import KEY_ENV, remote_config, scripted_responder
 from station.config import parse_config
 from station.engine import Engine, StationPaused
+from station.store import Store, canonical_dump
 from station.world import Station
 
 TICKS = 3
@@ -151,3 +154,37 @@ def test_the_workers_end_with_the_station(server, tmp_path):
     assert workers and all(p.poll() is None for p in workers)
     station.close()
     assert all(p.poll() is not None for p in workers)
+
+
+def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path):
+    """Guest_1 acts as soon as its own reply is in, not once the whole tick's replies are."""
+    create(tmp_path / "st", server, 2).close()
+    assert run(tmp_path / "st", 1) == "finished tick 1"
+    answer, seen = server.responder, []
+    db = tmp_path / "st" / "station.db"
+
+    def last_agent_waits_for_the_first_turn(request):
+        if request.model == "gemini-flash-station-test" and not seen:  # Guest_5's first call of tick 2
+            with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
+                for _ in range(400):  # 20 s at most: the whole tick waits for this answer otherwise
+                    if con.execute("SELECT 1 FROM turns WHERE tick=2 AND agent='Guest_1'").fetchone():
+                        break
+                    time.sleep(0.05)
+                seen.append(bool(con.execute("SELECT 1 FROM turns WHERE tick=2 AND agent='Guest_1'").fetchone()))
+        return answer(request)
+
+    server.responder = last_agent_waits_for_the_first_turn
+    assert run(tmp_path / "st", 2) == "finished tick 2"
+    assert seen == [True]
+
+
+def test_a_station_with_request_processes_replays_to_the_same_world(server, tmp_path):
+    create(tmp_path / "live", server, 2).close()
+    assert run(tmp_path / "live", 4) == "finished tick 4"
+    source = Store(tmp_path / "live")
+    copy = Station.create(tmp_path / "copy", parse_config(source.get_meta("config")))
+    server.requests.clear()
+    Engine(copy, replay_source=source).run(until_tick=4)
+    copy.close()
+    assert not [r for r in server.requests if r.method == "POST"]  # the replies came from the source
+    assert canonical_dump(Store(tmp_path / "copy")) == canonical_dump(source)
