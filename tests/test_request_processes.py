@@ -3,9 +3,11 @@ uses them sends the same conversations and records the same world as one that do
 workers retry, classify failures, honour the endpoints' bounds and survive being killed, as the
 station's own process would.
 """
+
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -188,3 +190,31 @@ def test_a_station_with_request_processes_replays_to_the_same_world(server, tmp_
     copy.close()
     assert not [r for r in server.requests if r.method == "POST"]  # the replies came from the source
     assert canonical_dump(Store(tmp_path / "copy")) == canonical_dump(source)
+
+
+def test_a_station_stopped_mid_tick_keeps_the_replies_already_asked_for(server, tmp_path):
+    create(tmp_path / "st", server, 2).close()
+    assert run(tmp_path / "st", 1) == "finished tick 1"
+    station = Station.open(tmp_path / "st")
+    engine, answer = Engine(station), server.responder
+
+    def stop_when_the_last_agent_asks(request):
+        if request.model == "gemini-flash-station-test":  # Guest_5's, the tick's last call
+            engine.stop.set()
+        return answer(request)
+
+    server.responder = stop_when_the_last_agent_asks
+    try:
+        assert engine.run(until_tick=2) == "stopped"
+        acted = station.store.scalar("SELECT COUNT(*) FROM turns WHERE tick=2")
+        asked = station.store.scalar("SELECT COUNT(*) FROM inputs WHERE tick=2 AND key LIKE 'reply/2/%/0'")
+    finally:
+        station.close()
+    assert acted < 5 and asked == 5  # every reply paid for is kept for the turns still to come
+    server.responder, before, seen = answer, set(bodies(server.requests)), len(server.requests)
+    assert run(tmp_path / "st", 2) == "finished tick 2"
+    assert not set(bodies(list(server.requests)[seen:])) & before  # none asked again
+
+
+def bodies(requests) -> list[str]:
+    return [json.dumps([r.model, r.system, r.messages], sort_keys=True) for r in list(requests) if r.method == "POST"]
