@@ -520,10 +520,10 @@ class Engine:
             self._take(Answers(jobs, [self._start(job, pool) for job in jobs]), len(jobs))
 
     def _take(self, answers: Answers, count: int) -> None:
-        """Record `answers` in the order asked (so a replay records the same rows) until `count`
-        are taken, each as soon as those before it are in, and all that have come by then in one
-        transaction: a thousand answers arriving together cost a few commits, not a thousand. A
-        failure is raised once every other answer is recorded, so none is asked for twice."""
+        """Record `answers` in the order asked (as a replay records them) until `count` are taken:
+        each as soon as those before it are in, and all that have come by then in one transaction
+        (a thousand answers arriving together cost a few commits, not a thousand). A failure is
+        raised once every other answer is recorded, so none is asked for twice."""
         while answers.taken < count and answers.failure is None:
             answers.futures[answers.taken].exception()  # wait for the next in order
             self._record_arrived(answers)

@@ -466,8 +466,6 @@ def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
         if table in skip_tables:
             continue
         cols = [r[1] for r in store.all(f"PRAGMA table_info({table})")]
-        if table == "inputs":  # by key: the order answers came in is a fact of the live run, like latency
-            cols = [c for c in cols if c != "seq"]
         keep = [c for c in cols if c not in volatile]
         order = ", ".join(cols[:1])
         rows = store.all(f"SELECT {', '.join(keep)} FROM {table} ORDER BY {order}")
