@@ -6,6 +6,8 @@ function of the request, so two runs that send the same conversations get the sa
 """
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from provider_server import Answer, ProviderServer, Request
@@ -72,3 +74,22 @@ def scripted_responder(seed: int = 0):
                       input_tokens=prompt, cached_tokens=repeated, output_tokens=estimate_tokens(reply.text) + 4,
                       reasoning_tokens=7)
     return respond
+
+
+def count_in_flight(server: ProviderServer, seconds: float = 0.2) -> dict[str, int]:
+    """Make each answer take `seconds`, and count the requests the server holds at once:
+    `most` is the largest number seen."""
+    answer, lock, flight = server.responder, threading.Lock(), {"now": 0, "most": 0}
+
+    def slow_answer(request: Request) -> Any:
+        with lock:
+            flight["now"] += 1
+            flight["most"] = max(flight["most"], flight["now"])
+        time.sleep(seconds)
+        with lock:
+            flight["now"] -= 1
+        return answer(request)
+
+    server.responder = slow_answer
+    return flight
+

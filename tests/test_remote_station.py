@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from provider_server import Fault, ProviderServer
-from remote_world import AGENT_MODELS, KEY_ENV, ROLE_MODELS, endpoint, remote_config, scripted_responder
+from remote_world import count_in_flight, AGENT_MODELS, KEY_ENV, ROLE_MODELS, endpoint, remote_config, scripted_responder
 from station import cli
 from station.config import parse_config
 from station.engine import Engine, StationPaused
@@ -226,18 +225,7 @@ def test_a_money_budget_needs_prices_for_every_remote_model(server):
 # -- concurrent turns ----------------------------------------------------------------------
 @pytest.mark.parametrize("mode, overlap", [("concurrent", 5), ("sequential", 1)])
 def test_concurrent_turns_overlap_their_model_calls(server, tmp_path, mode, overlap):
-    answer, lock, flight = server.responder, threading.Lock(), {"now": 0, "most": 0}
-
-    def slow_answer(request):
-        with lock:
-            flight["now"] += 1
-            flight["most"] = max(flight["most"], flight["now"])
-        time.sleep(0.2)
-        with lock:
-            flight["now"] -= 1
-        return answer(request)
-
-    server.responder = slow_answer
+    flight = count_in_flight(server)
     create(tmp_path / "st", server, turns=mode).close()
     run(tmp_path / "st", until=2)
     assert flight["most"] == overlap

@@ -11,13 +11,12 @@ import json
 import os
 import signal
 import sqlite3
-import threading
 import time
 
 import pytest
 
 from provider_server import Fault, ProviderServer
-from remote_world import KEY_ENV, remote_config, scripted_responder
+from remote_world import count_in_flight, KEY_ENV, remote_config, scripted_responder
 from station.config import parse_config
 from station.engine import Engine, StationPaused
 from station.store import Store, canonical_dump
@@ -101,18 +100,7 @@ def test_a_context_too_long_answer_still_ends_the_session(server, tmp_path):
 
 
 def test_the_workers_together_keep_an_endpoints_bound(server, tmp_path):
-    answer, lock, flight = server.responder, threading.Lock(), {"now": 0, "most": 0}
-
-    def slow_answer(request):
-        with lock:
-            flight["now"] += 1
-            flight["most"] = max(flight["most"], flight["now"])
-        time.sleep(0.2)
-        with lock:
-            flight["now"] -= 1
-        return answer(request)
-
-    server.responder = slow_answer
+    flight = count_in_flight(server)
     config = remote_config(server)
     one = config["agents"][0]["model"]  # every agent on one endpoint, two calls at a time
     agents = [{"count": 6, "kind": "guest", "model": {**one, "max_in_flight": 2}}]
