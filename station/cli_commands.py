@@ -252,7 +252,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(f"{out} already holds a station; replay needs a new directory")
     # The config the source began with: its `station set`s are recorded operator commands, applied again below.
     config_data = source.get_meta("initial_config") or source.get_meta("config")
-    station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db", stored=True))
+    station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db", stored=True), recorded=True)
     last_complete = source.get_meta("tick") - 1
     until = min(args.until_tick, last_complete) if args.until_tick is not None else last_complete
     engine = Engine(station, replay_source=source, on_progress=StatusLine())
@@ -319,9 +319,14 @@ def cmd_operator(args: argparse.Namespace) -> int:
 def cmd_set(args: argparse.Namespace) -> int:
     """Change a safe config value or a model setting of a station (applied between turns if it is running)."""
     from . import commands, endpoints
+    from .world import check_room_set
 
     store = Store(args.dir)
     command = commands.set_command(store, args.key, args.value)
+    try:
+        check_room_set(endpoints.stored_config(store), args.key, command.get("value"))
+    except ValueError as err:
+        raise CliError(str(err)) from None
     for line in endpoints.check_set(
         endpoints.stored_config(store), args.key, command.get("value"), allow=args.allow_new_endpoint
     ):  # no key may go somewhere new unasked

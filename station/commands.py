@@ -28,7 +28,8 @@ from .store import Store, dumps
 
 OPS = ("message", "answer", "end_agent", "pause", "set", "spawn")
 # Config values an operator may change on a live station: none of them reshapes the world.
-SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.")
+# `rooms.enabled` only adds rooms: the world opens them at the tick the command is applied.
+SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.", "rooms.enabled")
 # A model's settings that can be corrected on a live station (a wrong model name, API or endpoint):
 # under agents.N.model. (N: the index of the `agents:` entry) and reviewer/grading/debugger.model.
 # Not the provider or api_key_env: those decide which key is sent, and where.
@@ -246,10 +247,13 @@ def apply(ctx: Context, command: dict[str, Any]) -> bool:
     elif op == "set":
         before = ctx.config
         try:
-            ctx.config = with_value(before, command["key"], command.get("value"))
-        except CommandError as err:
+            after = with_value(before, command["key"], command.get("value"))
+            if command["key"] == "rooms.enabled":
+                ctx.open_rooms(before, after)
+        except ValueError as err:  # a CommandError, or a room set that is not only larger
             ctx.emit("operator_alert", None, problem=str(err))
         else:
+            ctx.config = after
             if ctx.store.get_meta(INITIAL_CONFIG) is None:  # what a replay of this station starts from
                 ctx.store.set_meta(INITIAL_CONFIG, before.model_dump(mode="json"))
             ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))

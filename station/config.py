@@ -210,16 +210,36 @@ class NotificationsConfig(Section):
     inactivity_repeat_ticks: int = Field(10, gt=0, description="re-warn this often while inactive")
 
 
+ENTRY_AND_EXIT = ("lobby", "exit")  # every station has them: agents arrive in one and leave by the other
+
+
 class RoomsConfig(Section):
+    enabled: list[str] | None = Field(
+        None,
+        description="the station's rooms by short name, recorded when it is created (every room the code has, less "
+        "`disabled`); a room added to the code later joins an existing station only when it is listed here",
+    )
     disabled: list[str] = Field(default_factory=list, description="short names of rooms to leave out")
     guest_mail_limit: int = Field(3, ge=0)
 
     @field_validator("disabled")
     @classmethod
     def _keep_core(cls, value: list[str]) -> list[str]:
-        core = {"lobby", "exit"}
+        core = set(ENTRY_AND_EXIT)
         if core & set(value):
             raise ValueError(f"rooms {sorted(core & set(value))} cannot be disabled")
+        return value
+
+    @field_validator("enabled")
+    @classmethod
+    def _has_core(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        missing = [short for short in ENTRY_AND_EXIT if short not in value]
+        if missing:
+            raise ValueError(f"rooms {missing} cannot be left out")
+        if len(set(value)) != len(value):
+            raise ValueError("a room is listed twice")
         return value
 
 

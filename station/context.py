@@ -142,6 +142,10 @@ def register_hook(cls: type[Hook]) -> type[Hook]:
 MATURE_ONLY_KINDS = {"termination", "publication", "public_memory"}
 
 
+def _no_room_opener(before: StationConfig, after: StationConfig) -> None:
+    raise ValueError("this station cannot open rooms while it runs")
+
+
 class Context:
     def __init__(
         self, store: Store, config: StationConfig, texts: Texts, agents: AgentRegistry, conversations: Conversations
@@ -156,6 +160,8 @@ class Context:
         self.replay_strict = False
         self.stop_event: Any = None  # set by the engine: a threading.Event asking the run to stop
         self.on_wait: Callable[[str], None] = lambda text: None  # progress while a unit waits
+        # set by the world: opens the rooms a changed config adds (before, after); ValueError if it removes one
+        self.open_rooms: Callable[[StationConfig, StationConfig], None] = _no_room_opener
 
     def report_wait(self, text: str) -> None:
         self.on_wait(text)

@@ -52,6 +52,10 @@ class Registry(Generic[T]):
                     entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
         return entry
 
+    def remove(self, name: str) -> None:
+        """Take a plugin away again (a test that adds one to see what a new plugin changes)."""
+        del self._entries[name]
+
     def names(self) -> list[str]:
         """Registered names, in registration order."""
         return list(self._entries)

@@ -175,7 +175,7 @@ RoomClass = TypeVar("RoomClass", bound=type[Room])
 
 
 def register_room(cls: RoomClass) -> RoomClass:
-    """Register a room class under its short name; a config enables it unless `rooms.disabled` lists it."""
+    """Register a room class under its short name; a new station has it unless `rooms.disabled` lists it; an existing one when `rooms.enabled` does."""
     ROOMS.register(cls.short)(cls)
     return cls  # the same class, typed as the caller's (the registry's entry type is type[Room])
 

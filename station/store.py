@@ -301,7 +301,8 @@ class Store:
                 f"(v{len(migrations)}); upgrade the station package"
             )
         for version in range(have + 1, len(migrations) + 1):
-            with self.transaction():
+            # inside a unit's transaction (a room the operator enabled): a savepoint of it
+            with self.savepoint("migrate") if self._in_tx else self.transaction():
                 for statement in _split_sql(migrations[version - 1]):
                     self.db.execute(statement)
                 self.db.execute(

@@ -6,21 +6,41 @@ import os
 import shutil
 from pathlib import Path
 
-from rooms import load_rooms
+from rooms import check_known, every_room, load_rooms, recorded_room_set
 from rooms.research import load_tasks
 
 from . import lifecycle
 from .agents import AgentRegistry
 from .budget import Ledger
+from .commands import with_value
 from .config import StationConfig, parse_config
-from .context import Context
+from .context import Context, check_hooks
 from .conversation import Conversations
 from .hooks import load_hooks
 from .models import ModelPool
+from .room import Room
 from .store import CORE_MIGRATIONS, Store, StoreError, absolute
 from .texts import Texts
 
 FORMAT_VERSION = 1
+
+
+def room_set_change(before: StationConfig, after: StationConfig) -> list[str]:
+    """The rooms a config change adds to a station. Taking one away is refused: agents may be in it,
+    and what they left there stays readable."""
+    was = recorded_room_set(before.rooms.enabled, before.rooms.disabled)
+    now = recorded_room_set(after.rooms.enabled, after.rooms.disabled)
+    check_known(now, "rooms.enabled")
+    kept_out = [short for short in was if short not in now]
+    if kept_out:
+        raise ValueError(f"rooms.enabled: a station keeps the rooms it has ({', '.join(kept_out)}); list them too")
+    return [short for short in now if short not in was]
+
+
+def check_room_set(config: StationConfig, key: str, value: object) -> None:
+    """Refuse now a `set` of the room set that the run would refuse when it applies it."""
+    if key == "rooms.enabled":
+        room_set_change(config, with_value(config, key, value))
 
 
 class Station:
@@ -35,17 +55,35 @@ class Station:
         )
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
         self.ctx.tasks = load_tasks(config.research)
-        no_research = [] if self.ctx.tasks else ["research"]
-        rooms = load_rooms([*config.rooms.disabled, *no_research])
-        for room in rooms:
-            store.migrate(room.migration_component or f"room:{room.short}", room.migrations)
+        rooms = self._build_rooms(recorded_room_set(config.rooms.enabled, config.rooms.disabled))
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = load_hooks(config, rooms)
         for hook in self.ctx.hooks:
             store.migrate(f"hook:{hook.name}", hook.migrations)
+        self.ctx.open_rooms = self.open_rooms
         self.ctx.models = ModelPool(
             Ledger(store.dir, lambda: self.ctx.config), request_processes=config.engine.request_processes
         )
+
+    def _build_rooms(self, names: list[str]) -> list[Room]:
+        """The named rooms, their tables made; the Research Counter only where there is a task."""
+        rooms = load_rooms([short for short in names if short != "research" or self.ctx.tasks])
+        for room in rooms:
+            self.store.migrate(room.migration_component or f"room:{room.short}", room.migrations)
+        return rooms
+
+    def open_rooms(self, before: StationConfig, after: StationConfig) -> None:
+        """Open the rooms `after` adds to the room set, with their hooks: the operator enabled them
+        (`station set DIR rooms.enabled ...`). A replay applies the same command at the same point,
+        so it opens them at the same tick."""
+        new = self._build_rooms(room_set_change(before, after))
+        hooks = [hook for room in new for hook in room.hooks(self.config)]
+        for hook in hooks:
+            self.store.migrate(f"hook:{hook.name}", hook.migrations)
+        check_hooks([*self.ctx.hooks, *hooks])
+        rooms = sorted([*self.ctx.rooms.values(), *new], key=lambda room: room.lobby_order)
+        self.ctx.rooms = {room.short: room for room in rooms}
+        self.ctx.hooks = sorted([*self.ctx.hooks, *hooks], key=lambda hook: hook.order)
 
     @property
     def config(self) -> StationConfig:
@@ -56,13 +94,20 @@ class Station:
         return self.store.dir
 
     @classmethod
-    def create(cls, directory: str | Path, config: StationConfig) -> Station:
+    def create(cls, directory: str | Path, config: StationConfig, *, recorded: bool = False) -> Station:
         """A new station at tick 1 with its initial population.
+
+        Its config records its room set: every room this code has (less `rooms.disabled`) unless the
+        config lists them. `recorded`: the config is one a station already held (a replay's), whose
+        room set stays what that station had.
 
         It is built in a temporary sibling directory and renamed into place, so a crash during
         creation never leaves a half-made station behind.
         """
         Texts(config.codex.set, config.codex.texts)  # fail on a bad codex before creating files
+        if config.rooms.enabled is None and not recorded:
+            rooms = config.rooms.model_copy(update={"enabled": every_room(config.rooms.disabled)})
+            config = config.model_copy(update={"rooms": rooms})
         final = absolute(directory)
         if Store.exists(final):
             raise StoreError(f"a station already exists at {final}")

@@ -47,6 +47,7 @@ from fastapi.templating import Jinja2Templates
 from .. import commands, endpoints, report
 from ..readers_cli import PAPER_STATES
 from ..store import DB_NAME, Store
+from ..world import check_room_set
 from . import board, data, diff, plots, refs, render, study
 from . import events as feed
 from .access import (
@@ -722,6 +723,7 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
         )
         config = endpoints.stored_config(store)  # a model here must not carry a key somewhere new
         if action == "set":
+            check_room_set(config, command["key"], command.get("value"))
             endpoints.check_set(config, command["key"], command.get("value"))
         elif action == "spawn":
             endpoints.check_spawn(config, command["agent"])
