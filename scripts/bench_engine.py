@@ -22,10 +22,11 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -135,8 +136,9 @@ def measure_turns(station: Station, engine: Engine, clock: ModelClock, turns: in
     return stats
 
 
-def history_table(sizes: list[int], turns: int, clock: ModelClock, tmp: Path) -> dict[int, TurnStats]:
-    config = load_config(ROOT / "configs" / "demo.yaml")
+def history_table(sizes: list[int], turns: int, clock: ModelClock, tmp: Path,
+                  config_path: Path) -> dict[int, TurnStats]:
+    config = load_config(config_path)
     rows, by_size = [], {}
     for size in sorted(sizes):
         station = Station.create(tmp / f"h{size}", config)
@@ -596,7 +598,7 @@ def micro_benchmarks(station: Station, pop: Population, reps: int, progress: Pro
     results = []
     task = progress.add_task("capsule rooms: timing calls", total=len(plan))
     for what, call, note in plan:
-        for i in range(10):  # warm the page cache and the statement cache
+        for _ in range(10):  # warm the page cache and the statement cache
             timed(station, what, 1, call)
         results.append(timed(station, what, reps, call, note))
         progress.advance(task)
@@ -735,6 +737,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--turns", type=int, default=250)
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml",
+                    help="the station the history table builds (configs/social_demo.yaml has no research task, "
+                         "so no sandboxed evaluations: 5,000 ticks build in minutes rather than hours)")
     only = ap.add_mutually_exclusive_group()
     only.add_argument("--capsules-only", action="store_true",
                       help="run only the capsule section (it still times the 100-tick baseline)")
@@ -747,7 +752,7 @@ def main() -> None:
     clock = ModelClock()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        by_size = {} if args.capsules_only else history_table(args.sizes, args.turns, clock, tmp)
+        by_size = {} if args.capsules_only else history_table(args.sizes, args.turns, clock, tmp, args.config)
         if not args.no_capsules:
             baseline = by_size.get(100)
             if baseline is None:  # the foundation's 100-tick figure, timed the same way

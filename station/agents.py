@@ -274,6 +274,12 @@ class AgentRegistry:
         self._order, self._order_moved = None, True
 
     def get(self, name: str) -> Agent | None:
+        agent = self._load(name)
+        if agent is not None:
+            self._touched.add(name)  # handed out: the unit's flush writes it if it changed
+        return agent
+
+    def _load(self, name: str) -> Agent | None:
         agent = self._cache.get(name)
         if agent is None:
             row = self.store.one("SELECT data FROM agents WHERE name=?", (name,))
@@ -282,7 +288,6 @@ class AgentRegistry:
             agent = self._cache[name] = Agent.from_json(row["data"])
             object.__setattr__(agent, "_changes", self._changes)
             self._stored[name] = agent.to_row()
-        self._touched.add(name)
         return agent
 
     def save(self, agent: Agent) -> None:
@@ -329,6 +334,12 @@ class AgentRegistry:
     def where(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
         """Agents matching an SQL condition on the indexed columns (state, kind, lineage, location, ...)."""
         return [a for a in (self.get(n) for n in self.names(condition, params, order)) if a is not None]
+
+    def peek(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
+        """As `where`, for reading only: the records are not handed out, so the unit's flush does
+        not compare them with their rows (a lineage's ancestors: hundreds after 5,000 ticks).
+        Never change one: the change would not be written."""
+        return [a for a in (self._load(n) for n in self.names(condition, params, order)) if a is not None]
 
     def turn_order(self) -> tuple[tuple[int, str], ...]:
         """(session, name) of the active agents in turn order, from an index kept between units."""
@@ -419,7 +430,8 @@ class AgentRegistry:
         )
 
     def by_lineage(self, lineage: str) -> list[Agent]:
-        return self.where("lineage=?", (lineage,))
+        """Every agent of a lineage, ended ones too, for reading only (see `peek`)."""
+        return self.peek("lineage=?", (lineage,))
 
     def lineages(self) -> list[str]:
         self._sync()
@@ -429,8 +441,9 @@ class AgentRegistry:
 
 
 def ancestor_candidates(registry: AgentRegistry, guest: Agent) -> list[Agent]:
-    """Ended recursive agents of the same model with no successor, not offered to another guest."""
-    heirless = registry.where(
+    """Ended recursive agents of the same model with no successor, not offered to another guest
+    (for reading only, see `AgentRegistry.peek`)."""
+    heirless = registry.peek(
         "state=? AND kind=? AND model_name=? AND successor IS NULL AND lineage IS NOT NULL",
         (ENDED, RECURSIVE, guest.model.get("name", "")),
     )
@@ -440,7 +453,7 @@ def ancestor_candidates(registry: AgentRegistry, guest: Agent) -> list[Agent]:
 def assigned_candidate(registry: AgentRegistry, guest: Agent, same_model: list[Agent]) -> Agent | None:
     """The operator-assigned ancestor, by agent name then lineage, same model first."""
     wanted = guest.assigned_ancestor
-    any_model = registry.where("state=? AND kind=? AND successor IS NULL AND lineage IS NOT NULL", (ENDED, RECURSIVE))
+    any_model = registry.peek("state=? AND kind=? AND successor IS NULL AND lineage IS NOT NULL", (ENDED, RECURSIVE))
     for pool in (same_model, any_model):
         for match in ([a for a in pool if a.name == wanted], [a for a in pool if a.lineage == wanted]):
             if match:
