@@ -19,7 +19,7 @@ test: setup check
 
 # The code checks (docs/extending.md): lint, formatting, types and the layers.
 check: setup
-	.venv/bin/ruff check station rooms evaluators
+	.venv/bin/ruff check station rooms evaluators tests scripts
 	.venv/bin/ruff format --check station rooms evaluators
 	.venv/bin/mypy
 	.venv/bin/lint-imports --no-cache

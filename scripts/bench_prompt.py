@@ -37,19 +37,20 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the loopback provider server and the test helpers
 
+from helpers import config, demo_config  # noqa: E402
+from provider_server import Answer, ProviderServer, Request  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from helpers import config, demo_config  # noqa: E402
-from provider_server import Answer, ProviderServer, Request  # noqa: E402
 from station.config import parse_config  # noqa: E402
 from station.engine import Engine  # noqa: E402
 from station.models.base import MESSAGE_OVERHEAD, estimate_conversation  # noqa: E402
@@ -156,7 +157,7 @@ class PrefixCache:
         """Tokens of this request read from the cache; then the request is cached too."""
         digest, shared, matched, keys = hashlib.sha256(), 0, True, [b""]
         total = 0
-        for i, tokens in enumerate(messages):
+        for tokens in messages:
             key = keys[-1]
             if matched:
                 candidates = self.following.get(key, [])

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the loopback provider server and the remote world
 
+from provider_server import Answer, ProviderServer, Request  # noqa: E402
+from remote_world import KEY_ENV, remote_config  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from provider_server import Answer, ProviderServer, Request  # noqa: E402
-from remote_world import KEY_ENV, remote_config  # noqa: E402
 from station.config import parse_config  # noqa: E402
 from station.engine import Engine, Progress  # noqa: E402
 from station.world import Station  # noqa: E402

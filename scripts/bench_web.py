@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-from contextlib import contextmanager
 import io
 import json
 import pstats
@@ -29,19 +28,21 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fastapi.routing  # noqa: E402
+from build_station import DEFAULT_CONFIG, build_station  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from build_station import DEFAULT_CONFIG, build_station  # noqa: E402
 from station.store import DB_NAME, Store  # noqa: E402
 from station.web.app import create_app  # noqa: E402
 

@@ -59,9 +59,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 FAULT_KINDS = ("rate_limit", "overloaded", "server_error", "malformed", "slow", "drop",
@@ -601,7 +602,7 @@ _RENDER = {"anthropic": (anthropic_message, anthropic_events),
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like the real APIs; SSE bodies are chunked
     disable_nagle_algorithm = True  # else headers and body in two writes cost a 40 ms delayed ACK
-    server: "_HTTPServer"
+    server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass
@@ -626,9 +627,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         try:
             self.server.owner._handle(self, method)
-        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (e.g. its timeout fired)
-        except Exception as exc:  # a bug here must not kill the server; tests can read .errors
+        except Exception as exc:  # noqa: BLE001 - a bug here must not kill the server; tests can read .errors
             self.server.owner.errors.append(exc)
             self.close_connection = True
 
@@ -661,7 +662,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a handler stuck on a slow client must not block exit
     request_queue_size = 4096  # listen backlog: the default 5 drops connections of a burst (1 s SYN retries)
-    owner: "ProviderServer"
+    owner: ProviderServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]  # a client hanging up is routine; anything else is kept for tests
@@ -709,7 +710,7 @@ class ProviderServer:
                                         name="provider-server", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> "ProviderServer":
+    def __enter__(self) -> ProviderServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -923,7 +924,7 @@ class ProviderServer:
                                                      key="****"))
         try:
             answer = Answer("") if kind == "empty" else self.responder(request)
-        except Exception as exc:  # a broken responder is the test's bug: say so to the client, keep serving
+        except Exception as exc:  # noqa: BLE001 - a broken responder is the test's bug: say so, keep serving
             self.errors.append(exc)
             return handler.send_json(*error_response("server_error", family, message=f"responder failed: {exc!r}"))
         answer = Answer(answer) if isinstance(answer, str) else answer

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from provider_server import Answer, ProviderServer, Request
+
 from station.models.base import estimate_conversation, estimate_tokens
 from station.models.scripted import ScriptedModel
 from station.models.scripted_debugger import ScriptedDebugger

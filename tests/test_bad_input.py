@@ -9,18 +9,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from helpers import (
+    FILLER,
+    act,
+    events,
+    executed_lines,
+    guest,
+    integrity_ok,
+    make_station,
+    prompt_at,
+    record_requests,
+    recursive,
+    replay_model,
+    reply,
+    section,
+    stored,
+    turn,
+    turn_rows,
+    yaml_block,
+)
 
-from helpers import (FILLER, act, events, executed_lines, guest, integrity_ok, make_station, prompt_at,
-                     record_requests, recursive, replay_model, reply, section, stored, turn, turn_rows,
-                     yaml_block)
-from station.room import Room
 from rooms.misc import MiscRoom
 from station.engine import Engine
+from station.room import Room
 from station.world import Station
 
 MORE_TICKS = 3  # ticks run after the bad one, to show that the station keeps going

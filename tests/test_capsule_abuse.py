@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import act, events, reply
+from test_capsule_rooms import answer, capsule, capsule_rows, inbox, last_notice, seed, station, turn_lines, with_yaml
+
 from station.engine import Engine
 from station.world import Station
-from test_capsule_rooms import (answer, capsule, capsule_rows, inbox, last_notice, seed, station, turn_lines,
-                                with_yaml)
 
 MEGABYTE = "a" * 1_000_000
 

@@ -12,9 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import (
+    act,
+    guest,
+    make_old,
+    make_station,
+    prompt_at,
+    recursive,
+    replay_model,
+    reply,
+    section,
+    session_of,
+    stored,
+    turn_lines,
+    yaml_block,
+)
 
-from helpers import (act, guest, make_old, make_station, prompt_at, recursive, replay_model, reply, section,
-                     session_of, stored, turn_lines, yaml_block)
 from rooms.capsule_params import MailParams, NoteParams, PaperParams, PostParams, ReplyParams
 from rooms.mentions import mentioned_names
 from station import lifecycle

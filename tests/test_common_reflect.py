@@ -10,9 +10,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import (
+    act,
+    executed_lines,
+    guest,
+    make_old,
+    make_station,
+    prompt_at,
+    record_requests,
+    recursive,
+    replay_model,
+    reply,
+    section,
+    stored,
+    turn,
+    yaml_block,
+)
 
-from helpers import (act, executed_lines, guest, make_old, make_station, prompt_at, record_requests, recursive,
-                     replay_model, reply, section, stored, turn, yaml_block)
 from station.engine import Engine
 from station.report import status
 from station.world import Station

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import act, demo_config, guest, make_station, replay_model, reply, turn_rows
 from provider_server import Answer, ProviderServer
+
 from station.actions import parse_actions
 from station.config import ConfigError, parse_config
 from station.engine import Engine

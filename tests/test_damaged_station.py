@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import DEMO, act, make_station, recursive, replay_model
+
 from station.engine import Engine
 
 STATION = Path(sys.executable).with_name("station")

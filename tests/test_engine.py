@@ -12,10 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import (
+    act,
+    demo_config,
+    events,
+    guest,
+    integrity_ok,
+    make_station,
+    prompt_at,
+    record_requests,
+    recursive,
+    replay_model,
+    reply,
+    section,
+    stored,
+    turn,
+    turn_rows,
+    yaml_block,
+)
 
-from helpers import (act, demo_config, events, guest, integrity_ok, make_station, prompt_at,
-                     record_requests, recursive, replay_model, reply, section, stored, turn, turn_rows,
-                     yaml_block)
 from station import commands
 from station.agents import lineage_name_problem, roman
 from station.config import parse_config
@@ -508,9 +523,9 @@ def test_events_record_who_did_what(demo: dict[str, Any]) -> None:
 
 
 def test_open_human_requests_pause_the_station_at_tick_end_when_configured(tmp_path: Path) -> None:
+    from station.commands import queue
     from station.config import parse_config
     from station.world import Station
-    from station.commands import queue
     config = parse_config({"seed": 3, "operator": {"pause_on_human_request": True},
                            "notifications": {"tips_every_ticks": 0},
                            "agents": [{"kind": "recursive", "lineage": "Spiro"}]})

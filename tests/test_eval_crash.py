@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from helpers import act, read, reply, sandboxes_alive, yaml_block
 
 ROOT = Path(__file__).resolve().parents[1]

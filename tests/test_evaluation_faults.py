@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import read, sandboxes_alive, slow_once_config
 
 ROOT = Path(__file__).resolve().parents[1]

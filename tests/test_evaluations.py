@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import act, make_station, recursive, replay_model, reply, yaml_block
 
 from evaluators.programs import program
 from station.engine import Engine
 from station.executors.local import LocalExecutor
 from station.store import Store, canonical_dump
-
-from helpers import act, make_station, recursive, replay_model, reply, yaml_block
 
 TINY = ("def construct_packing():\n    import numpy as np\n"
         "    return np.array([[0.25, 0.5], [0.75, 0.5]]), np.array([0.25, 0.25])\n")

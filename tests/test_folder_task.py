@@ -458,7 +458,7 @@ def test_a_scripted_station_researches_a_folder_task_named_relative_to_its_confi
 def test_a_crashing_scorer_in_a_station_alerts_the_operator_and_charges_nobody(tmp_path: Path) -> None:
     from helpers import act, read, reply, yaml_block
 
-    task = write_folder(tmp_path / "task", {
+    write_folder(tmp_path / "task", {
         "task.md": "# Broken scorer\nReturn a number.\n",
         "task.yaml": "scorer: {timeout_s: 30}\n",
         "evaluate.py": "def evaluate(returned, context):\n    return {'score': 1.0 / (returned - returned)}\n",
@@ -491,6 +491,7 @@ def test_a_crashing_scorer_in_a_station_alerts_the_operator_and_charges_nobody(t
     runs = read(directory, "SELECT COUNT(*) FROM evaluation_versions")
     assert runs == [(1,)]  # the debugger did not try to "fix" code that was never wrong
     from helpers import web_client
+
     from station.web.app import create_app
 
     page = web_client(create_app(directory)).get("/").text

@@ -10,15 +10,24 @@ import numpy as np
 import pytest
 
 from evaluators.forecasting.dataset import (
-    INPUT_FILES, TEST_FILES, TRAIN_FILES, ForecastDataset, data_root, reference_scores,
+    INPUT_FILES,
+    TEST_FILES,
+    TRAIN_FILES,
+    ForecastDataset,
+    data_root,
+    reference_scores,
 )
 from evaluators.forecasting.simulate import SIZES, SPLIT_FRACTIONS, simulate
-
-FRACTIONS = SPLIT_FRACTIONS["default"]
 from evaluators.jaxtrain.station_jax.windows import (
-    CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts,
+    CONTEXT,
+    HORIZON,
+    HORIZONS_REPORTED,
+    gather,
+    mae_by_horizon,
+    window_starts,
 )
 
+FRACTIONS = SPLIT_FRACTIONS["default"]
 SMALL = SIZES["small"]
 ARRAYS = [f"{split}_{part}" for split in ("train", "val", "test") for part in ("data", "condition_labels")]
 

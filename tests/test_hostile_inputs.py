@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import act, make_station, recursive, replay_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import act, make_station, recursive, replay_model
 from station.engine import Engine
 
 RESEARCH = {"research": {"tasks": [{"evaluator": "general_python", "baselines": False}]},
@@ -182,6 +182,7 @@ def test_a_runaway_reply_is_cut_on_arrival_so_it_is_never_stored_in_full(tmp_pat
 
 def test_a_long_reply_is_shown_cut_on_its_dialogue_page_with_a_link_to_the_whole(tmp_path: Path) -> None:
     from helpers import web_client
+
     from station.web.app import create_app
     from station.web.data import SHOWN_CHARS
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers import act, make_station, recursive, replay_model, reply, stored, yaml_block
+
 from station.engine import Engine
 
 FILLER = "Nothing to do this turn; I keep thinking."

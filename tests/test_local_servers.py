@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rich.console import Console
-
 from helpers import act, config, session_of, turn, turn_lines
 from provider_server import Answer, ProviderServer, Request
+from rich.console import Console
+
 from station import cli, report
 from station.config import ModelConfig, parse_config
 from station.engine import Engine
@@ -272,6 +272,7 @@ def test_a_cut_reply_is_told_to_the_agent_recorded_shown_and_replayed(tmp_path, 
         st.close()
 
     from helpers import web_client
+
     from station.web.app import create_app
     page = web_client(create_app(tmp_path / "st")).get("/agents/Guest_1?tick=1").text
     assert "cut off at max_output_tokens (50 tokens): actions after the cut were not received" in page

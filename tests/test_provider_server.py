@@ -19,7 +19,6 @@ import pytest
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
-
 from provider_server import Answer, Fault, ProviderServer
 
 APIS = ("anthropic", "openai-responses", "openai-chat", "gemini")
@@ -50,7 +49,7 @@ def server(shared_server):
     assert shared_server.errors == []  # nothing went wrong inside the server itself
 
 
-@functools.lru_cache(maxsize=None)  # making a client costs ~30 ms (its SSL context); reuse them
+@functools.cache  # making a client costs ~30 ms (its SSL context); reuse them
 def client(sdk, server, timeout, key):  # keyed by server: a reused port must not reuse a client
     url = server.url
     if sdk == "anthropic":
@@ -250,7 +249,8 @@ def test_latency_and_a_failing_responder(server):
 def test_close_is_prompt_while_a_request_sleeps():
     server = ProviderServer()
     server.fail_next(Fault("slow", seconds=30))
-    caller = threading.Thread(target=lambda: pytest.raises(Exception, call, "anthropic", server), daemon=True)
+    caller = threading.Thread(target=lambda: pytest.raises(Exception, call, "anthropic", server),  # noqa: B017
+                              daemon=True)  # any failure will do: the server closed under it
     caller.start()
     time.sleep(0.2)
     start = time.monotonic()

@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-
 from provider_server import Answer, Fault, ProviderServer
+
 from station.config import ModelConfig
 from station.models import ModelError, create_model
 from station.models.base import INTERRUPTED, OVERFLOW, PERMANENT, TRANSIENT

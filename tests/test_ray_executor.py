@@ -20,12 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import sandbox_processes
 
 from station.config import ExecutorConfig
-from station.executors import LocalExecutor, RunSpec, create_executor
-from station.executors import ray_executor
-
-from helpers import sandbox_processes
+from station.executors import LocalExecutor, RunSpec, create_executor, ray_executor
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]

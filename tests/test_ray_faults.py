@@ -25,12 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from helpers import read, slow_once_config
+
 from station.executors import LocalExecutor
 from station.executors.ray_executor import RETRIES
 

@@ -15,9 +15,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from provider_server import Fault, ProviderServer
-from remote_world import count_in_flight, AGENT_MODELS, KEY_ENV, ROLE_MODELS, endpoint, remote_config, scripted_responder
+from remote_world import (
+    AGENT_MODELS,
+    KEY_ENV,
+    ROLE_MODELS,
+    count_in_flight,
+    endpoint,
+    remote_config,
+    scripted_responder,
+)
+
 from station import cli
 from station.config import parse_config
 from station.engine import Engine, StationPaused
@@ -256,8 +264,10 @@ def test_concurrent_prompts_are_built_from_the_world_at_the_start_of_the_tick(se
 
 
 def test_the_debugger_mends_a_crash_through_a_provider(server, tmp_path):
+    from test_evaluations import station as research_station
+    from test_evaluations import submit
+
     from evaluators.programs import program
-    from test_evaluations import station as research_station, submit
 
     slip = program("grid", 4).replace("np.zeros(", "np.zeroes(", 1)
     st = research_station(tmp_path, [submit(slip, "Grid with a slip")], n=4,
@@ -274,7 +284,8 @@ def test_the_debugger_mends_a_crash_through_a_provider(server, tmp_path):
 
 
 def test_a_reviewer_provider_that_keeps_failing_costs_the_paper_attempts_not_the_station(server, tmp_path):
-    from test_reviewer import reviews, station as review_station, submissions, submit
+    from test_reviewer import reviews, submissions, submit
+    from test_reviewer import station as review_station
 
     cfg = {**endpoint(server, ROLE_MODELS["reviewer"]), "max_retries": 1}
     st = review_station(tmp_path, [submit()], cfg, reviewer={"max_attempts": 2})

@@ -14,9 +14,9 @@ import sqlite3
 import time
 
 import pytest
-
 from provider_server import Fault, ProviderServer
-from remote_world import count_in_flight, KEY_ENV, remote_config, scripted_responder
+from remote_world import KEY_ENV, count_in_flight, remote_config, scripted_responder
+
 from station.config import parse_config
 from station.engine import Engine, StationPaused
 from station.store import Store, canonical_dump

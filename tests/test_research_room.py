@@ -14,19 +14,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import (
+    act,
+    events,
+    guest,
+    make_old,
+    make_station,
+    prompt_at,
+    recursive,
+    replay_model,
+    reply,
+    session_of,
+    stored,
+    turn_lines,
+    yaml_block,
+)
 
 from evaluators.base import Task, register
-from helpers import (act, events, guest, make_old, make_station, prompt_at, recursive, replay_model, reply,
-                     session_of, stored, turn_lines, yaml_block)
 from rooms.research import storage as rs
-from station.room import validate_params
+from rooms.research.delivery import Evaluations
 from rooms.research.ids import parse_id_list
 from rooms.research.room import ResearchCounter
 from rooms.research.store import insert_evaluation
 from station.context import NeedInput
 from station.engine import Engine
-from rooms.research.delivery import Evaluations
+from station.room import validate_params
 from station.world import Station
+
 
 @register("research_room_toy")
 class ToyTask(Task):

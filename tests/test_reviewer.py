@@ -13,12 +13,22 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import (
+    act,
+    events,
+    make_station,
+    prompt_at,
+    record_requests,
+    recursive,
+    replay_model,
+    reply,
+    section,
+    yaml_block,
+)
 
-from helpers import act, events, make_station, prompt_at, record_requests, recursive, replay_model, reply, \
-    section, yaml_block
-from station.engine import Engine, StationPaused
 from rooms.archive.reviewer import Reviewer
 from rooms.archive.verdict import parse_paper_verdict
+from station.engine import Engine, StationPaused
 from station.models.replay import ReplayModel
 from station.models.scripted_reviewer import ACK, ScriptedReviewer, score_paper
 from station.store import Store, canonical_dump

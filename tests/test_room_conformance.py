@@ -30,9 +30,23 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import (
+    FILLER,
+    ROOT,
+    act,
+    events,
+    guest,
+    integrity_ok,
+    make_old,
+    make_station,
+    recursive,
+    replay_model,
+    reply,
+    stored,
+    turn_lines,
+    yaml_block,
+)
 
-from helpers import (FILLER, ROOT, act, events, guest, integrity_ok, make_old, make_station, recursive,
-                     replay_model, reply, stored, turn_lines, yaml_block)
 from rooms import room_classes
 from station.agents import Agent
 from station.config import load_config

@@ -24,12 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from station.executors import LocalExecutor, Mount, RunSpec
-from station.executors import local
-from station.executors.local import SANDBOX_GID, UID_BASE
-
 from helpers import sandbox_processes
+
+from station.executors import LocalExecutor, Mount, RunSpec, local
+from station.executors.local import SANDBOX_GID, UID_BASE
 
 SECRET_KEY = "sk-ant-test-0123456789-must-not-leak"
 DB_TEXT = "STATION-DATABASE-CONTENT"

@@ -16,7 +16,14 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from sklearn.neighbors import KNeighborsClassifier
 
 from evaluators.scrna.simulate import (
-    FILES, G2M_GENES, S_GENES, SIZES, load_h5ad, make_datasets, simulate, split_for_task,
+    FILES,
+    G2M_GENES,
+    S_GENES,
+    SIZES,
+    load_h5ad,
+    make_datasets,
+    simulate,
+    split_for_task,
 )
 
 SMALL = {"n_cells": SIZES["small"]["train_cells"], "n_genes": SIZES["small"]["n_genes"],

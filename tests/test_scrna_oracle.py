@@ -45,7 +45,6 @@ except Exception as exc:  # noqa: BLE001 - any import failure means no oracle; s
 import anndata as ad  # noqa: E402
 import pandas as pd  # noqa: E402
 import scanpy as sc  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
 from scipy.stats import chi2  # noqa: E402
 
 from evaluators.scrna.extra_metrics import EXTRA_METRICS  # noqa: E402

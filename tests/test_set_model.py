@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
-
 from conftest import ROOT
+from fastapi.testclient import TestClient
 from helpers import demo_config, read
 from provider_server import ProviderServer
 from remote_world import KEY, KEY_ENV, endpoint, scripted_responder
+
 from station import cli
 from station.config import parse_config
 from station.engine import Engine

@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from helpers import events, guest, make_station, recursive, replay_model
 
 from evaluators import base as evaluator_base
-from helpers import events, guest, make_station, recursive, replay_model
+from rooms.research.stagnation import CODE_NAMES, Stagnation, best_result, next_code_name
 from rooms.research.store import insert_evaluation
 from station.engine import Engine
-from rooms.research.stagnation import CODE_NAMES, Stagnation, best_result, next_code_name
 from station.world import Station
 
 THRESHOLD, DEEP = 3, 4

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-
 from conftest import ROOT, copy_station
+from fastapi.testclient import TestClient
 from helpers import web_client
+
 from station.store import Store
 from station.web.app import create_app
 

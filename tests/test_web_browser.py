@@ -10,19 +10,19 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote
 
 import pytest
 import uvicorn
+from conftest import ROOT, copy_station
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from conftest import ROOT, copy_station
 from station.store import Store
 from station.web import refs
 from station.web.app import create_app

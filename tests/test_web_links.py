@@ -12,10 +12,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from fastapi.testclient import TestClient
-
 from conftest import copy_station
+from fastapi.testclient import TestClient
 from helpers import web_client
+
 from station.store import Store
 from station.web import refs
 from station.web.app import create_app

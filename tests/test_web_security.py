@@ -15,17 +15,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 import uvicorn
+from conftest import ROOT, copy_station
 from markupsafe import escape
 
-from conftest import ROOT, copy_station
 from station import cli, endpoints
 from station.config import parse_config
 from station.store import Store
@@ -76,7 +76,7 @@ class Serving:
     """A `station serve` subprocess: its loopback address and the lines it prints."""
 
     url: str
-    lines: "queue.Queue[str]"
+    lines: queue.Queue[str]
 
     def login_address(self) -> str:
         """The next login address the server prints (the first at start, then one after each use)."""

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_station
-from helpers import web_client
 from fastapi.testclient import TestClient
+from helpers import web_client
 
 from station.web import events, study
 from station.web.app import create_app
