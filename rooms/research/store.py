@@ -51,6 +51,14 @@ def best_evaluation(query: Query, where: str, params: tuple, ties: str = SUBMITT
     return found[0] if found else None
 
 
+def leading_evaluations(query: Query, where: str, params: tuple, limit: int, columns: str = "*") -> list[Any]:
+    """The `limit` best valid results among the evaluations `where` selects, best first."""
+    order = ranking_order(query, where, params)
+    return query(
+        f"SELECT {columns} FROM evaluations e WHERE {where} AND {VALID} ORDER BY {order} LIMIT ?", (*params, limit)
+    )
+
+
 MIGRATIONS = [
     """
     CREATE TABLE evaluations (

@@ -14,6 +14,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from rooms.research.store import leading_evaluations
+
 from . import refs
 from .data import one, rows
 from .render import CONTROL
@@ -50,12 +52,9 @@ def candidates(db: sqlite3.Connection, ev: dict[str, Any], limit: int = 40) -> l
     named = [n for n in refs.mentioned(ev.get("abstract")) if n < ev["id"]][:limit]
     marks = ",".join("?" * len(named)) or "NULL"
     cited = rows(db, f"SELECT id, author, title, score FROM evaluations WHERE id IN ({marks})", tuple(named))
-    best = rows(
-        db,
-        "SELECT id, author, title, score FROM evaluations WHERE task=? AND id<? AND score IS NOT NULL "
-        "ORDER BY score DESC, id LIMIT 10",
-        (ev["task"], ev["id"]),
-    )
+    query = lambda sql, params: db.execute(sql, params).fetchall()  # the research store's query shape
+    leading = leading_evaluations(query, "e.task=? AND e.id<?", (ev["task"], ev["id"]), 10, "id, author, title, score")
+    best = [dict(zip(("id", "author", "title", "score"), row)) for row in leading]
     seen: dict[int, dict[str, Any]] = {}
     for entry in [*cited, *mine, *best]:
         seen.setdefault(entry["id"], entry)

@@ -52,6 +52,9 @@ class SearchIndex:
             db = self._connect()
             try:
                 with db:
+                    # before reading the marks: a second process refreshing this index (two viewers
+                    # of one station) waits here, rather than indexing the same rows again
+                    db.execute("BEGIN IMMEDIATE")
                     self._turns(db, world)
                     self._capsules(db, world)
                     self._common(db, world)
