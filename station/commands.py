@@ -225,60 +225,73 @@ def record(store: Store, key: str, command: dict[str, Any], point: int, tick: in
 
 def apply(ctx: Context, command: dict[str, Any]) -> bool:
     """Apply one command to the world; True if it asks the run to pause."""
-    op = command["op"]
-    if op == "pause":
+    if command["op"] == "pause":
         ctx.emit("operator_pause")
         return True
-    if op == "message":
-        header = ctx.texts.render("operator_message_header")
-        targets = ctx.agents.active() if command["to"] == "*" else [ctx.agents.get(command["to"])]
-        for agent in targets:
-            if agent is None or not agent.active:
-                ctx.emit("operator_alert", command["to"], problem="message to an agent who is not active")
-                continue
-            ctx.notify(agent, f"{header}\n{command['text']}", "operator")
-    elif op == "answer":
-        request = int(command["request"])
-        try:
-            if not any(room.answer_operator(ctx, request, command["text"]) for room in ctx.rooms.values()):
-                raise ValueError(f"no room of this station takes answers (request #{request})")
-        except ValueError as err:
-            ctx.emit("operator_alert", None, problem=str(err))
-    elif op == "set":
-        before = ctx.config
-        try:
-            after = with_value(before, command["key"], command.get("value"))
-            if command["key"] == "rooms.enabled":
-                ctx.open_rooms(before, after)
-        except ValueError as err:  # a CommandError, or a room set that is not only larger
-            ctx.emit("operator_alert", None, problem=str(err))
-        else:
-            ctx.config = after
-            if ctx.store.get_meta(INITIAL_CONFIG) is None:  # what a replay of this station starts from
-                ctx.store.set_meta(INITIAL_CONFIG, before.model_dump(mode="json"))
-            ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))
-            model = MODEL_KEY.match(command["key"])
-            if model is not None:
-                _use_new_model(ctx, before, model)
-            _share_config(ctx)
-    elif op == "spawn":
-        from .lifecycle import create_agent
-
-        try:  # a spawn queued by an older version, before today's checks: an alert, never a crash on every resume
-            spec = AgentSpec.model_validate({**command["agent"], "count": 1})
-        except (ValidationError, TypeError) as err:
-            ctx.emit("operator_alert", None, problem=f"spawn refused: {_first_error(err)}")
-        else:
-            create_agent(ctx, spec)  # announced by its agent_spawned event
-    elif op == "end_agent":
-        agent = ctx.agents.get(command["agent"])
-        if agent is None or not agent.active:
-            ctx.emit("operator_alert", command["agent"], problem="end_agent: no such active agent")
-        else:
-            agent.flags["end_requested"] = True
-            ctx.agents.save(agent)
+    _APPLY[command["op"]](ctx, command)
     ctx.emit("operator_command", None, command=command)
     return False
+
+
+def _message(ctx: Context, command: dict[str, Any]) -> None:
+    header = ctx.texts.render("operator_message_header")
+    targets = ctx.agents.active() if command["to"] == "*" else [ctx.agents.get(command["to"])]
+    for agent in targets:
+        if agent is None or not agent.active:
+            ctx.emit("operator_alert", command["to"], problem="message to an agent who is not active")
+            continue
+        ctx.notify(agent, f"{header}\n{command['text']}", "operator")
+
+
+def _answer(ctx: Context, command: dict[str, Any]) -> None:
+    request = int(command["request"])
+    try:
+        if not any(room.answer_operator(ctx, request, command["text"]) for room in ctx.rooms.values()):
+            raise ValueError(f"no room of this station takes answers (request #{request})")
+    except ValueError as err:
+        ctx.emit("operator_alert", None, problem=str(err))
+
+
+def _set(ctx: Context, command: dict[str, Any]) -> None:
+    before = ctx.config
+    try:
+        after = with_value(before, command["key"], command.get("value"))
+        if command["key"] == "rooms.enabled":
+            ctx.open_rooms(before, after)
+    except ValueError as err:  # a CommandError, or a room set that is not only larger
+        ctx.emit("operator_alert", None, problem=str(err))
+        return
+    ctx.config = after
+    if ctx.store.get_meta(INITIAL_CONFIG) is None:  # what a replay of this station starts from
+        ctx.store.set_meta(INITIAL_CONFIG, before.model_dump(mode="json"))
+    ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))
+    model = MODEL_KEY.match(command["key"])
+    if model is not None:
+        _use_new_model(ctx, before, model)
+    _share_config(ctx)
+
+
+def _spawn(ctx: Context, command: dict[str, Any]) -> None:
+    from .lifecycle import create_agent
+
+    try:  # a spawn queued by an older version, before today's checks: an alert, never a crash on every resume
+        spec = AgentSpec.model_validate({**command["agent"], "count": 1})
+    except (ValidationError, TypeError) as err:
+        ctx.emit("operator_alert", None, problem=f"spawn refused: {_first_error(err)}")
+        return
+    create_agent(ctx, spec)  # announced by its agent_spawned event
+
+
+def _end_agent(ctx: Context, command: dict[str, Any]) -> None:
+    agent = ctx.agents.get(command["agent"])
+    if agent is None or not agent.active:
+        ctx.emit("operator_alert", command["agent"], problem="end_agent: no such active agent")
+        return
+    agent.flags["end_requested"] = True
+    ctx.agents.save(agent)
+
+
+_APPLY = {"message": _message, "answer": _answer, "set": _set, "spawn": _spawn, "end_agent": _end_agent}
 
 
 def _model_at(config: StationConfig, owner: str) -> ModelConfig:

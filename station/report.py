@@ -215,90 +215,104 @@ def health_problems(scorer_health: dict[str, Any], system_failures: list[dict[st
 
 
 def status_text(data: dict[str, Any]) -> str:
-    """`station status` as the terminal shows it. Kept whole: one line per fact, in the order
-    the user reads them, each a few words of formatting."""
+    """`station status` as the terminal shows it: one line per fact, in the order the user reads them."""
     c = data["counts"]
     lines = [
         f"{data['station']['name']} at {data['station']['dir']}",
         f"tick {data['tick']} ({data['turns_done_this_tick']} turns done), {data['state']}, " + _health(data),
+        *([f"paused: {data['pause_reason']}"] if data.get("pause_reason") else []),
+        *(f"problem: {p}" for p in data.get("problems", [])),
         f"{c['turns']} turns, {c['agents_ever']} agents ever, {c['departures']} departures, "
         f"{c['ascensions']} ascensions, {c['lineages']} lineages",
+        *_social_lines(c),
+        *(_research_lines(c, data) if "research_best" in c else []),
+        *(_spend_lines(data) if data["spend"]["calls"] else []),
         "",
+        *_agent_lines(data),
     ]
+    return clean("\n".join(lines))  # pause reasons, titles and progress notes come from agents and code
+
+
+def _social_lines(c: dict[str, Any]) -> list[str]:
     caps, papers = c["capsules"], c.get("papers")
-    social = [
+    lines = [
         f"capsules: {caps['private']} private notes, {caps['public']} forum threads, "
         f"{caps['archive']} papers, {caps['mail']} mails"
     ]
     if papers:
-        social.append(
+        lines.append(
             f"submitted papers: {papers['accepted']} accepted, {papers['rejected']} rejected, "
             f"{papers['pending']} pending, {papers['failed']} not reviewable"
         )
     if "common_room_messages" in c:
-        social.append(f"common room: {c['common_room_messages']} messages")
+        lines.append(f"common room: {c['common_room_messages']} messages")
     if "reflections" in c:
-        social.append(f"reflections: {c['reflections']}")
-    if "research_best" in c:
-        sub = c["submissions"]
-        social.append(
-            f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
-            f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out"
-            + (f", {sub['scorer_failed']} not scored (the task's scorer failed)" if sub.get("scorer_failed") else "")
-            + (f", {sub['system_failed']} not run (system errors)" if sub.get("system_failed") else "")
-        )
-        social += [
-            f"  #{e['id']} {e['state']}"
-            + (f" {e['elapsed_s']:.0f} s" if e["elapsed_s"] is not None else "")
-            + (f" ({e['progress']})" if e["progress"] else "")
-            + f": {e['title']!r} by {e['author']}"
-            for e in data.get("evaluations", [])
-            if e["state"] == "running"
-        ]
-        social += [
-            f"  the scorer of task {f['task']} failed on #{f['id']}: {f['error']}"
-            for f in data.get("scorer_failures", [])[:3]
-        ]
-        best = sorted(c["research_best"].items(), key=lambda item: natural_order(item[0]))
-        social += [
-            f"best on task {task}: {shown(b['score'])} (evaluation #{b['evaluation']} by {b['author']}, "
-            f"tick {b['tick']})"
-            for task, b in best
-        ]
-    lines[-1:-1] = social
-    lines[2:2] = [f"problem: {p}" for p in data.get("problems", [])]
-    if data.get("pause_reason"):
-        lines[2:2] = [f"paused: {data['pause_reason']}"]
+        lines.append(f"reflections: {c['reflections']}")
+    return lines
+
+
+def _research_lines(c: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    sub = c["submissions"]
+    lines = [
+        f"evaluations: {sub['finished']} finished, {sub['running']} running, {sub['queued']} queued, "
+        f"{sub.get('undelivered', 0)} to deliver, {sub['failed']} failed, {sub['timed_out']} timed out"
+        + (f", {sub['scorer_failed']} not scored (the task's scorer failed)" if sub.get("scorer_failed") else "")
+        + (f", {sub['system_failed']} not run (system errors)" if sub.get("system_failed") else "")
+    ]
+    lines += [
+        f"  #{e['id']} {e['state']}"
+        + (f" {e['elapsed_s']:.0f} s" if e["elapsed_s"] is not None else "")
+        + (f" ({e['progress']})" if e["progress"] else "")
+        + f": {e['title']!r} by {e['author']}"
+        for e in data.get("evaluations", [])
+        if e["state"] == "running"
+    ]
+    lines += [
+        f"  the scorer of task {f['task']} failed on #{f['id']}: {f['error']}"
+        for f in data.get("scorer_failures", [])[:3]
+    ]
+    best = sorted(c["research_best"].items(), key=lambda item: natural_order(item[0]))
+    lines += [
+        f"best on task {task}: {shown(b['score'])} (evaluation #{b['evaluation']} by {b['author']}, tick {b['tick']})"
+        for task, b in best
+    ]
+    return lines
+
+
+def _spend_lines(data: dict[str, Any]) -> list[str]:
     money = data["spend"]
-    if money["calls"]:
-        cached = f", {money['cached_share']:.0%} of input from cache" if money["cached_share"] is not None else ""
-        budget = ", ".join(f"{k} {v:,}" for k, v in money["budget"].items() if v is not None)
-        lines.insert(
-            -1,
-            f"spend: ${money['usd']:.4f} over {money['calls']:,} model calls "
-            f"({money['input_tokens']:,} input, {money['output_tokens']:,} output, "
-            f"{money['reasoning_tokens']:,} reasoning tokens{cached})" + (f"; budget: {budget}" if budget else ""),
-        )
-        # callers other than the active agents: roles (reviewer, grader) and agents who left, often
-        # many and mostly free (scripted or cached), so only the few who spent most are named
-        active = {a["name"] for a in data["agents"]}
-        roles = {who: c["usd"] for who, c in money["by_caller"].items() if who not in active}
-        left = money.get("agents_who_left") or {"callers": 0, "callers_who_spent": 0, "usd": 0.0, "biggest": {}}
-        spenders = sorted([*((w, u) for w, u in roles.items() if u > 0), *left["biggest"].items()], key=lambda o: -o[1])
-        named = spenders[:OTHER_CALLERS_NAMED]
-        paid = sum(1 for u in roles.values() if u > 0) + left["callers_who_spent"]
-        paid_usd = sum(u for u in roles.values() if u > 0) + left["usd"]
-        more = []
-        if paid > len(named):
-            more.append(f"{paid - len(named)} more who spent ${paid_usd - sum(u for _, u in named):.4f}")
-        free = len(roles) + left["callers"] - paid
-        if free and named:
-            more.append(f"{free} more with no spend")
-        if named:
-            biggest = ", ".join(f"{who} ${usd:.4f}" for who, usd in named)
-            lines.insert(-1, "  other callers: " + biggest + (f"; {'; '.join(more)}" if more else ""))
-        elif free:
-            lines.insert(-1, f"  other callers: {free} (no spend)")
+    cached = f", {money['cached_share']:.0%} of input from cache" if money["cached_share"] is not None else ""
+    budget = ", ".join(f"{k} {v:,}" for k, v in money["budget"].items() if v is not None)
+    lines = [
+        f"spend: ${money['usd']:.4f} over {money['calls']:,} model calls "
+        f"({money['input_tokens']:,} input, {money['output_tokens']:,} output, "
+        f"{money['reasoning_tokens']:,} reasoning tokens{cached})" + (f"; budget: {budget}" if budget else "")
+    ]
+    # callers other than the active agents: roles (reviewer, grader) and agents who left, often
+    # many and mostly free (scripted or cached), so only the few who spent most are named
+    active = {a["name"] for a in data["agents"]}
+    roles = {who: c["usd"] for who, c in money["by_caller"].items() if who not in active}
+    left = money.get("agents_who_left") or {"callers": 0, "callers_who_spent": 0, "usd": 0.0, "biggest": {}}
+    spenders = sorted([*((w, u) for w, u in roles.items() if u > 0), *left["biggest"].items()], key=lambda o: -o[1])
+    named = spenders[:OTHER_CALLERS_NAMED]
+    paid = sum(1 for u in roles.values() if u > 0) + left["callers_who_spent"]
+    paid_usd = sum(u for u in roles.values() if u > 0) + left["usd"]
+    more = []
+    if paid > len(named):
+        more.append(f"{paid - len(named)} more who spent ${paid_usd - sum(u for _, u in named):.4f}")
+    free = len(roles) + left["callers"] - paid
+    if free and named:
+        more.append(f"{free} more with no spend")
+    if named:
+        biggest = ", ".join(f"{who} ${usd:.4f}" for who, usd in named)
+        lines.append("  other callers: " + biggest + (f"; {'; '.join(more)}" if more else ""))
+    elif free:
+        lines.append(f"  other callers: {free} (no spend)")
+    return lines
+
+
+def _agent_lines(data: dict[str, Any]) -> list[str]:
+    lines = []
     for a in data["agents"][:STATUS_AGENTS]:
         lineage = f" gen {a['generation']}" if a["generation"] else ""
         tokens = f"{a['context_tokens']:,}" if a["context_tokens"] is not None else "-"
@@ -311,7 +325,7 @@ def status_text(data: dict[str, Any]) -> str:
         lines.append(
             f"  ... and {hidden} more active agents: `station agents {data['station']['dir']} --offset {STATUS_AGENTS}`"
         )
-    return clean("\n".join(lines))  # pause reasons, titles and progress notes come from agents and code
+    return lines
 
 
 def _health(data: dict[str, Any]) -> str:

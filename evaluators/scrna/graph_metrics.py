@@ -45,7 +45,7 @@ def ari_nmi(inputs: Inputs) -> dict[str, float]:
     return {"nmi": float(best_nmi), "ari": float(adjusted_rand_score(inputs.labels, best_clusters))}
 
 
-def _shortest_path_knn_py(indptr, indices, weights, k, rows):  # compiled with numba when available
+def _shortest_path_knn_py(indptr, indices, weights, k, rows):  # noqa: C901, PLR0915 - numba compiles it whole
     """For each source in `rows`: its `k` nearest other nodes by shortest-path length (Dijkstra,
     stopped after k settled nodes); -1 / inf where fewer are reachable.
 

@@ -199,7 +199,7 @@ def _has_exit(cell, box_cell, floor, boxes) -> bool:
     return False
 
 
-def _attempt(uniform, height, width, n_boxes, pulls, floor_share, persist, pull_prob):
+def _attempt(uniform, height, width, n_boxes, pulls, floor_share, persist, pull_prob):  # noqa: C901, PLR0915 - draws in fixed order
     """One reverse-play try: (level, solution), or None when no moment had every box off the
     targets, or the boxes ended too close to home.
 

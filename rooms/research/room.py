@@ -20,7 +20,8 @@ import math
 import re
 from typing import Any
 
-from evaluators import has_real_code
+from evaluators.base import Task
+from station.agents import Agent
 from station.config import StationConfig
 from station.context import Context, Hook
 from station.room import Outcome, Room, action, register_room
@@ -31,13 +32,13 @@ from .board import Leaderboard
 from .delivery import Evaluations
 from .holiday import HolidayEvacuation, is_holiday
 from .ids import parse_id, parse_id_list
-from .params import BIDI, CONTROL, LINE_BREAK, REQUIRED, SubmitParams, as_text, blank, cut_words, normalise_tags
+from .params import SubmitParams
 from .stagnation import Stagnation
 from .storage_actions import StorageActions
 from .store import MIGRATIONS, SYSTEM_AUTHOR, best_evaluation, insert_evaluation, running_ids
+from .submission import Refused, check_form
 from .text import cell, clip_log, clip_title, fence, json_or
 
-MAX_TITLE_CHARS = 200
 PREVIEW_MAX_IDS = 100
 SUMMARY_CHARS = 12_000  # task_summary budget (the archive reviewer's context)
 STATUS_WORDS = {
@@ -214,98 +215,15 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     @action("submit", params=SubmitParams, yaml_required=False)
     def submit(self, ctx: Context, agent: Any, args: str | None, p: SubmitParams | None) -> Outcome:
-        """Queue a submission for evaluation. Kept whole: it follows the spec's checks in their
-        numbered order (research §1.4), and the first one that fails is the agent's answer."""
-        cfg = ctx.config.research
-
-        def refused(why: str) -> Outcome:
+        """Queue a submission for evaluation. Its checks follow the spec's numbered order (research
+        §1.4); the first one that fails is the agent's answer."""
+        try:
+            self._check_may_submit(ctx, agent)  # 1-3
+            draft = check_form(p, ctx.config.research)  # 4-8
+            task_id, task = self._task_for(ctx, args, draft.code)  # 9
+            self._check_open_evaluations(ctx, agent)  # 10
+        except Refused as why:
             return Outcome([f"Submission refused: {why}."])
-
-        # 1-3: the station's and the agent's state
-        if cfg.holiday_mode and is_holiday(ctx.tick):
-            return refused("it is a holiday tick (ticks ending in 9 or 0 take no submissions); submit next tick")
-        if agent.role == "supervisor":
-            return refused("supervisors review experiments but do not submit them")
-        left = self._cooldown_left(ctx, agent)
-        if left:
-            return refused(f"the submission cooldown is active; you can submit again in {left} tick(s)")
-        # 4: the four required keys
-        given = p.model_dump() if p is not None else {}
-        empty = [key for key in REQUIRED if blank(given.get(key))]
-        if empty:
-            return refused(
-                "a submission needs a ```yaml block with all four keys title, tags, abstract and content; "
-                f"missing or empty: {', '.join(empty)}"
-            )
-        assert p is not None
-        title = as_text(p.title)
-        if title is None:
-            return refused("the title must be text")
-        title = title.strip()
-        if LINE_BREAK.search(title) or CONTROL.search(title) or BIDI.search(title):
-            return refused("the title must be one line without control characters")
-        if len(title) > MAX_TITLE_CHARS:
-            return refused(f"the title is {len(title)} characters long; at most {MAX_TITLE_CHARS} are allowed")
-        warnings: list[str] = []
-        # 5: tags
-        tags, tag_warnings, problem = normalise_tags(p.tags, cfg.max_tags, cfg.max_tag_chars)
-        if problem:
-            return refused(problem)
-        warnings += tag_warnings
-        # 6: abstract
-        abstract = as_text(p.abstract)
-        if abstract is None:
-            return refused("the abstract must be text")
-        if CONTROL.search(abstract) or BIDI.search(abstract):
-            return refused("the abstract contains control characters")
-        abstract, words = cut_words(abstract.strip(), cfg.max_abstract_words)
-        if words > cfg.max_abstract_words:
-            warnings.append(f"the abstract had {words} words; only the first {cfg.max_abstract_words} were kept")
-        # 7: options
-        cpu_only = p.cpu_only
-        if cpu_only is not None:
-            if not isinstance(cpu_only, bool):
-                return refused("cpu_only must be true or false")
-            if cpu_only and not cfg.allow_cpu_only:
-                return refused("cpu_only is not available in this station; leave the key out")
-        if p.no_debugger is not None and not isinstance(p.no_debugger, bool):
-            return refused("no_debugger must be true or false")
-        # 8: the code
-        code = p.content
-        if not isinstance(code, str):
-            return refused("content must be your Python code as text (use a `|` block)")
-        if "\x00" in code:
-            return refused("the code contains NUL characters")
-        if len(code) > cfg.max_code_chars:
-            return refused(f"the code is {len(code):,} characters long; at most {cfg.max_code_chars:,} are allowed")
-        if not has_real_code(code):
-            return refused(
-                "the content holds only comments or docstrings. Submit real, complete code that runs "
-                "as it stands; keep reusable pieces in your lineage's storage and import them from there"
-            )
-        # 9: the task
-        ids = self.task_ids(ctx)
-        task_id = self._task_id(args) if args and args.strip() else (ids[-1] if ids else None)
-        task = ctx.tasks.get(task_id) if task_id else None
-        if task is None or task_id is None:
-            shown = (args or "").strip()[:40]
-            return refused(f"there is no research task '{shown}' (tasks: {', '.join(ids) or 'none'})")
-        problem = task.validate_code(code)
-        if problem:
-            return refused(f"the code does not fit task #{task_id}: {problem}")
-        # 10: open evaluations
-        open_ids = [
-            r[0]
-            for r in ctx.store.all(
-                "SELECT id FROM evaluations WHERE session = ? AND status = 'queued' ORDER BY id", (agent.session,)
-            )
-        ]
-        if len(open_ids) >= cfg.max_open_per_agent:
-            return refused(
-                f"you already have {len(open_ids)} unfinished evaluation(s) "
-                f"({', '.join(f'#{i}' for i in open_ids)}); at most {cfg.max_open_per_agent} may be open "
-                "at once. Wait for a result, then submit again"
-            )
         # 11-14: queue it
         number = insert_evaluation(
             ctx.store,
@@ -314,17 +232,17 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             session=agent.session,
             lineage=agent.lineage,
             tick=ctx.tick,
-            title=title,
-            tags=tags,
-            abstract=abstract,
-            code=code,
-            no_debugger=bool(p.no_debugger),
-            cpu_only=bool(cpu_only) and cfg.allow_cpu_only,
+            title=draft.title,
+            tags=draft.tags,
+            abstract=draft.abstract,
+            code=draft.code,
+            no_debugger=draft.no_debugger,
+            cpu_only=draft.cpu_only,
             holds_tick=True,
         )
         self.state(agent).setdefault("submitted", []).append(number)
         ctx.emit("evaluation_submitted", agent.name, evaluation=number)
-        wait = cfg.wait_ticks
+        wait = ctx.config.research.wait_ticks
         when = (
             ctx.texts.render("research_result_by_tick", tick=ctx.tick + wait)
             if wait
@@ -333,16 +251,54 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         ctx.notify(
             agent,
             ctx.texts.render(
-                "research_submitted", id=number, title=title, task=task_id, task_title=task.title, when=when
+                "research_submitted", id=number, title=draft.title, task=task_id, task_title=task.title, when=when
             ),
             "research",
         )
         lines = [
-            f"Submitted '{title}' to task #{task_id} ({task.title}) as evaluation #{number}; "
+            f"Submitted '{draft.title}' to task #{task_id} ({task.title}) as evaluation #{number}; "
             "its result will come as a system message."
         ]
-        lines += [f"Warning: {w}." for w in warnings]
+        lines += [f"Warning: {w}." for w in draft.warnings]
         return Outcome(lines)
+
+    def _check_may_submit(self, ctx: Context, agent: Agent) -> None:
+        """The station's and the agent's state: a holiday, a supervisor, the cooldown."""
+        if ctx.config.research.holiday_mode and is_holiday(ctx.tick):
+            raise Refused("it is a holiday tick (ticks ending in 9 or 0 take no submissions); submit next tick")
+        if agent.role == "supervisor":
+            raise Refused("supervisors review experiments but do not submit them")
+        left = self._cooldown_left(ctx, agent)
+        if left:
+            raise Refused(f"the submission cooldown is active; you can submit again in {left} tick(s)")
+
+    def _task_for(self, ctx: Context, args: str | None, code: str) -> tuple[str, Task]:
+        """The task named after `submit` (default: the last one), if the code fits it."""
+        ids = self.task_ids(ctx)
+        task_id = self._task_id(args) if args and args.strip() else (ids[-1] if ids else None)
+        task = ctx.tasks.get(task_id) if task_id else None
+        if task is None or task_id is None:
+            shown = (args or "").strip()[:40]
+            raise Refused(f"there is no research task '{shown}' (tasks: {', '.join(ids) or 'none'})")
+        problem = task.validate_code(code)
+        if problem:
+            raise Refused(f"the code does not fit task #{task_id}: {problem}")
+        return task_id, task
+
+    def _check_open_evaluations(self, ctx: Context, agent: Agent) -> None:
+        limit = ctx.config.research.max_open_per_agent
+        open_ids = [
+            r[0]
+            for r in ctx.store.all(
+                "SELECT id FROM evaluations WHERE session = ? AND status = 'queued' ORDER BY id", (agent.session,)
+            )
+        ]
+        if len(open_ids) >= limit:
+            raise Refused(
+                f"you already have {len(open_ids)} unfinished evaluation(s) "
+                f"({', '.join(f'#{i}' for i in open_ids)}); at most {limit} may be open "
+                "at once. Wait for a result, then submit again"
+            )
 
     # -- actions: reading results ---------------------------------------------------------------------
     @action("review")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from station.agents import Agent
 from station.context import Context
 from station.room import Outcome, action
 
@@ -13,6 +14,11 @@ from .params import StorageParams
 from .text import fence
 
 STORAGE_REQUESTS = 5  # storage lists, and reads, shown per view
+STORAGE_USAGE = (
+    "Usage: storage info | storage list <path> [page] | storage read <path> | storage write <path> "
+    "(with a YAML `content`) | storage delete <path>. Paths start with an area: shared/, system/, "
+    "lineage/ (yours) or a lineage name."
+)
 
 
 class StorageActions:
@@ -64,18 +70,12 @@ class StorageActions:
 
     @action("storage", params=StorageParams, yaml_required=False)
     def storage(self, ctx: Context, agent: Any, args: str | None, p: StorageParams | None) -> Outcome:
-        """The `storage` action's operations (list, read, write, delete, ...). Kept whole: one
-        dispatch over the operation word, each branch a few lines with its own access check."""
-        text = (args or "").strip()
-        op, _, rest = text.partition(" ")
+        """The `storage` action's operations (info, list, read, write, delete): the operation word,
+        then its path; each operation checks its own access."""
+        op, _, rest = (args or "").strip().partition(" ")
         op, rest = op.lower(), rest.strip()
-        usage = (
-            "Usage: storage info | storage list <path> [page] | storage read <path> | storage write <path> "
-            "(with a YAML `content`) | storage delete <path>. Paths start with an area: shared/, system/, "
-            "lineage/ (yours) or a lineage name."
-        )
         if op not in ("info", "list", "read", "write", "delete"):
-            return Outcome([usage])
+            return Outcome([STORAGE_USAGE])
         view = self.state(agent).setdefault("storage_view", {})
         if op == "info":
             view["info"] = True
@@ -94,40 +94,46 @@ class StorageActions:
         except rs.StorageError as err:
             return Outcome([f"Storage {op} refused: {err}."])
         if op in ("list", "read"):
-            problem = self.may_read(ctx, agent, loc)
-            if problem is None and op == "read" and (loc.area is None or not loc.parts):
-                problem = "name a file to read, e.g. shared/notes.md"
-            if problem is None:
-                try:
-                    rs.contained(self.storage_root(ctx), loc)
-                except rs.StorageError as err:
-                    problem = str(err)
-            if problem:
-                return Outcome([f"Storage {op} refused: {problem}."])
-            key = "lists" if op == "list" else "reads"
-            pending = view.setdefault(key, [])
-            if len(pending) >= STORAGE_REQUESTS:
-                return Outcome(
-                    [f"Storage {op} skipped: at most {STORAGE_REQUESTS} per turn are shown; ask again next turn."]
-                )
-            pending.append([rest, page] if op == "list" else rest)
-            what = (
-                f"The listing of {loc.display}" + (f" (page {page})" if page > 1 else "")
-                if op == "list"
-                else f"The content of {loc.display}"
-            )
-            return Outcome([f"{what} will be shown in the room view next turn."])
+            return self._ask_to_show(ctx, agent, op, rest, loc, page, view)
         problem = self.may_write(ctx, agent, loc, op)
         if problem:
             return Outcome([f"Storage {op} refused: {problem}."])
-        root = self.storage_root(ctx)
         if op == "delete":
             try:
-                rs.delete_file(root, loc)
+                rs.delete_file(self.storage_root(ctx), loc)
             except rs.StorageError as err:
                 return Outcome([f"Storage delete refused: {err}."])
             return Outcome([f"Deleted {loc.display}."])
-        content = p.content if p is not None else None
+        return self._write(ctx, loc, p.content if p is not None else None)
+
+    def _ask_to_show(
+        self, ctx: Context, agent: Agent, op: str, rest: str, loc: rs.Location, page: int, view: dict[str, Any]
+    ) -> Outcome:
+        """A list or read: checked now, shown in the room view next turn (at most STORAGE_REQUESTS of each)."""
+        problem = self.may_read(ctx, agent, loc)
+        if problem is None and op == "read" and (loc.area is None or not loc.parts):
+            problem = "name a file to read, e.g. shared/notes.md"
+        if problem is None:
+            try:
+                rs.contained(self.storage_root(ctx), loc)
+            except rs.StorageError as err:
+                problem = str(err)
+        if problem:
+            return Outcome([f"Storage {op} refused: {problem}."])
+        pending = view.setdefault("lists" if op == "list" else "reads", [])
+        if len(pending) >= STORAGE_REQUESTS:
+            return Outcome(
+                [f"Storage {op} skipped: at most {STORAGE_REQUESTS} per turn are shown; ask again next turn."]
+            )
+        pending.append([rest, page] if op == "list" else rest)
+        what = (
+            f"The listing of {loc.display}" + (f" (page {page})" if page > 1 else "")
+            if op == "list"
+            else f"The content of {loc.display}"
+        )
+        return Outcome([f"{what} will be shown in the room view next turn."])
+
+    def _write(self, ctx: Context, loc: rs.Location, content: object) -> Outcome:
         if content is None:
             return Outcome([f"Storage write needs a ```yaml block with `content:` (the text of {loc.display})."])
         if isinstance(content, (bytes, bytearray)):
@@ -145,7 +151,7 @@ class StorageActions:
                 ]
             )
         try:
-            created = rs.write_text(root, loc, content)
+            created = rs.write_text(self.storage_root(ctx), loc, content)
         except rs.StorageError as err:
             return Outcome([f"Storage write refused: {err}."])
         size = rs.human_size(len(content.encode("utf-8")))
