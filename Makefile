@@ -14,8 +14,10 @@ run: setup
 	@echo "          .venv/bin/station agents $(DIR) --all"
 	@echo "          .venv/bin/station dialogue $(DIR) Guest_1"
 
+# Three workers on two cores: many tests wait on subprocesses, sandboxes and servers. --dist loadfile
+# keeps a module's tests (and its module fixtures) in one worker.
 test: setup check
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 3 --dist loadfile
 
 # The code checks (docs/extending.md): lint, formatting, types and the layers.
 check: setup

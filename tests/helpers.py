@@ -206,14 +206,17 @@ HARNESS = "/station/executors/harness.py"
 OUR_HARNESS = str(ROOT) + HARNESS
 
 
-def sandbox_processes(every_checkout: bool = False) -> list[str]:
+def sandbox_processes(every_checkout: bool = False, within: Path | None = None) -> list[str]:
     """Processes running under a sandbox uid, except (unless `every_checkout`) the harnesses of
-    another checkout's station (another test run, or a station, on this machine shares the uids)."""
+    another checkout's station (another test run, or a station, on this machine shares the uids).
+    `within`: only those of runs in that scratch folder (a run's command line names its folder):
+    the parallel test workers run sandboxes of their own meanwhile."""
     from station.executors.local import UID_BASE, UID_COUNT
 
-    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if UID_BASE <= int(line.split()[0]) < UID_BASE + UID_COUNT
-            and (every_checkout or HARNESS not in line or OUR_HARNESS in line)]
+            and (every_checkout or HARNESS not in line or OUR_HARNESS in line)
+            and (within is None or str(within) in line)]
 
 
 def sandboxes_alive(marker: str) -> list[str]:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import copy_station
 
 ROOT = Path(__file__).resolve().parents[1]
 TICKS = 100
@@ -19,9 +20,11 @@ def station(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("demo") / "demo"
-    run = station("run", "configs/demo.yaml", "--dir", str(d), "--until-tick", str(TICKS))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo60: Path) -> Path:
+    """The demo run on to tick 100 with `station run`, from a copy of the shared one at tick 60
+    (a resumed run is the same world: test_replay and test_crash hold it to that)."""
+    d = copy_station(demo60, tmp_path_factory.mktemp("demo") / "demo")
+    run = station("run", "--dir", str(d), "--until-tick", str(TICKS))
     assert run.returncode == 0, run.stderr
     return d
 

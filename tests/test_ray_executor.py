@@ -149,10 +149,11 @@ def test_stuck_ray_task_is_cancelled_with_its_sandbox(ray_ex, monkeypatch):
 
 
 def test_runs_queued_behind_others_do_not_time_out(ray_ex, monkeypatch):
-    """Four 1.5 s runs on 2 CPUs with a 2.5 s timeout: the second pair waits in Ray's queue, and
-    the Ray deadline (here 3 s) counts from the start of each run, not from its submission."""
+    """Four 4 s runs on 2 CPUs with a 7 s timeout: the second pair waits in Ray's queue, and
+    the Ray deadline (here 7.5 s) counts from the start of each run, not from its submission
+    (from there it would be 8 s or more). 3 s are left for starting a sandbox on a busy machine."""
     monkeypatch.setattr(ray_executor, "MARGIN_S", 0.5)
-    spec = RunSpec(code="import time\ndef main():\n    time.sleep(1.5)\n    return 1\n", timeout_s=2.5)
+    spec = RunSpec(code="import time\ndef main():\n    time.sleep(4)\n    return 1\n", timeout_s=7)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(ray_ex.run, [spec] * 4))
     assert [r.status for r in results] == ["ok"] * 4, results

@@ -27,7 +27,7 @@ import pytest
 from helpers import sandbox_processes
 
 from station.executors import LocalExecutor, Mount, RunSpec, local
-from station.executors.local import SANDBOX_GID, UID_BASE
+from station.executors.local import SANDBOX_GID, UID_BASE, UID_COUNT
 
 SECRET_KEY = "sk-ant-test-0123456789-must-not-leak"
 DB_TEXT = "STATION-DATABASE-CONTENT"
@@ -52,8 +52,8 @@ def station():
 
 
 @pytest.fixture(scope="module")
-def executor(station):
-    ex = LocalExecutor(hide=[station])
+def executor(station, tmp_path_factory):
+    ex = LocalExecutor(hide=[station], scratch_base=tmp_path_factory.mktemp("scratch"))
     if ex.mode != "namespaces":
         pytest.skip(f"the sandbox runs in {ex.mode!r} mode here (needs root and unshare)")
     return ex
@@ -323,7 +323,7 @@ def test_fork_bomb_is_contained(executor, station):
     assert (r.status, r.error) == ("error", "Process limit exceeded: the run had 21 processes and threads at once, "
                                             "the limit is 20")  # RLIMIT_NPROC is the limit + 1: the excess is seen
     assert time.monotonic() - began < 8
-    assert sandbox_processes() == []
+    assert sandbox_processes(within=executor.scratch_base) == []
 
 
 def test_file_size_limit(executor, station):
@@ -340,7 +340,7 @@ def test_infinite_loop_is_killed_quickly(executor, station):
     began = time.monotonic()
     r = run(executor, station, "def main():\n    while True:\n        pass\n", timeout_s=1.5)
     assert (r.status, r.error) == ("timeout", "Execution timed out after 1.5 seconds")
-    assert time.monotonic() - began < 4 and sandbox_processes() == []
+    assert time.monotonic() - began < 4 and sandbox_processes(within=executor.scratch_base) == []
 
 
 def test_cpu_limit_applies_even_before_the_wall_clock(executor, station):
@@ -496,11 +496,11 @@ def test_a_killed_station_leaves_no_sandbox_behind(tmp_path, monkeypatch):
               "RunSpec(code='import time\\ndef main():\\n    time.sleep(60)', timeout_s=60))\n")
     station_proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        assert wait_until(lambda: sandbox_processes() != [], 10), "the sandbox never started"
+        assert wait_until(lambda: sandbox_processes(within=tmp_path) != [], 10), "the sandbox never started"
     finally:
         station_proc.kill()  # SIGKILL: no cleanup code runs in the station
         station_proc.wait()
-    assert wait_until(lambda: sandbox_processes() == [], 5), sandbox_processes()
+    assert wait_until(lambda: sandbox_processes(within=tmp_path) == [], 5), sandbox_processes(within=tmp_path)
     # its run dir is left behind, until the next executor on that scratch base sweeps it
     (left,) = tmp_path.glob("station-*")
     live = tmp_path / "station-live-run"
@@ -528,7 +528,7 @@ def test_daemonized_children_do_not_survive(executor, station):
     """)
     assert r.status == "ok"
     ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    assert "987.65" not in ps and sandbox_processes() == []
+    assert "987.65" not in ps and sandbox_processes(within=executor.scratch_base) == []
 
 
 def test_no_network(executor, station):
@@ -582,7 +582,8 @@ def test_process_mode_reports_what_is_missing(station):
     r = ex.run(RunSpec(code="", mode="command", entry="env; id -u", timeout_s=5))
     assert r.status == "ok", r
     assert SECRET_KEY not in r.stdout and "HOME=" in r.stdout
-    assert r.stdout.split()[-1] == str(UID_BASE if os.geteuid() == 0 else os.getuid())
+    uid = int(r.stdout.split()[-1])  # as root, a sandbox uid (whichever is free: other tests run sandboxes too)
+    assert (UID_BASE <= uid < UID_BASE + UID_COUNT) if os.geteuid() == 0 else uid == os.getuid()
     assert "missing: net-namespace" in r.isolation and "missing: read-only-root" in r.isolation
 
 
