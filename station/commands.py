@@ -128,7 +128,11 @@ def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
         node = node[part]
     if MODEL_KEY.match(key):
         check_model_value(node, key, last, value)
-    if value is None and isinstance(node, dict) and path and path[0] == "prices":
+    if isinstance(node, list):  # one entry of a list: rooms.enabled.3
+        if not last.isdigit() or int(last) >= len(node):
+            raise CommandError(f"{key}: the station's config has no entry {last} there (it has 0 to {len(node) - 1})")
+        node[int(last)] = value
+    elif value is None and isinstance(node, dict) and path and path[0] == "prices":
         node.pop(last, None)
     else:
         node[last] = value
@@ -256,7 +260,7 @@ def _set(ctx: Context, command: dict[str, Any]) -> None:
     before = ctx.config
     try:
         after = with_value(before, command["key"], command.get("value"))
-        if command["key"] == "rooms.enabled":
+        if command["key"].startswith("rooms."):  # the whole list or one entry of it (rooms.enabled.3)
             ctx.open_rooms(before, after)
     except ValueError as err:  # a CommandError, or a room set that is not only larger
         ctx.emit("operator_alert", None, problem=str(err))

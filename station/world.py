@@ -39,7 +39,7 @@ def room_set_change(before: StationConfig, after: StationConfig) -> list[str]:
 
 def check_room_set(config: StationConfig, key: str, value: object) -> None:
     """Refuse now a `set` of the room set that the run would refuse when it applies it."""
-    if key == "rooms.enabled":
+    if key.startswith("rooms."):  # the whole list or one entry of it (rooms.enabled.3)
         room_set_change(config, with_value(config, key, value))
 
 

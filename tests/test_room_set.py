@@ -146,22 +146,37 @@ def test_the_operator_opens_a_new_room_on_a_running_station_and_a_replay_opens_i
 
 
 @pytest.mark.parametrize(
-    ("value", "refusal"),
+    ("key", "value", "refusal"),
     [
-        ("[lobby, exit]", "a station keeps the rooms it has"),
-        ("[lobby, exit, codex, no_such_room]", "unknown room(s) ['no_such_room']"),
-        ("[lobby, codex]", "rooms ['exit'] cannot be left out"),
+        ("rooms.enabled", "[lobby, exit]", "a station keeps the rooms it has"),
+        ("rooms.enabled", "[lobby, exit, codex, no_such_room]", "unknown room(s) ['no_such_room']"),
+        ("rooms.enabled", "[lobby, codex]", "rooms ['exit'] cannot be left out"),
+        ("rooms.enabled.1", "misc", "a room is listed twice"),  # one entry of the list
+        ("rooms.enabled.99", "misc", "has no entry 99 there (it has 0 to 13)"),
     ],
 )
 def test_a_room_set_change_that_is_not_an_addition_is_refused_with_its_reason(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, refusal: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str, refusal: str
 ) -> None:
     source = tmp_path / "source"
     Station.create(source, load_config(SOCIAL)).close()
-    assert cli.main(["set", str(source), "rooms.enabled", value]) != 0
+    assert cli.main(["set", str(source), key, value]) != 0
     assert refusal in capsys.readouterr().err
     store = Store(source)
     try:
         assert store.scalar("SELECT COUNT(*) FROM operator_queue") == 0  # nothing queued
     finally:
         store.close()
+
+
+def test_swapping_one_entry_for_a_new_room_is_refused_like_a_whole_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "source"
+    Station.create(source, load_config(SOCIAL)).close()
+    register_room(QuietGarden)
+    try:
+        assert cli.main(["set", str(source), "rooms.enabled.1", "quiet_garden"]) != 0  # the codex, swapped
+    finally:
+        ROOMS.remove(QuietGarden.short)
+    assert "a station keeps the rooms it has (codex)" in capsys.readouterr().err
