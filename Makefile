@@ -14,10 +14,10 @@ run: setup
 	@echo "          .venv/bin/station agents $(DIR) --all"
 	@echo "          .venv/bin/station dialogue $(DIR) Guest_1"
 
-# Three workers on two cores: many tests wait on subprocesses, sandboxes and servers. --dist loadfile
-# keeps a module's tests (and its module fixtures) in one worker.
+# One process: with three workers on two cores (pytest -n 3 --dist loadfile, about 19 minutes) a
+# local Ray instance can miss its health checks and be declared dead, so CI stays serial for now.
 test: setup check
-	.venv/bin/python -m pytest -q -n 3 --dist loadfile
+	.venv/bin/python -m pytest -q
 
 # The code checks (docs/extending.md): lint, formatting, types and the layers.
 check: setup
