@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from station.registry import Registry
-from station.run_types import Mount, RunResult, RunSpec
+from station.core.registry import Registry
+from station.core.run_types import Mount, RunResult, RunSpec
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from station.run_types import RunResult
+from station.core.run_types import RunResult
 
 from .base import SCRIPTED_TYPO_RATE, Baseline, Task, Verdict, figure_number, register
 

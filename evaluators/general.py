@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from station.run_types import RunResult
+from station.core.run_types import RunResult
 
 from .base import Task, Verdict, register
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from station.room import ROOMS, Room
+from station.core.room import ROOMS, Room
 
 
 def _import_room_modules() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from station.context import Context
-from station.room import Params
+from station.core.context import Context
+from station.core.room import Params
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 LINE_BREAK = re.compile(r"[\n\r\x85\u2028\u2029]")  # every character that ends a line

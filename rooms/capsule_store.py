@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from station.store import Store, dumps
+from station.core.store import Store, dumps
 
 MIGRATIONS = [
     """

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from station.context import Context
-from station.room import Outcome, Room, action
+from station.core.context import Context
+from station.core.room import Outcome, Room, action
 
 from . import capsule_store as cs
 from .capsule_ids import IdError, Target, parse_ids, parse_single

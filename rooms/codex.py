@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from station.context import Context
-from station.room import Outcome, Room, action, register_room
+from station.core.context import Context
+from station.core.room import Outcome, Room, action, register_room
 
 
 class CodexReading:

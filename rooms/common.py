@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from station.context import Context, Hook
-from station.room import Outcome, Params, Room, action, register_room
+from station.core.context import Context, Hook
+from station.core.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
     """

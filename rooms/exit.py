@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from station import lifecycle
-from station.context import Context
-from station.room import Outcome, Room, action, register_room
-from station.texts import token_amount, token_reserve
+from station.core import lifecycle
+from station.core.context import Context
+from station.core.room import Outcome, Room, action, register_room
+from station.core.texts import token_amount, token_reserve
 
 CONFIRMATION = re.compile(r"^`?/execute_action\{\s*exit\s*\}`?$")
 

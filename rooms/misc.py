@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from station.context import Context
-from station.room import Outcome, Params, Room, action, register_room
+from station.core.context import Context
+from station.core.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
     """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from station.context import Context
-from station.room import ActionSpec, Outcome, action, register_room
+from station.core.context import Context
+from station.core.room import ActionSpec, Outcome, action, register_room
 
 from .capsule_params import NoteParams
 from .capsule_store import lineage_key

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import Field
 
-from station.context import Context
-from station.room import Outcome, Params, Room, action, register_room
+from station.core.context import Context
+from station.core.room import Outcome, Params, Room, action, register_room
 
 MAX_PROMPT_CHARS = 4000
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from station.context import Context
-from station.room import Outcome, Params, Room, action, register_room
+from station.core.context import Context
+from station.core.room import Outcome, Params, Room, action, register_room
 
 PAGE_ROWS = 300
 

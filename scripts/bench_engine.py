@@ -36,12 +36,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rooms import capsule_store as cs  # noqa: E402
 from rooms.archive import REVIEWER  # noqa: E402
 from rooms.capsule_params import ReplyParams, UpdateParams  # noqa: E402
-from station.agents import RECURSIVE, Agent, roman  # noqa: E402
-from station.config import load_config  # noqa: E402
-from station.engine import Engine  # noqa: E402
+from station.apps.world import Station  # noqa: E402
+from station.core.agents import RECURSIVE, Agent, roman  # noqa: E402
+from station.core.config import load_config  # noqa: E402
+from station.core.engine import Engine  # noqa: E402
+from station.core.store import dumps  # noqa: E402
 from station.models.scripted import LINEAGE_NAMES, ROOM_PLAYS, ScriptedModel, Situation  # noqa: E402
-from station.store import dumps  # noqa: E402
-from station.world import Station  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STDERR = Console(stderr=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from station.config import ExecutorConfig  # noqa: E402
+from station.core.config import ExecutorConfig  # noqa: E402
 from station.executors import LocalExecutor, RunSpec, create_executor  # noqa: E402
 
 TRIVIAL = RunSpec(code="def main():\n    return 1\n", timeout_s=30, label="bench")

@@ -7,7 +7,7 @@ Usage: scripts/bench_pages.py [--station DIR] [--agents 1000] [--ticks 10000] [-
 Without --station the station is made by scripts/make_big_station.py (cached under
 runs/big-<agents>x<ticks>, so a second run reuses it). Web pages are fetched in-process through the real
 app, logged in as the operator is (fastapi's TestClient); CLI commands run in-process through
-`station.cli.main` with their output captured. Each is run once to warm up, then --repeats times: the
+`station.apps.cli.main` with their output captured. Each is run once to warm up, then --repeats times: the
 table shows the median and the largest time, and "rows": the table rows and list items of a page, the
 lines of a command's output. `station export` is timed over its first --export-pages pages (ms per page
 and the growth of the process's peak memory). --profile prints a cProfile of every entry over the target.
@@ -41,10 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fastapi.testclient import TestClient  # noqa: E402
 from make_big_station import make_big_station  # noqa: E402
 
-from station import cli  # noqa: E402
-from station.store import DB_NAME  # noqa: E402
-from station.web.app import create_app  # noqa: E402
-from station.web.export import export  # noqa: E402
+from station.apps import cli  # noqa: E402
+from station.apps.web.app import create_app  # noqa: E402
+from station.apps.web.export import export  # noqa: E402
+from station.core.store import DB_NAME  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"<tr[ >]|<li[ >]")

@@ -51,12 +51,12 @@ from provider_server import Answer, ProviderServer, Request  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from station.config import parse_config  # noqa: E402
-from station.engine import Engine  # noqa: E402
-from station.models.base import MESSAGE_OVERHEAD, estimate_conversation  # noqa: E402
+from station.apps.world import Station  # noqa: E402
+from station.core.config import parse_config  # noqa: E402
+from station.core.engine import Engine  # noqa: E402
+from station.core.model_api import MESSAGE_OVERHEAD, estimate_conversation  # noqa: E402
+from station.core.prompt import system_prompt  # noqa: E402
 from station.models.scripted import ScriptedModel  # noqa: E402
-from station.prompt import system_prompt  # noqa: E402
-from station.world import Station  # noqa: E402
 
 STYLES = ("full", "compact")
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"

@@ -188,9 +188,9 @@ class Run:
     """A station built from `config` in `directory`, stepped tick by tick."""
 
     def __init__(self, directory: Path, config: dict[str, Any], tally: Tally) -> None:
-        from station.config import parse_config
-        from station.engine import Engine
-        from station.world import Station
+        from station.apps.world import Station
+        from station.core.config import parse_config
+        from station.core.engine import Engine
 
         self.station = Station.create(directory, parse_config(config, "bench_scale"))
         self.tally = tally

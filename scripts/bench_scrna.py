@@ -24,7 +24,7 @@ from rich.table import Table  # noqa: E402
 from evaluators.base import create_task  # noqa: E402
 from evaluators.scrna.normalisation import openproblems_bounds  # noqa: E402
 from evaluators.scrna.task import LABELS, METRICS, normalise  # noqa: E402
-from station.config import ExecutorConfig  # noqa: E402
+from station.core.config import ExecutorConfig  # noqa: E402
 from station.executors import create_executor  # noqa: E402
 
 OUT = Console()

@@ -31,9 +31,9 @@ from remote_world import KEY_ENV, remote_config  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from station.config import parse_config  # noqa: E402
-from station.engine import Engine, Progress  # noqa: E402
-from station.world import Station  # noqa: E402
+from station.apps.world import Station  # noqa: E402
+from station.core.config import parse_config  # noqa: E402
+from station.core.engine import Engine, Progress  # noqa: E402
 
 ROOMS = ["misc", "lobby", "common", "public"]
 STDERR = Console(stderr=True)

@@ -43,12 +43,12 @@ from fastapi.testclient import TestClient  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from station.store import DB_NAME, Store  # noqa: E402
-from station.web.app import create_app  # noqa: E402
+from station.apps.web.app import create_app  # noqa: E402
+from station.core.store import DB_NAME, Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TURN_MARK = 'class="turn"'  # one per turn shown in a dialogue page
-TURNS_PER_PAGE = 20  # station/web/data.py; only used to pick page numbers (the HTML is counted)
+TURNS_PER_PAGE = 20  # station/apps/web/data.py; only used to pick page numbers (the HTML is counted)
 console = Console(width=None if sys.stdout.isatty() else 200)
 
 

@@ -53,12 +53,12 @@ from rich.table import Table  # noqa: E402
 
 from evaluators.programs import program  # noqa: E402
 from rooms.research.store import insert_evaluation  # noqa: E402
-from station.agents import Agent  # noqa: E402
-from station.config import AgentSpec, ResearchConfig, StationConfig, TaskConfig, load_config  # noqa: E402
-from station.engine import Engine  # noqa: E402
-from station.engine import Progress as EngineProgress  # noqa: E402
-from station.store import DB_NAME, Store, StoreError, dumps  # noqa: E402
-from station.world import Station  # noqa: E402
+from station.apps.world import Station  # noqa: E402
+from station.core.agents import Agent  # noqa: E402
+from station.core.config import AgentSpec, ResearchConfig, StationConfig, TaskConfig, load_config  # noqa: E402
+from station.core.engine import Engine  # noqa: E402
+from station.core.engine import Progress as EngineProgress  # noqa: E402
+from station.core.store import DB_NAME, Store, StoreError, dumps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "social_demo.yaml"

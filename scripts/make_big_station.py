@@ -13,7 +13,7 @@ running the engine that long takes hours, so this script writes what such a run 
     ascends after a few ticks (or leaves), joins an existing lineage whose last generation has ended (or, with
     the config's force_new_probability, founds a new one), lives to the config's max_age unless it leaves
     earlier, and is replaced by a new guest at the next tick. The agent records (guests, ascended guests,
-    ended and active generations, lineages with successors) are `station.agents.Agent` records;
+    ended and active generations, lineages with successors) are `station.core.agents.Agent` records;
   - in each of the last --full-ticks ticks every living agent takes a turn: a `turns` row, its recorded model
     reply (`inputs`), the turn_started / turn_finished events, a `spend` row, and for a third of them a system
     message; written tick by tick by INSERT ... SELECT, so ids grow with ticks as in a real run. In the ticks
@@ -46,10 +46,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from station.agents import ACTIVE, ASCENDED, ENDED, GUEST, RECURSIVE, Agent, roman  # noqa: E402
-from station.config import load_config  # noqa: E402
-from station.store import DB_NAME, dumps  # noqa: E402
-from station.world import Station  # noqa: E402
+from station.apps.world import Station  # noqa: E402
+from station.core.agents import ACTIVE, ASCENDED, ENDED, GUEST, RECURSIVE, Agent, roman  # noqa: E402
+from station.core.config import load_config  # noqa: E402
+from station.core.store import DB_NAME, dumps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "open_station.yaml"

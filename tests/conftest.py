@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from station.config import load_config
-from station.engine import Engine
-from station.world import Station
+from station.apps.world import Station
+from station.core.config import load_config
+from station.core.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 

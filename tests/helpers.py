@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from station.config import parse_config
+from station.apps.world import Station
+from station.core.config import parse_config
 from station.models.replay import ReplayModel
-from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "social_demo.yaml"
@@ -179,7 +179,7 @@ def record_requests(monkeypatch: Any) -> list[tuple[str, list[dict[str, str]]]]:
 
 def research_station_evaluations(directory: Path, name: str, research: dict[str, Any], ticks: int) -> list:
     """Run the scripted demo station on `research` for `ticks` ticks; its evaluation rows."""
-    from station.engine import Engine
+    from station.core.engine import Engine
 
     station = Station.create(directory, parse_config(demo_config(name=name, research=research)))
     try:
@@ -254,7 +254,7 @@ def slow_once_config(tmp_path: Path, executor: dict[str, Any]) -> Path:
 
 
 def web_client(app: Any) -> Any:
-    """An in-process client of the web console (`station.web.app.create_app`), logged in through its
+    """An in-process client of the web console (`station.apps.web.app.create_app`), logged in through its
     login address as the operator is with the one `station serve` prints."""
     from fastapi.testclient import TestClient
 
@@ -270,7 +270,7 @@ def station_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Compl
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "station.cli", *args],
+        [sys.executable, "-m", "station.apps.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

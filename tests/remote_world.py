@@ -12,7 +12,7 @@ from typing import Any
 
 from provider_server import Answer, ProviderServer, Request
 
-from station.models.base import estimate_conversation, estimate_tokens
+from station.core.model_api import estimate_conversation, estimate_tokens
 from station.models.scripted import ScriptedModel
 from station.models.scripted_debugger import ScriptedDebugger
 from station.models.scripted_grader import ScriptedGrader

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from station.actions import ParsedAction, parse_actions
+from station.core.actions import ParsedAction, parse_actions
 
 A = "/execute_action"
 
@@ -407,7 +407,7 @@ def test_actions_inside_yaml_are_never_actions(case):
 def test_prune_response_takes_a_tick_range_as_its_argument(tmp_path) -> None:
     from helpers import executed_lines, make_station, prompt_at, recursive, replay_model, stored, yaml_block
 
-    from station.engine import Engine
+    from station.core.engine import Engine
 
     refused = "\n".join([
         act("prune_response 1:5"),  # tick 1 is protected, 2 is now and 5 the future

@@ -36,9 +36,9 @@ from helpers import (
 )
 
 from rooms.misc import MiscRoom
-from station.engine import Engine
-from station.room import Room
-from station.world import Station
+from station.apps.world import Station
+from station.core.engine import Engine
+from station.core.room import Room
 
 MORE_TICKS = 3  # ticks run after the bad one, to show that the station keeps going
 UNCHANGED = ("location", "description", "meta_prompt", "state", "kind", "pruned", "lineage", "generation")

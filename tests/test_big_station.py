@@ -16,10 +16,10 @@ from urllib.parse import quote
 import pytest
 from helpers import ROOT, station_cli, web_client
 
-from station.agents import Agent
-from station.web import data, study
-from station.web.app import create_app
-from station.web.export import FRONTIER, export
+from station.apps.web import data, study
+from station.apps.web.app import create_app
+from station.apps.web.export import FRONTIER, export
+from station.core.agents import Agent
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from make_big_station import make_big_station  # noqa: E402

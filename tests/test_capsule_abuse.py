@@ -13,8 +13,8 @@ import pytest
 from helpers import act, events, reply
 from test_capsule_rooms import answer, capsule, capsule_rows, inbox, last_notice, seed, station, turn_lines, with_yaml
 
-from station.engine import Engine
-from station.world import Station
+from station.apps.world import Station
+from station.core.engine import Engine
 
 MEGABYTE = "a" * 1_000_000
 

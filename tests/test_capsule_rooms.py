@@ -30,9 +30,9 @@ from helpers import (
 
 from rooms.capsule_params import MailParams, NoteParams, PaperParams, PostParams, ReplyParams
 from rooms.mentions import mentioned_names
-from station import lifecycle
-from station.engine import Engine
-from station.world import Station
+from station.apps.world import Station
+from station.core import lifecycle
+from station.core.engine import Engine
 
 GOOD_ANSWER = "My goals are to reach a high score at the Research Counter and to publish papers in the Archive."
 PARAMS = {"private_memory": NoteParams, "public_memory": PostParams, "archive": PaperParams, "mail": MailParams}

@@ -12,7 +12,7 @@ from evaluators.base import create_task
 from evaluators.circle_packing import CirclePacking
 from evaluators.general import GeneralPython
 from evaluators.programs import program
-from station.run_types import RunResult
+from station.core.run_types import RunResult
 
 R = 3 / 32  # dyadic: every coordinate, difference, square and root below is exact in float64
 
@@ -209,7 +209,7 @@ def test_spec_reports_an_overridden_timeout():
 
 def test_spec_states_the_configured_processors_and_the_paper_config_gives_1260_s():
     from rooms.research.tasks import load_tasks
-    from station.config import load_config
+    from station.core.config import load_config
 
     assert "One CPU core, no GPU." in create_task("circle_packing").spec()  # the text recorded stations read
     assert "4 CPU cores, 1 GPU." in create_task("circle_packing", {"cpus": 4, "gpus": 1}).spec()

@@ -19,7 +19,7 @@ DEMO = ROOT / "configs" / "social_demo.yaml"
 
 
 def station(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, **kw)
 
 
@@ -85,7 +85,7 @@ def first_turn_committed(d: Path, proc: subprocess.Popen, seconds: float = 120) 
 def test_sigterm_finishes_the_turn_and_exits_zero(tmp_path: Path) -> None:
     d = tmp_path / "s"
     assert station("init", str(DEMO), "--dir", str(d)).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
+    proc = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first_turn_committed(d, proc)
     proc.send_signal(signal.SIGTERM)
@@ -103,7 +103,7 @@ def test_sigterm_finishes_the_turn_and_exits_zero(tmp_path: Path) -> None:
 def test_a_station_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
     d = tmp_path / "s"
     station("init", str(DEMO), "--dir", str(d))
-    proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
+    proc = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         first_turn_committed(d, proc)
@@ -166,7 +166,7 @@ def test_pause_stops_a_running_station_and_is_refused_when_stopped(tmp_path: Pat
     station("init", str(DEMO), "--dir", str(d))
     refused = station("pause", str(d))
     assert refused.returncode == 2 and "not running" in refused.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
+    proc = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     first_turn_committed(d, proc)
     assert station("pause", str(d)).returncode == 0
@@ -182,7 +182,7 @@ def test_a_reader_that_goes_away_ends_any_command_quietly(demo60: Path) -> None:
         read_end, write_end = os.pipe()
         os.close(read_end)  # like `| head -1` that has already exited
         try:
-            done = subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, stdout=write_end,
+            done = subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, stdout=write_end,
                                   stderr=subprocess.PIPE, text=True, timeout=120)
         finally:
             os.close(write_end)
@@ -283,7 +283,7 @@ def test_status_shows_scores_with_six_significant_digits(demo60: Path) -> None:
 
 
 def test_status_lists_tasks_in_numeric_order(demo60: Path) -> None:
-    from station.report import status_text
+    from station.apps.report import status_text
 
     data = json.loads(station("status", str(demo60), "--json").stdout)
     best = data["counts"]["research_best"]["1"]
@@ -316,6 +316,6 @@ def test_help_imports_no_heavy_module() -> None:
                              "build_parser(); print(' '.join(sorted(sys.modules)))"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.split()
     heavy = [m for m in loaded if m.split(".")[0] in ("pydantic", "rich", "numpy", "rooms", "yaml", "fastapi")
-             or m in ("station.engine", "station.world", "station.config", "station.readers", "station.report")]
-    assert "station.cli" in loaded and heavy == []
+             or m in ("station.core.engine", "station.apps.world", "station.core.config", "station.apps.readers", "station.apps.report")]
+    assert "station.apps.cli" in loaded and heavy == []
     assert station("--help").returncode == 0

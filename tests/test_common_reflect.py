@@ -27,9 +27,9 @@ from helpers import (
     yaml_block,
 )
 
-from station.engine import Engine
-from station.report import status
-from station.world import Station
+from station.apps.report import status
+from station.apps.world import Station
+from station.core.engine import Engine
 
 SPEAK = act("speak")
 

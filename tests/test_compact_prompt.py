@@ -17,15 +17,15 @@ import pytest
 from helpers import act, demo_config, guest, make_station, replay_model, reply, turn_rows
 from provider_server import Answer, ProviderServer
 
-from station.actions import parse_actions
-from station.config import ConfigError, parse_config
-from station.engine import Engine
-from station.lifecycle import effective_limit
-from station.models.base import estimate_conversation
+from station.apps.world import Station
+from station.core.actions import parse_actions
+from station.core.config import ConfigError, parse_config
+from station.core.engine import Engine
+from station.core.lifecycle import effective_limit
+from station.core.model_api import estimate_conversation
+from station.core.prompt import standing_rules, system_prompt
+from station.core.texts import Texts, token_amount, token_reserve
 from station.models.scripted import ScriptedModel
-from station.prompt import standing_rules, system_prompt
-from station.texts import Texts, token_amount, token_reserve
-from station.world import Station
 
 SCRIPTED = {"provider": "scripted", "name": "scripted-newcomer"}
 SMALL = {**SCRIPTED, "context_limit": 8192, "max_output_tokens": 1024}  # an 8k local model: limit 7,168

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from station.config import ConfigError, load_config, parse_config
+from station.core.config import ConfigError, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,8 +69,8 @@ def test_duplicate_keys_and_bad_yaml_are_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_codex_set_and_text_override_fail_before_creating(tmp_path: Path) -> None:
-    from station.texts import TextsError
-    from station.world import Station
+    from station.apps.world import Station
+    from station.core.texts import TextsError
     with pytest.raises(TextsError, match="codex set 'nope' not found"):
         Station.create(tmp_path / "a", parse_config({"codex": {"set": "nope"}}))
     with pytest.raises(TextsError, match="unknown text names"):

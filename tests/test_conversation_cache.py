@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from station.config import parse_config
-from station.engine import Engine
-from station.store import Store, canonical_dump
-from station.world import Station
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.engine import Engine
+from station.core.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 

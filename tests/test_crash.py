@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from station.store import Store, canonical_dump
+from station.core.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "social_demo.yaml"
@@ -36,12 +36,12 @@ MIN_MID_RUN = 15  # kills that must land while the station still had work
 
 # -- helpers ------------------------------------------------------------------------------
 def station(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 
 def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "station.cli", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

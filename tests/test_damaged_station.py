@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import DEMO, act, make_station, recursive, replay_model
 
-from station.engine import Engine
+from station.core.engine import Engine
 
 STATION = Path(sys.executable).with_name("station")
 

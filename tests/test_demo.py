@@ -15,7 +15,7 @@ TICKS = 100
 
 
 def station(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
 
 

@@ -31,12 +31,12 @@ from helpers import (
     yaml_block,
 )
 
-from station import commands
-from station.agents import lineage_name_problem, roman
-from station.config import parse_config
-from station.engine import Engine, Progress
-from station.models.base import estimate_conversation
-from station.world import Station
+from station.apps.world import Station
+from station.core import commands
+from station.core.agents import lineage_name_problem, roman
+from station.core.config import parse_config
+from station.core.engine import Engine, Progress
+from station.core.model_api import estimate_conversation
 
 DEMO_TICKS = 60
 
@@ -523,9 +523,9 @@ def test_events_record_who_did_what(demo: dict[str, Any]) -> None:
 
 
 def test_open_human_requests_pause_the_station_at_tick_end_when_configured(tmp_path: Path) -> None:
-    from station.commands import queue
-    from station.config import parse_config
-    from station.world import Station
+    from station.apps.world import Station
+    from station.core.commands import queue
+    from station.core.config import parse_config
     config = parse_config({"seed": 3, "operator": {"pause_on_human_request": True},
                            "notifications": {"tips_every_ticks": 0},
                            "agents": [{"kind": "recursive", "lineage": "Spiro"}]})

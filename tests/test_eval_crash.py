@@ -50,7 +50,7 @@ def write_config(tmp_path: Path) -> Path:
 
 def test_kill_9_with_queued_and_running_evaluations_then_every_one_is_delivered_once(tmp_path: Path) -> None:
     config, directory = write_config(tmp_path), tmp_path / "st"
-    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(config), "--dir", str(directory),
+    run = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(config), "--dir", str(directory),
                             "--until-tick", "30"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
     try:
@@ -73,7 +73,7 @@ def test_kill_9_with_queued_and_running_evaluations_then_every_one_is_delivered_
     time.sleep(1.0)
     assert sandboxes_alive("marker-") == []  # the killed station's sandbox died with it
 
-    resumed = subprocess.run([sys.executable, "-m", "station.cli", "run", "--dir", str(directory), "--until-tick", "12"],
+    resumed = subprocess.run([sys.executable, "-m", "station.apps.cli", "run", "--dir", str(directory), "--until-tick", "12"],
                              cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr
     rows = read(directory, "SELECT id, status, score FROM evaluations ORDER BY id")

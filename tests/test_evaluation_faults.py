@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def station(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -42,7 +42,7 @@ def wait_for(what: str, check, proc: subprocess.Popen, seconds: float = 240) -> 
 def test_ctrl_c_while_the_tick_waits_stops_at_once_and_the_run_starts_again_on_resume(
         tmp_path: Path, executor: dict) -> None:
     config, directory = slow_once_config(tmp_path, executor), tmp_path / "st"
-    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(config), "--dir", str(directory),
+    run = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(config), "--dir", str(directory),
                             "--until-tick", "5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for("the run start", lambda: (directory / "files/research/storage/shared/started-once").exists(), run)
@@ -101,10 +101,10 @@ def test_a_sandbox_that_cannot_be_set_up_pauses_the_station_and_charges_nobody(t
 def test_the_status_line_names_the_evaluation_actually_running(tmp_path: Path) -> None:
     """The wait line names what runs now and what is queued behind it (it once named the wrong one)."""
     from rooms.research import states
-    from station.store import Store
+    from station.core.store import Store
 
     config, directory = slow_once_config(tmp_path, {"kind": "local"}), tmp_path / "st"
-    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(config), "--dir", str(directory),
+    run = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(config), "--dir", str(directory),
                             "--until-tick", "3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for("the run start", lambda: (directory / "files/research/storage/shared/started-once").exists(), run)

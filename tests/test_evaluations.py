@@ -17,9 +17,9 @@ import pytest
 from helpers import act, make_station, recursive, replay_model, reply, yaml_block
 
 from evaluators.programs import program
-from station.engine import Engine
+from station.core.engine import Engine
+from station.core.store import Store, canonical_dump
 from station.executors.local import LocalExecutor
-from station.store import Store, canonical_dump
 
 TINY = ("def construct_packing():\n    import numpy as np\n"
         "    return np.array([[0.25, 0.5], [0.75, 0.5]]), np.array([0.25, 0.25])\n")
@@ -150,7 +150,7 @@ def test_results_are_never_delivered_twice_when_the_station_reopens(tmp_path: Pa
     st = station(tmp_path, [submit(TINY), submit(TINY, "Again")])
     Engine(st).run(until_tick=2)
     st.close()
-    from station.world import Station
+    from station.apps.world import Station
     again = Station.open(tmp_path / "st")
     try:
         Engine(again).run(until_tick=6)
@@ -218,7 +218,7 @@ def test_station_evaluate_checks_a_submission_outside_any_station(tmp_path: Path
     root = Path(__file__).resolve().parents[1]
 
     def evaluate(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "station.cli", "evaluate", *args], cwd=root,
+        return subprocess.run([sys.executable, "-m", "station.apps.cli", "evaluate", *args], cwd=root,
                               capture_output=True, text=True, timeout=120)
 
     rows = tmp_path / "rows.py"

@@ -21,8 +21,8 @@ from evaluators.jaxtrain.task import MAX_CURVE_POINTS
 from evaluators.rna.beacon import DATASETS
 from evaluators.scrna.task import METRICS
 from rooms.research.worker import run_payload
-from station.run_types import RunResult
-from station.web.plots import figure_html
+from station.apps.web.plots import figure_html
+from station.core.run_types import RunResult
 
 FORECAST = {"size": "small", "trials": 3, "trial_budget_s": 3, "max_epochs": 3, "patience": 2, "grace_s": 90}
 SOKOBAN = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,

@@ -23,7 +23,7 @@ from evaluators.base import ScorerFailure, create_task
 from evaluators.circle_packing import CirclePacking
 from evaluators.folder.layout import TaskFolderError, read_folder
 from rooms.research.standalone import evaluate
-from station.config import ConfigError, load_config, parse_config
+from station.core.config import ConfigError, load_config, parse_config
 from station.executors import LocalExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -402,22 +402,22 @@ def test_task_check_prints_baseline_scores_and_what_agents_read(tmp_path: Path) 
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "station.cli", "task", "check", "examples/tasks/circle_packing_n26"],
+    done = subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", "examples/tasks/circle_packing_n26"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Ring Pattern Baseline: 1.95" in done.stderr
     assert done.stdout.startswith("# Circle Packing in a Unit Square (n = 26)")
     assert "1200 s of wall-clock time" in done.stdout
     for example in ("line_fit", "openevolve_function_minimization"):
-        done = subprocess.run([sys.executable, "-m", "station.cli", "task", "check", f"examples/tasks/{example}"],
+        done = subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", f"examples/tasks/{example}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "baselines:" in done.stderr, done.stderr
     assert "Mean of the training y: -36.8031" in subprocess.run(
-        [sys.executable, "-m", "station.cli", "task", "check", "examples/tasks/line_fit"],
+        [sys.executable, "-m", "station.apps.cli", "task", "check", "examples/tasks/line_fit"],
         cwd=ROOT, capture_output=True, text=True, timeout=300).stderr
     broken = tmp_path / "broken"
     write_folder(broken, {"task.md": "# T\n", "task.yaml": "resources: {cpu: 2}\n", "evaluate.py": "x = 1\n"})
-    done = subprocess.run([sys.executable, "-m", "station.cli", "task", "check", str(broken)],
+    done = subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", str(broken)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "resources.cpu: unknown key" in done.stderr
 
@@ -427,7 +427,7 @@ def station_cli(*args: str, cwd: Path, timeout: float = 900):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -492,7 +492,7 @@ def test_a_crashing_scorer_in_a_station_alerts_the_operator_and_charges_nobody(t
     assert runs == [(1,)]  # the debugger did not try to "fix" code that was never wrong
     from helpers import web_client
 
-    from station.web.app import create_app
+    from station.apps.web.app import create_app
 
     page = web_client(create_app(directory)).get("/").text
     assert "The scorer of task 1 failed on" in page and "ZeroDivisionError" in page and "not charged" in page

@@ -317,7 +317,7 @@ def test_bad_zapbench_folders_give_clear_errors(tmp_path, sim, case):
 
 def test_the_paper_settings_config_gives_the_official_split_batch_8_and_states_the_bar(tmp_path, monkeypatch):
     from evaluators.base import create_task
-    from station.config import load_config
+    from station.core.config import load_config
 
     monkeypatch.setenv("STATION_FORECAST_DATA", str(tmp_path))
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "forecasting_gpu.yaml")

@@ -16,9 +16,9 @@ import pytest
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax import hooks
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
+from station.core.run_types import Mount, RunResult
 from station.executors import create_executor
-from station.run_types import Mount, RunResult
 
 TINY = {"size": "small", "trials": 2, "trial_budget_s": 600, "max_epochs": 3, "patience": 2, "grace_s": 90}
 HEAD = '''import json, os

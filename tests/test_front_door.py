@@ -111,7 +111,7 @@ def test_every_readme_command_parses_and_every_named_config_is_valid() -> None:
         shown = run([str(STATION), sub, "--help"], timeout=60)
         assert shown.returncode == 0, (sub, shown.stderr)
 
-    from station.config import load_config
+    from station.core.config import load_config
 
     named = set(re.findall(r"configs/[\w.-]+\.ya?ml", README.read_text(encoding="utf-8")))
     named |= set(re.findall(r"configs/[\w.-]+\.ya?ml", (ROOT / "Makefile").read_text(encoding="utf-8")))
@@ -161,7 +161,7 @@ def test_a_checkout_and_interpreter_under_tmp_evaluate_a_submission(tmp_path_fac
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         for target in ("circle_packing:n=16", "examples/tasks/line_fit"):
             code = submission if target.startswith("circle") else clone / "examples/tasks/line_fit/baselines/mean.py"
-            done = subprocess.run([str(venv / "bin" / "python"), "-m", "station.cli", "evaluate", target, str(code)],
+            done = subprocess.run([str(venv / "bin" / "python"), "-m", "station.apps.cli", "evaluate", target, str(code)],
                                   cwd=clone, capture_output=True, text=True, timeout=300, env=env)
             assert done.returncode == 0, done.stdout + done.stderr
             assert "status:    ok" in done.stdout, done.stdout  # `-m station.cli` from the clone runs the clone's code

@@ -12,7 +12,7 @@ from helpers import act, make_station, recursive, replay_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from station.engine import Engine
+from station.core.engine import Engine
 
 RESEARCH = {"research": {"tasks": [{"evaluator": "general_python", "baselines": False}]},
             "lifecycle": {"maturity_ticks": 0}}
@@ -183,8 +183,8 @@ def test_a_runaway_reply_is_cut_on_arrival_so_it_is_never_stored_in_full(tmp_pat
 def test_a_long_reply_is_shown_cut_on_its_dialogue_page_with_a_link_to_the_whole(tmp_path: Path) -> None:
     from helpers import web_client
 
-    from station.web.app import create_app
-    from station.web.data import SHOWN_CHARS
+    from station.apps.web.app import create_app
+    from station.apps.web.data import SHOWN_CHARS
 
     long_reply = act("help lobby") + "\n" + "".join(f"line {i} of a very long answer\n" for i in range(20_000))
     model = replay_model(tmp_path / "r.jsonl", [long_reply], pad=2)

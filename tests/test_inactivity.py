@@ -11,7 +11,7 @@ from pathlib import Path
 
 from helpers import act, make_station, recursive, replay_model, reply, stored, yaml_block
 
-from station.engine import Engine
+from station.core.engine import Engine
 
 FILLER = "Nothing to do this turn; I keep thinking."
 SUBMIT = reply(

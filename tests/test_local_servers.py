@@ -24,13 +24,13 @@ from helpers import act, config, session_of, turn, turn_lines
 from provider_server import Answer, ProviderServer, Request
 from rich.console import Console
 
-from station import cli, report
-from station.config import ModelConfig, parse_config
-from station.engine import Engine
+from station.apps import cli, report
+from station.apps.world import Station
+from station.core.config import ModelConfig, parse_config
+from station.core.engine import Engine
+from station.core.model_api import OVERFLOW, PERMANENT
+from station.core.store import Store, canonical_dump
 from station.models import ModelError, create_model
-from station.models.base import OVERFLOW, PERMANENT
-from station.store import Store, canonical_dump
-from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "qwen-local"
@@ -273,7 +273,7 @@ def test_a_cut_reply_is_told_to_the_agent_recorded_shown_and_replayed(tmp_path, 
 
     from helpers import web_client
 
-    from station.web.app import create_app
+    from station.apps.web.app import create_app
     page = web_client(create_app(tmp_path / "st")).get("/agents/Guest_1?tick=1").text
     assert "cut off at max_output_tokens (50 tokens): actions after the cut were not received" in page
 

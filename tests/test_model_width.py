@@ -10,9 +10,9 @@ import threading
 import pytest
 from provider_server import Fault, ProviderServer
 
-from station.config import ModelConfig
+from station.core.config import ModelConfig
+from station.core.model_api import INTERRUPTED
 from station.models import ModelError, ModelPool, create_model
-from station.models.base import INTERRUPTED
 
 KEY = "width-test-key"
 PROVIDERS = {

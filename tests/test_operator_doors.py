@@ -19,11 +19,11 @@ import yaml
 from helpers import act, config, read, reply, station_cli, yaml_block
 
 from rooms.research.worker import SYSTEM_ERROR_LIMIT
-from station.config import parse_config
-from station.context import StationPaused
-from station.engine import Engine
-from station.store import Store
-from station.world import Station
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.context import StationPaused
+from station.core.engine import Engine
+from station.core.store import Store
 
 BAD_LINEAGES = ["Ada2", "Ada Lovelace", "ada", "Shared", "DaVinci", "Ada/../x"]
 
@@ -102,7 +102,7 @@ def test_a_config_refused_while_the_station_is_built_leaves_nothing_behind(tmp_p
 def test_the_web_console_s_spawn_refuses_it_too(tmp_path: Path) -> None:
     from helpers import web_client
 
-    from station.web.app import create_app
+    from station.apps.web.app import create_app
 
     Station.create(tmp_path / "st", parse_config(config([{"count": 1}]))).close()
     client = web_client(create_app(tmp_path / "st"))
@@ -220,7 +220,7 @@ def test_a_recurring_system_error_ends_the_evaluation_after_the_limit_and_the_st
     # the web console says so too: a banner on the overview, the queue's list of failures, the board's filter
     from helpers import web_client
 
-    from station.web.app import create_app
+    from station.apps.web.app import create_app
 
     client = web_client(create_app(directory))
     overview = client.get("/").text

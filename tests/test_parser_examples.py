@@ -34,7 +34,7 @@ def parse_with_cli(records: list[dict[str, Any]], folder: Path) -> dict[str, lis
         path = folder / f"{record['id']}.txt"
         path.write_text(record["reply"], encoding="utf-8", newline="")  # bytes as the agent wrote them
         files.append(str(path))
-    done = subprocess.run([sys.executable, "-m", "station.cli", "parse", *files], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "station.apps.cli", "parse", *files], cwd=ROOT,
                           capture_output=True, text=True, encoding="utf-8", timeout=300)
     assert done.returncode == 0, done.stderr
     results = [json.loads(line) for line in done.stdout.splitlines()]

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from station.config import StationConfig, parse_config
-from station.engine import Engine
+from station.apps.world import Station
+from station.core.config import StationConfig, parse_config
+from station.core.engine import Engine
+from station.core.store import Store, canonical_dump
 from station.models.scripted import ScriptedModel
 from station.models.scripted_grader import ScriptedGrader
-from station.store import Store, canonical_dump
-from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
 POPULATION = 300

@@ -9,9 +9,9 @@ import time
 import pytest
 from provider_server import Answer, Fault, ProviderServer
 
-from station.config import ModelConfig
+from station.core.config import ModelConfig
+from station.core.model_api import INTERRUPTED, OVERFLOW, PERMANENT, TRANSIENT
 from station.models import ModelError, create_model
-from station.models.base import INTERRUPTED, OVERFLOW, PERMANENT, TRANSIENT
 
 KEY = "test-key"
 PROVIDERS = {

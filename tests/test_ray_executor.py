@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from helpers import sandbox_processes
 
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
 from station.executors import LocalExecutor, RunSpec, create_executor, ray_executor
 
 BIN = Path(sys.executable).parent
@@ -58,7 +58,7 @@ def test_ray_address_joins_an_existing_cluster():
         assert started.returncode == 0, started.stderr
         script = f"""
 import json, ray
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
 from station.executors import RunSpec, create_executor
 ex = create_executor(ExecutorConfig(kind="ray", ray_address="127.0.0.1:{port}"))
 r = ex.run(RunSpec(code="def main():\\n    return 42\\n", timeout_s=20))

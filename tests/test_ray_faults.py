@@ -144,7 +144,7 @@ def main():
 DRIVER = """
 import json, sys, time
 from pathlib import Path
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
 from station.executors import Mount, RunSpec
 from station.executors.ray_executor import RayExecutor
 address, label, folder, sleepy, linger = json.loads(sys.argv[1])
@@ -220,7 +220,7 @@ def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_whe
     directory = tmp_path / "st"
 
     def station(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, env=ray_env,
+        return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, env=ray_env,
                               capture_output=True, text=True, timeout=300)
 
     def paused_with_the_reason(done: subprocess.CompletedProcess) -> None:
@@ -232,7 +232,7 @@ def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_whe
         assert (submissions["queued"], submissions["failed"], submissions["finished"]) == (1, 0, 0)
         assert read(directory, "SELECT COUNT(*) FROM messages WHERE kind='evaluation'") == [(0,)]
 
-    run = subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(slow_once_config(tmp_path, {"kind": "ray", "ray_address": h.address})),
+    run = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(slow_once_config(tmp_path, {"kind": "ray", "ray_address": h.address})),
                             "--dir", str(directory), "--until-tick", "4"], cwd=ROOT, env=ray_env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -13,12 +13,12 @@ from helpers import demo_config
 
 from rooms.archive import REVIEWER
 from rooms.capsule_store import Author, Capsules
-from station.cli import main
-from station.config import parse_config
-from station.engine import Engine
-from station.readers import get_paper, get_thread, list_papers
-from station.terminal_text import clean
-from station.world import Station
+from station.apps.cli import main
+from station.apps.readers import get_paper, get_thread, list_papers
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.engine import Engine
+from station.core.terminal_text import clean
 
 HOSTILE = "Look: [bold red]x[/] and \x1b[31mred\x1b[0m text \x1b]0;pwned\x07 and [link=http://evil]y[/link]."
 HOSTILE_TITLE = "[blink]Boom[/blink] \x1b[2Jthread"

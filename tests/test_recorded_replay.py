@@ -14,10 +14,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from station import cli
-from station.config import parse_config
-from station.store import Store, canonical_dump
-from station.world import Station
+from station.apps import cli
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "data" / "recorded" / "demo-before-redesign.db.gz"

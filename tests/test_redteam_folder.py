@@ -66,7 +66,7 @@ def run_task(folder: Path, code: str) -> dict[str, Any]:
 
 
 def task_check(folder: Path, *more: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "station.cli", "task", "check", str(folder), *more],
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", str(folder), *more],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 

@@ -21,9 +21,9 @@ import pytest
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax.windows import gather
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
+from station.core.run_types import Mount
 from station.executors import create_executor
-from station.run_types import Mount
 
 TINY = {"size": "small", "trials": 1, "trial_budget_s": 600, "max_epochs": 2, "patience": 2, "grace_s": 120}
 BASELINE_SCORE = -0.26784097895282954  # one-stage harness, size small, 2 trials, 3 epochs (see the test)

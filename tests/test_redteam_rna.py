@@ -31,9 +31,9 @@ import pytest
 
 from evaluators.base import Verdict, create_task
 from evaluators.rna.beacon import DATASETS
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
+from station.core.run_types import Mount, RunResult
 from station.executors import create_executor
-from station.run_types import Mount, RunResult
 
 TINY = {"size": "small", "max_epochs": 3, "patience": 2, "grace_s": 240, "trial_cpus": 0.25}
 # the honest ncRNA trial with the one-stage harness (size small, 3 epochs, patience 2): 15 of 80 right

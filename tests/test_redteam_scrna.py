@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from evaluators.base import create_task
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
 from station.executors import create_executor
 
 SIZE, SEED = "small", 0

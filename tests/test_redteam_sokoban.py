@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from evaluators.base import create_task
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
+from station.core.run_types import Mount
 from station.executors import create_executor
-from station.run_types import Mount
 
 TINY = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,
         "unroll": 8, "env_steps": 4000, "trials": 2, "trial_budget_s": 600, "grace_s": 120}

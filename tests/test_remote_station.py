@@ -26,11 +26,11 @@ from remote_world import (
     scripted_responder,
 )
 
-from station import cli
-from station.config import parse_config
-from station.engine import Engine, StationPaused
-from station.store import Store, canonical_dump
-from station.world import Station
+from station.apps import cli
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.engine import Engine, StationPaused
+from station.core.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_a_killed_station_resumes_sending_the_conversations_an_uninterrupted_one
     env = {**os.environ, **KEY_ENV}
 
     def station_run(directory: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "station.cli", "run", str(config), "--dir", str(directory),
+        return subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(config), "--dir", str(directory),
                                  "--until-tick", "10"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
 

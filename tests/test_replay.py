@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from station.config import parse_config
-from station.engine import Engine
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.engine import Engine
+from station.core.store import Store, canonical_dump
 from station.models.scripted import ScriptedModel
 from station.models.scripted_grader import ScriptedGrader
-from station.store import Store, canonical_dump
-from station.world import Station
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "social_demo.yaml"
@@ -29,7 +29,7 @@ FORK_AT = 30
 
 
 def station(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 

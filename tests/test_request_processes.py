@@ -17,10 +17,10 @@ import pytest
 from provider_server import Fault, ProviderServer
 from remote_world import KEY_ENV, count_in_flight, remote_config, scripted_responder
 
-from station.config import parse_config
-from station.engine import Engine, StationPaused
-from station.store import Store, canonical_dump
-from station.world import Station
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.engine import Engine, StationPaused
+from station.core.store import Store, canonical_dump
 
 TICKS = 3
 

@@ -36,10 +36,10 @@ from rooms.research.delivery import Evaluations
 from rooms.research.ids import parse_id_list
 from rooms.research.room import ResearchCounter
 from rooms.research.store import insert_evaluation
-from station.context import NeedInput
-from station.engine import Engine
-from station.room import validate_params
-from station.world import Station
+from station.apps.world import Station
+from station.core.context import NeedInput
+from station.core.engine import Engine
+from station.core.room import validate_params
 
 
 @register("research_room_toy")

@@ -28,11 +28,11 @@ from helpers import (
 
 from rooms.archive.reviewer import Reviewer
 from rooms.archive.verdict import parse_paper_verdict
-from station.engine import Engine, StationPaused
+from station.apps.world import Station
+from station.core.engine import Engine, StationPaused
+from station.core.store import Store, canonical_dump
 from station.models.replay import ReplayModel
 from station.models.scripted_reviewer import ACK, ScriptedReviewer, score_paper
-from station.store import Store, canonical_dump
-from station.world import Station
 
 GOOD = ("We tune the step size of a local search and compare it against a fixed-step baseline. "
         + " ".join(f"In evaluation {n} the score reached 0.{n}1 after {n * 10} rounds." for n in range(11, 31)))

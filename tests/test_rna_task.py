@@ -28,9 +28,9 @@ from evaluators.rna.dataset import RnaData
 from evaluators.rna.metrics import constant_predictions
 from evaluators.rna.real_data import read_split_file
 from evaluators.rna.simulate import SIZES, simulate, write_beacon_folder
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
+from station.core.run_types import RunResult
 from station.executors import create_executor
-from station.run_types import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "rna_modelling.yaml"
@@ -397,7 +397,7 @@ def test_the_scripted_play_tunes_the_mlp_then_adds_a_convolution() -> None:
 
 
 def test_the_gpu_config_has_the_papers_settings_and_the_spec_states_them(cache: Path) -> None:
-    from station.config import load_config
+    from station.core.config import load_config
 
     config = load_config(ROOT / "configs" / "rna_modelling_gpu.yaml")
     params = {**config.research.tasks[0].params, "size": "small"}  # the paper's budgets on the small sample

@@ -48,14 +48,14 @@ from helpers import (
 )
 
 from rooms import room_classes
-from station.agents import Agent
-from station.config import load_config
-from station.context import Hook
-from station.engine import Engine
-from station.room import Params, Room
-from station.texts import CODEX_ROOT, Texts
-from station.turn import GLOBAL_ACTIONS, HELP_TOPICS
-from station.world import Station
+from station.apps.world import Station
+from station.core.agents import Agent
+from station.core.config import load_config
+from station.core.context import Hook
+from station.core.engine import Engine
+from station.core.room import Params, Room
+from station.core.texts import CODEX_ROOT, Texts
+from station.core.turn import GLOBAL_ACTIONS, HELP_TOPICS
 
 ROOM_CLASSES = room_classes()
 ACTIONS = [(cls, name) for cls in ROOM_CLASSES for name in cls.actions]

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from rooms import ROOMS_BEFORE_RECORDING, room_classes
-from station import cli
-from station.config import load_config
-from station.context import Context
-from station.engine import Engine
-from station.room import ROOMS, Outcome, Room, action, register_room
-from station.store import Store, canonical_dump
-from station.world import Station
+from station.apps import cli
+from station.apps.world import Station
+from station.core.config import load_config
+from station.core.context import Context
+from station.core.engine import Engine
+from station.core.room import ROOMS, Outcome, Room, action, register_room
+from station.core.store import Store, canonical_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 SOCIAL = ROOT / "configs" / "social_demo.yaml"

@@ -12,7 +12,7 @@ import pytest
 
 from evaluators.base import create_task
 from evaluators.scrna.task import METRICS, normalise
-from station.config import ExecutorConfig
+from station.core.config import ExecutorConfig
 from station.executors import create_executor
 
 HEAD = "import numpy as np\nimport scanpy as sc\n\n"

@@ -25,12 +25,12 @@ from helpers import demo_config, read
 from provider_server import ProviderServer
 from remote_world import KEY, KEY_ENV, endpoint, scripted_responder
 
-from station import cli
-from station.config import parse_config
-from station.engine import Engine
-from station.store import Store, canonical_dump
-from station.web.app import create_app
-from station.world import Station
+from station.apps import cli
+from station.apps.web.app import create_app
+from station.apps.world import Station
+from station.core.config import parse_config
+from station.core.engine import Engine
+from station.core.store import Store, canonical_dump
 
 DEMO = ROOT / "configs" / "social_demo.yaml"
 RIGHT, WRONG = "local-station-test", "local-statoin-test"
@@ -40,7 +40,7 @@ VLLM = {"provider": "openai", "api": "chat", "name": "qwen", "base_url": "http:/
 
 
 def station(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "station.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -231,7 +231,7 @@ def test_a_new_endpoint_needs_the_flag_and_a_known_one_does_not(tmp_path, capsys
 def test_a_set_on_a_running_station_reaches_its_agents_between_turns(tmp_path):
     d = tmp_path / "st"
     assert station("init", str(DEMO), "--dir", str(d)).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "station.cli", "run", "--dir", str(d), "--ticks", "100000"],
+    proc = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", "--dir", str(d), "--ticks", "100000"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -72,7 +72,7 @@ def test_the_shipped_sample_has_the_papers_shape() -> None:
 
 def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Path) -> None:
     from rooms.research.tasks import load_tasks
-    from station.config import load_config
+    from station.core.config import load_config
 
     config = load_config(ROOT / "configs" / "sokoban_gpu.yaml")
     params = config.research.tasks[0].params

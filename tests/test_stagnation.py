@@ -18,8 +18,8 @@ from helpers import events, guest, make_station, recursive, replay_model
 from evaluators import base as evaluator_base
 from rooms.research.stagnation import CODE_NAMES, Stagnation, best_result, next_code_name
 from rooms.research.store import insert_evaluation
-from station.engine import Engine
-from station.world import Station
+from station.apps.world import Station
+from station.core.engine import Engine
 
 THRESHOLD, DEEP = 3, 4
 

@@ -16,8 +16,8 @@ from conftest import ROOT, copy_station
 from fastapi.testclient import TestClient
 from helpers import web_client
 
-from station.store import Store
-from station.web.app import create_app
+from station.apps.web.app import create_app
+from station.core.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +200,8 @@ def test_an_open_dialogue_page_can_fetch_the_turns_after_it(client: TestClient) 
 
 
 def test_operator_forms_reach_the_running_world(demo60: Path, tmp_path: Path) -> None:
-    from station.engine import Engine
-    from station.world import Station
+    from station.apps.world import Station
+    from station.core.engine import Engine
 
     directory = copy_station(demo60, tmp_path / "st")
     client = web_client(create_app(directory))
@@ -233,7 +233,7 @@ def test_operator_forms_reach_the_running_world(demo60: Path, tmp_path: Path) ->
 
 
 def test_serving_off_loopback_without_a_token_is_refused_at_start(demo60: Path, capsys, monkeypatch) -> None:
-    from station import cli
+    from station.apps import cli
 
     monkeypatch.delenv("STATION_WEB_TOKEN", raising=False)
     assert cli.main(["serve", str(demo60), "--host", "0.0.0.0"]) == 2
@@ -241,7 +241,7 @@ def test_serving_off_loopback_without_a_token_is_refused_at_start(demo60: Path, 
 
 
 def test_export_refuses_a_folder_that_is_not_empty(demo60: Path, tmp_path: Path, capsys) -> None:
-    from station import cli
+    from station.apps import cli
 
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "keep.txt").write_text("mine")
@@ -303,7 +303,7 @@ def test_a_wrong_token_or_none_is_told_on_the_page(demo60: Path, tmp_path: Path)
 
 # -- Resume with a tick limit --------------------------------------------------------------------
 def test_resume_runs_until_the_tick_limit_and_stops(demo60: Path, tmp_path: Path) -> None:
-    from station.web.runner import StationRunner
+    from station.apps.web.runner import StationRunner
 
     directory = copy_station(demo60, tmp_path / "st")
     runner = StationRunner(directory)
@@ -332,7 +332,7 @@ def test_resume_runs_until_the_tick_limit_and_stops(demo60: Path, tmp_path: Path
 
 
 def test_the_run_section_shows_the_active_tick_limit(demo60: Path, tmp_path: Path, monkeypatch) -> None:
-    from station.web.runner import StationRunner
+    from station.apps.web.runner import StationRunner
 
     directory = copy_station(demo60, tmp_path / "st")
     runner, hold = StationRunner(directory), threading.Event()
@@ -352,8 +352,8 @@ def test_the_run_section_shows_the_active_tick_limit(demo60: Path, tmp_path: Pat
 # -- the overview's evaluation banners -----------------------------------------------------------
 def research_station(directory: Path) -> Path:
     """A fresh research station (the demo config, task 1 has a 120 s time limit), no tick run."""
-    from station.config import load_config
-    from station.world import Station
+    from station.apps.world import Station
+    from station.core.config import load_config
 
     Station.create(directory, load_config(ROOT / "configs" / "demo.yaml")).close()
     return directory
@@ -402,7 +402,7 @@ def test_the_overview_warns_when_most_recent_evaluations_failed(tmp_path: Path) 
 
 
 def test_the_overview_shows_each_open_evaluation_honestly(tmp_path: Path) -> None:
-    from station.run_lock import run_lock
+    from station.core.run_lock import run_lock
 
     directory = research_station(tmp_path / "st")
     client, store = web_client(create_app(directory)), Store(directory)
@@ -445,7 +445,7 @@ def test_the_overview_shows_each_open_evaluation_honestly(tmp_path: Path) -> Non
 
 
 def test_the_overview_says_why_the_station_is_paused(tmp_path: Path) -> None:
-    from station import report
+    from station.apps import report
 
     directory = research_station(tmp_path / "st")
     client = web_client(create_app(directory))

@@ -23,10 +23,10 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from station.store import Store
-from station.web import refs
-from station.web.app import create_app
-from station.web.runner import StationRunner
+from station.apps.web import refs
+from station.apps.web.app import create_app
+from station.apps.web.runner import StationRunner
+from station.core.store import Store
 
 ARTIFACTS = ROOT / "test-artifacts"
 
@@ -315,7 +315,7 @@ def _tick(directory: Path) -> int:
 
 
 def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, tmp_path) -> None:
-    from station.web.export import export
+    from station.apps.web.export import export
 
     site = tmp_path / "site"
     pages = export(demo60, site)

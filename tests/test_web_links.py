@@ -16,9 +16,9 @@ from conftest import copy_station
 from fastapi.testclient import TestClient
 from helpers import web_client
 
-from station.store import Store
-from station.web import refs
-from station.web.app import create_app
+from station.apps.web import refs
+from station.apps.web.app import create_app
+from station.core.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +238,7 @@ def test_the_agents_index_filters_from_its_address_and_pages_keep_the_filter(cli
 
 
 def test_the_pager_keeps_the_filter(demo60: Path, tmp_path: Path, monkeypatch) -> None:
-    from station.web import data
+    from station.apps.web import data
     monkeypatch.setattr(data, "AGENTS_PER_PAGE", 2)
     page = web_client(create_app(demo60)).get("/agents?kind=recursive").text
     assert 'href="?kind=recursive&amp;page=2" rel="next"' in page
@@ -262,7 +262,7 @@ def test_threads_filter_by_writer_and_sort(client: TestClient, demo60: Path) -> 
 
 
 def test_the_overview_plot_keeps_every_improvement_and_a_sample_of_the_rest() -> None:
-    from station.web.board import glance
+    from station.apps.web.board import glance
 
     points = [{"id": i, "tick": i, "task": "1", "lineage": "AB"[i % 2], "score": (i % 97) / 97 + i / 10_000}
               for i in range(1, 3001)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from station.web.plots import figure_html, line_plot, nice_ticks, score_plots, tick_labels
+from station.apps.web.plots import figure_html, line_plot, nice_ticks, score_plots, tick_labels
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 
@@ -204,7 +204,7 @@ def test_line_plot_draws_each_labelled_series() -> None:
 
 
 def test_the_stylesheet_names_the_classes_the_plots_use() -> None:
-    css = (Path(__file__).resolve().parents[1] / "station" / "web" / "static" / "style.css").read_text()
+    css = (Path(__file__).resolve().parents[1] / "station" / "apps" / "web" / "static" / "style.css").read_text()
     for name in (".grid", ".axis", ".tick-label", ".legend", ".dot", "path.best", "path.lineage-best",
                  ".packing circle", "#contributions .bar"):
         assert name in css

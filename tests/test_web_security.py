@@ -26,10 +26,10 @@ import uvicorn
 from conftest import ROOT, copy_station
 from markupsafe import escape
 
-from station import cli, endpoints
-from station.config import parse_config
-from station.store import Store
-from station.web.app import create_app
+from station.apps import cli, endpoints
+from station.apps.web.app import create_app
+from station.core.config import parse_config
+from station.core.store import Store
 
 TOKEN = "correct-horse-battery-staple"  # 28 characters
 EVIL = "rebind.evil.example"
@@ -95,7 +95,7 @@ def station_serve(directory: Path, *args: str, token: str | None = TOKEN) -> Ite
     env = {k: v for k, v in os.environ.items() if k != "STATION_WEB_TOKEN"}
     if token is not None:
         env["STATION_WEB_TOKEN"] = token
-    process = subprocess.Popen([sys.executable, "-m", "station.cli", "serve", str(directory), "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "serve", str(directory), "--port", str(port),
                                 *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     lines: queue.Queue[str] = queue.Queue()
@@ -379,7 +379,7 @@ def test_an_empty_or_short_token_is_refused_at_start(demo60: Path, given: tuple[
     args = ["--token", token] if how == "--token" else []
     if how == "env":
         env["STATION_WEB_TOKEN"] = token
-    done = subprocess.run([sys.executable, "-m", "station.cli", "serve", str(demo60), "--host", "0.0.0.0",
+    done = subprocess.run([sys.executable, "-m", "station.apps.cli", "serve", str(demo60), "--host", "0.0.0.0",
                            "--port", str(free_port()), *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     source = "--token" if how == "--token" else "STATION_WEB_TOKEN"

@@ -15,8 +15,8 @@ from conftest import copy_station
 from fastapi.testclient import TestClient
 from helpers import web_client
 
-from station.web import events, study
-from station.web.app import create_app
+from station.apps.web import events, study
+from station.apps.web.app import create_app
 
 HOSTILE = "<script>alert('x')</script>"
 

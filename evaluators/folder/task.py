@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from station.run_types import Mount, RunResult, RunSpec
+from station.core.run_types import Mount, RunResult, RunSpec
 
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
 from .layout import TaskFolder, read_folder

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from station.run_types import Mount, RunResult
+from station.core.run_types import Mount, RunResult
 
 from ..base import Task, Verdict, figure_number
 

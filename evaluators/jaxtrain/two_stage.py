@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from station.run_types import Mount, RunResult, RunSpec, RunStatus
+from station.core.run_types import Mount, RunResult, RunSpec, RunStatus
 
 from ..base import Verdict
 from .station_jax.exchange import APPLY_FILE, CHECKPOINT_FILE, STOP_FILE

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from station.run_types import RunResult
+from station.core.run_types import RunResult
 
 from ..base import Baseline, Verdict, register
 from ..jaxtrain.task import learning_curves

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from station.run_types import Mount, RunResult
+from station.core.run_types import Mount, RunResult
 
 from ..base import Baseline, Task, Verdict, figure_number, register
 from .driver import INPUT_DIR, driver

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from station.context import Context
-from station.store import Store
+from station.core.context import Context
+from station.core.store import Store
 
 from .verdict import PaperVerdict, parse_paper_verdict
 

@@ -13,7 +13,7 @@ context turn, a submission, a retry after an unreadable verdict) and its key
 (`review-context/<generation>/<try>`, `review/<submission>/<attempt>`) follow from the
 dialogue so far, and the text sent is stored inside the input. That is what lets the
 verdicts be produced ahead of time by a background worker (`hold_tick: false`; the machinery
-is station/background.py's): the worker walks the same path on its own connection, recording
+is station/core/background.py's): the worker walks the same path on its own connection, recording
 inputs only, and at each tick end the engine applies the submissions whose inputs are
 complete, that list itself being a recorded input (`reviews-ready/<tick>`). With
 `hold_tick: true` (the default) every pending paper is reviewed at the end of the tick it
@@ -34,13 +34,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from station.agents import AgentRegistry
-from station.background import InputWorker, Stopped, apply_ready, recorded
-from station.context import Context, Event, Hook, request_hash
-from station.conversation import Conversations
+from station.core.agents import AgentRegistry
+from station.core.background import InputWorker, Stopped, apply_ready, recorded
+from station.core.context import Context, Event, Hook, request_hash
+from station.core.conversation import Conversations
+from station.core.model_api import INTERRUPTED, PERMANENT
+from station.core.store import Store, dumps
 from station.models import ModelError
-from station.models.base import INTERRUPTED, PERMANENT
-from station.store import Store, dumps
 
 from .dialogue import Dialogue, Prompts, ReviewOutcome, review_submission
 from .verdict import PaperVerdict

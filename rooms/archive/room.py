@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from station.context import Context
-from station.room import Outcome, action, register_room
+from station.core.context import Context
+from station.core.room import Outcome, action, register_room
 
 from .. import capsule_store as cs
 from ..capsule_params import Limits, PaperParams

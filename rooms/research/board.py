@@ -8,8 +8,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from station.context import Context
-from station.room import Outcome, action
+from station.core.context import Context
+from station.core.room import Outcome, action
 
 from .params import CONTROL, LINE_BREAK, normalise_tag
 from .store import VALID, ranking_order

@@ -4,7 +4,7 @@ The background worker (worker.py) records results as inputs; this hook applies t
 Before every turn and at every tick end, when evaluations are open, it obtains the list of
 those whose recorded path is complete (`evals-ready/<tick>/<unit>`, a recorded input itself,
 so a replay applies the same ones at the same points) and applies each (apply_ready in
-station/background.py): the evaluation's row gets its status, score and logs, and the author
+station/core/background.py): the evaluation's row gets its status, score and logs, and the author
 gets one message, in one transaction, so a result is on the leaderboard exactly when its
 message is sent and never twice.
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from station.background import apply_ready, recorded
-from station.context import Context, Event, Hook, StationPaused, WaitInterrupted
-from station.store import dumps
+from station.core.background import apply_ready, recorded
+from station.core.context import Context, Event, Hook, StationPaused, WaitInterrupted
+from station.core.store import dumps
 
 from . import debugger, states
 from .pipeline import Trail, walk

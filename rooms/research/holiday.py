@@ -3,7 +3,7 @@ taken and agents at the Research Counter are sent to the Lobby (spec research §
 
 from __future__ import annotations
 
-from station.context import Context, Event, Hook
+from station.core.context import Context, Event, Hook
 
 
 def is_holiday(tick: int) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from station.room import Params
+from station.core.room import Params
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and line breaks are fine in bodies
 LINE_BREAK = re.compile(r"[\n\r\x85\u2028\u2029]")

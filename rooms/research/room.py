@@ -21,10 +21,10 @@ import re
 from typing import Any
 
 from evaluators.base import Task
-from station.agents import Agent
-from station.config import StationConfig
-from station.context import Context, Hook
-from station.room import Outcome, Room, action, register_room
+from station.core.agents import Agent
+from station.core.config import StationConfig
+from station.core.context import Context, Hook
+from station.core.room import Outcome, Room, action, register_room
 
 from . import storage as rs
 from . import visibility

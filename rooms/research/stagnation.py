@@ -58,8 +58,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from station.context import Context, Event, Hook
-from station.store import dumps
+from station.core.context import Context, Event, Hook
+from station.core.store import dumps
 
 from .store import DELIVERED_FIRST, best_evaluation
 

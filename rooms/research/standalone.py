@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.base import ScorerFailure, Task, create_task, has_real_code
-from station.config import ConfigError, load_config
-from station.run_types import Mount
+from station.core.config import ConfigError, load_config
+from station.core.run_types import Mount
 
 from .tasks import load_tasks
 from .worker import run_payload, scorer_failed_payload

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from station.agents import Agent
-from station.context import Context
-from station.room import Outcome, action
+from station.core.agents import Agent
+from station.core.context import Context
+from station.core.room import Outcome, action
 
 from . import storage as rs
 from .params import StorageParams

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from evaluators.base import Task, create_task
-from station.config import ConfigError, ResearchConfig
+from station.core.config import ConfigError, ResearchConfig
 
 
 def load_tasks(config: ResearchConfig) -> dict[str, Task]:

@@ -3,7 +3,7 @@
 It changes no world state. For each queued evaluation (oldest first, at most
 `research.executor.max_parallel` at once, each on its own thread) it walks the evaluation's
 path (pipeline.walk), producing only the inputs not recorded yet (InputWorker.produce in
-station/background.py): a sandbox run scored by the task's evaluator, or a debugger
+station/core/background.py): a sandbox run scored by the task's evaluator, or a debugger
 proposal. The engine applies an evaluation once its path is complete. After a crash or a
 restart the walk resumes at the first missing input, so a run that was in flight is simply
 run again and a recorded result is never produced twice.
@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.base import ScorerFailure
-from station.agents import AgentRegistry
-from station.background import InputWorker, Stopped
+from station.core.agents import AgentRegistry
+from station.core.background import InputWorker, Stopped
+from station.core.run_types import Mount, RunResult
+from station.core.store import Store, absolute
 from station.models import ModelPool
-from station.run_types import Mount, RunResult
-from station.store import Store, absolute
 
 from . import debugger
 from . import storage as rs

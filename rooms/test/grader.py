@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from station.context import Context, Event, Hook, InputRequest, request_hash
+from station.core.context import Context, Event, Hook, InputRequest, request_hash
 
 YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)

@@ -6,10 +6,10 @@ from typing import Any, cast
 
 from pydantic import Field, field_validator
 
-from station import agents as ag
-from station import lifecycle
-from station.context import Context
-from station.room import Outcome, Params, Room, action, register_room
+from station.core import agents as ag
+from station.core import lifecycle
+from station.core.context import Context
+from station.core.room import Outcome, Params, Room, action, register_room
 
 from .grader import TestGrader
 

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..registry import Registry
-from ..run_types import Mount, RunResult, RunSpec, RunStatus
-from .base import Executor
-from .local import LocalExecutor
+from station.core.registry import Registry
+from station.core.run_types import Mount, RunResult, RunSpec, RunStatus
+from station.executors.base import Executor
+from station.executors.local import LocalExecutor
 
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Mount", "RunResult", "RunSpec", "RunStatus", "create_executor"]
 

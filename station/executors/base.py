@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ..run_types import RunResult, RunSpec
+from station.core.run_types import RunResult, RunSpec
 
 
 class Executor(Protocol):

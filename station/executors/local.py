@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 
-from ..run_types import RunResult, RunSpec, RunStatus
-from . import disk
-from .processes import cpu_budget, exit_message, kill_tree, pump, tree_usage
-from .results import ResultRefused, StreamCapture, load_result, read_status
+from station.core.run_types import RunResult, RunSpec, RunStatus
+from station.executors import disk
+from station.executors.processes import cpu_budget, exit_message, kill_tree, pump, tree_usage
+from station.executors.results import ResultRefused, StreamCapture, load_result, read_status
 
 HERE = Path(__file__).resolve().parent
 INIT, HARNESS = HERE / "sandbox_init.py", HERE / "harness.py"

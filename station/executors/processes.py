@@ -9,8 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from ..run_types import RunSpec
-from .results import StreamCapture
+from station.core.run_types import RunSpec
+from station.executors.results import StreamCapture
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

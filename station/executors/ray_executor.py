@@ -35,8 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from ..run_types import RunResult, RunSpec
-from .local import LocalExecutor
+from station.core.run_types import RunResult, RunSpec
+from station.executors.local import LocalExecutor
 
 MARGIN_S = 30.0  # beyond the run's own timeout, which the sandbox on the worker enforces itself
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def _run_on_worker(spec: RunSpec, options: tuple):
 
 def _route_ray_logging() -> None:
     """Ray's logger writes to the terminal by itself; hand its records to the station's logging
-    instead (station/runlog.py sends them to the station's log file)."""
+    instead (station/core/runlog.py sends them to the station's log file)."""
     ray_log = logging.getLogger("ray")
     for handler in list(ray_log.handlers):
         if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):

@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-from ..config import ModelConfig
-from ..registry import UnknownName
-from . import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
-from .base import (
+from station.core.config import ModelConfig
+from station.core.model_api import (
     PROVIDERS,
     SCRIPTED_POLICIES,
     BudgetExceeded,
@@ -23,11 +21,13 @@ from .base import (
     Usage,
     estimate_conversation,
 )
-from .endpoint import EndpointKey, known_limit
-from .remote import endpoint_key
-from .replay import ReplayModel
-from .request_processes import RequestProcesses
-from .scripted import ScriptedModel
+from station.core.registry import UnknownName
+from station.models import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
+from station.models.endpoint import EndpointKey, known_limit
+from station.models.remote import endpoint_key
+from station.models.replay import ReplayModel
+from station.models.request_processes import RequestProcesses
+from station.models.scripted import ScriptedModel
 
 __all__ = [
     "PROVIDERS",
@@ -179,8 +179,8 @@ class ModelPool:
         on_wait: Callable[[str], None] | None = None,
         request_processes: int = 0,
     ) -> None:
-        from ..budget import Ledger
-        from ..config import StationConfig
+        from station.core.budget import Ledger
+        from station.core.config import StationConfig
 
         self.ledger = ledger if ledger is not None else Ledger(None, StationConfig)
         self.on_wait = on_wait or (lambda text: None)

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ModelConfig
-from . import loop
-from .base import LENGTH, Message, ModelError, Reply, Usage, estimate_tokens
-from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+from station.core.config import ModelConfig
+from station.core.model_api import LENGTH, Message, ModelError, Reply, Usage, estimate_tokens
+from station.models import loop
+from station.models.remote import (
+    Failure,
+    RemoteModel,
+    api_key,
+    classify_status,
+    classify_transport,
+    missing_key_message,
+)
 
 CACHE = {"type": "ephemeral"}
 

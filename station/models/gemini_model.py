@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..config import ModelConfig
-from . import loop
-from .base import LENGTH, Message, ModelError, Reply, Usage
-from .remote import (
+from station.core.config import ModelConfig
+from station.core.model_api import LENGTH, Message, ModelError, Reply, Usage
+from station.models import loop
+from station.models.remote import (
     Failure,
     RemoteModel,
     api_key,

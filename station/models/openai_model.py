@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ModelConfig
-from . import loop
-from .base import LENGTH, Message, ModelError, Reply, Usage
-from .remote import Failure, RemoteModel, api_key, classify_status, classify_transport, missing_key_message
+from station.core.config import ModelConfig
+from station.core.model_api import LENGTH, Message, ModelError, Reply, Usage
+from station.models import loop
+from station.models.remote import (
+    Failure,
+    RemoteModel,
+    api_key,
+    classify_status,
+    classify_transport,
+    missing_key_message,
+)
 
 
 def responses_body(config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 
-from .scripted import Situation, _yaml_block, room_call, room_play
+from station.models.scripted import Situation, _yaml_block, room_call, room_play
 
 AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")
 NEW_MAIL = re.compile(r"Mail #(\d+) from ([A-Z][a-z]+ [IVXLCDM]+|Guest_\d+)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import re
 
-from .scripted import Situation, _yaml_block, room_play
+from station.models.scripted import Situation, _yaml_block, room_play
 
 # Recursive agent names as they appear in prompts: a lineage word and a Roman generation.
 AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")

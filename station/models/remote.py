@@ -29,13 +29,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config import ModelConfig
-from . import loop
-from .base import INTERRUPTED, LENGTH, OVERFLOW, PERMANENT, TRANSIENT, Message, ModelError, Reply, estimate_conversation
-from .endpoint import EndpointKey, Stopped, endpoint_for
+from station.core.config import ModelConfig
+from station.core.model_api import (
+    INTERRUPTED,
+    LENGTH,
+    OVERFLOW,
+    PERMANENT,
+    TRANSIENT,
+    Message,
+    ModelError,
+    Reply,
+    estimate_conversation,
+)
+from station.models import loop
+from station.models.endpoint import EndpointKey, Stopped, endpoint_for
 
 if TYPE_CHECKING:
-    from .request_processes import RequestProcesses
+    from station.models.request_processes import RequestProcesses
 
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
 LONGEST_RETRY_AFTER_S = 15 * 60  # a server asking for longer is treated as asking for this

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .base import Message, ModelError, Reply, Usage, estimate_conversation, estimate_reply
+from station.core.model_api import Message, ModelError, Reply, Usage, estimate_conversation, estimate_reply
 
 
 class ReplayModel:

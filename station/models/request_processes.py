@@ -30,8 +30,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig
-from .base import TRANSIENT, Message, ModelError, Reply
+from station.core.config import ModelConfig
+from station.core.model_api import TRANSIENT, Message, ModelError, Reply
 
 # Where `station` is imported from, for the workers: each is a fresh interpreter (not a fork of
 # a process that runs threads, nor multiprocessing's spawn, which re-runs the caller's script).

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..config import ModelConfig
-from . import create_model
-from .base import PERMANENT, ModelError
-from .request_processes import WAITING, worker_share
+from station.core.config import ModelConfig
+from station.core.model_api import PERMANENT, ModelError
+from station.models import create_model
+from station.models.request_processes import WAITING, worker_share
 
 CALLS_AT_ONCE = 10_000  # threads are started as calls come; the endpoints' bounds are what limit them
 # Imported before the first call: two threads importing an SDK's modules at once (one making a

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .base import Message, Reply, Usage, estimate_conversation, estimate_reply
+from station.core.model_api import Message, Reply, Usage, estimate_conversation, estimate_reply
 
 NOTES_PREFIX = "notes: "
 PRUNE_AT_PCT = 20  # context share at which the policy goes to prune
@@ -276,7 +276,7 @@ class ScriptedModel:
         if "/execute_action{take" in started:
             return _answer(prompt, history, notes, rng)
         if "/execute_action{reflect" in started:
-            from .plays_talk import reflection_reply  # lives beside the Reflection Chamber's play
+            from station.models.plays_talk import reflection_reply  # lives beside the Reflection Chamber's play
 
             return reflection_reply(prompt, rng)
         first = next((line.strip() for line in prompt.splitlines() if len(line.split()) > 6), "")
@@ -391,7 +391,7 @@ def _play_token_management(s: Situation, rng: random.Random) -> list[str]:
 def _load_room_plays() -> None:
     """Plays for the social rooms live in their own modules; importing them registers them. A
     feature room's play lives with the room (rooms/research/plays.py) and registers when it loads."""
-    from . import plays_capsules, plays_talk  # noqa: F401
+    from station.models import plays_capsules, plays_talk  # noqa: F401
 
 
 _load_room_plays()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .base import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
+from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
 
 CODE = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 HINT = re.compile(r"(?:name|attribute) '(\w+)'.*?Did you mean: '(\w+)'\?")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .base import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
+from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
 
 KEY_TERMS = re.compile(r"^Key terms[^:]*:(.*)$", re.MULTILINE)
 ANSWER = re.compile(r"answer:\s*\n(.*?)(?:\n\s*Decide whether|\Z)", re.DOTALL | re.IGNORECASE)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .base import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
+from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage, estimate_conversation, estimate_reply
 
 BEGIN, END = "----- BEGIN PAPER CONTENT -----", "----- END PAPER CONTENT -----"
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")

@@ -1,0 +1,580 @@
+"""Terminal readers for what agents wrote: the Archive's papers, one paper or submission, one capsule thread.
+
+`station papers DIR`, `station paper DIR N` (or `s:N` for a submission) and `station thread DIR N`
+(their arguments and command functions are in readers_cli.py).
+The query functions return plain dicts and lists read from the store; the render functions print
+them with rich. Everything agents (or the reviewing model) wrote is untrusted: it is cleaned of
+terminal control sequences and only ever printed as `Text` or `Markdown`, so rich markup inside
+it (`[bold red]`) is shown as written, never interpreted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from rooms.archive import REVIEWER
+from rooms.capsule_store import lineage_key
+from station.apps.readers_cli import PAPER_STATES, ROOMS
+from station.apps.report import pages_line
+from station.core.store import Store
+from station.core.terminal_text import MAX_TEXT_CHARS, cell, markdown, plain
+
+CONTEXT_PROMPT_CHARS = 1_200  # the reviewer's briefing is shown shortened in a submission's dialogue
+
+
+# -- small helpers ----------------------------------------------------------------------------
+THING = {"public_memory": "forum thread", "mail": "mail", "private_memory": "private note", "archive": "paper"}
+SCORE_LINE = re.compile(r"score\s*:\s*\**\s*(10|[1-9])\s*/\s*10", re.IGNORECASE)
+
+
+def _has_table(store: Store, name: str) -> bool:
+    return store.one("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)) is not None
+
+
+def _require_capsules(store: Store) -> None:
+    if not _has_table(store, "capsules"):
+        raise ValueError("this station has no capsule rooms (no papers, forum, mail or private notes)")
+
+
+def _span(numbers: list[int]) -> str:
+    """'1-9', '4', or '1-3, 5, 7-9' for a list of numbers."""
+    numbers = sorted(set(numbers))
+    parts: list[str] = []
+    start = prev = None
+    for n in numbers + [None]:
+        if start is not None and (n is None or n != prev + 1):  # type: ignore[operator]  # prev is set while start is
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    if len(parts) > 6:
+        return f"{numbers[0]}-{numbers[-1]}"
+    return ", ".join(parts)
+
+
+def _author(name: str, lineage: str | None, generation: int | None) -> dict[str, Any]:
+    return {"name": name, "lineage": lineage, "generation": generation}
+
+
+def _message(row: Any) -> dict[str, Any]:
+    return {
+        "k": row["k"],
+        "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
+        "session": row["author_session"],
+        "tick": row["tick"],
+        "title": row["title"],
+        "content": row["content"],
+        "words": row["word_count"],
+        "deleted": bool(row["deleted"]),
+    }
+
+
+def _is_review(row: Any) -> bool:
+    return row["author"] == REVIEWER.name and row["author_session"] is None
+
+
+def _score_in(text: str | None) -> int | None:
+    found = SCORE_LINE.search(text or "")
+    return int(found.group(1)) if found else None
+
+
+def parse_paper_id(value: str | None, submission: int | None) -> tuple[str, int]:
+    """('paper', N) or ('submission', N) from the `paper` command's arguments."""
+    if value is not None and submission is not None:
+        raise ValueError("give either a paper number or --submission, not both")
+    if submission is not None:
+        return "submission", submission
+    if value is None:
+        raise ValueError("give a paper number (station paper DIR 3), or a submission as s:N or --submission N")
+    text = value.strip().lower()
+    kind = "paper"
+    if text.startswith("s:"):
+        kind, text = "submission", text[2:].strip()
+    if not text.isdigit() or len(text) > 18:
+        raise ValueError(f"{value!r} is not a paper number; use e.g. 3 for paper 3 or s:7 for submission 7")
+    return kind, int(text)
+
+
+# -- queries ------------------------------------------------------------------------------------
+def list_papers(
+    store: Store, *, include_unpublished: bool = False, status: str | None = None, limit: int = -1, offset: int = 0
+) -> dict[str, Any]:
+    """The Archive's published papers and, with `include_unpublished` or a status, the other submissions.
+
+    Returns {"papers": [...], "submissions": [...], "paper_total": N, "submission_total": M}: papers by
+    number (deleted ones only with `include_unpublished`), submissions that were not published by id;
+    `limit` and `offset` choose one page of each list (the totals count them all).
+    """
+    _require_capsules(store)
+    if status is not None and status not in PAPER_STATES:
+        raise ValueError(f"unknown status {status!r}; choose one of {', '.join(PAPER_STATES)}")
+    if limit == 0 or limit < -1 or offset < 0:
+        raise ValueError("--limit must be at least 1 and --offset at least 0")
+    papers: list[dict[str, Any]] = []
+    submissions: list[dict[str, Any]] = []
+    paper_total = submission_total = 0
+    if status in (None, "accepted"):
+        where = "c.room='archive' AND c.scope=''" + ("" if include_unpublished else " AND c.deleted=0")
+        paper_total = store.scalar(f"SELECT COUNT(*) FROM capsules c WHERE {where}")
+        rows = store.all(
+            "SELECT c.*, (SELECT COUNT(*) FROM capsule_messages m WHERE m.capsule=c.id AND m.k>1 AND m.deleted=0 "
+            "             AND NOT (m.author=? AND m.author_session IS NULL)) AS replies, "
+            "       (SELECT m.content FROM capsule_messages m WHERE m.capsule=c.id AND m.author=? "
+            "             AND m.author_session IS NULL ORDER BY m.k LIMIT 1) AS review "
+            f"FROM capsules c WHERE {where} ORDER BY c.number LIMIT ? OFFSET ?",
+            (REVIEWER.name, REVIEWER.name, limit, offset),
+        )
+        accepted = _accepted_submissions(store, [r["number"] for r in rows])
+        for r in rows:
+            sub = accepted.get(r["number"])
+            score = sub["score"] if sub and sub["score"] is not None else _score_in(r["review"])
+            papers.append(
+                {
+                    "number": r["number"],
+                    "title": r["title"],
+                    "author": _author(r["author"], r["author_lineage"], r["author_generation"]),
+                    "tick": r["created_tick"],
+                    "score": score,
+                    "replies": r["replies"],
+                    "words": r["word_count"],
+                    "tags": json.loads(r["tags"]),
+                    "deleted": bool(r["deleted"]),
+                    "submission": sub["id"] if sub else None,
+                }
+            )
+    wants_submissions = status in ("rejected", "pending", "failed") or (include_unpublished and status is None)
+    if wants_submissions and _has_table(store, "paper_submissions"):
+        where, params = ("status=?", (status,)) if status else ("status!='accepted'", ())
+        submission_total = store.scalar(f"SELECT COUNT(*) FROM paper_submissions WHERE {where}", params)
+        for r in store.all(
+            f"SELECT * FROM paper_submissions WHERE {where} ORDER BY id LIMIT ? OFFSET ?", (*params, limit, offset)
+        ):
+            submissions.append(_submission_summary(r))
+    return {
+        "papers": papers,
+        "submissions": submissions,
+        "paper_total": paper_total,
+        "submission_total": submission_total,
+    }
+
+
+def _accepted_submissions(store: Store, numbers: list[int]) -> dict[int, dict[str, Any]]:
+    """The accepted submission behind each of these paper numbers (the latest, if several)."""
+    if not numbers or not _has_table(store, "paper_submissions"):
+        return {}
+    found: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(numbers), 500):  # SQLite's limit on bound parameters
+        part = numbers[start : start + 500]
+        rows = store.all(
+            "SELECT id, score, capsule_number FROM paper_submissions WHERE status='accepted' "
+            f"AND capsule_number IN ({','.join('?' * len(part))}) ORDER BY id",
+            tuple(part),
+        )
+        found.update({r["capsule_number"]: {"id": r["id"], "score": r["score"]} for r in rows})  # the latest wins
+    return found
+
+
+def _submission_summary(r: Any) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "title": r["title"],
+        "author": _author(r["agent"], r["lineage"], r["generation"]),
+        "tick": r["tick"],
+        "status": r["status"],
+        "score": r["score"],
+        "attempts": r["attempts"],
+        "decided_tick": r["decided_tick"],
+        "paper": r["capsule_number"],
+    }
+
+
+def get_paper(store: Store, number: int) -> dict[str, Any]:
+    """One Archive paper (deleted or not): its fields, body, review and replies."""
+    _require_capsules(store)
+    row = store.one("SELECT * FROM capsules WHERE room='archive' AND scope='' AND number=?", (number,))
+    if row is None:
+        numbers = [r[0] for r in store.all("SELECT number FROM capsules WHERE room='archive' AND scope=''")]
+        known = f"papers: {_span(numbers)}" if numbers else "it has no papers yet"
+        raise ValueError(f"no paper {number} in the Archive ({known})")
+    messages = store.all("SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k", (row["id"],))
+    body = next((m for m in messages if m["k"] == 1), None)
+    review = next((m for m in messages if _is_review(m)), None)
+    replies = [_message(m) for m in messages if m["k"] != 1 and not _is_review(m)]
+    sub = _accepted_submissions(store, [number]).get(number)
+    verdict = None
+    if sub is not None:
+        raw = store.one("SELECT verdict FROM paper_submissions WHERE id=?", (sub["id"],))["verdict"]  # type: ignore[index]  # sub's own row
+        verdict = json.loads(raw) if raw else None
+    score = sub["score"] if sub and sub["score"] is not None else _score_in(review["content"] if review else None)
+    return {
+        "number": number,
+        "title": row["title"],
+        "abstract": row["abstract"],
+        "tags": json.loads(row["tags"]),
+        "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
+        "tick": row["created_tick"],
+        "deleted": bool(row["deleted"]),
+        "words": row["word_count"],
+        "body": _message(body) if body else None,
+        "review": (
+            {
+                "tick": review["tick"],
+                "content": review["content"],
+                "score": score,
+                "comment": (verdict or {}).get("comment"),
+                "suggestion": (verdict or {}).get("suggestion"),
+                "deleted": bool(review["deleted"]),
+            }
+            if review
+            else None
+        ),
+        "score": score,
+        "submission": sub["id"] if sub else None,
+        "replies": replies,
+    }
+
+
+def get_submission(store: Store, sid: int) -> dict[str, Any]:
+    """One paper submission (published or not) with the reviewer's exchanges about it."""
+    if not _has_table(store, "paper_submissions"):
+        raise ValueError("this station has no Archive submissions")
+    row = store.one("SELECT * FROM paper_submissions WHERE id=?", (sid,))
+    if row is None:
+        ids = [r[0] for r in store.all("SELECT id FROM paper_submissions")]
+        known = f"submissions: {_span(ids)}" if ids else "there are none yet"
+        raise ValueError(f"no submission s:{sid} ({known})")
+    data = _submission_summary(row)
+    data.update(
+        abstract=row["abstract"],
+        content=row["content"],
+        tags=json.loads(row["tags"]),
+        verdict=json.loads(row["verdict"]) if row["verdict"] else None,
+        reviews=[],
+    )
+    if _has_table(store, "paper_reviews"):
+        for r in store.all("SELECT * FROM paper_reviews WHERE submission=? ORDER BY id", (sid,)):
+            data["reviews"].append(
+                {
+                    "kind": r["kind"],
+                    "attempt": r["attempt"],
+                    "tick": r["tick"],
+                    "model": r["model"],
+                    "prompt": r["prompt"],
+                    "response": r["response"],
+                    "thinking": r["thinking"],
+                    "error": r["error"],
+                    "status": r["status"],
+                    "decision": r["decision"],
+                    "extracted": json.loads(r["extracted"]) if r["extracted"] else None,
+                }
+            )
+    return data
+
+
+def get_thread(
+    store: Store, room: str, number: int, *, lineage: str | None = None, limit: int = -1, offset: int = 0
+) -> dict[str, Any]:
+    """One capsule thread of a room ('public', 'mail', 'private', 'archive' or the room's short name):
+    its messages from `offset` on (at most `limit`), how many there are and who wrote."""
+    _require_capsules(store)
+    short = ROOMS.get(room, room)
+    if short not in THING:
+        raise ValueError(f"unknown room {room!r}; choose one of {', '.join(ROOMS)}")
+    thing = THING[short]
+    if lineage is not None and short != "private_memory":
+        raise ValueError("--lineage is only for private notes (--room private)")
+    if short == "private_memory":
+        scope = _private_scope(store, number, lineage)
+    else:
+        scope = ""
+    row = store.one("SELECT * FROM capsules WHERE room=? AND scope=? AND number=?", (short, scope, number))
+    if row is None:
+        numbers = [r[0] for r in store.all("SELECT number FROM capsules WHERE room=? AND scope=?", (short, scope))]
+        plural = "notes" if short == "private_memory" else "mails" if short == "mail" else f"{thing.split()[-1]}s"
+        known = f"{plural}: {_span(numbers)}" if numbers else f"there are no {plural} yet"
+        where = f" of the {scope} lineage" if short == "private_memory" else ""
+        raise ValueError(f"no {thing} {number}{where} ({known})")
+    if limit == 0 or limit < -1 or offset < 0:
+        raise ValueError("--limit must be at least 1 and --offset at least 0")
+    messages = [
+        _message(m)
+        for m in store.all(
+            "SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k LIMIT ? OFFSET ?", (row["id"], limit, offset)
+        )
+    ]
+    total, live = store.one(  # type: ignore[misc]  # an aggregate: always one row
+        "SELECT COUNT(*), COALESCE(SUM(deleted=0), 0) FROM capsule_messages WHERE capsule=?", (row["id"],)
+    )
+    participants: list[str] = [row["author"]]
+    for (name,) in store.all(
+        "SELECT author FROM capsule_messages WHERE capsule=? GROUP BY author ORDER BY MIN(k)", (row["id"],)
+    ):
+        if name not in participants:
+            participants.append(name)
+    return {
+        "room": short,
+        "thing": thing,
+        "scope": scope,
+        "number": number,
+        "title": row["title"],
+        "abstract": row["abstract"],
+        "tags": json.loads(row["tags"]),
+        "author": _author(row["author"], row["author_lineage"], row["author_generation"]),
+        "recipients": json.loads(row["recipients"]),
+        "participants": participants,
+        "created_tick": row["created_tick"],
+        "updated_tick": row["updated_tick"],
+        "deleted": bool(row["deleted"]),
+        "messages": messages,
+        "total": total,
+        "live": live,
+        "offset": offset,
+        "limit": limit,
+    }
+
+
+def _private_scope(store: Store, number: int, lineage: str | None) -> str:
+    scopes = [r[0] for r in store.all("SELECT DISTINCT scope FROM capsules WHERE room='private_memory' ORDER BY scope")]
+    if lineage is not None:
+        wanted = lineage_key(lineage.strip())
+        if wanted in scopes:
+            return wanted
+        folded = [s for s in scopes if s.lower() == wanted.lower()]
+        if len(folded) == 1:
+            return folded[0]
+        known = f"lineages with notes: {', '.join(scopes)}" if scopes else "no lineage has notes yet"
+        raise ValueError(f"no private notes of a lineage {lineage!r} ({known})")
+    holders = [
+        r[0]
+        for r in store.all(
+            "SELECT scope FROM capsules WHERE room='private_memory' AND number=? ORDER BY scope", (number,)
+        )
+    ]
+    if len(holders) == 1:
+        return holders[0]
+    if not holders:
+        known = f"lineages with notes: {', '.join(scopes)}" if scopes else "no lineage has notes yet"
+        raise ValueError(f"no private note {number} in any lineage ({known})")
+    raise ValueError(
+        f"private note {number} exists in {len(holders)} lineages ({', '.join(holders)}); "
+        "choose one with --lineage NAME"
+    )
+
+
+# -- rendering ----------------------------------------------------------------------------------
+def _who(author: dict[str, Any]) -> str:
+    if author["name"] == REVIEWER.name or not author["lineage"]:
+        return author["name"]
+    return f"{author['name']} ({author['lineage']} lineage, generation {author['generation']})"
+
+
+def _score(score: int | None) -> str:
+    return "-" if score is None else f"{score}/10"
+
+
+def render_papers(data: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    papers, subs = data["papers"], data["submissions"]
+    if papers:
+        table = Table(title="Archive papers", title_justify="left")
+        for name, kw in (
+            ("#", {"justify": "right"}),
+            ("title", {"ratio": 1}),
+            ("author", {}),
+            ("tick", {"justify": "right"}),
+            ("score", {"justify": "right"}),
+            ("replies", {"justify": "right"}),
+        ):
+            table.add_column(name, **kw)
+        for p in papers:
+            style = "dim" if p["deleted"] else ""
+            title = cell(p["title"], style)
+            if p["deleted"]:
+                title.append(" (deleted)", style="dim italic")
+            table.add_row(
+                Text(str(p["number"])),
+                title,
+                cell(p["author"]["name"]),
+                Text(str(p["tick"])),
+                Text(_score(p["score"])),
+                Text(str(p["replies"])),
+                style=style,
+            )
+        console.print(table)
+    if subs:
+        table = Table(title="Submissions not published", title_justify="left")
+        for name, kw in (
+            ("id", {"justify": "right"}),
+            ("title", {"ratio": 1}),
+            ("author", {}),
+            ("tick", {"justify": "right"}),
+            ("status", {}),
+            ("score", {"justify": "right"}),
+            ("attempts", {"justify": "right"}),
+        ):
+            table.add_column(name, **kw)
+        colour = {"rejected": "red", "pending": "yellow", "failed": "magenta", "accepted": "green"}
+        for s in subs:
+            table.add_row(
+                Text(f"s:{s['id']}"),
+                cell(s["title"]),
+                cell(s["author"]["name"]),
+                Text(str(s["tick"])),
+                Text(s["status"], style=colour.get(s["status"], "")),
+                Text(_score(s["score"])),
+                Text(str(s["attempts"])),
+            )
+        console.print(table)
+    for total, shown, what in (
+        (data.get("paper_total", 0), papers, "papers"),
+        (data.get("submission_total", 0), subs, "submissions not published"),
+    ):
+        line = pages_line(total, data.get("offset", 0), len(shown), data.get("limit", len(shown)), what)
+        if line and total:
+            console.print(Text(line.rstrip(), style="dim"))
+    if not papers and not subs:
+        if data.get("paper_total") or data.get("submission_total"):
+            return  # a page past the end: the line above says so
+        console.print(
+            Text("No papers match." if data.get("filtered") else "No papers have been published yet.", style="yellow")
+        )
+        return
+    console.print(Text("Read one with `station paper DIR N` (a submission: `station paper DIR s:N`).", style="dim"))
+
+
+def render_paper(paper: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    console.rule(Text(f"Archive paper {paper['number']}", style="bold"))
+    console.print(plain(paper["title"], "bold", limit=2000))
+    facts = f"by {_who(paper['author'])} · submitted at tick {paper['tick']}"
+    if paper["review"]:
+        facts += f" · published at tick {paper['review']['tick']}"
+    if paper["submission"] is not None:
+        facts += f" · submission s:{paper['submission']}"
+    console.print(plain(facts))
+    if paper["tags"]:
+        console.print(Text("tags: ", style="dim") + plain(", ".join(map(str, paper["tags"])), limit=2000))
+    if paper["deleted"]:
+        console.print(
+            Text("This paper was deleted by its lineage; it is kept in the station's records.", style="dim italic")
+        )
+    if paper["abstract"]:
+        console.print(Panel(plain(paper["abstract"]), title=Text("Abstract"), border_style="blue"))
+    body = paper["body"]
+    console.print()
+    if body is None or body["deleted"] and not paper["deleted"]:
+        console.print(Text("(deleted)", style="dim"))
+    else:
+        console.print(markdown(body["content"]))
+    console.print()
+    review = paper["review"]
+    if review is None:
+        console.print(Text("Published without review.", style="dim"))
+    else:
+        title = Text(f"Review · score {_score(review['score'])} · tick {review['tick']}")
+        console.print(Panel(markdown(review["content"]), title=title, border_style="green"))
+    if paper["replies"]:
+        console.rule(Text(f"{len(paper['replies'])} repl{'y' if len(paper['replies']) == 1 else 'ies'}"))
+        for m in paper["replies"]:
+            _print_message(console, paper["number"], m)
+    else:
+        console.print(Text("No replies.", style="dim"))
+
+
+def render_submission(sub: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    console.rule(Text(f"Archive submission s:{sub['id']}", style="bold"))
+    console.print(plain(sub["title"], "bold", limit=2000))
+    facts = f"by {_who(sub['author'])} · submitted at tick {sub['tick']} · {sub['status']}"
+    if sub["decided_tick"] is not None:
+        facts += f" at tick {sub['decided_tick']}"
+    if sub["score"] is not None:
+        facts += f" · score {_score(sub['score'])}"
+    if sub["paper"] is not None:
+        facts += f" · published as paper {sub['paper']}"
+    console.print(plain(facts))
+    if sub["tags"]:
+        console.print(Text("tags: ", style="dim") + plain(", ".join(map(str, sub["tags"])), limit=2000))
+    if sub["abstract"]:
+        console.print(Panel(plain(sub["abstract"]), title=Text("Abstract"), border_style="blue"))
+    console.print()
+    console.print(markdown(sub["content"]))
+    console.print()
+    verdict = sub["verdict"] or {}
+    if verdict.get("comment") or verdict.get("suggestion"):
+        parts = []
+        if verdict.get("comment"):
+            parts += [Text("Comment", style="bold"), plain(verdict["comment"])]
+        if verdict.get("suggestion"):
+            parts += [Text("Suggestion", style="bold"), plain(verdict["suggestion"])]
+        console.print(
+            Panel(
+                Group(*parts),
+                title=Text(f"Verdict · {sub['status']} · score {_score(sub['score'])}"),
+                border_style="green" if sub["status"] == "accepted" else "red",
+            )
+        )
+    if not sub["reviews"]:
+        note = "The reviewer has not answered yet." if sub["status"] == "pending" else "No reviewer exchanges stored."
+        console.print(Text(note, style="dim"))
+        return
+    console.rule(Text("Reviewer dialogue"))
+    for r in sub["reviews"]:
+        what = "context turn" if r["kind"] == "context" else f"attempt {r['attempt']}"
+        head = f"{what} · tick {r['tick']} · {r['model']} · {r['status']} → {r['decision']}"
+        # a context turn briefs the reviewer on the task and the archive: not about this paper, so shortened
+        prompt = markdown(r["prompt"], limit=CONTEXT_PROMPT_CHARS if r["kind"] == "context" else MAX_TEXT_CHARS)
+        console.print(Panel(prompt, title=plain(f"station → reviewer · {head}"), border_style="blue"))
+        if r["thinking"]:
+            console.print(Panel(plain(r["thinking"], "dim"), title=Text("reviewer thinking"), border_style="dim"))
+        if r["response"]:
+            console.print(Panel(markdown(r["response"]), title=Text("reviewer"), border_style="green"))
+        if r["error"]:
+            console.print(Panel(plain(r["error"], "red"), title=Text("error"), border_style="red"))
+
+
+def render_thread(thread: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    label = thread["thing"][0].upper() + thread["thing"][1:]
+    where = f" · {thread['scope']} lineage" if thread["room"] == "private_memory" else ""
+    console.rule(Text(f"{label} {thread['number']}{where}", style="bold"))
+    console.print(plain(thread["title"], "bold", limit=2000))
+    facts = f"started by {_who(thread['author'])} at tick {thread['created_tick']}"
+    total = thread.get("total", len(thread["messages"]))
+    live = thread.get("live", sum(1 for m in thread["messages"] if not m["deleted"]))
+    facts += f" · {total} message(s)" + (f", {live} not deleted" if live != total else "")
+    console.print(plain(facts))
+    if thread["room"] == "mail":
+        console.print(plain(f"from {thread['author']['name']} to {', '.join(thread['recipients']) or '(nobody)'}"))
+    console.print(plain(f"participants: {', '.join(thread['participants'])}"))
+    if thread["tags"]:
+        console.print(Text("tags: ", style="dim") + plain(", ".join(map(str, thread["tags"])), limit=2000))
+    if thread["deleted"]:
+        console.print(Text("This thread was deleted; it is kept in the station's records.", style="dim italic"))
+    if thread["abstract"]:
+        console.print(Panel(plain(thread["abstract"]), title=Text("Abstract"), border_style="blue"))
+    for m in thread["messages"]:
+        _print_message(console, thread["number"], m)
+    offset = thread.get("offset", 0)
+    line = pages_line(total, offset, len(thread["messages"]), thread.get("limit", total), "messages")
+    if line:
+        console.print(Text(line.rstrip(), style="dim"))
+
+
+def _print_message(console: Console, number: int, m: dict[str, Any]) -> None:
+    head = f"{number}-{m['k']} · {m['author']['name']} · tick {m['tick']}"
+    if m["title"] and m["k"] > 1:
+        head += f" · {m['title']}"
+    if m["deleted"]:
+        console.print(plain(head, "dim", limit=500) + Text("  (deleted)", style="dim"))
+        return
+    style = "green" if m["author"]["name"] == REVIEWER.name else "cyan"
+    console.print(Panel(markdown(m["content"]), title=plain(head, limit=500), title_align="left", border_style=style))

@@ -1,0 +1,164 @@
+"""Opening and creating a station directory: store, config, texts, rooms, hooks, context."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from rooms import check_known, every_room, load_rooms, recorded_room_set
+from rooms.research import load_tasks
+from station.core import lifecycle
+from station.core.agents import AgentRegistry
+from station.core.budget import Ledger
+from station.core.commands import with_value
+from station.core.config import StationConfig, parse_config
+from station.core.context import Context, check_hooks
+from station.core.conversation import Conversations
+from station.core.hooks import load_hooks
+from station.core.room import Room
+from station.core.store import CORE_MIGRATIONS, Store, StoreError, absolute
+from station.core.texts import Texts
+from station.models import ModelPool
+
+FORMAT_VERSION = 1
+
+
+def room_set_change(before: StationConfig, after: StationConfig) -> list[str]:
+    """The rooms a config change adds to a station. Taking one away is refused: agents may be in it,
+    and what they left there stays readable."""
+    was = recorded_room_set(before.rooms.enabled, before.rooms.disabled)
+    now = recorded_room_set(after.rooms.enabled, after.rooms.disabled)
+    check_known(now, "rooms.enabled")
+    kept_out = [short for short in was if short not in now]
+    if kept_out:
+        raise ValueError(f"rooms.enabled: a station keeps the rooms it has ({', '.join(kept_out)}); list them too")
+    return [short for short in now if short not in was]
+
+
+def check_room_set(config: StationConfig, key: str, value: object) -> None:
+    """Refuse now a `set` of the room set that the run would refuse when it applies it."""
+    if key.startswith("rooms."):  # the whole list or one entry of it (rooms.enabled.3)
+        room_set_change(config, with_value(config, key, value))
+
+
+class Station:
+    """Everything a running (or inspected) station needs, wired together."""
+
+    def __init__(self, store: Store, config: StationConfig) -> None:
+        self.store = store
+        self.texts = Texts(config.codex.set, config.codex.texts, style=config.prompt.style)
+        self.agents = AgentRegistry(store)
+        self.conversations = Conversations(
+            store, config.tokens.protected_keywords, cache_bytes=config.engine.conversation_cache_mb << 20
+        )
+        self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
+        self.ctx.tasks = load_tasks(config.research)
+        rooms = self._build_rooms(recorded_room_set(config.rooms.enabled, config.rooms.disabled))
+        self.ctx.rooms = {room.short: room for room in rooms}
+        self.ctx.hooks = load_hooks(config, rooms)
+        for hook in self.ctx.hooks:
+            store.migrate(f"hook:{hook.name}", hook.migrations)
+        self.ctx.open_rooms = self.open_rooms
+        self.ctx.models = ModelPool(
+            Ledger(store.dir, lambda: self.ctx.config), request_processes=config.engine.request_processes
+        )
+
+    def _build_rooms(self, names: list[str]) -> list[Room]:
+        """The named rooms, their tables made; the Research Counter only where there is a task."""
+        rooms = load_rooms([short for short in names if short != "research" or self.ctx.tasks])
+        for room in rooms:
+            self.store.migrate(room.migration_component or f"room:{room.short}", room.migrations)
+        return rooms
+
+    def open_rooms(self, before: StationConfig, after: StationConfig) -> None:
+        """Open the rooms `after` adds to the room set, with their hooks: the operator enabled them
+        (`station set DIR rooms.enabled ...`). A replay applies the same command at the same point,
+        so it opens them at the same tick."""
+        new = self._build_rooms(room_set_change(before, after))
+        hooks = [hook for room in new for hook in room.hooks(self.config)]
+        for hook in hooks:
+            self.store.migrate(f"hook:{hook.name}", hook.migrations)
+        check_hooks([*self.ctx.hooks, *hooks])
+        rooms = sorted([*self.ctx.rooms.values(), *new], key=lambda room: room.lobby_order)
+        self.ctx.rooms = {room.short: room for room in rooms}
+        self.ctx.hooks = sorted([*self.ctx.hooks, *hooks], key=lambda hook: hook.order)
+
+    @property
+    def config(self) -> StationConfig:
+        return self.ctx.config  # the operator may change safe values while it runs
+
+    @property
+    def dir(self) -> Path:
+        return self.store.dir
+
+    @classmethod
+    def create(cls, directory: str | Path, config: StationConfig, *, recorded: bool = False) -> Station:
+        """A new station at tick 1 with its initial population.
+
+        Its config records its room set: every room this code has (less `rooms.disabled`) unless the
+        config lists them. `recorded`: the config is one a station already held (a replay's), whose
+        room set stays what that station had.
+
+        It is built in a temporary sibling directory and renamed into place, so a crash during
+        creation never leaves a half-made station behind.
+        """
+        Texts(config.codex.set, config.codex.texts)  # fail on a bad codex before creating files
+        if config.rooms.enabled is None and not recorded:
+            rooms = config.rooms.model_copy(update={"enabled": every_room(config.rooms.disabled)})
+            config = config.model_copy(update={"rooms": rooms})
+        final = absolute(directory)
+        if Store.exists(final):
+            raise StoreError(f"a station already exists at {final}")
+        if final.exists() and any(final.iterdir()):
+            raise StoreError(f"{final} exists and is not empty; choose a new directory")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        building = final.parent / f".{final.name}.creating-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        store = Store.create(building, durability=config.engine.durability)
+        try:
+            store.migrate("station", CORE_MIGRATIONS)
+            with store.transaction():
+                store.set_meta("format", FORMAT_VERSION)
+                store.set_meta("config", config.model_dump(mode="json"))
+                store.set_meta("tick", 1)
+                store.set_meta("units", 0)
+                store.set_meta("station_status", "Healthy")
+            station = cls(store, config)  # an unknown room or evaluator is refused here
+            with store.transaction():
+                for spec in config.agents:
+                    for _ in range(spec.count):
+                        lifecycle.create_agent(station.ctx, spec)
+                station.ctx.emit("station_created")
+                station.ctx.emit("tick_started")
+            station.ctx.models.close()
+        except BaseException:
+            store.close()
+            shutil.rmtree(building, ignore_errors=True)  # a refused config leaves nothing behind
+            raise
+        store.close()
+        if any((building / leftover).exists() for leftover in ("station.db-wal", "station.db-shm")):
+            free = shutil.disk_usage(building).free  # a close that could not checkpoint: usually a full disk
+            shutil.rmtree(building, ignore_errors=True)
+            raise StoreError(
+                f"the new station could not be written completely in {final.parent} "
+                f"({free >> 10:,} KB free there: is the disk full?); nothing was created"
+            )
+        if final.exists():
+            final.rmdir()  # empty (checked above)
+        os.rename(building, final)
+        return cls.open(final)
+
+    @classmethod
+    def open(cls, directory: str | Path) -> Station:
+        store = Store(directory)
+        store.migrate("station", CORE_MIGRATIONS)
+        config = parse_config(store.get_meta("config"), f"{directory}/station.db", stored=True)
+        store.db.execute(f"PRAGMA synchronous={'FULL' if config.engine.durability == 'full' else 'NORMAL'}")
+        return cls(store, config)
+
+    def close(self) -> None:
+        for hook in self.ctx.hooks:  # background workers (reviews, evaluations) stop with the station
+            getattr(hook, "close", lambda: None)()
+        self.ctx.models.close()
+        self.store.close()
