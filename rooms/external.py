@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from station.core.context import Context
 from station.core.room import Outcome, Params, Room, action, register_room
+from station.models.scripted import Situation, room_play, yaml_block
 
 MIGRATIONS = [
     """CREATE TABLE human_requests (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
@@ -98,3 +100,15 @@ class ExternalCounter(Room):
         return Outcome(
             [f"Request #{cur.lastrowid} was sent to the operator. The answer will arrive as a system message."]
         )
+
+
+# -- the scripted policy's play here: ask the operators one question, or none ------------------
+@room_play("external")
+def _play_external(s: Situation, rng: random.Random) -> list[str]:
+    if not s.notes.get("asked") and rng.random() < 0.5:
+        s.notes["asked"] = True
+        return [
+            "/execute_action{request_human}",
+            yaml_block({"title": "Hello", "content": "Is there anything the operators want us to know?"}),
+        ]
+    return []

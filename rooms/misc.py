@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from station.core.context import Context
 from station.core.room import Outcome, Params, Room, action, register_room
+from station.models.scripted import Situation, room_play, yaml_block
 
 MIGRATIONS = [
     """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
@@ -62,3 +64,20 @@ class MiscRoom(Room):
         )
         ctx.emit("suggestion", agent.name, text=p.suggestion_content)
         return Outcome(["Your suggestion was recorded for the station's operators. Thank you."])
+
+
+# -- the scripted policy's play here: describe itself once, then now and then suggest ----------
+@room_play("misc")
+def _play_misc(s: Situation, rng: random.Random) -> list[str]:
+    if not s.notes.get("described"):
+        s.notes["described"] = True
+        return [
+            "/execute_action{change_description}",
+            yaml_block({"new_description": f"{s.name}: reads first, then experiments."}),
+        ]
+    if rng.random() < 0.5:
+        return [
+            "/execute_action{suggest}",
+            yaml_block({"suggestion_content": "A short map of the rooms in the lobby would help newcomers."}),
+        ]
+    return []

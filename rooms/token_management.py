@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Annotated, Any
 
@@ -9,6 +10,7 @@ from pydantic import Field
 
 from station.core.context import Context
 from station.core.room import Outcome, Params, Room, action, register_room
+from station.models.scripted import Situation, room_play
 
 PAGE_ROWS = 300
 
@@ -157,3 +159,9 @@ class TokenManagementRoom(Room):
 
 def _pruned_ticks(agent: Any) -> set[int]:
     return {t for b in agent.pruned for t in range(b["ticks"][0], b["ticks"][1] + 1)}
+
+
+# -- the scripted policy's play here: look at the first page (it prunes when its context is full)
+@room_play("token_management")
+def _play_token_management(s: Situation, rng: random.Random) -> list[str]:
+    return ["/execute_action{page 1}"]

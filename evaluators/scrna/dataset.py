@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import shutil
 import threading
 from collections.abc import Sequence
@@ -33,6 +34,10 @@ GENERATOR = "sim-v2"  # v2: batch_hvg from scanpy's seurat_v3
 FILE_LAYOUT = "file2"  # the same change for a user's file (its genes are chosen by seurat_v3 too)
 PLANNED = {"default": (16_000, 2_000), "small": (2_000, 500)}  # cells, genes (train)
 CONTROLS = ("no_integration", "random_embedding", "perfect_embedding")
+
+
+def data_root() -> Path:
+    return Path(os.environ.get("STATION_SCRNA_DATA") or Path.home() / ".cache" / "station" / "scrna")
 
 
 class Dataset:
@@ -292,8 +297,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--h5ad", help="a CELLxGENE-style file instead of the simulation")
     args = parser.parse_args()
-    from .task import data_root
-
     dataset = Dataset(data_root(), size=args.size, seed=args.seed, h5ad=args.h5ad)
     print(f"preparing {dataset.name} in {dataset.dir} ...", flush=True)
     dataset.ensure()

@@ -19,7 +19,6 @@ simulator alone it draws other data.
 from __future__ import annotations
 
 import math
-import os
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from .metrics import METRICS
 from .normalisation import choose_normalisation, normalise, openproblems_bounds
 from .play import submission as scripted_play
 
-__all__ = ["LABELS", "METRICS", "BatchIntegration", "data_root", "normalise"]
+__all__ = ["LABELS", "METRICS", "BatchIntegration", "normalise"]
 
 LABELS = {
     "asw_batch": "ASW_batch",
@@ -72,10 +71,6 @@ BASELINES = {
 }
 
 
-def data_root() -> Path:
-    return Path(os.environ.get("STATION_SCRNA_DATA") or Path.home() / ".cache" / "station" / "scrna")
-
-
 @register("batch_integration")
 class BatchIntegration(Task):
     title = "scRNA-seq Batch Integration"
@@ -106,7 +101,7 @@ class BatchIntegration(Task):
         normalisation: str | None = None,
         extra_metrics: Sequence[str] = (),
     ) -> None:
-        from .dataset import Dataset
+        from .dataset import Dataset, data_root
 
         if size not in ("default", "small"):
             raise ValueError("size must be 'default' or 'small'")

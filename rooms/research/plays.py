@@ -13,7 +13,7 @@ import random
 import re
 
 from evaluators.base import task_classes
-from station.models.scripted import Situation, _yaml_block, every_turn, room_call, room_play
+from station.models.scripted import Situation, every_turn, room_call, room_play, yaml_block
 
 TASK_ROW = re.compile(r"^\| (\d+) \| (.+?) \|$", re.MULTILINE)
 RESULT = re.compile(r"\*\*Evaluation #(\d+) ")
@@ -51,7 +51,7 @@ def _open_count(s: Situation) -> int:
     return max(0, s.notes.get("submitted", 0) - len(s.notes.get("results_seen", [])))
 
 
-@room_call("research")
+@room_call("research", rank=50)
 def _call_research(s: Situation, rng: random.Random) -> bool:
     if s.guest:
         return False
@@ -76,7 +76,7 @@ def _play_research(s: Situation, rng: random.Random) -> list[str]:
     if submission is None:
         return [f"/execute_action{{read {number}}}"]
     s.notes["submitted"] = s.notes.get("submitted", 0) + 1
-    return [f"/execute_action{{submit {number}}}", _yaml_block(submission)]
+    return [f"/execute_action{{submit {number}}}", yaml_block(submission)]
 
 
 def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] | None:

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from rooms.archive import REVIEWER
 from rooms.capsule_store import lineage_key
-from station.apps.readers_cli import PAPER_STATES, ROOMS
+from station.apps.reader_choices import PAPER_STATES, ROOMS
 from station.apps.report import pages_line
 from station.core.store import Store
 from station.core.terminal_text import MAX_TEXT_CHARS, cell, markdown, plain

@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-ROOMS = {"public": "public_memory", "mail": "mail", "private": "private_memory", "archive": "archive"}
-PAPER_STATES = ("accepted", "rejected", "pending", "failed")
+from station.apps.reader_choices import PAPER_STATES, ROOMS
 
 
 def cmd_papers(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from station.core.agents import lineage_name_problem
+from station.core.plugins import EXECUTORS, PROVIDERS
 
 
 class ConfigError(ValueError):
@@ -88,8 +89,6 @@ class ModelConfig(Section):
     @field_validator("provider")
     @classmethod
     def _known_provider(cls, value: str) -> str:
-        from station.models import PROVIDERS  # the registry of the providers' package (it imports this module)
-
         if value not in PROVIDERS:
             raise ValueError(f"Input should be one of {', '.join(map(repr, PROVIDERS.names()))}")
         return value
@@ -319,8 +318,6 @@ class ExecutorConfig(Section):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        from station.executors import EXECUTORS  # the registry of the executors' package
-
         if value not in EXECUTORS:
             raise ValueError(f"Input should be one of {', '.join(map(repr, EXECUTORS.names()))}")
         return value

@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from station.core.config import ModelConfig
 
 Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
-# Model providers by config name: each makes a Model from (config, stop=..., on_wait=...).
-PROVIDERS: Registry[Callable[..., Model]] = Registry("model provider")
 # The offline policies of the system roles, by model-name prefix: each makes a Model from its name.
 SCRIPTED_POLICIES: Registry[Callable[[str], Model]] = Registry("scripted policy")
 LENGTH = "length"  # Reply.finish_reason of a reply cut off by max_output_tokens

@@ -4,6 +4,10 @@ Every kind is registered the same way: `@REGISTRY.register("name")` on the class
 or `REGISTRY.lazy("name", "package.module:attribute")` for one whose module pulls a heavy
 dependency (a provider SDK, Ray), imported only when that name is used. An unknown name is an
 error that lists the known ones. A leaf module: it imports nothing of the project.
+
+A registry the engine asks without importing its plugins (the model providers, the executors)
+names an entry-point group: the packages listed there (pyproject.toml) are imported the first
+time the registry is asked, and register their plugins as they load.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+PLUGINS = "station.plugins"  # the entry-point group of the packages that register plugins
 
 # A thousand turn threads may ask for one provider at once: its SDK is imported by one thread
 # while the others wait (two importing one package concurrently can see it half-initialised).
-_IMPORTING = threading.Lock()
+_IMPORTING = threading.RLock()  # reentrant: a plugin package that loads may ask a registry
 
 
 class UnknownName(ValueError):
@@ -25,9 +31,10 @@ class UnknownName(ValueError):
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, plugins: str | None = None) -> None:
         self.kind = kind  # "model provider", "executor", ...: used in error messages
         self._entries: dict[str, T | str] = {}
+        self._plugins = plugins  # the entry-point group of the packages that fill it, if any
 
     def register(self, name: str) -> Callable[[T], T]:
         def mark(entry: T) -> T:
@@ -41,6 +48,7 @@ class Registry(Generic[T]):
         self._add(name, path)
 
     def get(self, name: str) -> T:
+        self._discover()
         if name not in self._entries:
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         entry = self._entries[name]
@@ -58,10 +66,21 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""
+        self._discover()
         return list(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._discover()
         return name in self._entries
+
+    def _discover(self) -> None:
+        """Import the packages of this registry's entry-point group, once."""
+        if self._plugins is None:
+            return
+        with _IMPORTING:
+            group, self._plugins = self._plugins, None  # cleared first: a loading package registers here
+            for point in entry_points(group=group):
+                point.load()
 
     def _add(self, name: str, entry: T | str) -> None:
         if name in self._entries and _where(self._entries[name]) != _where(entry):

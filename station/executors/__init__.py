@@ -6,11 +6,10 @@ Ray is imported only by ray_executor.py, and only when a RayExecutor is used.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from station.core.registry import Registry
+from station.core.plugins import EXECUTORS
 from station.core.run_types import Mount, RunResult, RunSpec, RunStatus
 from station.executors.base import Executor
 from station.executors.local import LocalExecutor
@@ -18,9 +17,7 @@ from station.executors.local import LocalExecutor
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Mount", "RunResult", "RunSpec", "RunStatus", "create_executor"]
 
 
-# Executors by config name (`research.executor.kind`): each makes an Executor from (config, hide,
-# scratch_base). Ray is imported only when a station runs on it.
-EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor")
+# Ray is imported only when a station runs on it.
 
 
 @EXECUTORS.register("local")

@@ -11,7 +11,6 @@ from typing import Any
 
 from station.core.config import ModelConfig
 from station.core.model_api import (
-    PROVIDERS,
     SCRIPTED_POLICIES,
     BudgetExceeded,
     Message,
@@ -21,6 +20,7 @@ from station.core.model_api import (
     Usage,
     estimate_conversation,
 )
+from station.core.plugins import PROVIDERS
 from station.core.registry import UnknownName
 from station.models import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
 from station.models.endpoint import EndpointKey, known_limit

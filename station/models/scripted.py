@@ -7,7 +7,8 @@ conversation and the seed: a crashed and resumed station gets the very same repl
 Path of a life: lobby -> codex (read) -> test (take, retake if failed) -> ascend (inherit an
 offered ancestor, or found a lineage) -> visit every room the Lobby lists and do something
 there -> prune when the context grows -> leave through the Exit (or die of old age).
-Rooms added later register a play in ROOM_PLAYS.
+Each room registers its own play (rooms/, with `room_play`), so the policy knows a room only
+once that room is loaded.
 """
 
 from __future__ import annotations
@@ -71,14 +72,33 @@ def room_play(short: str) -> Callable[[Play], Play]:
 
 
 # A call says whether something in the latest prompt (a mail, a mention, the end of life
-# drawing near) is a reason to go to that room now rather than wander.
+# drawing near) is a reason to go to that room now rather than wander. Calls are asked in the
+# order of their rank (the lowest first), and the first room that calls wins.
 Call = Callable[["Situation", random.Random], bool]
-ROOM_CALLS: dict[str, Call] = {}
+ROOM_CALLS: dict[str, tuple[int, Call]] = {}
 
 
-def room_call(short: str) -> Callable[[Call], Call]:
+def room_call(short: str, rank: int) -> Callable[[Call], Call]:
     def register(fn: Call) -> Call:
-        ROOM_CALLS[short] = fn
+        ROOM_CALLS[short] = (rank, fn)
+        return fn
+
+    return register
+
+
+def ranked_calls() -> list[tuple[str, Call]]:
+    return [(short, call) for short, (_, call) in sorted(ROOM_CALLS.items(), key=lambda item: item[1][0])]
+
+
+# An internal reply answers the follow-up prompt of an action (`reflect`: each reflection tick),
+# by the action's verb; the room that has the action registers it.
+InternalReply = Callable[[str, random.Random], str]
+INTERNAL_REPLIES: dict[str, InternalReply] = {}
+
+
+def internal_reply(verb: str) -> Callable[[InternalReply], InternalReply]:
+    def register(fn: InternalReply) -> InternalReply:
+        INTERNAL_REPLIES[verb] = fn
         return fn
 
     return register
@@ -159,7 +179,7 @@ def _last_notes(history: list[Message]) -> dict[str, Any]:
     return {}
 
 
-def _yaml_block(fields: dict[str, Any]) -> str:  # values JSON-encoded: strings and numbers
+def yaml_block(fields: dict[str, Any]) -> str:  # values JSON-encoded: strings and numbers
     body = "\n".join(f"{k}: {json.dumps(v)}" for k, v in fields.items())
     return f"```yaml\n{body}\n```"
 
@@ -204,14 +224,14 @@ class ScriptedModel:
     def _guest_actions(self, s: Situation, notes: dict, rng: random.Random) -> list[str]:
         if "ascend_inherit" in s.messages and rng.random() < 0.75:
             description = f"Carrying the lineage forward, guest of tick {s.tick}."
-            return [*s.in_room("test"), "/execute_action{ascend_inherit}", _yaml_block({"description": description})]
+            return [*s.in_room("test"), "/execute_action{ascend_inherit}", yaml_block({"description": description})]
         if "ascend_new" in s.messages:
             tried = notes.setdefault("tried_names", [])
             choices = [n for n in LINEAGE_NAMES if n not in tried] or [f"Nova{'x' * len(tried)}".capitalize()]
             name = rng.choice(choices)
             tried.append(name)
             fields = {"name": name, "description": f"Founder of the {name} lineage; careful and curious."}
-            return [*s.in_room("test"), "/execute_action{ascend_new}", _yaml_block(fields)]
+            return [*s.in_room("test"), "/execute_action{ascend_new}", yaml_block(fields)]
         if not notes.get("codex_read"):
             notes["codex_read"] = True
             return [*_goto(s.in_room("codex")), "/execute_action{read}"]
@@ -236,7 +256,7 @@ class ScriptedModel:
         actions: list[str] = []
         if not notes.get("meta"):
             notes["meta"] = True
-            actions += ["/execute_action{meta}", _yaml_block({"content": "Read, test an idea, write it down."})]
+            actions += ["/execute_action{meta}", yaml_block({"content": "Read, test an idea, write it down."})]
         wants_prune = s.token_pct >= PRUNE_AT_PCT and s.tick - notes.get("pruned_at", -100) > 6
         if wants_prune and s.location == "token_management" and "Pruning is available now." in s.prompt:
             prune = _prune_request(s.prompt, rng)
@@ -251,7 +271,7 @@ class ScriptedModel:
             for short in s.rooms.values()
             if short not in visited and short not in ("exit", "lobby", "test", "codex")
         ]
-        called = [short for short, call in ROOM_CALLS.items() if short in s.rooms.values() and call(s, rng)]
+        called = [short for short, call in ranked_calls() if short in s.rooms.values() and call(s, rng)]
         target = (
             called[0]
             if called
@@ -275,10 +295,9 @@ class ScriptedModel:
             return "My work here is done; my notes are in place.\n/execute_action{exit}"
         if "/execute_action{take" in started:
             return _answer(prompt, history, notes, rng)
-        if "/execute_action{reflect" in started:
-            from station.models.plays_talk import reflection_reply  # lives beside the Reflection Chamber's play
-
-            return reflection_reply(prompt, rng)
+        for verb, reply in INTERNAL_REPLIES.items():
+            if f"/execute_action{{{verb}" in started:
+                return reply(prompt, rng)
         first = next((line.strip() for line in prompt.splitlines() if len(line.split()) > 6), "")
         return f"Noted. What I take from this: {first[:160]}"
 
@@ -354,44 +373,3 @@ def _prune_request(prompt: str, rng: random.Random) -> list[str]:
     ticks = f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0])
     block = f'```yaml\nprune_blocks:\n  - ticks: "{ticks}"\n    summary: {json.dumps(summary)}\n```'
     return ["/execute_action{prune_response}", block]
-
-
-@room_play("misc")
-def _play_misc(s: Situation, rng: random.Random) -> list[str]:
-    if not s.notes.get("described"):
-        s.notes["described"] = True
-        return [
-            "/execute_action{change_description}",
-            _yaml_block({"new_description": f"{s.name}: reads first, then experiments."}),
-        ]
-    if rng.random() < 0.5:
-        return [
-            "/execute_action{suggest}",
-            _yaml_block({"suggestion_content": "A short map of the rooms in the lobby would help newcomers."}),
-        ]
-    return []
-
-
-@room_play("external")
-def _play_external(s: Situation, rng: random.Random) -> list[str]:
-    if not s.notes.get("asked") and rng.random() < 0.5:
-        s.notes["asked"] = True
-        return [
-            "/execute_action{request_human}",
-            _yaml_block({"title": "Hello", "content": "Is there anything the operators want us to know?"}),
-        ]
-    return []
-
-
-@room_play("token_management")
-def _play_token_management(s: Situation, rng: random.Random) -> list[str]:
-    return ["/execute_action{page 1}"]
-
-
-def _load_room_plays() -> None:
-    """Plays for the social rooms live in their own modules; importing them registers them. A
-    feature room's play lives with the room (rooms/research/plays.py) and registers when it loads."""
-    from station.models import plays_capsules, plays_talk  # noqa: F401
-
-
-_load_room_plays()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from station.apps.readers_cli import PAPER_STATES
+from station.apps.reader_choices import PAPER_STATES
 from station.apps.web import data
 from station.apps.web.site import MAX_ID, site_of
 

@@ -1,4 +1,4 @@
-"""Scripted plays for the capsule rooms: notes for descendants, forum threads and replies, mail, papers.
+"""The scripted policy's plays in the capsule rooms: notes for descendants, forum threads and replies, mail, papers.
 
 The policy reads only its prompt: system messages tell it about new mail, threads and
 mentions (a reason to go and answer), and its own notes remember what it already did.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 
-from station.models.scripted import Situation, _yaml_block, room_call, room_play
+from station.models.scripted import Situation, room_call, room_play, yaml_block
 
 AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")
 NEW_MAIL = re.compile(r"Mail #(\d+) from ([A-Z][a-z]+ [IVXLCDM]+|Guest_\d+)")
@@ -31,7 +31,7 @@ def _others(s: Situation) -> list[str]:
 
 
 # -- Private Memory: read what the lineage left, keep working notes, hand over at the end ------
-@room_call("private_memory")
+@room_call("private_memory", rank=10)
 def _call_private(s: Situation, rng: random.Random) -> bool:
     return _handover_due(s)
 
@@ -49,7 +49,7 @@ def _play_private(s: Situation, rng: random.Random) -> list[str]:
         )
         return [
             "/execute_action{create}",
-            _yaml_block({"title": f"Handover from {s.name}", "tags": "handover", "content": content}),
+            yaml_block({"title": f"Handover from {s.name}", "tags": "handover", "content": content}),
         ]
     actions = []
     if not s.notes.get("read_lineage_notes"):
@@ -59,7 +59,7 @@ def _play_private(s: Situation, rng: random.Random) -> list[str]:
         s.notes["working_note"] = True
         actions += [
             "/execute_action{create}",
-            _yaml_block(
+            yaml_block(
                 {
                     "title": f"Working notes of {s.name}",
                     "tags": "notes",
@@ -71,7 +71,7 @@ def _play_private(s: Situation, rng: random.Random) -> list[str]:
 
 
 # -- Public Memory: answer threads one hears about, start one now and then ----------------------
-@room_call("public_memory")
+@room_call("public_memory", rank=20)
 def _call_public(s: Situation, rng: random.Random) -> bool:
     return s.mature and bool(THREAD_NOTICE.search(s.messages)) and rng.random() < 0.7
 
@@ -97,7 +97,7 @@ def _play_public(s: Situation, rng: random.Random) -> list[str]:
         return [
             f"/execute_action{{read {number}}}",
             f"/execute_action{{reply {number}}}",
-            _yaml_block({"content": reply}),
+            yaml_block({"content": reply}),
         ]
     if s.tick - s.notes.get("posted_at", -100) < 10:
         return ["/execute_action{preview all}"]
@@ -107,7 +107,7 @@ def _play_public(s: Situation, rng: random.Random) -> list[str]:
     mention = f" @{rng.choice(others)}, what do you think?" if others and rng.random() < 0.5 else ""
     return [
         "/execute_action{create}",
-        _yaml_block(
+        yaml_block(
             {
                 "title": f"Question about {topic}",
                 "abstract": f"An open question on {topic}.",
@@ -119,7 +119,7 @@ def _play_public(s: Situation, rng: random.Random) -> list[str]:
 
 
 # -- Mail: answer what arrives, write to someone now and then -----------------------------------
-@room_call("mail")
+@room_call("mail", rank=30)
 def _call_mail(s: Situation, rng: random.Random) -> bool:
     return bool(NEW_MAIL.search(s.messages)) and rng.random() < 0.8
 
@@ -131,7 +131,7 @@ def _play_mail(s: Situation, rng: random.Random) -> list[str]:
         number, sender = received[0]
         return [
             f"/execute_action{{reply {number}}}",
-            _yaml_block({"content": f"Thank you, {sender}. I read it and will keep you posted."}),
+            yaml_block({"content": f"Thank you, {sender}. I read it and will keep you posted."}),
         ]
     others = _others(s)
     if not others or s.tick - s.notes.get("mailed_at", -100) < 8:
@@ -139,7 +139,7 @@ def _play_mail(s: Situation, rng: random.Random) -> list[str]:
     s.notes["mailed_at"] = s.tick
     return [
         "/execute_action{create}",
-        _yaml_block(
+        yaml_block(
             {
                 "recipients": rng.choice(others),
                 "title": f"Hello from {s.name}",
@@ -150,7 +150,7 @@ def _play_mail(s: Situation, rng: random.Random) -> list[str]:
 
 
 # -- Archive: a paper once in a while (careful ones pass review, hurried ones do not) -----------
-@room_call("archive")
+@room_call("archive", rank=40)
 def _call_archive(s: Situation, rng: random.Random) -> bool:
     return s.mature and s.tick - s.notes.get("paper_at", -100) >= PAPER_GAP and rng.random() < 0.25
 
@@ -173,7 +173,7 @@ def _play_archive(s: Situation, rng: random.Random) -> list[str]:
         content = _proposal_paper(topic)
     return [
         "/execute_action{create}",
-        _yaml_block({"title": title, "tags": f"{topic}, experiments", "abstract": abstract, "content": content}),
+        yaml_block({"title": title, "tags": f"{topic}, experiments", "abstract": abstract, "content": content}),
     ]
 
 

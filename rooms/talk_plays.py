@@ -1,11 +1,11 @@
-"""Scripted plays for the Common Room and the Reflection Chamber, and the policy's reflections."""
+"""The scripted policy's plays in the Common Room and the Reflection Chamber, and its reflections."""
 
 from __future__ import annotations
 
 import random
 import re
 
-from station.models.scripted import Situation, _yaml_block, room_play
+from station.models.scripted import Situation, internal_reply, room_play, yaml_block
 
 # Recursive agent names as they appear in prompts: a lineage word and a Roman generation.
 AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")
@@ -37,10 +37,10 @@ def _play_common(s: Situation, rng: random.Random) -> list[str]:
     if re.search(r"^- Agent Age: .*\(immature\)", s.prompt, re.MULTILINE):
         return []  # the door is still closed; the goto is refused and the agent moves on
     line = rng.choice(OPENERS).format(name=s.name, tick=s.tick)
-    actions = ["/execute_action{speak}", _yaml_block({"message": line})]
+    actions = ["/execute_action{speak}", yaml_block({"message": line})]
     others = sorted({n for n in AGENT_NAME.findall(s.prompt) if n != s.name})
     if others and rng.random() < 0.4:
-        actions += ["/execute_action{invite}", _yaml_block({"recipients": rng.choice(others)})]
+        actions += ["/execute_action{invite}", yaml_block({"recipients": rng.choice(others)})]
     return actions
 
 
@@ -49,9 +49,10 @@ def _play_reflect(s: Situation, rng: random.Random) -> list[str]:
     if s.tick - s.notes.get("reflected_at", -100) < 10:
         return []  # one reflection now and then is enough
     s.notes["reflected_at"] = s.tick
-    return ["/execute_action{reflect}", _yaml_block({"prompt": rng.choice(REFLECTION_PROMPTS), "tick": 3})]
+    return ["/execute_action{reflect}", yaml_block({"prompt": rng.choice(REFLECTION_PROMPTS), "tick": 3})]
 
 
+@internal_reply("reflect")
 def reflection_reply(prompt: str, rng: random.Random) -> str:
     """A first-person answer to one reflection tick (never an action line)."""
     mark = REFLECTION_MARK.search(prompt)
