@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from station.core.context import Context
 from station.core.room import Outcome, Params, Room, action, register_room
+from station.core.store import Store
 from station.models.scripted import Situation, room_play, yaml_block
 
 MIGRATIONS = [
@@ -62,6 +64,16 @@ class ExternalCounter(Room):
     guests_allowed = False
     migrations = MIGRATIONS
 
+    @classmethod
+    def check_operator_answer(cls, store: Store, request: int) -> bool:
+        row = store.one("SELECT resolved_tick FROM human_requests WHERE id=?", (request,))
+        if row is None:
+            waiting = [f"#{r[0]}" for r in store.all("SELECT id FROM human_requests WHERE resolved_tick IS NULL")]
+            raise ValueError(f"no request #{request} ({'open: ' + ', '.join(waiting) if waiting else 'none is open'})")
+        if row["resolved_tick"] is not None:
+            raise ValueError(f"request #{request} was already answered at tick {row['resolved_tick']}")
+        return True
+
     def answer_operator(self, ctx: Context, request: int, text: str | None) -> bool:
         answer_request(ctx, request, text)  # the only room with requests: an unknown number is an error
         return True
@@ -112,3 +124,16 @@ def _play_external(s: Situation, rng: random.Random) -> list[str]:
             yaml_block({"title": "Hello", "content": "Is there anything the operators want us to know?"}),
         ]
     return []
+
+
+# -- read model: what the operator's page shows ------------------------------------------------
+def waiting_requests(db: sqlite3.Connection, limit: int = 50) -> tuple[int, list[dict[str, Any]]]:
+    """How many requests wait for the operator, and the newest `limit` of them (none when this
+    station has no External Counter). `db`: a read-only connection whose rows are sqlite3.Row."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='human_requests'").fetchone():
+        return 0, []
+    waiting = db.execute("SELECT COUNT(*) FROM human_requests WHERE resolved_tick IS NULL").fetchone()[0]
+    rows = db.execute(
+        "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id DESC LIMIT ?", (limit,)
+    ).fetchall()
+    return int(waiting), [dict(row) for row in rows]

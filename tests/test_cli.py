@@ -312,7 +312,7 @@ def test_export_force_refreshes_an_earlier_export_and_nothing_else(demo60: Path,
 
 
 def test_help_imports_no_heavy_module() -> None:
-    loaded = subprocess.run([sys.executable, "-c", "import sys; from station.cli import build_parser; "
+    loaded = subprocess.run([sys.executable, "-c", "import sys; from station.apps.cli import build_parser; "
                              "build_parser(); print(' '.join(sorted(sys.modules)))"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.split()
     heavy = [m for m in loaded if m.split(".")[0] in ("pydantic", "rich", "numpy", "rooms", "yaml", "fastapi")

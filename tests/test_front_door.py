@@ -164,6 +164,6 @@ def test_a_checkout_and_interpreter_under_tmp_evaluate_a_submission(tmp_path_fac
             done = subprocess.run([str(venv / "bin" / "python"), "-m", "station.apps.cli", "evaluate", target, str(code)],
                                   cwd=clone, capture_output=True, text=True, timeout=300, env=env)
             assert done.returncode == 0, done.stdout + done.stderr
-            assert "status:    ok" in done.stdout, done.stdout  # `-m station.cli` from the clone runs the clone's code
+            assert "status:    ok" in done.stdout, done.stdout  # `-m station.apps.cli` from the clone runs the clone's code
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -81,7 +81,7 @@ ex.close()
 
 
 def test_station_code_does_not_import_ray():
-    check = ("import sys\nfrom station.config import ExecutorConfig\nfrom station.executors import create_executor\n"
+    check = ("import sys\nfrom station.core.config import ExecutorConfig\nfrom station.executors import create_executor\n"
              "create_executor(ExecutorConfig(kind='ray'))\nassert 'ray' not in sys.modules, 'ray was imported'\n")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr

@@ -215,6 +215,11 @@ def test_operator_forms_reach_the_running_world(demo60: Path, tmp_path: Path) ->
              ("end_agent", {"agent": target})]
     if request:
         forms.append(("answer", {"request_id": str(request["id"]), "text": "Here is your answer."}))
+    # refused at once, as on the command line, rather than dropped with an alert at the next tick
+    for action, form, why in [("answer", {"request_id": "999", "text": "?"}, "no request #999"),
+                              ("message", {"to": "Nobody", "text": "?"}, "no active agent named 'Nobody'")]:
+        refused = client.post(f"/operator/{action}", data=form, headers=json_accept)
+        assert refused.status_code == 400 and why in refused.json()["error"], refused.text
     for action, form in forms:
         answer = client.post(f"/operator/{action}", data=form, headers=json_accept)
         assert answer.status_code == 200, answer.text

@@ -297,6 +297,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
+    from station.apps.world import station_room_classes
     from station.core import commands
 
     store = Store(args.dir)
@@ -310,7 +311,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
     elif args.op == "end_agent":
         command.update(agent=args.agent)
     commands.validate(command)
-    commands.check_target(store, command)  # reads the store only: fine while the station runs
+    # reads the store only: fine while the station runs
+    commands.check_target(store, command, station_room_classes(store))
     number = commands.queue(store, command)
     print(f"operator command #{number} ({args.op}) queued; it takes effect {_when(args.dir)}")
     return 0

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from rooms import check_known, every_room, load_rooms, recorded_room_set
+from rooms import check_known, every_room, load_rooms, recorded_room_set, room_classes
 from rooms.research import load_tasks
 from station.core import lifecycle
 from station.core.agents import AgentRegistry
@@ -22,6 +22,13 @@ from station.core.texts import Texts
 from station.models import ModelPool
 
 FORMAT_VERSION = 1
+
+
+def station_room_classes(store: Store) -> list[type[Room]]:
+    """The classes of the rooms a stored station has, without building them (a reader while it may run)."""
+    config = parse_config(store.get_meta("config"), f"{store.dir}/station.db", stored=True)
+    names = recorded_room_set(config.rooms.enabled, config.rooms.disabled)
+    return [cls for cls in room_classes() if cls.short in names]
 
 
 def room_set_change(before: StationConfig, after: StationConfig) -> list[str]:

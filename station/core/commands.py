@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -25,6 +25,9 @@ from station.core.agents import ACTIVE
 from station.core.config import AgentSpec, ConfigError, ModelConfig, StationConfig, parse_config
 from station.core.context import Context
 from station.core.store import Store, dumps
+
+if TYPE_CHECKING:
+    from station.core.room import Room
 
 OPS = ("message", "answer", "end_agent", "pause", "set", "spawn")
 # Config values an operator may change on a live station: none of them reshapes the world.
@@ -167,9 +170,10 @@ def one_line(text: str, key: str) -> str:
     return detail if detail.startswith(f"{key}:") else f"{key}: {detail}"
 
 
-def check_target(store: Store, command: dict[str, Any]) -> None:
+def check_target(store: Store, command: dict[str, Any], rooms: Iterable[type[Room]] = ()) -> None:
     """Refuse now a message, end_agent or answer for an agent or request the station does not have:
-    once queued, it would only be dropped with an alert when the station applies it."""
+    once queued, it would only be dropped with an alert when the station applies it. `rooms`: the
+    station's rooms, which say whether a request is theirs and open."""
     op = command["op"]
     if op == "end_agent" or op == "message" and command["to"] != "*":
         name = command["agent"] if op == "end_agent" else command["to"]
@@ -179,14 +183,12 @@ def check_target(store: Store, command: dict[str, Any]) -> None:
             raise CommandError(f"no active agent named {name!r}{gone}; see `station agents DIR`")
     elif op == "answer":
         number = int(command["request"])
-        if not store.one("SELECT 1 FROM sqlite_master WHERE type='table' AND name='human_requests'"):
-            raise CommandError("this station has no External Counter, so no requests to answer")
-        row = store.one("SELECT resolved_tick FROM human_requests WHERE id=?", (number,))
-        if row is None:
-            waiting = [f"#{r[0]}" for r in store.all("SELECT id FROM human_requests WHERE resolved_tick IS NULL")]
-            raise CommandError(f"no request #{number} ({'open: ' + ', '.join(waiting) if waiting else 'none is open'})")
-        if row["resolved_tick"] is not None:
-            raise CommandError(f"request #{number} was already answered at tick {row['resolved_tick']}")
+        try:
+            taken = any(room.check_operator_answer(store, number) for room in rooms)
+        except ValueError as err:
+            raise CommandError(str(err)) from None
+        if not taken:
+            raise CommandError(f"no room of this station has a request #{number} to answer")
 
 
 def queue(store: Store, command: dict[str, Any]) -> int:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from station.core.agents import Agent
     from station.core.config import StationConfig
     from station.core.context import Context, Hook
+    from station.core.store import Store
 
 
 class Params(BaseModel):
@@ -111,6 +112,13 @@ class Room:
     def awaiting_operator(self, ctx: Context) -> list[str]:
         """What waits for the operator's answer (a tick-end pause names them)."""
         return []
+
+    @classmethod
+    def check_operator_answer(cls, store: Store, request: int) -> bool:
+        """Before an operator's answer is queued: True when request number `request` is this
+        room's and still open. One of this room's that cannot be answered raises ValueError with
+        a sentence for the operator. Reads only (the station may be running)."""
+        return False
 
     def answer_operator(self, ctx: Context, request: int, text: str | None) -> bool:
         """Take the operator's answer to request number `request`; False when it is not this

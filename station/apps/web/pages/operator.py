@@ -13,11 +13,12 @@ from urllib.parse import quote, unquote
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from rooms.external import waiting_requests
 from station.apps import endpoints
 from station.apps.web import data
 from station.apps.web.runner import StationRunner
 from station.apps.web.site import site_of, wants_json
-from station.apps.world import check_room_set
+from station.apps.world import check_room_set, station_room_classes
 from station.core import commands
 from station.core.store import Store
 
@@ -89,10 +90,7 @@ def operator_view(
     db = site.reader.db()
     agents = data.agent_summaries(db, "state='active'", limit=data.OPERATOR_NAMES)  # offered, not all
     active = db.execute("SELECT COUNT(*) FROM agents WHERE state='active'").fetchone()[0]
-    requests, waiting = [], 0
-    if data.has_table(db, "human_requests"):
-        waiting = db.execute("SELECT COUNT(*) FROM human_requests WHERE resolved_tick IS NULL").fetchone()[0]
-        requests = data.rows(db, "SELECT * FROM human_requests WHERE resolved_tick IS NULL ORDER BY id DESC LIMIT 50")
+    waiting, requests = waiting_requests(db)
     done = unquote(request.cookies.get(FLASH, "")) or None
     response = site.show(
         request,
@@ -145,6 +143,8 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
             endpoints.check_set(config, command["key"], command.get("value"))
         elif action == "spawn":
             endpoints.check_spawn(config, command["agent"])
+        else:
+            commands.check_target(store, command, station_room_classes(store))
         number = commands.queue(store, command)
     finally:
         store.close()
