@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from station.core.registry import Registry
+from station.core.registry import PLUGINS, Registry
 from station.core.run_types import Mount, RunResult, RunSpec
 
 
@@ -179,7 +179,8 @@ class Task:
         return executor.run(self.run_spec(code, mounts=mounts, label=label, cpu_only=cpu_only))
 
 
-TASKS: Registry[type[Task]] = Registry("research task")
+# Tasks by name: those in evaluators/, and any of a package listed under the `station.plugins` entry points.
+TASKS: Registry[type[Task]] = Registry("research task", plugins=PLUGINS)
 SCRIPTED_TYPO_RATE = 0.12  # how often a scripted submission holds a slip the debugger can mend
 
 

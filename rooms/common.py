@@ -9,11 +9,13 @@ deleted, and `history` reads any span back.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from station.core.context import Context, Hook
+from station.core.events import Event, TickEnding, event_kind, on
 from station.core.room import Outcome, Params, Room, action, register_room
 
 MIGRATIONS = [
@@ -42,6 +44,12 @@ HISTORY_MAX_MESSAGES = 100
 HISTORY_MAX_CHARS = 40_000  # one system message must stay readable
 ECHO_CHARS = 50
 SPAN = re.compile(r"^(\d+)(?:\s*-\s*(\d+))?$")
+
+
+@event_kind("common_message")
+@dataclass(frozen=True)
+class CommonMessage(Event):
+    message_id: int
 
 
 class SpeakParams(Params):
@@ -85,9 +93,9 @@ class CommonArchiver(Hook):
     """At each tick end, tags talk that left the live window with its batch period."""
 
     name = "common_archive"
-    events = ("tick_ending",)
 
-    def handle(self, ctx: Context, event: Any) -> None:
+    @on(TickEnding)
+    def archive_talk(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
         cfg = ctx.config.common_room
         new_tick = ctx.tick + 1  # the hook runs just before the clock moves on
         batch = cfg.batch_ticks
@@ -176,7 +184,7 @@ class CommonRoom(Room):
     @action("speak", params=SpeakParams)
     def speak(self, ctx: Context, agent: Any, args: str | None, p: SpeakParams) -> Outcome:
         message_id = self.post(ctx, agent.name, p.message)
-        ctx.emit("common_message", agent.name, message_id=message_id)
+        ctx.emit(CommonMessage(message_id), agent.name)
         return Outcome([f'You said: "{_echo(p.message)}"'])
 
     @action("invite", params=InviteParams)

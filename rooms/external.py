@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from station.core.context import Context
+from station.core.events import Event, event_kind
 from station.core.room import Outcome, Params, Room, action, register_room
 from station.core.store import Store
 from station.models.scripted import Situation, room_play, yaml_block
@@ -18,6 +20,13 @@ MIGRATIONS = [
        agent TEXT NOT NULL, model TEXT NOT NULL, title TEXT NOT NULL, content TEXT NOT NULL,
        resolved_tick INTEGER, response TEXT)"""
 ]
+
+
+@event_kind("human_request")
+@dataclass(frozen=True)
+class HumanRequest(Event):
+    request_id: int
+    title: str
 
 
 class RequestParams(Params):
@@ -108,7 +117,7 @@ class ExternalCounter(Room):
             "INSERT INTO human_requests(tick, agent, model, title, content) VALUES(?, ?, ?, ?, ?)",
             (ctx.tick, agent.name, agent.model["name"], title, p.content),
         )
-        ctx.emit("human_request", agent.name, request_id=cur.lastrowid, title=title)
+        ctx.emit(HumanRequest(request_id=int(cur.lastrowid or 0), title=title), agent.name)
         return Outcome(
             [f"Request #{cur.lastrowid} was sent to the operator. The answer will arrive as a system message."]
         )

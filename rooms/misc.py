@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from station.core.context import Context
+from station.core.events import Event, event_kind
 from station.core.room import Outcome, Params, Room, action, register_room
 from station.models.scripted import Situation, room_play, yaml_block
 
@@ -15,6 +17,12 @@ MIGRATIONS = [
     """CREATE TABLE suggestions (id INTEGER PRIMARY KEY AUTOINCREMENT, tick INTEGER NOT NULL,
        agent TEXT NOT NULL, text TEXT NOT NULL)"""
 ]
+
+
+@event_kind("suggestion")
+@dataclass(frozen=True)
+class Suggestion(Event):
+    text: str
 
 
 class DescriptionParams(Params):
@@ -62,7 +70,7 @@ class MiscRoom(Room):
         ctx.store.execute(
             "INSERT INTO suggestions(tick, agent, text) VALUES(?, ?, ?)", (ctx.tick, agent.name, p.suggestion_content)
         )
-        ctx.emit("suggestion", agent.name, text=p.suggestion_content)
+        ctx.emit(Suggestion(p.suggestion_content), agent.name)
         return Outcome(["Your suggestion was recorded for the station's operators. Thank you."])
 
 

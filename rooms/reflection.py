@@ -6,14 +6,22 @@ and the answers are kept in the conversation only (never parsed for actions).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
 from station.core.context import Context
+from station.core.events import Event, event_kind
 from station.core.room import Outcome, Params, Room, action, register_room
 
 MAX_PROMPT_CHARS = 4000
+
+
+@event_kind("reflection_finished")
+@dataclass(frozen=True)
+class ReflectionFinished(Event):
+    rounds: int
 
 
 class ReflectParams(Params):
@@ -68,7 +76,7 @@ class Reflection:
 
     def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
         if self.round >= self.total:
-            ctx.emit("reflection_finished", agent.name, rounds=self.total)
+            ctx.emit(ReflectionFinished(self.total), agent.name)
             return None, [ctx.texts.render("reflection_done", n=self.total)]
         self.round += 1
         return self._marker(ctx), []

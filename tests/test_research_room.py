@@ -67,7 +67,7 @@ NAMES = {"Spiro": "Spiro I", "Praxis": "Praxis I", "Veritas": "Veritas I", "Ver"
 @pytest.fixture(autouse=True)
 def no_evaluator(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing runs submissions here: rows stay queued until a test delivers them."""
-    monkeypatch.setattr(Evaluations, "handle", lambda self, ctx, event: None)
+    monkeypatch.setattr(Evaluations, "handle", lambda self, ctx, agent, event: None)
 
 
 def station(tmp_path: Path, scripts: dict[str, list[str]], *, guests: list[list[str]] = (),

@@ -34,10 +34,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rooms.archive.events import PaperReviewed, PaperSubmitted
 from station.core.agents import AgentRegistry
 from station.core.background import InputWorker, Stopped, apply_ready, recorded
-from station.core.context import Context, Event, Hook, request_hash
+from station.core.context import Context, Hook, request_hash
 from station.core.conversation import Conversations
+from station.core.events import OperatorAlert, TickEnding, TurnStarted, on
 from station.core.model_api import INTERRUPTED, PERMANENT
 from station.core.store import Store, dumps
 from station.models import ModelError
@@ -135,21 +137,24 @@ def ready_submissions(store: Store, cfg: Any) -> list[int]:
 class Reviewer(Hook):
     name = "reviewer"
     order = 50
-    events = ("tick_ending", "paper_submitted", "turn_started")
     migrations = MIGRATIONS
 
     def __init__(self, archive: ArchiveRoom) -> None:
         self.archive = archive  # where accepted papers are published
         self.worker: ReviewWorker | None = None
 
-    def handle(self, ctx: Context, event: Event) -> None:
-        background = not ctx.config.reviewer.hold_tick
-        if background and ctx.replay_source is None:
-            self._start_worker(ctx)
-            if event.kind == "paper_submitted" and self.worker is not None:
-                self.worker.wake.set()
-        if event.kind != "tick_ending":
-            return
+    @on(PaperSubmitted)
+    def wake(self, ctx: Context, agent: str | None, event: PaperSubmitted) -> None:
+        if self._in_background(ctx) and ctx.replay_source is None and self.worker is not None:
+            self.worker.wake.set()
+
+    @on(TurnStarted)
+    def keep_working(self, ctx: Context, agent: str | None, event: TurnStarted) -> None:
+        self._in_background(ctx)
+
+    @on(TickEnding)
+    def review(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
+        background = self._in_background(ctx)
         rows = pending(ctx.store)
         if not rows:
             return
@@ -157,6 +162,14 @@ class Reviewer(Hook):
             self._apply_ready(ctx, rows)
         else:
             self._review_now(ctx, rows)
+
+    def _in_background(self, ctx: Context) -> bool:
+        """Whether reviews run on the worker rather than at the tick's end; outside a replay the
+        worker is started (again, if it died)."""
+        background = not ctx.config.reviewer.hold_tick
+        if background and ctx.replay_source is None:
+            self._start_worker(ctx)
+        return background
 
     # -- hold_tick: true ------------------------------------------------------------------
     def _review_now(self, ctx: Context, rows: list[Any]) -> None:
@@ -245,8 +258,10 @@ class Reviewer(Hook):
         )
         if present:
             ctx.notify(author, ctx.texts.render("reviewer_failed", title=row["title"], attempts=attempts), "review")
-        ctx.emit("operator_alert", row["agent"], problem="paper review failed", submission=row["id"], attempts=attempts)
-        ctx.emit("paper_reviewed", row["agent"], submission=row["id"], decision="failed", score=None, paper=None)
+        ctx.emit(
+            OperatorAlert("paper review failed", details={"submission": row["id"], "attempts": attempts}), row["agent"]
+        )
+        ctx.emit(PaperReviewed(submission=row["id"], decision="failed", score=None, paper=None), row["agent"])
 
     def _decided(
         self, ctx: Context, row: Any, verdict: PaperVerdict, attempts: int, decision: str, author: Any, present: bool
@@ -291,7 +306,7 @@ class Reviewer(Hook):
         else:
             self._announce(ctx, row, verdict, number, comment, suggestion, author, present)
         ctx.emit(
-            "paper_reviewed", row["agent"], submission=row["id"], decision=decision, score=verdict.score, paper=number
+            PaperReviewed(submission=row["id"], decision=decision, score=verdict.score, paper=number), row["agent"]
         )
 
     def _announce(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rooms.archive.events import PaperSubmitted
 from station.core.context import Context
 from station.core.room import Outcome, action, register_room
 
@@ -82,7 +83,7 @@ class ArchiveRoom(CapsuleRoom):
                 p.content,
             ),
         )
-        ctx.emit("paper_submitted", agent.name, submission=cur.lastrowid)
+        ctx.emit(PaperSubmitted(int(cur.lastrowid or 0)), agent.name)
         return Outcome(
             [
                 f"Paper '{(p.title or '').strip()}' submitted for review (submission {cur.lastrowid}). You will be "

@@ -19,8 +19,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rooms.research.events import EvaluationFinished, EvaluationSubmitted
 from station.core.background import apply_ready, recorded
-from station.core.context import Context, Event, Hook, StationPaused, WaitInterrupted
+from station.core.context import Context, Hook, StationPaused, WaitInterrupted
+from station.core.events import OperatorAlert, StationCreated, TickEnding, TurnStarted, on
 from station.core.store import dumps
 
 from . import debugger, states
@@ -35,31 +37,43 @@ WAIT_POLL_SECONDS = 0.2
 class Evaluations(Hook):
     name = "evaluations"
     order = 70
-    events = ("station_created", "evaluation_submitted", "turn_started", "tick_ending")
 
     def __init__(self) -> None:
         self.worker: EvaluationWorker | None = None
 
-    def handle(self, ctx: Context, event: Event) -> None:
-        if event.kind == "station_created":
-            seed_baselines(ctx)
-            return
+    @on(StationCreated)
+    def seed(self, ctx: Context, agent: str | None, event: StationCreated) -> None:
+        seed_baselines(ctx)
+
+    @on(EvaluationSubmitted)
+    def wake(self, ctx: Context, agent: str | None, event: EvaluationSubmitted) -> None:
+        self._open(ctx)
+
+    @on(TurnStarted)
+    def deliver_before_turn(self, ctx: Context, agent_name: str | None, event: TurnStarted) -> None:
+        rows = self._open(ctx)
+        if rows:
+            agent = ctx.agents.get(agent_name or "")
+            self._deliver(ctx, rows, f"s{agent.session if agent else agent_name}", [])
+
+    @on(TickEnding)
+    def deliver_at_tick_end(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
+        rows = self._open(ctx)
+        if rows:
+            wait = ctx.config.research.wait_ticks
+            hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
+            self._deliver(ctx, rows, "end", hold)
+
+    def _open(self, ctx: Context) -> list[Any]:
+        """The evaluations not yet delivered; outside a replay, the worker is woken for them."""
         rows = open_evaluations(ctx.store)
-        if not rows:
-            return
-        if ctx.replay_source is None:
+        if rows and ctx.replay_source is None:
             self._ensure_worker(ctx)
             self._pause_on_system_failure()
             self.worker.wake.set()  # type: ignore[union-attr]
-        if event.kind == "evaluation_submitted":
-            return
-        if event.kind == "turn_started":
-            agent = ctx.agents.get(event.agent or "")
-            unit, hold = f"s{agent.session if agent else event.agent}", []
-        else:
-            wait = ctx.config.research.wait_ticks
-            unit = "end"
-            hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
+        return rows
+
+    def _deliver(self, ctx: Context, rows: list[Any], unit: str, hold: list[Any]) -> None:
         apply_ready(
             ctx,
             f"evals-ready/{ctx.tick}/{unit}",
@@ -221,25 +235,15 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
             ),
         )
     if status in ALERTS:  # the task or the machine is broken: only the operator can mend it
-        ctx.emit(
-            "operator_alert",
-            row["author"],
-            problem=ALERTS[status],
-            evaluation=row["id"],
-            task=row["task"],
-            error=(result.get("error") or "")[:2000],
-        )
+        details = {"evaluation": row["id"], "task": row["task"], "error": (result.get("error") or "")[:2000]}
+        ctx.emit(OperatorAlert(ALERTS[status], details=details), row["author"])
     author = ctx.agents.get(row["author"])
     if row["author"] != SYSTEM_AUTHOR and author is not None and author.active and author.session == row["session"]:
         ctx.notify(author, result_message(ctx, row, outcome, status), "evaluation")
+    score = result.get("score") if status == "finished" else None
     ctx.emit(
-        "evaluation_finished",
+        EvaluationFinished(evaluation=row["id"], task=row["task"], status=status, score=score, version=reported.number),
         row["author"],
-        evaluation=row["id"],
-        task=row["task"],
-        status=status,
-        score=result.get("score") if status == "finished" else None,
-        version=reported.number,
     )
 
 

@@ -3,7 +3,8 @@ taken and agents at the Research Counter are sent to the Lobby (spec research §
 
 from __future__ import annotations
 
-from station.core.context import Context, Event, Hook
+from station.core.context import Context, Hook
+from station.core.events import TickStarted, on
 
 
 def is_holiday(tick: int) -> bool:
@@ -14,9 +15,9 @@ class HolidayEvacuation(Hook):
     """On a holiday tick, agents standing at the Research Counter are sent to the Lobby."""
 
     name = "research_holiday"
-    events = ("tick_started",)
 
-    def handle(self, ctx: Context, event: Event) -> None:
+    @on(TickStarted)
+    def send_away(self, ctx: Context, about: str | None, event: TickStarted) -> None:
         if not ctx.config.research.holiday_mode or not is_holiday(ctx.tick):
             return
         for name in ctx.agents.active_in("research", order="position"):

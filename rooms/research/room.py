@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from evaluators.base import Task
+from rooms.research.events import EvaluationSubmitted
 from station.core.agents import Agent
 from station.core.config import StationConfig
 from station.core.context import Context, Hook
@@ -241,7 +242,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             holds_tick=True,
         )
         self.state(agent).setdefault("submitted", []).append(number)
-        ctx.emit("evaluation_submitted", agent.name, evaluation=number)
+        ctx.emit(EvaluationSubmitted(number), agent.name)
         wait = ctx.config.research.wait_ticks
         when = (
             ctx.texts.render("research_result_by_tick", tick=ctx.tick + wait)

@@ -58,7 +58,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from station.core.context import Context, Event, Hook
+from rooms.research.events import StagnationChanged, StagnationTagProgress
+from station.core.context import Context, Hook
+from station.core.events import TickStarted, on
 from station.core.store import dumps
 
 from .store import DELIVERED_FIRST, best_evaluation
@@ -184,10 +186,10 @@ class State:
 class Stagnation(Hook):
     name = "stagnation"
     order = 60
-    events = ("tick_started",)
     migrations = MIGRATIONS
 
-    def handle(self, ctx: Context, event: Event) -> None:
+    @on(TickStarted)
+    def watch(self, ctx: Context, agent: str | None, event: TickStarted) -> None:
         if not ctx.config.stagnation.enabled or not ctx.tasks or ctx.room("research") is None:
             return
         for task in sorted(ctx.tasks, key=_task_order):
@@ -245,7 +247,7 @@ class Stagnation(Hook):
             return
         state.tag_best, state.tag_best_tick = tagged.key, tagged.tick
         state.clock_tick = max(state.clock_tick, tagged.tick)
-        ctx.emit("stagnation_tag_progress", task=state.task, tag=state.tag, best=list(tagged.key))
+        ctx.emit(StagnationTagProgress(task=state.task, tag=state.tag, best=list(tagged.key)))
 
     # -- transitions ----------------------------------------------------------------------
     def _enter_stagnation(self, ctx: Context, state: State) -> None:
@@ -280,7 +282,7 @@ class Stagnation(Hook):
             "INSERT INTO stagnation_history(task, status, tag, tick) VALUES(?,?,?,?)", (state.task, status, tag, now)
         )
         sent = ctx.broadcast(text, MESSAGE_KIND, recursive_only=True)
-        ctx.emit("stagnation_changed", task=state.task, status=status, tag=tag, recipients=len(sent))
+        ctx.emit(StagnationChanged(task=state.task, status=status, tag=tag, recipients=len(sent)))
 
     def _sync_station_status(self, ctx: Context) -> None:
         states = [s for s in (load_state(ctx.store, t) for t in sorted(ctx.tasks, key=_task_order)) if s]

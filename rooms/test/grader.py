@@ -13,7 +13,9 @@ from typing import Any
 
 import yaml
 
-from station.core.context import Context, Event, Hook, InputRequest, request_hash
+from rooms.test.events import EntranceTestGraded
+from station.core.context import Context, Hook, InputRequest, request_hash
+from station.core.events import OperatorAlert, TickEnding, on
 
 YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 PASS_LINE = re.compile(r"\bpass\s*:\s*(true|false|yes|no)\b", re.IGNORECASE)
@@ -47,9 +49,9 @@ def key_terms_line(test: Any) -> str:
 class TestGrader(Hook):
     name = "grader"
     order = 40
-    events = ("tick_ending",)
 
-    def handle(self, ctx: Context, event: Event) -> None:
+    @on(TickEnding)
+    def grade_pending(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
         rows = ctx.store.all("SELECT * FROM test_attempts WHERE status='pending' ORDER BY id")
         self._fetch_verdicts(ctx, rows)
         for row in rows:
@@ -117,7 +119,7 @@ class TestGrader(Hook):
             attempts,
             test,
         )
-        ctx.emit("operator_alert", row["agent"], problem="test grading failed", attempt=row["id"])
+        ctx.emit(OperatorAlert("test grading failed", details={"attempt": row["id"]}), row["agent"])
 
     def _close(self, ctx: Context, row: Any, status: str, comment: str, calls: int, test: Any = None) -> None:
         ctx.store.execute(
@@ -145,4 +147,4 @@ class TestGrader(Hook):
         )
         ctx.agents.save(agent)
         ctx.notify(agent, text, "test_result")
-        ctx.emit("test_graded", agent.name, test_id=row["test_id"], status=status)
+        ctx.emit(EntranceTestGraded(row["test_id"], status), agent.name)

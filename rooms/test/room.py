@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from pydantic import Field, field_validator
 
+from rooms.test.events import EntranceTestSubmitted
 from station.core import agents as ag
 from station.core import lifecycle
 from station.core.context import Context
@@ -64,7 +65,7 @@ class TestTaking:
             "INSERT INTO test_attempts(session, agent, test_id, status, answer, tick) VALUES(?, ?, ?, 'pending', ?, ?)",
             (agent.session, agent.name, self.test.id, reply, ctx.tick),
         )
-        ctx.emit("test_submitted", agent.name, test_id=self.test.id)
+        ctx.emit(EntranceTestSubmitted(self.test.id), agent.name)
         return None, [
             f"Your answer to test {self.test.id} was submitted at tick {ctx.tick}; "
             "it is graded before the next tick and the result arrives as a system message."

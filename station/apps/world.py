@@ -13,8 +13,9 @@ from station.core.agents import AgentRegistry
 from station.core.budget import Ledger
 from station.core.commands import with_value
 from station.core.config import StationConfig, parse_config
-from station.core.context import Context, check_hooks
+from station.core.context import Context
 from station.core.conversation import Conversations
+from station.core.events import StationCreated, TickStarted
 from station.core.hooks import load_hooks
 from station.core.room import Room
 from station.core.store import CORE_MIGRATIONS, Store, StoreError, absolute
@@ -86,7 +87,6 @@ class Station:
         hooks = [hook for room in new for hook in room.hooks(self.config)]
         for hook in hooks:
             self.store.migrate(f"hook:{hook.name}", hook.migrations)
-        check_hooks([*self.ctx.hooks, *hooks])
         rooms = sorted([*self.ctx.rooms.values(), *new], key=lambda room: room.lobby_order)
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = sorted([*self.ctx.hooks, *hooks], key=lambda hook: hook.order)
@@ -136,8 +136,8 @@ class Station:
                 for spec in config.agents:
                     for _ in range(spec.count):
                         lifecycle.create_agent(station.ctx, spec)
-                station.ctx.emit("station_created")
-                station.ctx.emit("tick_started")
+                station.ctx.emit(StationCreated())
+                station.ctx.emit(TickStarted())
             station.ctx.models.close()
         except BaseException:
             store.close()

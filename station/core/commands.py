@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from station.core.agents import ACTIVE
 from station.core.config import AgentSpec, ConfigError, ModelConfig, StationConfig, parse_config
 from station.core.context import Context
+from station.core.events import AgentsModelChanged, OperatorAlert, OperatorCommand, OperatorPause
 from station.core.store import Store, dumps
 
 if TYPE_CHECKING:
@@ -232,10 +233,10 @@ def record(store: Store, key: str, command: dict[str, Any], point: int, tick: in
 def apply(ctx: Context, command: dict[str, Any]) -> bool:
     """Apply one command to the world; True if it asks the run to pause."""
     if command["op"] == "pause":
-        ctx.emit("operator_pause")
+        ctx.emit(OperatorPause())
         return True
     _APPLY[command["op"]](ctx, command)
-    ctx.emit("operator_command", None, command=command)
+    ctx.emit(OperatorCommand(command))
     return False
 
 
@@ -244,7 +245,7 @@ def _message(ctx: Context, command: dict[str, Any]) -> None:
     targets = ctx.agents.active() if command["to"] == "*" else [ctx.agents.get(command["to"])]
     for agent in targets:
         if agent is None or not agent.active:
-            ctx.emit("operator_alert", command["to"], problem="message to an agent who is not active")
+            ctx.emit(OperatorAlert("message to an agent who is not active"), command["to"])
             continue
         ctx.notify(agent, f"{header}\n{command['text']}", "operator")
 
@@ -255,7 +256,7 @@ def _answer(ctx: Context, command: dict[str, Any]) -> None:
         if not any(room.answer_operator(ctx, request, command["text"]) for room in ctx.rooms.values()):
             raise ValueError(f"no room of this station takes answers (request #{request})")
     except ValueError as err:
-        ctx.emit("operator_alert", None, problem=str(err))
+        ctx.emit(OperatorAlert(str(err)))
 
 
 def _set(ctx: Context, command: dict[str, Any]) -> None:
@@ -265,7 +266,7 @@ def _set(ctx: Context, command: dict[str, Any]) -> None:
         if command["key"].startswith("rooms."):  # the whole list or one entry of it (rooms.enabled.3)
             ctx.open_rooms(before, after)
     except ValueError as err:  # a CommandError, or a room set that is not only larger
-        ctx.emit("operator_alert", None, problem=str(err))
+        ctx.emit(OperatorAlert(str(err)))
         return
     ctx.config = after
     if ctx.store.get_meta(INITIAL_CONFIG) is None:  # what a replay of this station starts from
@@ -283,7 +284,7 @@ def _spawn(ctx: Context, command: dict[str, Any]) -> None:
     try:  # a spawn queued by an older version, before today's checks: an alert, never a crash on every resume
         spec = AgentSpec.model_validate({**command["agent"], "count": 1})
     except (ValidationError, TypeError) as err:
-        ctx.emit("operator_alert", None, problem=f"spawn refused: {_first_error(err)}")
+        ctx.emit(OperatorAlert(f"spawn refused: {_first_error(err)}"))
         return
     create_agent(ctx, spec)  # announced by its agent_spawned event
 
@@ -291,7 +292,7 @@ def _spawn(ctx: Context, command: dict[str, Any]) -> None:
 def _end_agent(ctx: Context, command: dict[str, Any]) -> None:
     agent = ctx.agents.get(command["agent"])
     if agent is None or not agent.active:
-        ctx.emit("operator_alert", command["agent"], problem="end_agent: no such active agent")
+        ctx.emit(OperatorAlert("end_agent: no such active agent"), command["agent"])
         return
     agent.flags["end_requested"] = True
     ctx.agents.save(agent)
@@ -347,7 +348,7 @@ def _use_new_model(ctx: Context, before: StationConfig, key: re.Match) -> None:
             agent.model = dict(settings)
             ctx.agents.save(agent)
             changed.append(agent.name)
-    ctx.emit("agents_model_changed", None, key=f"{key['owner']}.model", model=new.name, agents=changed)
+    ctx.emit(AgentsModelChanged(key=f"{key['owner']}.model", model=new.name, agents=changed))
 
 
 def _share_config(ctx: Context) -> None:

@@ -10,14 +10,13 @@ import hashlib
 import json
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from station.core.agents import GUEST, Agent, AgentRegistry
 from station.core.config import StationConfig
 from station.core.conversation import Conversations
-from station.core.registry import Registry
+from station.core.events import EVENT_TYPES, Event, handlers_of
+from station.core.registry import PLUGINS, Registry
 from station.core.store import Store, dumps
 from station.core.texts import Texts
 
@@ -65,73 +64,31 @@ class StationPaused(RuntimeError):
     """The station cannot go on without an operator (a model's permanent error, a broken sandbox)."""
 
 
-@dataclass(frozen=True)
-class Event:
-    kind: str
-    agent: str | None
-    payload: dict[str, Any]
-
-
-class EventKind(str, Enum):
-    """Every kind of event the station emits (the `events` table's `kind`). A hook naming a kind
-    not listed here fails when hooks load, so a misspelt kind never goes silently unheard."""
-
-    STATION_CREATED = "station_created"
-    TICK_STARTED = "tick_started"
-    TICK_ENDING = "tick_ending"
-    TURN_STARTED = "turn_started"
-    TURN_FINISHED = "turn_finished"
-    AGENT_SPAWNED = "agent_spawned"
-    AGENT_ASCENDED = "agent_ascended"
-    AGENT_DEPARTED = "agent_departed"
-    AGENTS_MODEL_CHANGED = "agents_model_changed"
-    EVALUATION_SUBMITTED = "evaluation_submitted"
-    EVALUATION_FINISHED = "evaluation_finished"
-    PAPER_SUBMITTED = "paper_submitted"
-    PAPER_REVIEWED = "paper_reviewed"
-    TEST_SUBMITTED = "test_submitted"
-    TEST_GRADED = "test_graded"
-    REFLECTION_FINISHED = "reflection_finished"
-    COMMON_MESSAGE = "common_message"
-    HUMAN_REQUEST = "human_request"
-    SUGGESTION = "suggestion"
-    STAGNATION_CHANGED = "stagnation_changed"
-    STAGNATION_TAG_PROGRESS = "stagnation_tag_progress"
-    OPERATOR_COMMAND = "operator_command"
-    OPERATOR_PAUSE = "operator_pause"
-    OPERATOR_ALERT = "operator_alert"
-
-
-EVENT_KINDS = frozenset(kind.value for kind in EventKind)
-
-
-def check_hooks(hooks: list[Hook]) -> None:
-    """Refuse a hook that waits for a kind the station never emits."""
-    for hook in hooks:
-        unknown = sorted(set(hook.events) - EVENT_KINDS)
-        if unknown:
-            raise ValueError(
-                f"hook {hook.name!r} ({type(hook).__name__}) waits for unknown event kind(s) {unknown}; "
-                f"known: {', '.join(sorted(EVENT_KINDS))}"
-            )
-
-
 class Hook:
-    """A watcher of engine events (maturity, tips, grading, ...). Subclasses set `events`."""
+    """A watcher of engine events (maturity, tips, grading, ...): one method per kind it handles,
+    marked `@on(SomeEvent)` and called as `(ctx, agent, event)`."""
 
     name = "hook"
-    events: tuple[str, ...] = ()
+    handlers: ClassVar[dict[str, str]] = {}  # event kind -> method name (from the @on marks)
+    events: ClassVar[tuple[str, ...]] = ()  # the kinds it handles
     migrations: list[str] = []  # tables the hook owns, applied as component "hook:<name>"
     # Hooks of one event run in this order (lower first; ties in load order). It is part of
     # the world's determinism: changing it changes what a replay of an older station writes.
     order: int = 100
 
-    def handle(self, ctx: Context, event: Event) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.handlers = handlers_of(cls)
+        cls.events = tuple(cls.handlers)
+
+    def handle(self, ctx: Context, agent: str | None, event: Event) -> None:
+        method = self.handlers.get(event.kind)
+        if method is not None:
+            getattr(self, method)(ctx, agent, event)
 
 
 # Hooks that belong to no room (a room brings its own through `Room.hooks`), by name.
-STATION_HOOKS: Registry[type[Hook]] = Registry("hook")
+STATION_HOOKS: Registry[type[Hook]] = Registry("hook", plugins=PLUGINS)
 
 
 def register_hook(cls: type[Hook]) -> type[Hook]:
@@ -217,17 +174,17 @@ class Context:
         self.store.executemany("UPDATE messages SET delivered_tick=? WHERE id=?", [(self.tick, i) for i in ids])
 
     # -- events and hooks -----------------------------------------------------------------
-    def emit(self, kind: str, agent: str | None = None, **payload: Any) -> None:
-        if kind not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {kind!r} (add it to EventKind)")
+    def emit(self, event: Event, agent: str | None = None) -> None:
+        """Record `event` (about `agent`, if it concerns one) and hand it to the hooks that handle its kind."""
+        if event.kind not in EVENT_TYPES:
+            raise ValueError(f"{type(event).__name__} is not a registered event kind (@event_kind)")
         self.store.execute(
             "INSERT INTO events(tick, kind, agent, payload) VALUES(?, ?, ?, ?)",
-            (self.tick, kind, agent, dumps(payload)),
+            (self.tick, event.kind, agent, dumps(event.payload())),
         )
-        event = Event(kind, agent, payload)
         for hook in self.hooks:
-            if kind in hook.events:
-                hook.handle(self, event)
+            if event.kind in hook.handlers:
+                hook.handle(self, agent, event)
 
     # -- recorded inputs ------------------------------------------------------------------
     def obtain(

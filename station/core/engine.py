@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from station.core import commands, lifecycle
 from station.core.agents import Agent
 from station.core.context import NeedInput, StationPaused, WaitInterrupted, request_hash
+from station.core.events import TickEnding, TickStarted, TurnFinished, TurnStarted
 from station.core.model_api import (
     INTERRUPTED,
     OVERFLOW,
@@ -316,7 +317,7 @@ class Engine:
             return
         started = time.time()
         if prompt is None:
-            ctx.emit("turn_started", agent.name)
+            ctx.emit(TurnStarted(), agent.name)
             prompt = compose(ctx, agent)
         model = ctx.models.get(agent.model)
         usage = TurnUsage()
@@ -370,7 +371,7 @@ class Engine:
             ),
         )
         self._finished = agent.session
-        ctx.emit("turn_finished", live.name, actions=[a["name"] for a in log.actions if a.get("ok")])
+        ctx.emit(TurnFinished([a["name"] for a in log.actions if a.get("ok")]), live.name)
 
     def _live(self, agent: Agent) -> Agent:
         """The record that carries the session on: the new recursive agent after an ascension."""
@@ -436,7 +437,7 @@ class Engine:
                 continue  # its turn ends it, or it has acted already
             try:
                 with self.store.savepoint("prompt"):
-                    ctx.emit("turn_started", agent.name)
+                    ctx.emit(TurnStarted(), agent.name)
                     agent = ctx.agents.get(agent.name) or agent  # a hook may have changed it
                     prompt = compose(ctx, agent)
                     ctx.agents.save(agent)
@@ -640,7 +641,7 @@ class Engine:
     # -- the end of a tick ----------------------------------------------------------------
     def _advance_tick(self) -> None:
         ctx = self.ctx
-        ctx.emit("tick_ending")
+        ctx.emit(TickEnding())
         self.store.set_meta("tick", ctx.tick + 1)
         departed = sorted(ctx.agents.awaiting_respawn(), key=lambda a: (a.exit_tick or 0, a.position))
         for agent in departed:
@@ -648,7 +649,7 @@ class Engine:
             ctx.agents.save(agent)
             lifecycle.respawn(ctx, agent)
         ctx.conversations.retain({session for session, _ in ctx.agents.turn_order()})
-        ctx.emit("tick_started")
+        ctx.emit(TickStarted())
 
     # -- operator commands ----------------------------------------------------------------
     def _apply_operator_commands(self) -> bool:

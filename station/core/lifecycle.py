@@ -7,6 +7,7 @@ from typing import Any
 from station.core.agents import ASCENDED, ENDED, GUEST, GUEST_DESCRIPTION, RECURSIVE, Agent, roman
 from station.core.config import AgentSpec
 from station.core.context import Context
+from station.core.events import AgentAscended, AgentDeparted, AgentSpawned
 from station.core.texts import token_amount, token_reserve
 
 # Reasons, as agents read them in announcements.
@@ -46,7 +47,7 @@ def create_agent(ctx: Context, spec: AgentSpec) -> Agent:
         assigned_ancestor=spec.assigned_ancestor,
     )
     ctx.agents.save(agent)
-    ctx.emit("agent_spawned", agent.name, agent_kind=agent.kind, model=agent.model["name"])
+    ctx.emit(AgentSpawned(agent_kind=agent.kind, model=agent.model["name"]), agent.name)
     return agent
 
 
@@ -65,7 +66,7 @@ def respawn(ctx: Context, departed: Agent) -> Agent:
         note=f"respawned in place of {departed.name}",
     )
     ctx.agents.save(guest)
-    ctx.emit("agent_spawned", guest.name, agent_kind=GUEST, model=guest.model["name"], replaces=departed.name)
+    ctx.emit(AgentSpawned(agent_kind=GUEST, model=guest.model["name"], replaces=departed.name), guest.name)
     return guest
 
 
@@ -94,7 +95,7 @@ def end_session(ctx: Context, agent: Agent, reason: str, *, respawn_wanted: bool
             "termination",
             exclude=[agent.name],
         )
-    ctx.emit("agent_departed", agent.name, reason=reason, respawn=respawn_wanted)
+    ctx.emit(AgentDeparted(reason=reason, respawn=respawn_wanted), agent.name)
 
 
 def ascend(
@@ -141,12 +142,10 @@ def ascend(
         exclude=[guest.name, name],
     )
     ctx.emit(
-        "agent_ascended",
+        AgentAscended(
+            guest=guest.name, lineage=lineage, generation=generation, ancestor=ancestor.name if ancestor else None
+        ),
         name,
-        guest=guest.name,
-        lineage=lineage,
-        generation=generation,
-        ancestor=ancestor.name if ancestor else None,
     )
     return agent
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from station.core.agents import GUEST_DESCRIPTION, Agent
 from station.core.context import Context, NeedInput, ReplayDiverged, StationPaused, WaitInterrupted
+from station.core.events import OperatorAlert
 from station.core.lifecycle import effective_limit, queue_warnings
 from station.core.safe_text import valid
 from station.core.texts import token_amount, token_reserve
@@ -95,10 +96,8 @@ def room_view(ctx: Context, room: Any, agent: Agent) -> str:
     except Exception as err:  # noqa: BLE001 - a room's bug or a hostile file must not stop the station
         ctx.agents.restore(saved)  # the records as the savepoint left their rows
         ctx.emit(
-            "operator_alert",
+            OperatorAlert(f"the view of {room.short} raised {err!r}", traceback=traceback.format_exc(limit=8)),
             agent.name,
-            problem=f"the view of {room.short} raised {err!r}",
-            traceback=traceback.format_exc(limit=8),
         )
         return (
             f"(The {room.name} could not be shown this turn: {type(err).__name__}. The operator was alerted; "

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from station.core.registry import Registry
+from station.core.registry import PLUGINS, Registry
+from station.core.texts import fill
 
 if TYPE_CHECKING:
     from station.core.agents import Agent
@@ -88,6 +89,9 @@ class Room:
     lobby_order: ClassVar[int]  # where the Lobby lists the room (10, 20, ...: leave gaps for new rooms)
     # Actions that count as work for the inactivity warnings (e.g. `submit` at the Research Counter).
     productive_actions: ClassVar[tuple[str, ...]] = ()
+    # The first-visit help a room package carries ($placeholders from help_values); a codex set's
+    # help/<short>.md, where there is one, replaces it.
+    help_text: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -146,7 +150,8 @@ class Room:
         return {}
 
     def help(self, ctx: Context, agent: Agent) -> str:
-        return ctx.texts.help(self.short, **self.help_values(ctx))
+        values = self.help_values(ctx)
+        return ctx.texts.help(self.short, **values) or fill(self.help_text, f"{self.short} help", values)
 
     def render(self, ctx: Context, agent: Agent) -> str:
         """The room's content for this agent (without the first-visit help)."""
@@ -178,7 +183,8 @@ class Room:
         return None
 
 
-ROOMS: Registry[type[Room]] = Registry("room")
+# Rooms by short name: those in rooms/, and any of a package listed under the `station.plugins` entry points.
+ROOMS: Registry[type[Room]] = Registry("room", plugins=PLUGINS)
 RoomClass = TypeVar("RoomClass", bound=type[Room])
 
 

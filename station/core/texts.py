@@ -91,22 +91,23 @@ class Texts:
         template = self.overrides.get(text_name) or self.messages.get(text_name)
         if template is None:
             raise TextsError(f"no text named {text_name!r}")
-        return _substitute(template, text_name, values)
+        return fill(template, text_name, values)
 
     def help(self, short: str, **values: Any) -> str:
         override = self.overrides.get(f"{short}_help")
         if override is not None:
-            return _substitute(override, f"{short}_help", values)
+            return fill(override, f"{short}_help", values)
         places = [self.set_dir / "help", self.root / "help"]
         if self.style == "compact":
             places = [places[0] / "compact", places[1] / "compact", *places]
         for path in (place / f"{short}.md" for place in places):
             if path.exists():
-                return _substitute(path.read_text(encoding="utf-8"), path.name, values).strip()
+                return fill(path.read_text(encoding="utf-8"), path.name, values).strip()
         return ""
 
 
-def _substitute(template: str, name: str, values: dict[str, Any]) -> str:
+def fill(template: str, name: str, values: dict[str, Any]) -> str:
+    """`template` with its $placeholders filled from `values`; a clear error names the text."""
     try:
         return Template(template).substitute(values).strip()
     except KeyError as err:

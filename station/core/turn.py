@@ -13,6 +13,7 @@ from typing import Any
 from station.core.actions import ParsedAction, parse_actions
 from station.core.agents import Agent
 from station.core.context import Context
+from station.core.events import OperatorAlert
 from station.core.room import InternalAction, Outcome, validate_params
 
 GLOBAL_ACTIONS = ("goto", "go", "help", "meta", "exit")
@@ -145,10 +146,7 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
         ctx.agents.restore(saved)
         log.log(here, f"'{action.name}' failed inside the station and was undone; the operator was alerted.")
         ctx.emit(
-            "operator_alert",
-            agent.name,
-            problem=f"action {action.name} raised {err!r}",
-            traceback=traceback.format_exc(limit=8),
+            OperatorAlert(f"action {action.name} raised {err!r}", traceback=traceback.format_exc(limit=8)), agent.name
         )
         return
     outcome = outcome if isinstance(outcome, Outcome) else Outcome(list(outcome or []))

@@ -8,7 +8,8 @@ every turn as the reference did.
 
 from __future__ import annotations
 
-from station.core.context import Context, Event, Hook, register_hook
+from station.core.context import Context, Hook, register_hook
+from station.core.events import TurnFinished, on
 from station.core.turn import GLOBAL_ACTIONS
 
 
@@ -16,14 +17,14 @@ from station.core.turn import GLOBAL_ACTIONS
 class InactivityWarnings(Hook):
     name = "inactivity"
     order = 30
-    events = ("turn_finished",)
 
-    def handle(self, ctx: Context, event: Event) -> None:
-        agent = ctx.agents.get(event.agent or "")
+    @on(TurnFinished)
+    def count_idle_turns(self, ctx: Context, agent_name: str | None, event: TurnFinished) -> None:
+        agent = ctx.agents.get(agent_name or "")
         if agent is None or agent.is_guest or not agent.active:
             return
         cfg = ctx.config.notifications
-        names = set(event.payload.get("actions", []))
+        names = set(event.actions)
         if agent.role == "supervisor":
             threshold, active = (
                 cfg.supervisor_inactivity_threshold,

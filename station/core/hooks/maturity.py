@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from station.core.context import Context, Event, Hook, register_hook
+from station.core.context import Context, Hook, register_hook
+from station.core.events import TurnStarted, on
 
 
 @register_hook
 class Maturity(Hook):
     name = "maturity"
     order = 10
-    events = ("turn_started",)
 
-    def handle(self, ctx: Context, event: Event) -> None:
+    @on(TurnStarted)
+    def tell_of_maturity(self, ctx: Context, agent_name: str | None, event: TurnStarted) -> None:
         limit = ctx.config.lifecycle.maturity_ticks
-        agent = ctx.agents.get(event.agent or "")
+        agent = ctx.agents.get(agent_name or "")
         if limit is None or agent is None or agent.flags.get("maturity_sent"):
             return
         if agent.age(ctx.tick) >= limit:

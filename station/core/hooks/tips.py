@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from station.core.context import Context, Event, Hook, register_hook
+from station.core.context import Context, Hook, register_hook
+from station.core.events import TickStarted, on
 
 
 @register_hook
 class RandomTips(Hook):
     name = "tips"
     order = 20
-    events = ("tick_started",)
 
-    def handle(self, ctx: Context, event: Event) -> None:
+    @on(TickStarted)
+    def send_tips(self, ctx: Context, agent: str | None, event: TickStarted) -> None:
         every = ctx.config.notifications.tips_every_ticks
         tips = ctx.texts.tips
         if not every or not tips or ctx.tick % every:
