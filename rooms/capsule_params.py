@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
+from rooms.capsule_config import CapsulesConfig
 from station.core.context import Context
 from station.core.room import Params
 
@@ -74,7 +75,7 @@ class Limits:
     """The size rules of one room, read from the config."""
 
     def __init__(self, ctx: Context, max_words: int | None = None) -> None:
-        cfg = ctx.config.capsules
+        cfg = ctx.config.section(CapsulesConfig)
         self.title_chars = cfg.max_title_chars
         self.abstract_words = cfg.max_abstract_words
         self.words = max_words or cfg.max_message_words

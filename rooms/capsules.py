@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rooms.capsule_config import CapsulesConfig
 from station.core.context import Context
 from station.core.room import Outcome, Room, action
 
@@ -120,7 +121,7 @@ class CapsuleRoom(Room):
         if caps is None:
             return self.refusal(ctx, agent) or ""
         member = self.member(agent)
-        size = ctx.config.capsules.page_size
+        size = ctx.config.section(CapsulesConfig).page_size
         parts = [p for p in (self.header(ctx, agent),) if p]
         pinned_numbers = self._pinned_numbers(ctx, agent, caps)
         pinned = sorted(caps.live(pinned_numbers, member=member), key=lambda c: (-c.created_tick, -c.number))
@@ -246,7 +247,7 @@ class CapsuleRoom(Room):
 
     # -- reading -------------------------------------------------------------------------
     def _targets(self, ctx: Context, args: str | None, **kw: Any) -> list[Target | str]:
-        return parse_ids(args, limit=ctx.config.capsules.max_range, **kw)
+        return parse_ids(args, limit=ctx.config.section(CapsulesConfig).max_range, **kw)
 
     @action("read")
     def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
@@ -344,7 +345,7 @@ class CapsuleRoom(Room):
     def preview(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         caps = self.capsules(ctx, agent)
         assert caps is not None
-        limit = ctx.config.capsules.max_range
+        limit = ctx.config.section(CapsulesConfig).max_range
         if (args or "").strip().lower() == "all":
             capsules = caps.all_live(member=self.member(agent), limit=limit + 1)
             more = len(capsules) > limit

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from station.core.config import Section, config_section
 from station.core.context import Context, Hook
 from station.core.events import Event, TickEnding, event_kind, on
 from station.core.room import Outcome, Params, Room, action, register_room
@@ -44,6 +45,13 @@ HISTORY_MAX_MESSAGES = 100
 HISTORY_MAX_CHARS = 40_000  # one system message must stay readable
 ECHO_CHARS = 50
 SPAN = re.compile(r"^(\d+)(?:\s*-\s*(\d+))?$")
+
+
+@config_section("common_room")
+class CommonRoomConfig(Section):
+    display_ticks: int = Field(5, ge=1, description="messages this recent are shown to visitors")
+    archive_after_ticks: int = Field(40, ge=1, description="older messages leave the live room")
+    batch_ticks: int = Field(20, ge=1, description="archived talk is grouped in periods of this many ticks")
 
 
 @event_kind("common_message")
@@ -96,7 +104,7 @@ class CommonArchiver(Hook):
 
     @on(TickEnding)
     def archive_talk(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
-        cfg = ctx.config.common_room
+        cfg = ctx.config.section(CommonRoomConfig)
         new_tick = ctx.tick + 1  # the hook runs just before the clock moves on
         batch = cfg.batch_ticks
         # Ticks start at 1, so periods are 1..batch, batch+1..2*batch, ...
@@ -120,7 +128,7 @@ class CommonRoom(Room):
         return [CommonArchiver()]
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
-        cfg = ctx.config.common_room
+        cfg = ctx.config.section(CommonRoomConfig)
         return {
             "display_ticks": cfg.display_ticks,
             "archive_after_ticks": cfg.archive_after_ticks,
@@ -134,7 +142,7 @@ class CommonRoom(Room):
 
     # -- what the agent sees ----------------------------------------------------------------
     def render(self, ctx: Context, agent: Any) -> str:
-        window = ctx.config.common_room.display_ticks
+        window = ctx.config.section(CommonRoomConfig).display_ticks
         present = ctx.agents.active_in(self.short)
         lines = [
             f"**Agents currently present:** {', '.join(present) if present else 'nobody'}",
@@ -222,7 +230,7 @@ class CommonRoom(Room):
 
     @action("history")
     def history(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
-        batch = ctx.config.common_room.batch_ticks
+        batch = ctx.config.section(CommonRoomConfig).batch_ticks
         wanted = (args or "").strip()
         if not wanted:
             return Outcome([self._periods(ctx)])
@@ -276,6 +284,6 @@ class CommonRoom(Room):
             listed = ", ".join(f"{r['a']}-{r['b']} ({r['n']} message{'' if r['n'] == 1 else 's'})" for r in rows)
             text = f"Archived periods: {listed}."
         else:
-            after = ctx.config.common_room.archive_after_ticks
+            after = ctx.config.section(CommonRoomConfig).archive_after_ticks
             text = f"Nothing is archived yet (talk is archived once it is {after} ticks old)."
         return text + " Read a span with `history <tick>` or `history <first>-<last>`."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rooms.capsule_config import CapsulesConfig
 from station.core.context import Context
 from station.core.room import ActionSpec, Outcome, action, register_room
 
@@ -73,7 +74,7 @@ class MailRoom(CapsuleRoom):
         names = sorted(set(as_list(raw)) - {agent.name})
         if not names:
             return [], [], "no recipient other than yourself was given"
-        limit = ctx.config.capsules.max_recipients
+        limit = ctx.config.section(CapsulesConfig).max_recipients
         if len(names) > limit:
             return [], [], f"{len(names)} recipients given; at most {limit} are allowed"
         found = {n: ctx.agents.get(n) for n in names}

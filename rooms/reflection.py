@@ -11,11 +11,18 @@ from typing import Any
 
 from pydantic import Field
 
+from station.core.config import Section, config_section
 from station.core.context import Context
 from station.core.events import Event, event_kind
 from station.core.room import Outcome, Params, Room, action, register_room
 
 MAX_PROMPT_CHARS = 4000
+
+
+@config_section("reflection")
+class ReflectionConfig(Section):
+    default_rounds: int = Field(5, ge=1)
+    max_rounds: int = Field(10, ge=1, le=50)
 
 
 @event_kind("reflection_finished")
@@ -88,7 +95,7 @@ class ReflectionChamber(Room):
     lobby_order = 30
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
-        cfg = ctx.config.reflection
+        cfg = ctx.config.section(ReflectionConfig)
         return {"default_rounds": cfg.default_rounds, "max_rounds": cfg.max_rounds}
 
     def status_counts(self, ctx: Context) -> dict[str, Any]:
@@ -106,7 +113,7 @@ class ReflectionChamber(Room):
 
     @action("reflect", params=ReflectParams, internal=True, yaml_required=False)
     def reflect(self, ctx: Context, agent: Any, args: str | None, p: ReflectParams) -> Outcome:
-        cfg = ctx.config.reflection
+        cfg = ctx.config.section(ReflectionConfig)
         total, warnings = rounds(p.tick, cfg.default_rounds, cfg.max_rounds)
         opening = (p.prompt or "").strip() or ctx.texts.render("reflection_default_prompt")
         state = agent.room_state(self.short)

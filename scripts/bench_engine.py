@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rooms.capsule_config import CapsulesConfig
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
@@ -501,7 +503,7 @@ def reader(ident: Identity, rng: random.Random, pop: Population) -> Agent:
 def micro_benchmarks(station: Station, pop: Population, reps: int, progress: Progress) -> list[Timing]:
     ctx = station.ctx
     rng = random.Random(SEED + 1)
-    page_size = ctx.config.capsules.page_size
+    page_size = ctx.config.section(CapsulesConfig).page_size
     idents = [pop.identities[s] for s in range(1, SESSIONS + 1)]
     readers = [reader(i, rng, pop) for i in idents]
     # Mail: agents with about 60 mails (the brief's case), and the busiest mailbox.

@@ -52,10 +52,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table  # noqa: E402
 
 from evaluators.programs import program  # noqa: E402
+from rooms.research.config import ResearchConfig, TaskConfig  # noqa: E402
 from rooms.research.store import insert_evaluation  # noqa: E402
 from station.apps.world import Station  # noqa: E402
 from station.core.agents import Agent  # noqa: E402
-from station.core.config import AgentSpec, ResearchConfig, StationConfig, TaskConfig, load_config  # noqa: E402
+from station.core.config import AgentSpec, StationConfig, load_config  # noqa: E402
 from station.core.engine import Engine  # noqa: E402
 from station.core.engine import Progress as EngineProgress  # noqa: E402
 from station.core.store import DB_NAME, Store, StoreError, dumps  # noqa: E402
@@ -209,7 +210,7 @@ def add_synthetic_evaluations(station: Station, count: int, seed: int) -> dict[s
     if not authors:
         raise SystemExit("no recursive agents in the station: nobody could have submitted research")
     task_id = next(iter(station.ctx.tasks), "1")
-    n = int(station.config.research.tasks[0].params.get("n", 26)) if station.config.research.tasks else 26
+    n = int(station.config.section(ResearchConfig).tasks[0].params.get("n", 26)) if station.config.section(ResearchConfig).tasks else 26
     start = min(first for first, _, _ in authors)  # the first ascension: nobody could submit before
     ticks = sorted(rng.randint(start, max(start, last_tick - 2)) for _ in range(count))
     statuses: dict[str, int] = {}

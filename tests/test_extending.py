@@ -25,10 +25,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pydantic import Field
+
+from station.core.config import Section, config_section
 from station.core.context import Context, Hook
 from station.core.events import Event, event_kind, on
 from station.core.room import Outcome, Room, action, register_room
 from station.models.scripted import Situation, room_play
+
+
+@config_section("lantern")
+class LanternConfig(Section):
+    count: int = Field(3, ge=1, description="lanterns in the hall")
 
 
 @event_kind("lantern_lit")
@@ -54,7 +62,7 @@ class LanternHall(Room):
     migrations = ["CREATE TABLE lanterns (id INTEGER PRIMARY KEY AUTOINCREMENT, agent TEXT NOT NULL)"]
 
     def help_values(self, ctx: Context) -> dict[str, int]:
-        return {"count": 3}
+        return {"count": ctx.config.section(LanternConfig).count}
 
     def render(self, ctx: Context, agent: object) -> str:
         lit = ctx.store.scalar("SELECT COUNT(*) FROM lanterns")
@@ -153,6 +161,7 @@ research:
   tasks:
     - evaluator: odd_sum
   executor: {kind: local, max_parallel: 2}
+lantern: {count: 5}
 """
 
 
@@ -183,7 +192,7 @@ def test_a_room_a_task_and_an_event_kind_each_from_their_own_package(tmp_path: P
 
     # the room: listed by the Lobby, its help from its package, its action and its table
     prompts = "\n".join(r[0] for r in db.execute("SELECT prompt FROM turns"))
-    assert "Lantern Hall" in prompts and "Lanterns hang here, 3 of them." in prompts
+    assert "Lantern Hall" in prompts and "Lanterns hang here, 5 of them." in prompts  # its own config section
     lit = db.execute("SELECT COUNT(*) FROM lanterns").fetchone()[0]
     assert lit > 0
     # its event kind: stored with its typed fields, and handled by the room's own hook, once each
@@ -201,3 +210,9 @@ def test_a_room_a_task_and_an_event_kind_each_from_their_own_package(tmp_path: P
     assert ("finished", 1.0) in scores, scores
     status = subprocess.run([STATION, "status", str(tmp_path / "st")], env=env, capture_output=True, text=True)
     assert status.returncode == 0 and "best on task 1: 1 (evaluation #" in status.stdout, status.stdout
+
+    # the room's section is checked like the engine's, with the key's path
+    config.write_text(CONFIG.replace("count: 5", "count: 0"))
+    refused = subprocess.run([STATION, "run", str(config), "--dir", str(tmp_path / "st2"), "--ticks", "1"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "lantern.count: Input should be greater than or equal to 1" in refused.stderr

@@ -22,6 +22,7 @@ import yaml
 from evaluators.base import ScorerFailure, create_task
 from evaluators.circle_packing import CirclePacking
 from evaluators.folder.layout import TaskFolderError, read_folder
+from rooms.research.config import ResearchConfig
 from rooms.research.standalone import evaluate
 from station.core.config import ConfigError, load_config, parse_config
 from station.executors import LocalExecutor
@@ -124,7 +125,7 @@ def test_the_config_takes_a_folder_relative_to_the_config_file(tmp_path: Path) -
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "station.yaml").write_text("research:\n  tasks:\n    - folder: ../tasks/cp\n")
     config = load_config(tmp_path / "conf" / "station.yaml")
-    assert config.research.tasks[0].folder == str((tmp_path / "tasks" / "cp").resolve())
+    assert config.section(ResearchConfig).tasks[0].folder == str((tmp_path / "tasks" / "cp").resolve())
     for bad, words in [
         ({"folder": "x", "evaluator": "circle_packing"}, "either evaluator"),
         ({}, "either evaluator"),

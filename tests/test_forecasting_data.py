@@ -26,6 +26,7 @@ from evaluators.jaxtrain.station_jax.windows import (
     mae_by_horizon,
     window_starts,
 )
+from rooms.research.config import ResearchConfig
 
 FRACTIONS = SPLIT_FRACTIONS["default"]
 SMALL = SIZES["small"]
@@ -321,7 +322,7 @@ def test_the_paper_settings_config_gives_the_official_split_batch_8_and_states_t
 
     monkeypatch.setenv("STATION_FORECAST_DATA", str(tmp_path))
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "forecasting_gpu.yaml")
-    params = config.research.tasks[0].params
+    params = config.section(ResearchConfig).tasks[0].params
     assert params["split"] == "official" and params["batch_size"] == 8
     task = create_task("forecasting", params)
     assert task.trial_settings()["default_batch"] == 8

@@ -28,6 +28,7 @@ from evaluators.rna.dataset import RnaData
 from evaluators.rna.metrics import constant_predictions
 from evaluators.rna.real_data import read_split_file
 from evaluators.rna.simulate import SIZES, simulate, write_beacon_folder
+from rooms.research.config import ResearchConfig
 from station.core.config import ExecutorConfig
 from station.core.run_types import RunResult
 from station.executors import create_executor
@@ -400,7 +401,7 @@ def test_the_gpu_config_has_the_papers_settings_and_the_spec_states_them(cache: 
     from station.core.config import load_config
 
     config = load_config(ROOT / "configs" / "rna_modelling_gpu.yaml")
-    params = {**config.research.tasks[0].params, "size": "small"}  # the paper's budgets on the small sample
+    params = {**config.section(ResearchConfig).tasks[0].params, "size": "small"}  # the paper's budgets on the small sample
     assert (params["max_epochs"], params["patience"], params["trial_budget_s"], params["gpus_per_trial"]) == (
         100, 10, 1800, 1)
     task = create_task("rna_modelling", params)

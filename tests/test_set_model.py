@@ -25,6 +25,8 @@ from helpers import demo_config, read
 from provider_server import ProviderServer
 from remote_world import KEY, KEY_ENV, endpoint, scripted_responder
 
+from rooms.archive.config import ReviewerConfig
+from rooms.test.config import GradingConfig
 from station.apps import cli
 from station.apps.web.app import create_app
 from station.apps.world import Station
@@ -154,15 +156,15 @@ def test_the_grader_and_reviewer_use_their_new_settings_from_their_next_call(tmp
     try:
         Engine(st).run(until_tick=2)
         worker = next(h.worker for h in st.ctx.hooks if h.name == "reviewer")  # the background reviewer
-        assert worker is not None and worker.config.reviewer.model.name == "scripted-reviewer"
+        assert worker is not None and worker.config.section(ReviewerConfig).model.name == "scripted-reviewer"
         graded = read(d, "SELECT COUNT(*) FROM spend WHERE who='grader'")[0][0]
         assert graded > 0
         assert cli.main(["set", str(d), "grading.model.name", "scripted-grader-2"]) == 0
         assert cli.main(["set", str(d), "reviewer.model.name", "scripted-reviewer-2"]) == 0
         capsys.readouterr()
         Engine(st).run(until_tick=8)
-        assert worker.config.reviewer.model.name == "scripted-reviewer-2"  # handed the changed config
-        assert st.config.grading.model.name == "scripted-grader-2"
+        assert worker.config.section(ReviewerConfig).model.name == "scripted-reviewer-2"  # handed the changed config
+        assert st.config.section(GradingConfig).model.name == "scripted-grader-2"
         names = [m for (m,) in read(d, "SELECT model FROM spend WHERE who='grader' ORDER BY id")]
         assert names[:graded] == ["scripted-grader"] * graded
         assert len(names) > graded and set(names[graded:]) == {"scripted-grader-2"}

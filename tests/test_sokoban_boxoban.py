@@ -10,6 +10,7 @@ import pytest
 from evaluators.base import create_task
 from evaluators.sokoban.boxoban import BoxobanError, read_file, read_split, write_file
 from evaluators.sokoban.levels import BOX, BOX_ON_TARGET, replay
+from rooms.research.config import ResearchConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sokoban" / "boxoban-sample"
@@ -75,7 +76,7 @@ def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Pa
     from station.core.config import load_config
 
     config = load_config(ROOT / "configs" / "sokoban_gpu.yaml")
-    params = config.research.tasks[0].params
+    params = config.section(ResearchConfig).tasks[0].params
     assert params["levels"] == str(SAMPLE) and params["max_steps"] == 120
     task = create_task("sokoban", {**params, "eval_levels": 100})
     assert (task.levels.grid, task.levels.boxes, task.levels.n_train, task.levels.n_eval) == (8, 4, 1000, 100)
@@ -90,7 +91,7 @@ def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Pa
     assert task.private_paths() == [task.levels.dir, SAMPLE.resolve()]
     with pytest.raises(BoxobanError, match="fewer than eval=5000"):
         create_task("sokoban", {**params, "eval_levels": 5000})
-    assert load_tasks(config.research)["1"].levels.n_eval == 1000
+    assert load_tasks(config.section(ResearchConfig))["1"].levels.n_eval == 1000
 
 
 def test_the_task_text_states_the_random_policys_solve_rate() -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rooms.archive.config import ReviewerConfig
 from station.core.context import Context
 from station.core.store import Store
 
@@ -237,7 +238,7 @@ class Prompts:
         return text.strip() if text and text.strip() else self.ctx.texts.render("reviewer_no_task")
 
     def _extra_fields(self) -> str:
-        fields = self.ctx.config.reviewer.extra_fields
+        fields = self.ctx.config.section(ReviewerConfig).extra_fields
         return "".join(self.ctx.texts.render("reviewer_extra_field", name=name) + "\n" for name in fields)
 
     def context(self) -> tuple[str, int]:

@@ -34,6 +34,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rooms.archive.config import ReviewerConfig
 from rooms.archive.events import PaperReviewed, PaperSubmitted
 from station.core.agents import AgentRegistry
 from station.core.background import InputWorker, Stopped, apply_ready, recorded
@@ -166,14 +167,14 @@ class Reviewer(Hook):
     def _in_background(self, ctx: Context) -> bool:
         """Whether reviews run on the worker rather than at the tick's end; outside a replay the
         worker is started (again, if it died)."""
-        background = not ctx.config.reviewer.hold_tick
+        background = not ctx.config.section(ReviewerConfig).hold_tick
         if background and ctx.replay_source is None:
             self._start_worker(ctx)
         return background
 
     # -- hold_tick: true ------------------------------------------------------------------
     def _review_now(self, ctx: Context, rows: list[Any]) -> None:
-        cfg = ctx.config.reviewer
+        cfg = ctx.config.section(ReviewerConfig)
         system = ctx.texts.render("reviewer_system")
 
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
@@ -196,7 +197,7 @@ class Reviewer(Hook):
 
     # -- hold_tick: false -----------------------------------------------------------------
     def _apply_ready(self, ctx: Context, rows: list[Any]) -> None:
-        cfg, store = ctx.config.reviewer, ctx.store
+        cfg, store = ctx.config.section(ReviewerConfig), ctx.store
         dialogue = Dialogue.load(store)
 
         def fetch(key: str, kind: str, agent: str | None, history: list, make: Callable) -> dict[str, Any]:
@@ -241,7 +242,7 @@ class Reviewer(Hook):
         if verdict is None:
             decision = "failed"
         else:
-            decision = "accepted" if verdict.score >= ctx.config.reviewer.pass_threshold else "rejected"
+            decision = "accepted" if verdict.score >= ctx.config.section(ReviewerConfig).pass_threshold else "rejected"
         self._record_calls(ctx, row, outcome, decision)
         author = ctx.agents.get(row["agent"])
         present = author is not None and author.active and author.session == row["session"]
@@ -267,7 +268,7 @@ class Reviewer(Hook):
         self, ctx: Context, row: Any, verdict: PaperVerdict, attempts: int, decision: str, author: Any, present: bool
     ) -> None:
         """A verdict was read: the paper is published (accepted) or not, and the author is told."""
-        cfg, texts = ctx.config.reviewer, ctx.texts
+        cfg, texts = ctx.config.section(ReviewerConfig), ctx.texts
         fallback = verdict.status == "parsing_error"
         comment = verdict.comment or texts.render("reviewer_fallback_comment" if fallback else "reviewer_no_comment")
         suggestion = verdict.suggestion or texts.render(
@@ -362,7 +363,7 @@ class Reviewer(Hook):
         )
 
     def _record_calls(self, ctx: Context, row: Any, outcome: ReviewOutcome, decision: str) -> None:
-        configured = ctx.config.reviewer.model.name
+        configured = ctx.config.section(ReviewerConfig).model.name
         last = len(outcome.calls) - 1
         for i, call in enumerate(outcome.calls):
             p = call.payload
@@ -412,7 +413,7 @@ class ReviewWorker(InputWorker):
         ctx.rooms = self.rooms
 
         def get_model() -> Any:
-            return self.models.get(self.config.reviewer.model)
+            return self.models.get(self.config.section(ReviewerConfig).model)
 
         system = self.texts.render("reviewer_system")
         while not self.stop.is_set():
@@ -429,7 +430,7 @@ class ReviewWorker(InputWorker):
                 self.idle(wait)
 
     def _round(self, ctx: Context, get_model: Callable[[], Any], system: str) -> bool:
-        store, cfg = ctx.store, self.config.reviewer
+        store, cfg = ctx.store, self.config.section(ReviewerConfig)
         store.execute("BEGIN")  # one read snapshot: the dialogue and the queue must agree
         try:
             dialogue, rows = Dialogue.load(store), pending(store)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rooms.archive.config import ArchiveConfig, ReviewerConfig
 from rooms.archive.events import PaperSubmitted
 from station.core.context import Context
 from station.core.room import Outcome, action, register_room
@@ -40,18 +41,18 @@ class ArchiveRoom(CapsuleRoom):
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
         return {
-            "pass_threshold": ctx.config.reviewer.pass_threshold,
-            "cooldown_ticks": ctx.config.archive.cooldown_ticks,
-            "max_words": ctx.config.archive.max_words,
+            "pass_threshold": ctx.config.section(ReviewerConfig).pass_threshold,
+            "cooldown_ticks": ctx.config.section(ArchiveConfig).cooldown_ticks,
+            "max_words": ctx.config.section(ArchiveConfig).max_words,
         }
 
     def limits(self, ctx: Context) -> Limits:
-        return Limits(ctx, max_words=ctx.config.archive.max_words)
+        return Limits(ctx, max_words=ctx.config.section(ArchiveConfig).max_words)
 
     # -- submitting -----------------------------------------------------------------------
     @action("create", params=PaperParams)
     def create(self, ctx: Context, agent: Any, args: str | None, p: PaperParams) -> Outcome:
-        cfg = ctx.config.archive
+        cfg = ctx.config.section(ArchiveConfig)
         problem = (
             self.may_create(ctx, agent)
             or self._holiday(ctx)
@@ -88,7 +89,7 @@ class ArchiveRoom(CapsuleRoom):
             [
                 f"Paper '{(p.title or '').strip()}' submitted for review (submission {cur.lastrowid}). You will be "
                 f"told the verdict; it is published if it scores at least "
-                f"{ctx.config.reviewer.pass_threshold}/10."
+                f"{ctx.config.section(ReviewerConfig).pass_threshold}/10."
             ]
         )
 
@@ -122,12 +123,12 @@ class ArchiveRoom(CapsuleRoom):
         return []
 
     def _holiday(self, ctx: Context) -> str | None:
-        if ctx.config.archive.holiday_mode and ctx.tick % 10 in (9, 0):
+        if ctx.config.section(ArchiveConfig).holiday_mode and ctx.tick % 10 in (9, 0):
             return "the Archive takes no submissions on ticks ending in 9 or 0 (holiday); try again next tick"
         return None
 
     def _cooldown(self, ctx: Context, agent: Any) -> str | None:
-        cooldown = ctx.config.archive.cooldown_ticks
+        cooldown = ctx.config.section(ArchiveConfig).cooldown_ticks
         if cooldown <= 0:
             return None
         latest = ctx.store.scalar(

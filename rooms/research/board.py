@@ -8,6 +8,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rooms.research.config import ResearchConfig
 from station.core.context import Context
 from station.core.room import Outcome, action
 
@@ -36,13 +37,17 @@ class Leaderboard:
 
     def sort_mode(self, ctx: Context, agent: Any) -> str:
         mode = self.state(agent).get("sort", "id")
-        if mode not in SORT_MODES or (mode == "score" and ctx.config.research.no_score):
+        if mode not in SORT_MODES or (mode == "score" and ctx.config.section(ResearchConfig).no_score):
             return "id"
         return mode
 
     def page_size(self, ctx: Context, agent: Any) -> int:
         size = self.state(agent).get("page_size")
-        return size if isinstance(size, int) and 1 <= size <= MAX_PAGE_SIZE else ctx.config.research.page_size
+        return (
+            size
+            if isinstance(size, int) and 1 <= size <= MAX_PAGE_SIZE
+            else ctx.config.section(ResearchConfig).page_size
+        )
 
     def tag_filter(self, agent: Any) -> str | None:
         tag = self.state(agent).get("filter")
@@ -104,7 +109,7 @@ class Leaderboard:
         return json_or(row["metrics"], {})
 
     def _board(self, ctx: Context, agent: Any) -> str:
-        no_score = ctx.config.research.no_score
+        no_score = ctx.config.section(ResearchConfig).no_score
         state = self.state(agent)
         where, params = self.board_where(ctx, agent)
         total = ctx.store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params) or 0
@@ -151,7 +156,7 @@ class Leaderboard:
         return "\n".join(lines)
 
     def _tag_stats(self, ctx: Context, agent: Any) -> str:
-        cfg = ctx.config.research
+        cfg = ctx.config.section(ResearchConfig)
         if not cfg.show_tag_stats or not self.sees_all(ctx, agent):
             return ""
         where, params = self.scope(ctx, agent)
@@ -186,8 +191,8 @@ class Leaderboard:
     @action("rank")
     def rank(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
         mode = (args or "").strip()
-        modes = [m for m in SORT_MODES if not (m == "score" and ctx.config.research.no_score)]
-        if mode == "score" and ctx.config.research.no_score:
+        modes = [m for m in SORT_MODES if not (m == "score" and ctx.config.section(ResearchConfig).no_score)]
+        if mode == "score" and ctx.config.section(ResearchConfig).no_score:
             return Outcome(
                 [
                     "Scores are hidden in this station, so the leaderboard cannot be ranked by score; "
@@ -207,8 +212,10 @@ class Leaderboard:
             return Outcome(["Usage: /execute_action{filter <tag>}, e.g. filter baseline."])
         if CONTROL.search(tag) or LINE_BREAK.search(tag) or "," in tag:
             return Outcome(["Filter refused: give one tag, without commas or control characters."])
-        if len(tag) > ctx.config.research.max_tag_chars:
-            return Outcome([f"Filter refused: tags have at most {ctx.config.research.max_tag_chars} characters."])
+        if len(tag) > ctx.config.section(ResearchConfig).max_tag_chars:
+            return Outcome(
+                [f"Filter refused: tags have at most {ctx.config.section(ResearchConfig).max_tag_chars} characters."]
+            )
         self.state(agent).update(filter=tag, page=1)
         count = self.board_count(ctx, agent)
         return Outcome(

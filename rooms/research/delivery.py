@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rooms.research.config import DebuggerConfig, ResearchConfig
 from rooms.research.events import EvaluationFinished, EvaluationSubmitted
 from station.core.background import apply_ready, recorded
 from station.core.context import Context, Hook, StationPaused, WaitInterrupted
@@ -60,7 +61,7 @@ class Evaluations(Hook):
     def deliver_at_tick_end(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
         rows = self._open(ctx)
         if rows:
-            wait = ctx.config.research.wait_ticks
+            wait = ctx.config.section(ResearchConfig).wait_ticks
             hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
             self._deliver(ctx, rows, "end", hold)
 
@@ -137,7 +138,7 @@ class Evaluations(Hook):
 
 
 def debugger_settings(ctx: Context) -> dict[str, Any]:
-    cfg = ctx.config.debugger
+    cfg = ctx.config.section(DebuggerConfig)
     return {"debugger_enabled": cfg.enabled, "max_attempts": cfg.max_attempts}
 
 
@@ -162,7 +163,7 @@ def walk_recorded(ctx: Context, row: Any) -> Trail:
 
 def seed_baselines(ctx: Context) -> None:
     """Each task's System baselines, queued when the station is created (the tick never waits for them)."""
-    for number, entry in enumerate(ctx.config.research.tasks, 1):
+    for number, entry in enumerate(ctx.config.section(ResearchConfig).tasks, 1):
         if not entry.baselines:
             continue
         for baseline in ctx.tasks[str(number)].baselines():
@@ -248,7 +249,7 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
 
 
 def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
-    texts, cfg = ctx.texts, ctx.config.research
+    texts, cfg = ctx.texts, ctx.config.section(ResearchConfig)
     task = ctx.tasks.get(row["task"])
     reported = outcome.reported
     result = reported.result
@@ -326,7 +327,7 @@ def _logs(ctx: Context, result: dict[str, Any], which: str) -> str:
         stderr = f"{stderr.rstrip()}\n{trace}".strip()
     if not stdout.strip() and not stderr.strip():
         return ctx.texts.render("evaluation_no_logs")
-    limit = ctx.config.research.log_max_chars
+    limit = ctx.config.section(ResearchConfig).log_max_chars
     return ctx.texts.render(
         "evaluation_logs",
         which=which,

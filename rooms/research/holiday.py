@@ -3,6 +3,7 @@ taken and agents at the Research Counter are sent to the Lobby (spec research §
 
 from __future__ import annotations
 
+from rooms.research.config import ResearchConfig
 from station.core.context import Context, Hook
 from station.core.events import TickStarted, on
 
@@ -18,7 +19,7 @@ class HolidayEvacuation(Hook):
 
     @on(TickStarted)
     def send_away(self, ctx: Context, about: str | None, event: TickStarted) -> None:
-        if not ctx.config.research.holiday_mode or not is_holiday(ctx.tick):
+        if not ctx.config.section(ResearchConfig).holiday_mode or not is_holiday(ctx.tick):
             return
         for name in ctx.agents.active_in("research", order="position"):
             agent = ctx.agents.get(name)

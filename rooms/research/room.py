@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from evaluators.base import Task
+from rooms.research.config import DebuggerConfig, ResearchConfig, StagnationConfig
 from rooms.research.events import EvaluationSubmitted
 from station.core.agents import Agent
 from station.core.config import StationConfig
@@ -62,7 +63,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
     productive_actions = ("submit",)
 
     def hooks(self, config: StationConfig) -> list[Hook]:
-        watch = [Stagnation()] if config.stagnation.enabled else []
+        watch = [Stagnation()] if config.section(StagnationConfig).enabled else []
         return [*watch, Evaluations(), HolidayEvacuation()]
 
     # -- rules ------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return "\n\n".join(parts)
 
     def _status_lines(self, ctx: Context, agent: Any) -> str:
-        cfg = ctx.config.research
+        cfg = ctx.config.section(ResearchConfig)
         lines = []
         if agent.role == "supervisor":
             lines.append(
@@ -206,7 +207,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return str(int(match.group(1))) if match else None
 
     def _cooldown_left(self, ctx: Context, agent: Any) -> int:
-        cooldown = ctx.config.research.cooldown_ticks
+        cooldown = ctx.config.section(ResearchConfig).cooldown_ticks
         if cooldown <= 0:
             return 0
         last = ctx.store.scalar("SELECT MAX(tick) FROM evaluations WHERE session = ?", (agent.session,))
@@ -220,7 +221,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         §1.4); the first one that fails is the agent's answer."""
         try:
             self._check_may_submit(ctx, agent)  # 1-3
-            draft = check_form(p, ctx.config.research)  # 4-8
+            draft = check_form(p, ctx.config.section(ResearchConfig))  # 4-8
             task_id, task = self._task_for(ctx, args, draft.code)  # 9
             self._check_open_evaluations(ctx, agent)  # 10
         except Refused as why:
@@ -243,7 +244,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         )
         self.state(agent).setdefault("submitted", []).append(number)
         ctx.emit(EvaluationSubmitted(number), agent.name)
-        wait = ctx.config.research.wait_ticks
+        wait = ctx.config.section(ResearchConfig).wait_ticks
         when = (
             ctx.texts.render("research_result_by_tick", tick=ctx.tick + wait)
             if wait
@@ -265,7 +266,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     def _check_may_submit(self, ctx: Context, agent: Agent) -> None:
         """The station's and the agent's state: a holiday, a supervisor, the cooldown."""
-        if ctx.config.research.holiday_mode and is_holiday(ctx.tick):
+        if ctx.config.section(ResearchConfig).holiday_mode and is_holiday(ctx.tick):
             raise Refused("it is a holiday tick (ticks ending in 9 or 0 take no submissions); submit next tick")
         if agent.role == "supervisor":
             raise Refused("supervisors review experiments but do not submit them")
@@ -287,7 +288,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return task_id, task
 
     def _check_open_evaluations(self, ctx: Context, agent: Agent) -> None:
-        limit = ctx.config.research.max_open_per_agent
+        limit = ctx.config.section(ResearchConfig).max_open_per_agent
         open_ids = [
             r[0]
             for r in ctx.store.all(
@@ -314,7 +315,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         if row is None:
             return Outcome([f"Evaluation {text.lstrip('#')[:30]} not found."])
         if (
-            not ctx.config.research.cross_lineage_review
+            not ctx.config.section(ResearchConfig).cross_lineage_review
             and agent.role != "supervisor"
             and not self.same_side(agent, row)
         ):
@@ -331,7 +332,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return Outcome([f"The full record of evaluation #{number} will be in your System Messages next turn."])
 
     def record_text(self, ctx: Context, row: Any) -> str:
-        cfg = ctx.config.research
+        cfg = ctx.config.section(ResearchConfig)
         number = row["id"]
         task = ctx.tasks.get(row["task"])
         tags = ", ".join(json_or(row["tags"], [])) or "—"
@@ -416,7 +417,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             f"Task #{row['task']}; by {row['author']} at tick {row['tick']}; tags: {tags}",
             f"Abstract: {row['abstract']}",
         ]
-        if ctx.config.research.no_score:
+        if ctx.config.section(ResearchConfig).no_score:
             lines.append(f"Status: {STATUS_WORDS.get(row['status'], row['status'])}")
         else:
             score = f"Score: {self.score_cell(ctx, row)}"
@@ -433,7 +434,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return re.sub(r"\n{3,}", "\n\n", super().help(ctx, agent))  # optional sections may be empty
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
-        cfg = ctx.config.research
+        cfg = ctx.config.section(ResearchConfig)
         texts = ctx.texts
         maturity = ctx.config.lifecycle.maturity_ticks
         return {
@@ -449,7 +450,9 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 texts.render("research_help_cooldown", cooldown_ticks=cfg.cooldown_ticks) if cfg.cooldown_ticks else ""
             ),
             "cpu_only_note": texts.render("research_help_cpu_only") if cfg.allow_cpu_only else "",
-            "debugger_section": texts.render("research_help_debugger") if ctx.config.debugger.enabled else "",
+            "debugger_section": texts.render("research_help_debugger")
+            if ctx.config.section(DebuggerConfig).enabled
+            else "",
             "lineage_storage_note": texts.render(
                 "research_help_storage_open" if cfg.cross_lineage_storage else "research_help_storage_closed"
             ),

@@ -58,6 +58,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from rooms.research.config import StagnationConfig
 from rooms.research.events import StagnationChanged, StagnationTagProgress
 from station.core.context import Context, Hook
 from station.core.events import TickStarted, on
@@ -190,7 +191,7 @@ class Stagnation(Hook):
 
     @on(TickStarted)
     def watch(self, ctx: Context, agent: str | None, event: TickStarted) -> None:
-        if not ctx.config.stagnation.enabled or not ctx.tasks or ctx.room("research") is None:
+        if not ctx.config.section(StagnationConfig).enabled or not ctx.tasks or ctx.room("research") is None:
             return
         for task in sorted(ctx.tasks, key=_task_order):
             self._check(ctx, task)
@@ -198,7 +199,7 @@ class Stagnation(Hook):
 
     # -- one task -------------------------------------------------------------------------
     def _check(self, ctx: Context, task: str) -> None:
-        cfg, now = ctx.config.stagnation, ctx.tick
+        cfg, now = ctx.config.section(StagnationConfig), ctx.tick
         best = best_result(ctx.store, task)
         state = load_state(ctx.store, task)
         if state is None:

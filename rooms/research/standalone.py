@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.base import ScorerFailure, Task, create_task, has_real_code
+from rooms.research.config import ResearchConfig
 from station.core.config import ConfigError, load_config
 from station.core.run_types import Mount
 
@@ -26,13 +27,13 @@ def resolve_task(spec: str, task_id: str | None = None) -> tuple[Task, Any]:
         return create_task("folder", {"path": str(path)}), None
     if path.suffix in (".yaml", ".yml") or path.is_file():
         config = load_config(path)
-        tasks = load_tasks(config.research)
+        tasks = load_tasks(config.section(ResearchConfig))
         if not tasks:
             raise ConfigError(f"{path} configures no research task (research.tasks is empty)")
         wanted = task_id or "1"
         if wanted not in tasks:
             raise ConfigError(f"{path} has no task {wanted!r}; its tasks: {', '.join(tasks)}")
-        return tasks[wanted], config.research.executor
+        return tasks[wanted], config.section(ResearchConfig).executor
     name, _, raw = spec.partition(":")
     params: dict[str, Any] = {}
     for item in filter(None, raw.split(",")):

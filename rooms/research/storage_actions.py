@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rooms.research.config import ResearchConfig
 from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, action
@@ -55,7 +56,7 @@ class StorageActions:
         toward other lineages' storage. The flag binds everyone but supervisors, who review all lineages."""
         if agent.role == "supervisor":
             return "supervisor"
-        if not ctx.config.research.cross_lineage_storage:
+        if not ctx.config.section(ResearchConfig).cross_lineage_storage:
             return "closed"
         return "open" if self.sees_all(ctx, agent) else "immature"
 
@@ -142,7 +143,7 @@ class StorageActions:
             return Outcome(["Storage write refused: content must be non-empty text (use a `|` block)."])
         if "\x00" in content:
             return Outcome(["Storage write refused: the content contains NUL characters."])
-        cap = ctx.config.research.storage_write_max_chars
+        cap = ctx.config.section(ResearchConfig).storage_write_max_chars
         if len(content) > cap:
             return Outcome(
                 [
@@ -262,7 +263,7 @@ class StorageActions:
         return "\n".join(lines)
 
     def _storage_read(self, ctx: Context, agent: Any, path: str) -> str:
-        limit = ctx.config.research.storage_read_max_chars
+        limit = ctx.config.section(ResearchConfig).storage_read_max_chars
         try:
             loc = rs.parse_path(path, agent.lineage)
             problem = self.may_read(ctx, agent, loc)

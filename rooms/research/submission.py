@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from evaluators import has_real_code
-from station.core.config import ResearchConfig
+from rooms.research.config import ResearchConfig
 
 from .params import BIDI, CONTROL, LINE_BREAK, REQUIRED, SubmitParams, as_text, blank, cut_words, normalise_tags
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from evaluators.base import Task, create_task
-from station.core.config import ConfigError, ResearchConfig
+from rooms.research.config import ResearchConfig
+from station.core.config import ConfigError
 
 
 def load_tasks(config: ResearchConfig) -> dict[str, Task]:

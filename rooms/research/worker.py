@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.base import ScorerFailure
+from rooms.research.config import DebuggerConfig, ResearchConfig
 from station.core.agents import AgentRegistry
 from station.core.background import InputWorker, Stopped
 from station.core.run_types import Mount, RunResult
@@ -128,7 +129,7 @@ def sees_other_lineages(store: Store, config: Any, author: str) -> bool:
 
     The station's flag is checked first, for supervisors too (unlike the room's `storage` action,
     which lets supervisors read everything); they cannot submit, so no run of theirs comes here."""
-    if not config.research.cross_lineage_storage:
+    if not config.section(ResearchConfig).cross_lineage_storage:
         return False
     agent = AgentRegistry(store).get(author)  # None for System baselines
     return agent is not None and sees_all(agent, store.get_meta("tick", 1), config.lifecycle.maturity_ticks)
@@ -178,7 +179,7 @@ class EvaluationWorker(InputWorker):
                 from station.executors import create_executor  # the executors load Ray etc. only when used
 
                 hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
-                config = self.config.research.executor
+                config = self.config.section(ResearchConfig).executor
                 self.executor = create_executor(config, hide=hidden, scratch_base=config.scratch_dir)
             self.executor.on_progress = self._on_progress
             while not self.stop.is_set():
@@ -190,7 +191,7 @@ class EvaluationWorker(InputWorker):
             self.error = repr(err)
 
     def _schedule(self, store: Store) -> None:
-        limit = self.config.research.executor.max_parallel
+        limit = self.config.section(ResearchConfig).executor.max_parallel
         with self._lock:
             for number in [n for n, t in self.inflight.items() if not t.is_alive()]:
                 del self.inflight[number]
@@ -219,7 +220,7 @@ class EvaluationWorker(InputWorker):
             task = self.tasks.get(row["task"])
             if task is None:
                 raise RuntimeError(f"evaluation {row['id']} names unknown task {row['task']!r}")
-            cfg = self.config.debugger
+            cfg = self.config.section(DebuggerConfig)
             walk(
                 row,
                 lambda key, kind, make: self.produce(store, key, kind, row["author"], make),
@@ -312,7 +313,7 @@ class EvaluationWorker(InputWorker):
         return debugger.propose(self.texts, task, so_far, self._debugger_model)
 
     def _debugger_model(self) -> Any:
-        return self.models.get(self.config.debugger.model)
+        return self.models.get(self.config.section(DebuggerConfig).model)
 
     # -- progress of training runs, for the status displays ----------------------------------
     def _on_progress(self, label: str, text: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from rooms.test.config import GradingConfig
 from rooms.test.events import EntranceTestGraded
 from station.core.context import Context, Hook, InputRequest, request_hash
 from station.core.events import OperatorAlert, TickEnding, on
@@ -61,7 +62,7 @@ class TestGrader(Hook):
         """Ask for every verdict the grading below will read, round by round, all of a round at
         once: a tick where many guests took tests waits for the slowest verdict, not their sum."""
         waiting = [row for row in rows if self._test(ctx, row) is not None]
-        for call in range(1, ctx.config.grading.max_attempts + 1):
+        for call in range(1, ctx.config.section(GradingConfig).max_attempts + 1):
             ctx.obtain_all(self._request(ctx, row, call) for row in waiting)
             waiting = [row for row in waiting if parse_grade(self._verdict_text(ctx, row, call)) is None]
 
@@ -85,7 +86,7 @@ class TestGrader(Hook):
             answer=row["answer"],
         )
         system = ctx.texts.render("grader_system")
-        model = ctx.models.get(ctx.config.grading.model)
+        model = ctx.models.get(ctx.config.section(GradingConfig).model)
 
         def produce() -> dict:
             return model.complete([{"role": "user", "text": prompt}], system=system, agent="grader").to_payload()
@@ -103,7 +104,7 @@ class TestGrader(Hook):
         if test is None:
             self._close(ctx, row, "fail", "this test no longer exists", 0)
             return
-        attempts = ctx.config.grading.max_attempts
+        attempts = ctx.config.section(GradingConfig).max_attempts
         for call in range(1, attempts + 1):
             reply = ctx.obtain(*self._request(ctx, row, call))
             verdict = parse_grade(reply.get("text") or "")
@@ -131,7 +132,9 @@ class TestGrader(Hook):
             return
         verdict = "PASS" if status == "pass" else "FAIL"
         criteria = (
-            f"Pass criteria: {test.pass_criteria}" if test is not None and ctx.config.grading.show_criteria else ""
+            f"Pass criteria: {test.pass_criteria}"
+            if test is not None and ctx.config.section(GradingConfig).show_criteria
+            else ""
         )
         text = ctx.texts.render(
             "test_result",

@@ -22,6 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rooms.archive.config import ReviewerConfig
+from rooms.research.config import DebuggerConfig
+from rooms.test.config import GradingConfig
 from station.core.budget import cost_usd
 from station.core.config import ModelConfig, StationConfig
 from station.core.model_api import LENGTH
@@ -268,9 +271,9 @@ def check_model(config: ModelConfig, uses: str, *, call: bool, prices: dict) -> 
 def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
     uses: dict[str, tuple[ModelConfig, list[str]]] = {}
     named = [(f"agents[{i}]", spec.model) for i, spec in enumerate(config.agents)] + [
-        ("reviewer", config.reviewer.model),
-        ("grader", config.grading.model),
-        ("debugger", config.debugger.model),
+        ("reviewer", config.section(ReviewerConfig).model),
+        ("grader", config.section(GradingConfig).model),
+        ("debugger", config.section(DebuggerConfig).model),
     ]
     for use, model in named:
         key = model.model_dump_json()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rooms import check_known, every_room, load_rooms, recorded_room_set, room_classes
 from rooms.research import load_tasks
+from rooms.research.config import ResearchConfig
 from station.core import lifecycle
 from station.core.agents import AgentRegistry
 from station.core.budget import Ledger
@@ -61,7 +62,7 @@ class Station:
             store, config.tokens.protected_keywords, cache_bytes=config.engine.conversation_cache_mb << 20
         )
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
-        self.ctx.tasks = load_tasks(config.research)
+        self.ctx.tasks = load_tasks(config.section(ResearchConfig))
         rooms = self._build_rooms(recorded_room_set(config.rooms.enabled, config.rooms.disabled))
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = load_hooks(config, rooms)

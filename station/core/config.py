@@ -6,14 +6,25 @@ Unknown keys and bad values fail at start-up with the key's dotted path, e.g.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from station.core.agents import lineage_name_problem
 from station.core.plugins import EXECUTORS, PROVIDERS
+from station.core.registry import PLUGINS, Registry
 
 
 class ConfigError(ValueError):
@@ -22,6 +33,31 @@ class ConfigError(ValueError):
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
+    key: ClassVar[str] = ""  # a feature's section: its top-level key (set by @config_section)
+
+    def models(self) -> list[ModelConfig]:
+        """The models this section's feature calls (checked for keys and prices with the agents')."""
+        return []
+
+    def resolve_paths(self, config_file: Path) -> None:
+        """Make the section's relative file paths relative to `config_file`, wherever it is run from."""
+
+
+S = TypeVar("S", bound=Section)
+# The features' sections by top-level key (research:, reviewer:, ...): each feature defines and
+# registers its own; a station's config is the engine's sections plus every registered one.
+SECTIONS: Registry[type[Section]] = Registry("config section", plugins=PLUGINS)
+
+
+def config_section(key: str) -> Callable[[type[S]], type[S]]:
+    """Register a feature's config section under its top-level key."""
+
+    def register(cls: type[S]) -> type[S]:
+        cls.key = key
+        SECTIONS.register(key)(cls)
+        return cls
+
+    return register
 
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -196,12 +232,6 @@ class LineageConfig(Section):
     force_new_probability: float = Field(0.0, ge=0, le=1)
 
 
-class GradingConfig(Section):
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-grader"))
-    max_attempts: int = Field(3, ge=1, le=20, description="grader calls before giving up")
-    show_criteria: bool = True
-
-
 class NotificationsConfig(Section):
     tips_every_ticks: int = Field(4, ge=0, description="0 disables automatic tips")
     inactivity_threshold: int | None = Field(10, gt=0, description="null disables")
@@ -242,76 +272,6 @@ class RoomsConfig(Section):
         return value
 
 
-class CapsulesConfig(Section):
-    """Limits shared by the four capsule rooms (private and public memory, archive, mail)."""
-
-    page_size: int = Field(10, ge=1, le=100)
-    max_range: int = Field(100, ge=1, le=10_000, description="most ids one read/preview/pin may name")
-    max_title_chars: int = Field(200, ge=10, le=2000)
-    max_abstract_words: int = Field(500, ge=10)
-    max_message_words: int = Field(20_000, ge=10, description="a body or reply (archive: archive.max_words)")
-    max_message_chars: int = Field(200_000, ge=100)
-    max_tags: int = Field(10, ge=0, le=100)
-    max_recipients: int = Field(50, ge=1)
-
-
-class ArchiveConfig(Section):
-    review: Literal["auto", "none"] = Field("auto", description="auto: papers are peer-reviewed first")
-    cooldown_ticks: int = Field(20, ge=0, description="ticks between one agent's submissions; 0 disables")
-    max_words: int = Field(20_000, gt=0)
-    holiday_mode: bool = Field(False, description="no submissions on ticks ending in 9 or 0")
-
-
-class ReviewerConfig(Section):
-    model: ModelConfig = Field(
-        default_factory=lambda: ModelConfig(name="scripted-reviewer", temperature=0.3, max_output_tokens=20_000)
-    )
-    pass_threshold: int = Field(6, ge=1, le=10, description="accept when score >= this")
-    max_attempts: int = Field(3, ge=1, le=20, description="reviewer calls per paper before giving up")
-    hold_tick: bool = Field(True, description="the next tick starts only when every pending paper is reviewed")
-    extra_fields: list[str] = Field(default_factory=list, description="extra YAML fields the verdict must carry")
-    history_max: int = Field(15, ge=2, description="reviews kept in the reviewer's dialogue before pruning")
-    history_keep: int = Field(10, ge=1)
-
-    @model_validator(mode="after")
-    def _keep_below_max(self) -> ReviewerConfig:
-        if self.history_keep >= self.history_max:
-            raise ValueError("history_keep must be smaller than history_max")
-        return self
-
-
-class CommonRoomConfig(Section):
-    display_ticks: int = Field(5, ge=1, description="messages this recent are shown to visitors")
-    archive_after_ticks: int = Field(40, ge=1, description="older messages leave the live room")
-    batch_ticks: int = Field(20, ge=1, description="archived talk is grouped in periods of this many ticks")
-
-
-class ReflectionConfig(Section):
-    default_rounds: int = Field(5, ge=1)
-    max_rounds: int = Field(10, ge=1, le=50)
-
-
-class TaskConfig(Section):
-    """One research task: a built-in evaluator with its parameters, or a task folder (docs/tasks.md)."""
-
-    evaluator: str | None = Field(None, min_length=1, description="registry name, e.g. circle_packing")
-    folder: str | None = Field(
-        None, min_length=1, description="a task folder (docs/tasks.md); relative to the config file"
-    )
-    params: dict[str, Any] = Field(default_factory=dict, description="evaluator parameters, e.g. {n: 26}")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> TaskConfig:
-        if (self.evaluator is None) == (self.folder is None):
-            raise ValueError("give either evaluator (a built-in task) or folder (a task folder), not both or neither")
-        if self.folder is not None and self.params:
-            raise ValueError("a task folder takes no params: its task.yaml says everything")
-        return self
-
-    timeout_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="override the task's timeout")
-    baselines: bool = Field(True, description="evaluate the task's System baselines when the station is created")
-
-
 class ExecutorConfig(Section):
     kind: str = Field("local", description="a registered executor: local, ray")
 
@@ -334,58 +294,6 @@ class ExecutorConfig(Section):
         None,
         gt=0,
         description="give up a run no Ray worker has taken after this long (e.g. it asks for a GPU the cluster lacks)",
-    )
-
-
-class ResearchConfig(Section):
-    """The Research Counter and its evaluations (spec research §1-§2)."""
-
-    tasks: list[TaskConfig] = Field(default_factory=list, description="no tasks: no Research Counter")
-    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    max_open_per_agent: int = Field(2, ge=1, le=100, description="unfinished evaluations one agent may have")
-    wait_ticks: int | None = Field(
-        2,
-        ge=1,
-        description="the tick waits for evaluations this many ticks old "
-        "(counting the submission tick); null never waits",
-    )
-    cooldown_ticks: int = Field(0, ge=0, description="ticks between one agent's submissions; 0 disables")
-    no_score: bool = Field(False, description="hide scores from agents (evaluations still run)")
-    show_tag_stats: bool = False
-    cross_lineage_review: bool = True
-    cross_lineage_storage: bool = True
-    allow_cpu_only: bool = False
-    holiday_mode: bool = Field(False, description="no submissions on ticks ending in 9 or 0")
-    page_size: int = Field(10, ge=1, le=200)
-    max_tags: int = Field(6, ge=1, le=50)
-    max_tag_chars: int = Field(30, ge=1, le=200)
-    max_abstract_words: int = Field(100, ge=1)
-    max_code_chars: int = Field(200_000, ge=100)
-    log_max_chars: int = Field(15_000, ge=200, description="logs shown in result messages (head and tail)")
-    storage_read_max_chars: int = Field(40_000, ge=100)
-    storage_write_max_chars: int = Field(1_000_000, ge=100)
-
-
-class DebuggerConfig(Section):
-    """The debugger: when a submission crashes, a model proposes a fixed version (spec research §4)."""
-
-    enabled: bool = True
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-debugger", temperature=0.2))
-    max_attempts: int = Field(2, ge=1, le=10, description="fixed versions tried per submission")
-
-
-class StagnationConfig(Section):
-    """The Stagnation Protocol (spec research §5)."""
-
-    enabled: bool = True
-    threshold_ticks: int = Field(120, ge=1, description="ticks without a new best before Protocol I")
-    deep_threshold_ticks: int = Field(
-        240, ge=1, description="further ticks before Deep Stagnation, and between its code names"
-    )
-    breakthrough: Literal["tag", "global"] = Field(
-        "tag",
-        description="tag: progress among the code name's tagged submissions also counts (no cycling "
-        "while the tagged track improves); global: only a new overall best",
     )
 
 
@@ -437,17 +345,8 @@ class StationConfig(Section):
     lifecycle: LifecycleConfig = Field(default_factory=LifecycleConfig)
     tokens: TokensConfig = Field(default_factory=TokensConfig)
     lineage: LineageConfig = Field(default_factory=LineageConfig)
-    grading: GradingConfig = Field(default_factory=GradingConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     rooms: RoomsConfig = Field(default_factory=RoomsConfig)
-    capsules: CapsulesConfig = Field(default_factory=CapsulesConfig)
-    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
-    reviewer: ReviewerConfig = Field(default_factory=ReviewerConfig)
-    common_room: CommonRoomConfig = Field(default_factory=CommonRoomConfig)
-    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
-    research: ResearchConfig = Field(default_factory=ResearchConfig)
-    debugger: DebuggerConfig = Field(default_factory=DebuggerConfig)
-    stagnation: StagnationConfig = Field(default_factory=StagnationConfig)
     codex: CodexConfig = Field(default_factory=CodexConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -472,8 +371,35 @@ class StationConfig(Section):
         return self
 
     def all_models(self) -> list[ModelConfig]:
-        """Every model the station may call: agents', reviewer's, grader's and debugger's."""
-        return [spec.model for spec in self.agents] + [self.reviewer.model, self.grading.model, self.debugger.model]
+        """Every model the station may call: the agents', and those of its features (reviewer, grader, ...)."""
+        features = [model for key in SECTIONS.names() for model in self.section_at(key).models()]
+        return [spec.model for spec in self.agents] + features
+
+    def section(self, kind: type[S]) -> S:
+        """A feature's section of this config, typed as the feature defines it."""
+        value = self.section_at(kind.key)
+        if not isinstance(value, kind):
+            raise TypeError(f"config section {kind.key!r} is a {type(value).__name__}, not {kind.__name__}")
+        return value
+
+    def section_at(self, key: str) -> Section:
+        value = getattr(self, key, None)
+        if not isinstance(value, Section):
+            raise KeyError(f"this config has no section {key!r}")
+        return value
+
+
+def schema() -> type[StationConfig]:
+    """The station config with every registered feature's section: built once per set of sections."""
+    keys = tuple(SECTIONS.names())
+    made = _SCHEMAS.get(keys)
+    if made is None:
+        sections: dict[str, Any] = {key: (SECTIONS.get(key), Field(default_factory=SECTIONS.get(key))) for key in keys}
+        made = _SCHEMAS[keys] = create_model("StationConfig", __base__=StationConfig, **sections)
+    return made
+
+
+_SCHEMAS: dict[tuple[str, ...], type[StationConfig]] = {}
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
@@ -513,7 +439,7 @@ def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -
     if not isinstance(data, dict):
         raise ConfigError(f"invalid station config ({source}): the top level must be a mapping")
     try:
-        return StationConfig.model_validate(data, context={STORED: stored})
+        return schema().model_validate(data, context={STORED: stored})
     except ValidationError as err:
         raise ConfigError(_format_errors(err, source)) from None
 
@@ -543,19 +469,11 @@ def load_config(path: str | Path) -> StationConfig:
     except yaml.YAMLError as err:
         raise ConfigError(f"config {p} is not valid YAML: {_yaml_problem(err)}") from None
     config = parse_config(data, str(p))
-    for task in config.research.tasks:  # paths are relative to the config file, wherever it is run from
-        if task.folder is not None:
-            task.folder = _beside(p, task.folder)
-        for key in PATH_PARAMS.intersection(task.params):
-            if isinstance(task.params[key], str):
-                task.params[key] = _beside(p, task.params[key])
+    for key in SECTIONS.names():
+        config.section_at(key).resolve_paths(p)
     return config
 
 
-# Task parameters that name files or folders: forecasting and rna_modelling `path`, sokoban
-# `levels`, batch_integration `h5ad`.
-PATH_PARAMS = frozenset({"path", "levels", "h5ad"})
-
-
-def _beside(config_file: Path, path: str) -> str:
+def beside(config_file: Path, path: str) -> str:
+    """`path` as given in `config_file`: relative to the file's folder, `~` expanded."""
     return str((config_file.parent / Path(path).expanduser()).resolve())

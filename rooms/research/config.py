@@ -1,0 +1,102 @@
+"""The research config sections: `research` (the Research Counter, its tasks and executor),
+`debugger` and `stagnation`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from station.core.config import ExecutorConfig, ModelConfig, Section, beside, config_section
+
+# Task parameters that name files or folders: forecasting and rna_modelling `path`, sokoban
+# `levels`, batch_integration `h5ad`.
+PATH_PARAMS = frozenset({"path", "levels", "h5ad"})
+
+
+class TaskConfig(Section):
+    """One research task: a built-in evaluator with its parameters, or a task folder (docs/tasks.md)."""
+
+    evaluator: str | None = Field(None, min_length=1, description="registry name, e.g. circle_packing")
+    folder: str | None = Field(
+        None, min_length=1, description="a task folder (docs/tasks.md); relative to the config file"
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="evaluator parameters, e.g. {n: 26}")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaskConfig:
+        if (self.evaluator is None) == (self.folder is None):
+            raise ValueError("give either evaluator (a built-in task) or folder (a task folder), not both or neither")
+        if self.folder is not None and self.params:
+            raise ValueError("a task folder takes no params: its task.yaml says everything")
+        return self
+
+    timeout_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="override the task's timeout")
+    baselines: bool = Field(True, description="evaluate the task's System baselines when the station is created")
+
+
+@config_section("research")
+class ResearchConfig(Section):
+    """The Research Counter and its evaluations (spec research §1-§2)."""
+
+    tasks: list[TaskConfig] = Field(default_factory=list, description="no tasks: no Research Counter")
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    max_open_per_agent: int = Field(2, ge=1, le=100, description="unfinished evaluations one agent may have")
+    wait_ticks: int | None = Field(
+        2,
+        ge=1,
+        description="the tick waits for evaluations this many ticks old "
+        "(counting the submission tick); null never waits",
+    )
+    cooldown_ticks: int = Field(0, ge=0, description="ticks between one agent's submissions; 0 disables")
+    no_score: bool = Field(False, description="hide scores from agents (evaluations still run)")
+    show_tag_stats: bool = False
+    cross_lineage_review: bool = True
+    cross_lineage_storage: bool = True
+    allow_cpu_only: bool = False
+    holiday_mode: bool = Field(False, description="no submissions on ticks ending in 9 or 0")
+    page_size: int = Field(10, ge=1, le=200)
+    max_tags: int = Field(6, ge=1, le=50)
+    max_tag_chars: int = Field(30, ge=1, le=200)
+    max_abstract_words: int = Field(100, ge=1)
+    max_code_chars: int = Field(200_000, ge=100)
+    log_max_chars: int = Field(15_000, ge=200, description="logs shown in result messages (head and tail)")
+    storage_read_max_chars: int = Field(40_000, ge=100)
+    storage_write_max_chars: int = Field(1_000_000, ge=100)
+
+    def resolve_paths(self, config_file: Path) -> None:
+        for task in self.tasks:
+            if task.folder is not None:
+                task.folder = beside(config_file, task.folder)
+            for key in PATH_PARAMS.intersection(task.params):
+                if isinstance(task.params[key], str):
+                    task.params[key] = beside(config_file, task.params[key])
+
+
+@config_section("debugger")
+class DebuggerConfig(Section):
+    """The debugger: when a submission crashes, a model proposes a fixed version (spec research §4)."""
+
+    enabled: bool = True
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-debugger", temperature=0.2))
+    max_attempts: int = Field(2, ge=1, le=10, description="fixed versions tried per submission")
+
+    def models(self) -> list[ModelConfig]:
+        return [self.model]
+
+
+@config_section("stagnation")
+class StagnationConfig(Section):
+    """The Stagnation Protocol (spec research §5)."""
+
+    enabled: bool = True
+    threshold_ticks: int = Field(120, ge=1, description="ticks without a new best before Protocol I")
+    deep_threshold_ticks: int = Field(
+        240, ge=1, description="further ticks before Deep Stagnation, and between its code names"
+    )
+    breakthrough: Literal["tag", "global"] = Field(
+        "tag",
+        description="tag: progress among the code name's tagged submissions also counts (no cycling "
+        "while the tagged track improves); global: only a new overall best",
+    )
