@@ -155,12 +155,9 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
 
 
 def _say_what_evaluations_wait(station: Station, *, interrupted: bool) -> None:
-    from rooms.research import states
+    from rooms.research import states, views
 
-    done = {
-        r[0]: r[1]
-        for r in station.store.all("SELECT status, COUNT(*) FROM evaluations WHERE status != 'queued' GROUP BY status")
-    }
+    done = views.delivered_counts(station.store.db)
     print(
         f"evaluations: {done.get('finished', 0)} finished, {done.get('failed', 0)} failed, "
         f"{done.get('timed_out', 0)} timed out"

@@ -19,7 +19,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from rooms import capsule_views
 from rooms.archive import REVIEWER
+from rooms.archive import views as archive_views
 from rooms.capsule_store import lineage_key
 from station.apps.reader_choices import PAPER_STATES, ROOMS
 from station.apps.report import pages_line
@@ -122,16 +124,8 @@ def list_papers(
     submissions: list[dict[str, Any]] = []
     paper_total = submission_total = 0
     if status in (None, "accepted"):
-        where = "c.room='archive' AND c.scope=''" + ("" if include_unpublished else " AND c.deleted=0")
-        paper_total = store.scalar(f"SELECT COUNT(*) FROM capsules c WHERE {where}")
-        rows = store.all(
-            "SELECT c.*, (SELECT COUNT(*) FROM capsule_messages m WHERE m.capsule=c.id AND m.k>1 AND m.deleted=0 "
-            "             AND NOT (m.author=? AND m.author_session IS NULL)) AS replies, "
-            "       (SELECT m.content FROM capsule_messages m WHERE m.capsule=c.id AND m.author=? "
-            "             AND m.author_session IS NULL ORDER BY m.k LIMIT 1) AS review "
-            f"FROM capsules c WHERE {where} ORDER BY c.number LIMIT ? OFFSET ?",
-            (REVIEWER.name, REVIEWER.name, limit, offset),
-        )
+        paper_total = archive_views.paper_count(store.db, include_deleted=include_unpublished)
+        rows = archive_views.paper_page(store.db, include_deleted=include_unpublished, limit=limit, offset=offset)
         accepted = _accepted_submissions(store, [r["number"] for r in rows])
         for r in rows:
             sub = accepted.get(r["number"])
@@ -152,11 +146,8 @@ def list_papers(
             )
     wants_submissions = status in ("rejected", "pending", "failed") or (include_unpublished and status is None)
     if wants_submissions and _has_table(store, "paper_submissions"):
-        where, params = ("status=?", (status,)) if status else ("status!='accepted'", ())
-        submission_total = store.scalar(f"SELECT COUNT(*) FROM paper_submissions WHERE {where}", params)
-        for r in store.all(
-            f"SELECT * FROM paper_submissions WHERE {where} ORDER BY id LIMIT ? OFFSET ?", (*params, limit, offset)
-        ):
+        submission_total = archive_views.unpublished_count(store.db, status)
+        for r in archive_views.unpublished_page(store.db, status, limit, offset):
             submissions.append(_submission_summary(r))
     return {
         "papers": papers,
@@ -170,16 +161,7 @@ def _accepted_submissions(store: Store, numbers: list[int]) -> dict[int, dict[st
     """The accepted submission behind each of these paper numbers (the latest, if several)."""
     if not numbers or not _has_table(store, "paper_submissions"):
         return {}
-    found: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(numbers), 500):  # SQLite's limit on bound parameters
-        part = numbers[start : start + 500]
-        rows = store.all(
-            "SELECT id, score, capsule_number FROM paper_submissions WHERE status='accepted' "
-            f"AND capsule_number IN ({','.join('?' * len(part))}) ORDER BY id",
-            tuple(part),
-        )
-        found.update({r["capsule_number"]: {"id": r["id"], "score": r["score"]} for r in rows})  # the latest wins
-    return found
+    return archive_views.accepted_submissions(store.db, numbers)
 
 
 def _submission_summary(r: Any) -> dict[str, Any]:
@@ -199,19 +181,19 @@ def _submission_summary(r: Any) -> dict[str, Any]:
 def get_paper(store: Store, number: int) -> dict[str, Any]:
     """One Archive paper (deleted or not): its fields, body, review and replies."""
     _require_capsules(store)
-    row = store.one("SELECT * FROM capsules WHERE room='archive' AND scope='' AND number=?", (number,))
+    row = capsule_views.find_capsule(store.db, "archive", number)
     if row is None:
-        numbers = [r[0] for r in store.all("SELECT number FROM capsules WHERE room='archive' AND scope=''")]
+        numbers = capsule_views.capsule_numbers(store.db, "archive")
         known = f"papers: {_span(numbers)}" if numbers else "it has no papers yet"
         raise ValueError(f"no paper {number} in the Archive ({known})")
-    messages = store.all("SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k", (row["id"],))
+    messages = capsule_views.messages(store.db, row["id"])
     body = next((m for m in messages if m["k"] == 1), None)
     review = next((m for m in messages if _is_review(m)), None)
     replies = [_message(m) for m in messages if m["k"] != 1 and not _is_review(m)]
     sub = _accepted_submissions(store, [number]).get(number)
     verdict = None
     if sub is not None:
-        raw = store.one("SELECT verdict FROM paper_submissions WHERE id=?", (sub["id"],))["verdict"]  # type: ignore[index]  # sub's own row
+        raw = archive_views.verdict(store.db, sub["id"])
         verdict = json.loads(raw) if raw else None
     score = sub["score"] if sub and sub["score"] is not None else _score_in(review["content"] if review else None)
     return {
@@ -246,9 +228,9 @@ def get_submission(store: Store, sid: int) -> dict[str, Any]:
     """One paper submission (published or not) with the reviewer's exchanges about it."""
     if not _has_table(store, "paper_submissions"):
         raise ValueError("this station has no Archive submissions")
-    row = store.one("SELECT * FROM paper_submissions WHERE id=?", (sid,))
+    row = archive_views.submission(store.db, sid)
     if row is None:
-        ids = [r[0] for r in store.all("SELECT id FROM paper_submissions")]
+        ids = archive_views.submission_ids(store.db)
         known = f"submissions: {_span(ids)}" if ids else "there are none yet"
         raise ValueError(f"no submission s:{sid} ({known})")
     data = _submission_summary(row)
@@ -260,7 +242,7 @@ def get_submission(store: Store, sid: int) -> dict[str, Any]:
         reviews=[],
     )
     if _has_table(store, "paper_reviews"):
-        for r in store.all("SELECT * FROM paper_reviews WHERE submission=? ORDER BY id", (sid,)):
+        for r in archive_views.reviews(store.db, sid):
             data["reviews"].append(
                 {
                     "kind": r["kind"],
@@ -295,28 +277,19 @@ def get_thread(
         scope = _private_scope(store, number, lineage)
     else:
         scope = ""
-    row = store.one("SELECT * FROM capsules WHERE room=? AND scope=? AND number=?", (short, scope, number))
+    row = capsule_views.find_capsule(store.db, short, number, scope)
     if row is None:
-        numbers = [r[0] for r in store.all("SELECT number FROM capsules WHERE room=? AND scope=?", (short, scope))]
+        numbers = capsule_views.capsule_numbers(store.db, short, scope)
         plural = "notes" if short == "private_memory" else "mails" if short == "mail" else f"{thing.split()[-1]}s"
         known = f"{plural}: {_span(numbers)}" if numbers else f"there are no {plural} yet"
         where = f" of the {scope} lineage" if short == "private_memory" else ""
         raise ValueError(f"no {thing} {number}{where} ({known})")
     if limit == 0 or limit < -1 or offset < 0:
         raise ValueError("--limit must be at least 1 and --offset at least 0")
-    messages = [
-        _message(m)
-        for m in store.all(
-            "SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k LIMIT ? OFFSET ?", (row["id"], limit, offset)
-        )
-    ]
-    total, live = store.one(  # type: ignore[misc]  # an aggregate: always one row
-        "SELECT COUNT(*), COALESCE(SUM(deleted=0), 0) FROM capsule_messages WHERE capsule=?", (row["id"],)
-    )
+    messages = [_message(m) for m in capsule_views.messages(store.db, row["id"], limit=limit, offset=offset)]
+    total, live = capsule_views.message_counts(store.db, row["id"])
     participants: list[str] = [row["author"]]
-    for (name,) in store.all(
-        "SELECT author FROM capsule_messages WHERE capsule=? GROUP BY author ORDER BY MIN(k)", (row["id"],)
-    ):
+    for name in capsule_views.writers(store.db, row["id"]):
         if name not in participants:
             participants.append(name)
     return {
@@ -342,7 +315,7 @@ def get_thread(
 
 
 def _private_scope(store: Store, number: int, lineage: str | None) -> str:
-    scopes = [r[0] for r in store.all("SELECT DISTINCT scope FROM capsules WHERE room='private_memory' ORDER BY scope")]
+    scopes = capsule_views.private_scopes(store.db)
     if lineage is not None:
         wanted = lineage_key(lineage.strip())
         if wanted in scopes:
@@ -352,12 +325,7 @@ def _private_scope(store: Store, number: int, lineage: str | None) -> str:
             return folded[0]
         known = f"lineages with notes: {', '.join(scopes)}" if scopes else "no lineage has notes yet"
         raise ValueError(f"no private notes of a lineage {lineage!r} ({known})")
-    holders = [
-        r[0]
-        for r in store.all(
-            "SELECT scope FROM capsules WHERE room='private_memory' AND number=? ORDER BY scope", (number,)
-        )
-    ]
+    holders = capsule_views.private_scopes_of(store.db, number)
     if len(holders) == 1:
         return holders[0]
     if not holders:

@@ -14,17 +14,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlencode
 
-from rooms.research.store import ranking_order
-from station.apps.web.data import has_table, rows
+from rooms.research import views
+from station.apps.web.data import has_table
 from station.apps.web.plots import TOP_LINEAGES
 
 PER_PAGE = 100
-SORTS = {
-    "rank": "",  # ranking_order, computed per filter
-    "score": "e.score IS NULL, e.score DESC, e.id",
-    "newest": "e.id DESC",
-    "oldest": "e.id",
-}
+SORTS = tuple(views.BOARD_SORTS)  # rank: as the Research Counter ranks (valid results first, best first)
 STATUSES = ("queued", "finished", "failed", "timed_out", "scorer_failed", "system_failed")
 MAX_TEXT = 200  # a filter value longer than any name is cut
 
@@ -53,22 +48,16 @@ class Filters:
         return found
 
     def where(self) -> tuple[str, tuple]:
-        clauses, params = ["1"], []
-        for column in ("task", "author", "lineage", "status"):
-            value = getattr(self, column)
-            if value:
-                clauses.append(f"e.{column}=?")
-                params.append(value)
-        if self.tag:
-            clauses.append("e.id IN (SELECT evaluation FROM evaluation_tags WHERE tag=?)")
-            params.append(self.tag.lower().replace("_", "-"))
-        if self.first is not None:
-            clauses.append("e.tick>=?")
-            params.append(self.first)
-        if self.last is not None:
-            clauses.append("e.tick<=?")
-            params.append(self.last)
-        return " AND ".join(clauses), tuple(params)
+        """The research read model's selection of the evaluations these filters show."""
+        return views.board_where(
+            task=self.task,
+            author=self.author,
+            lineage=self.lineage,
+            status=self.status,
+            tag=self.tag,
+            first=self.first,
+            last=self.last,
+        )
 
     def query(self, **changes: Any) -> str:
         """This view's address query with `changes` (e.g. sort="score"); defaults are left out."""
@@ -101,16 +90,10 @@ def board(db: sqlite3.Connection, filters: Filters) -> dict[str, Any]:
     if not has_table(db, "evaluations"):
         return {"entries": [], "total": 0, "pages": 1, "page": 1, "choices": {}}
     where, params = filters.where()
-    total = db.execute(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params).fetchone()[0]
+    total = views.board_total(db, where, params)
     pages = max(1, -(-total // PER_PAGE))
     page = min(filters.page, pages)
-    order = SORTS[filters.sort] or ranking_order(lambda sql, p: db.execute(sql, p).fetchall(), where, params)
-    entries = rows(
-        db,
-        "SELECT e.id, e.task, e.author, e.lineage, e.tick, e.title, e.tags, e.status, e.score, e.finished_tick "
-        f"FROM evaluations e WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-        (*params, PER_PAGE, (page - 1) * PER_PAGE),
-    )
+    entries = views.board_page(db, where, params, filters.sort, PER_PAGE, (page - 1) * PER_PAGE)
     return {"entries": entries, "total": total, "pages": pages, "page": page, "choices": choices(db)}
 
 
@@ -118,23 +101,13 @@ CHOICES = (
     100  # authors and lineages the filters offer: those of the latest evaluations (any other is typed in the address)
 )
 RECENT = 2_000  # the latest evaluations they are taken from
+TAGS = 200  # the most used tags the tag filter offers
 
 
 def choices(db: sqlite3.Connection) -> dict[str, list[str]]:
     """The values each filter can take in this station (tags: the 200 most used; authors and lineages:
     the CHOICES who submitted last, a long station has tens of thousands)."""
-    column = lambda sql: [r[0] for r in db.execute(sql)]  # noqa: E731
-    recent = f"(SELECT author, lineage FROM evaluations ORDER BY id DESC LIMIT {RECENT})"
-    return {
-        "task": column("SELECT DISTINCT task FROM evaluations ORDER BY CAST(task AS INTEGER), task"),
-        "author": column(f"SELECT author FROM (SELECT DISTINCT author FROM {recent} LIMIT {CHOICES}) ORDER BY 1"),
-        "lineage": column(
-            f"SELECT lineage FROM (SELECT DISTINCT lineage FROM {recent} WHERE lineage IS NOT NULL LIMIT {CHOICES}) "
-            "ORDER BY 1"
-        ),
-        "tag": column("SELECT tag FROM evaluation_tags GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200"),
-        "status": list(STATUSES),
-    }
+    return {**views.board_choices(db, recent=RECENT, count=CHOICES, tags=TAGS), "status": list(STATUSES)}
 
 
 def points(db: sqlite3.Connection, filters: Filters, dots: int = 2_000) -> list[dict[str, Any]]:
@@ -145,26 +118,16 @@ def points(db: sqlite3.Connection, filters: Filters, dots: int = 2_000) -> list[
     if not has_table(db, "evaluations"):
         return []
     where, params = filters.where()
-    scored = f"FROM evaluations e WHERE e.score IS NOT NULL AND {where}"
     # what changes when a point may: a new evaluation, or one delivered (a later version re-scores it
     # at a later tick); each an index lookup, whatever the filters
-    mark = tuple(
-        db.execute(
-            "SELECT (SELECT MAX(id) FROM evaluations), (SELECT MAX(finished_tick) FROM evaluations), "
-            "(SELECT COUNT(*) FROM evaluations WHERE finished_tick IS NOT NULL)"
-        ).fetchone()
-    )
+    mark = views.delivery_mark(db)
     key = (db.execute("PRAGMA database_list").fetchone()[2], where, params, dots)  # the station's file first
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
     if cached is not None and cached[0] == mark:
         return cached[1]
-    found = db.execute(
-        f"SELECT e.id, COALESCE(e.finished_tick, e.tick) AS tick, e.score, e.task, e.lineage {scored} ORDER BY 2, 1",
-        params,
-    ).fetchall()
-    kept = _glance(found, dots)
-    details = _titles(db, [row[0] for row in kept])
+    kept = _glance(views.scored_points(db, where, params), dots)
+    details = views.authors_and_titles(db, [row[0] for row in kept])
     chosen = [
         {"id": i, "tick": tick, "score": score, "task": task, "lineage": lineage, **details.get(i, {})}
         for i, tick, score, task, lineage in kept
@@ -213,14 +176,3 @@ def _glance(found: list[Any], others: int) -> list[Any]:
             rest.append(row)
     step = max(1, -(-len(rest) // max(1, others)))
     return sorted(kept + rest[::step], key=lambda row: (row[1], row[0]))
-
-
-def _titles(db: sqlite3.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Author and title of the evaluations drawn (the hover text), read for those only."""
-    found: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(ids), 500):  # SQLite's limit on bound parameters
-        part = ids[start : start + 500]
-        marks = ",".join("?" * len(part))
-        for r in db.execute(f"SELECT id, author, title FROM evaluations WHERE id IN ({marks})", part):
-            found[r[0]] = {"author": r[1], "title": r[2]}
-    return found

@@ -1,4 +1,5 @@
-"""Read-only queries behind the web pages: plain SQL over a station's database, plain dicts out.
+"""Read-only queries behind the web pages, plain dicts out: SQL over the core's tables here, the
+rooms' tables through the rooms' read models (rooms.capsule_views, rooms.archive.views, rooms.research.views).
 
 Every list is bounded (pages, limits), so a page of a 5,000-tick station reads only what it
 shows. Nothing here writes to the world.
@@ -11,7 +12,10 @@ import sqlite3
 import time
 from typing import Any
 
+from rooms import capsule_views
+from rooms.archive import views as archive_views
 from rooms.research import states
+from rooms.research import views as research_views
 from station.apps.web.refs import mentioned
 from station.core.agents import Agent
 
@@ -204,7 +208,7 @@ def page_of_tick(db: sqlite3.Connection, session: int, tick: int) -> int:
 def pending_reviews(db: sqlite3.Connection) -> int:
     if not has_table(db, "paper_submissions"):
         return 0
-    return db.execute("SELECT COUNT(*) FROM paper_submissions WHERE status='pending'").fetchone()[0]
+    return archive_views.pending_count(db)
 
 
 # The overview warns when more than this share of the recent delivered evaluations failed (and
@@ -245,33 +249,17 @@ def evaluation_watch(
         if e.state == "running" and (e.elapsed_s or 0.0) > limit:
             warnings.append({"kind": "overdue", "id": e.id, "for_s": e.elapsed_s, "limit_s": limit})
         elif e.state == "queued" and run_started is not None:
-            waited = now - max(run_started, waiting_since(db, e.id) or 0.0)
+            waited = now - max(run_started, research_views.waiting_since(db, e.id) or 0.0)
             if waited > QUEUE_PATIENCE * limit:
                 warnings.append({"kind": "waiting", "id": e.id, "for_s": waited, "limit_s": limit})
     return {"open": found, "warnings": warnings}
-
-
-def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
-    """When a queued evaluation last began to wait (wall clock): its submission, i.e. the end of the
-    author's turn that submitted it, or the end of its last run (a debugger's version waits again)."""
-    return db.execute(
-        "SELECT MAX(at) FROM (SELECT t.finished_at AS at FROM evaluations e JOIN turns t "
-        "ON t.tick=e.tick AND t.session=e.session WHERE e.id=? "
-        "UNION ALL SELECT finished_at FROM evaluation_runs WHERE evaluation=?)",
-        (evaluation_id, evaluation_id),
-    ).fetchone()[0]
 
 
 # -- papers and threads ---------------------------------------------------------------------
 def papers(db: sqlite3.Connection) -> list[dict[str, Any]]:
     if not has_table(db, "capsules"):
         return []
-    found = rows(
-        db,
-        "SELECT c.*, s.score FROM capsules c LEFT JOIN (SELECT capsule_number, MAX(score) AS score "
-        "FROM paper_submissions WHERE capsule_number IS NOT NULL GROUP BY capsule_number) s "
-        "ON s.capsule_number=c.number WHERE c.room='archive' AND c.deleted=0 ORDER BY c.number DESC LIMIT 500",
-    )
+    found = archive_views.published_papers(db, 500)
     for p in found:
         p["tags"] = json.loads(p["tags"])
     return found
@@ -280,20 +268,16 @@ def papers(db: sqlite3.Connection) -> list[dict[str, Any]]:
 def capsule(db: sqlite3.Connection, room: str, number: int, scope: str = "") -> dict[str, Any] | None:
     if not has_table(db, "capsules"):
         return None
-    found = one(db, "SELECT * FROM capsules WHERE room=? AND scope=? AND number=?", (room, scope, number))
+    found = capsule_views.find_capsule(db, room, number, scope)
     if found is None:
         return None
     found["tags"] = json.loads(found["tags"])
     found["recipients"] = json.loads(found["recipients"])
-    found["messages"] = rows(db, "SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k", (found["id"],))
+    found["messages"] = capsule_views.messages(db, found["id"])
     return found
 
 
-THREAD_SORTS = {
-    "recent": "updated_tick DESC, id DESC",
-    "oldest": "number",
-    "longest": "message_count DESC, updated_tick DESC",
-}
+THREAD_SORTS = capsule_views.THREAD_SORTS
 
 
 def threads(
@@ -302,39 +286,17 @@ def threads(
     """A room's threads; `writer`: only those this agent wrote in (or, for mail, was sent)."""
     if not has_table(db, "capsules"):
         return []
-    where, params = "room=? AND deleted=0", [room]
-    if writer:
-        where += " AND (id IN (SELECT capsule FROM capsule_messages WHERE author=?)"
-        where += " OR EXISTS (SELECT 1 FROM json_each(recipients) WHERE value=?))" if room == "mail" else ")"
-        params += [writer, writer] if room == "mail" else [writer]
-    found = rows(
-        db,
-        f"SELECT * FROM capsules WHERE {where} ORDER BY {THREAD_SORTS.get(sort, THREAD_SORTS['recent'])} LIMIT ?",
-        (*params, limit),
-    )
-    for t in found:
-        t["recipients"] = json.loads(t["recipients"])
-    return found
+    return capsule_views.room_threads(db, room, limit, writer=writer, sort=sort)
 
 
 # -- research --------------------------------------------------------------------------------
 def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | None:
     if not has_table(db, "evaluations"):
         return None
-    found = one(db, "SELECT * FROM evaluations WHERE id=?", (evaluation_id,))
+    found = research_views.evaluation(db, evaluation_id)
     if found is None:
         return None
-    found["tags"] = json.loads(found["tags"])
-    found["metrics"] = json.loads(found["metrics"]) if found["metrics"] else {}
-    found["versions"] = (
-        rows(
-            db,
-            "SELECT version, source, status, code FROM evaluation_versions WHERE evaluation=? ORDER BY version",
-            (evaluation_id,),
-        )
-        if has_table(db, "evaluation_versions")
-        else []
-    )
+    found["versions"] = research_views.versions(db, evaluation_id) if has_table(db, "evaluation_versions") else []
     return found
 
 
@@ -420,30 +382,13 @@ def agent_works(db: sqlite3.Connection, who: Agent) -> dict[str, Any]:
     names = [r[0] for r in db.execute("SELECT name FROM agents WHERE session=? ORDER BY position, name", (session,))]
     works: dict[str, Any] = {"names": names, "evaluations": [], "submissions": [], "threads": [], "mail": []}
     if has_table(db, "evaluations"):
-        works["evaluations"] = rows(
-            db,
-            "SELECT id, task, title, status, score, tick FROM evaluations WHERE session=? ORDER BY id DESC LIMIT ?",
-            (session, LISTED),
-        )
-        works["evaluation_count"] = db.execute(
-            "SELECT COUNT(*) FROM evaluations WHERE session=?", (session,)
-        ).fetchone()[0]
+        works["evaluations"] = research_views.session_evaluations(db, session, LISTED)
+        works["evaluation_count"] = research_views.session_evaluation_count(db, session)
     if has_table(db, "paper_submissions"):
-        works["submissions"] = rows(
-            db,
-            "SELECT id, title, status, score, tick, capsule_number FROM paper_submissions WHERE session=? "
-            "ORDER BY id DESC LIMIT ?",
-            (session, LISTED),
-        )
+        works["submissions"] = archive_views.submissions_of_session(db, session, LISTED)
     if has_table(db, "capsules"):
         for key, room in (("threads", "public_memory"), ("mail", "mail")):
-            works[key] = rows(
-                db,
-                "SELECT c.number, c.title, c.author, c.updated_tick, COUNT(*) AS mine FROM capsule_messages m "
-                "JOIN capsules c ON c.id=m.capsule WHERE m.author_session=? AND c.room=? AND c.deleted=0 "
-                "GROUP BY c.id ORDER BY c.updated_tick DESC LIMIT ?",
-                (session, room, LISTED),
-            )
+            works[key] = capsule_views.threads_written(db, session, room, LISTED)
     works["lineage"] = lineage_neighbours(db, who)
     return works
 
@@ -467,13 +412,7 @@ def citing_papers(db: sqlite3.Connection, evaluation_id: int) -> list[dict[str, 
     """Published papers whose text names this evaluation (as the paper page links it)."""
     if not has_table(db, "capsules"):
         return []
-    found = rows(
-        db,
-        "SELECT DISTINCT c.number, c.title, c.author, c.created_tick, m.content FROM capsule_messages m "
-        "JOIN capsules c ON c.id=m.capsule WHERE c.room='archive' AND c.scope='' AND c.deleted=0 AND m.deleted=0 "
-        "AND m.author=c.author AND (m.content LIKE ? OR c.abstract LIKE ?) ORDER BY c.number",
-        (f"%{evaluation_id}%", f"%{evaluation_id}%"),
-    )
+    found = archive_views.papers_containing(db, str(evaluation_id))
     papers: dict[int, dict[str, Any]] = {}
     for p in found:
         if evaluation_id in mentioned(p.pop("content")):
@@ -483,11 +422,7 @@ def citing_papers(db: sqlite3.Connection, evaluation_id: int) -> list[dict[str, 
 
 def later_work(db: sqlite3.Connection, evaluation_id: int, limit: int = 20) -> list[dict[str, Any]]:
     """Later evaluations whose abstract names this one (the work that says it built on it)."""
-    found = rows(
-        db,
-        "SELECT id, author, title, score, abstract FROM evaluations WHERE id>? AND abstract LIKE ? ORDER BY id",
-        (evaluation_id, f"%{evaluation_id}%"),
-    )
+    found = research_views.later_containing(db, evaluation_id, str(evaluation_id))
     return [e for e in found if evaluation_id in mentioned(e.pop("abstract"))][:limit]
 
 
@@ -496,15 +431,11 @@ def figure(db: sqlite3.Connection, ev: dict[str, Any]) -> Any:
     version = ev.get("reported_version")
     if not version or not has_table(db, "evaluation_versions"):
         return None
-    row = db.execute(
-        "SELECT i.payload FROM evaluation_versions v JOIN inputs i ON i.key=v.input_key "
-        "WHERE v.evaluation=? AND v.version=?",
-        (ev["id"], version),
-    ).fetchone()
-    if row is None:
+    payload = research_views.reported_result(db, ev["id"], version)
+    if payload is None:
         return None
     try:
-        return json.loads(row[0]).get("figure")
+        return json.loads(payload).get("figure")
     except (ValueError, AttributeError):
         return None
 
@@ -513,25 +444,19 @@ def submissions(db: sqlite3.Connection, status: str | None = None, limit: int = 
     """Paper submissions, newest first (published or not), optionally of one status."""
     if not has_table(db, "paper_submissions"):
         return []
-    where, params = ("status=?", (status,)) if status else ("1", ())
-    return rows(
-        db,
-        "SELECT id, tick, agent, lineage, title, status, score, decided_tick, capsule_number "
-        f"FROM paper_submissions WHERE {where} ORDER BY id DESC LIMIT ?",
-        (*params, limit),
-    )
+    return archive_views.submissions(db, status, limit)
 
 
 def submission_counts(db: sqlite3.Connection) -> dict[str, int]:
     if not has_table(db, "paper_submissions"):
         return {}
-    return {r[0]: r[1] for r in db.execute("SELECT status, COUNT(*) FROM paper_submissions GROUP BY status")}
+    return archive_views.status_counts(db)
 
 
 def submission(db: sqlite3.Connection, sid: int) -> dict[str, Any] | None:
     if not has_table(db, "paper_submissions"):
         return None
-    found = one(db, "SELECT * FROM paper_submissions WHERE id=?", (sid,))
+    found = archive_views.submission(db, sid)
     if found:
         found["tags"] = json.loads(found["tags"] or "[]")
     return found
@@ -541,13 +466,7 @@ def recent_failures(db: sqlite3.Connection, limit: int = 20) -> list[dict[str, A
     """The latest delivered evaluations that did not succeed, each with the first line of its cause."""
     if not has_table(db, "evaluations"):
         return []
-    found = rows(
-        db,
-        "SELECT id, task, author, title, status, finished_tick, error, details FROM evaluations "
-        "WHERE status IN ('failed', 'timed_out', 'scorer_failed', 'system_failed') "
-        "ORDER BY finished_tick DESC, id DESC LIMIT ?",
-        (limit,),
-    )
+    found = research_views.recent_failures(db, limit)
     for e in found:
         cause = (e.pop("error") or e.pop("details") or "").strip()
         e.pop("details", None)
@@ -558,10 +477,7 @@ def recent_failures(db: sqlite3.Connection, limit: int = 20) -> list[dict[str, A
 def submission_of_paper(db: sqlite3.Connection, number: int) -> int | None:
     if not has_table(db, "paper_submissions"):
         return None
-    row = db.execute(
-        "SELECT id FROM paper_submissions WHERE capsule_number=? ORDER BY id LIMIT 1", (number,)
-    ).fetchone()
-    return row[0] if row else None
+    return archive_views.first_submission_of_paper(db, number)
 
 
 def cited_evaluations(db: sqlite3.Connection, text: str) -> list[dict[str, Any]]:
@@ -569,11 +485,5 @@ def cited_evaluations(db: sqlite3.Connection, text: str) -> list[dict[str, Any]]
     ids = mentioned(text)[:100]
     if not ids or not has_table(db, "evaluations"):
         return [{"id": n, "title": None} for n in ids]
-    marks = ",".join("?" * len(ids))
-    found = {
-        r["id"]: r
-        for r in rows(
-            db, f"SELECT id, task, author, title, status, score FROM evaluations WHERE id IN ({marks})", tuple(ids)
-        )
-    }
+    found = {r["id"]: r for r in research_views.headlines(db, ids)}
     return [found.get(n, {"id": n, "title": None}) for n in ids]

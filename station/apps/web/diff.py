@@ -14,9 +14,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from rooms.research.store import leading_evaluations
+from rooms.research import views
 from station.apps.web import refs
-from station.apps.web.data import one, rows
 from station.apps.web.render import CONTROL
 
 MAX_DIFF_LINES = 5_000  # of either side; longer code is cut before diffing (a page, not a file dump)
@@ -26,34 +25,21 @@ def built_on(db: sqlite3.Connection, ev: dict[str, Any]) -> dict[str, Any] | Non
     """The evaluation `ev` most plausibly built on, with `why` saying how it was chosen, or None."""
     for number in refs.mentioned(ev.get("abstract")):
         if number < ev["id"]:
-            found = one(db, "SELECT id, task, author, title, score, status FROM evaluations WHERE id=?", (number,))
-            if found and found["task"] == ev["task"]:
-                return {**found, "why": "named in its abstract"}
+            named = views.headlines(db, [number])
+            if named and named[0]["task"] == ev["task"]:
+                return {**named[0], "why": "named in its abstract"}
     if ev.get("session") is None:
         return None
-    found = one(
-        db,
-        "SELECT id, task, author, title, score, status FROM evaluations WHERE session=? AND task=? AND id<? "
-        "ORDER BY id DESC LIMIT 1",
-        (ev["session"], ev["task"], ev["id"]),
-    )
-    return {**found, "why": "the author's previous submission"} if found else None
+    previous = views.session_submissions(db, ev["session"], ev["task"], ev["id"], 1)
+    return {**previous[0], "why": "the author's previous submission"} if previous else None
 
 
 def candidates(db: sqlite3.Connection, ev: dict[str, Any], limit: int = 40) -> list[dict[str, Any]]:
     """Earlier submissions to compare with: the author's own, those its abstract names, the task's best."""
-    mine = rows(
-        db,
-        "SELECT id, author, title, score FROM evaluations WHERE session IS ? AND task=? AND id<? ORDER BY id DESC "
-        "LIMIT ?",
-        (ev.get("session"), ev["task"], ev["id"], limit),
-    )
+    mine = views.session_submissions(db, ev.get("session"), ev["task"], ev["id"], limit)
     named = [n for n in refs.mentioned(ev.get("abstract")) if n < ev["id"]][:limit]
-    marks = ",".join("?" * len(named)) or "NULL"
-    cited = rows(db, f"SELECT id, author, title, score FROM evaluations WHERE id IN ({marks})", tuple(named))
-    query = lambda sql, params: db.execute(sql, params).fetchall()  # the research store's query shape
-    leading = leading_evaluations(query, "e.task=? AND e.id<?", (ev["task"], ev["id"]), 10, "id, author, title, score")
-    best = [dict(zip(("id", "author", "title", "score"), row)) for row in leading]
+    cited = views.headlines(db, named)
+    best = views.leading_before(db, ev["task"], ev["id"], 10)
     seen: dict[int, dict[str, Any]] = {}
     for entry in [*cited, *mine, *best]:
         seen.setdefault(entry["id"], entry)

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 from markupsafe import Markup
 
+from rooms.research import views
+
 # "evaluation 58", "Evaluation ID 58", "eval #58", "evaluations 18, 22 and 31", "evaluation IDs 4 & 5"
 MENTION = re.compile(
     r"\b(?:evaluations?|evals?)(?:\s+ids?)?\s*[#:]?\s*(\d{1,9}(?:\s*(?:,|and|&|or)\s*#?\d{1,9})*)\b", re.IGNORECASE
@@ -32,11 +34,8 @@ def mentioned(text: str | None) -> list[int]:
 
 
 def existing(db: sqlite3.Connection, ids: Iterable[int]) -> set[int]:
-    wanted = sorted(set(ids))[:500]
-    if not wanted:
-        return set()
-    marks = ",".join("?" * len(wanted))
-    return {r[0] for r in db.execute(f"SELECT id FROM evaluations WHERE id IN ({marks})", wanted)}
+    """Which of these ids are evaluations of this station (the research read model's answer)."""
+    return views.existing(db, ids)
 
 
 def link_mentions(html: str, known: set[int]) -> Markup:

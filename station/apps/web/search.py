@@ -18,6 +18,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from rooms import capsule_views, common_views
 from station.apps.web.data import has_table
 
 INDEX_NAME = "search.db"
@@ -88,24 +89,16 @@ class SearchIndex:
     def _capsules(self, db: sqlite3.Connection, world: sqlite3.Connection) -> None:
         if not has_table(world, "capsule_messages"):
             return
-        fingerprint = "/".join(
-            str(v)
-            for v in world.execute(
-                "SELECT COUNT(*), MAX(id), SUM(word_count), SUM(deleted) FROM capsule_messages"
-            ).fetchone()
-        )
-        fingerprint += "/" + str(world.execute("SELECT SUM(deleted) FROM capsules").fetchone()[0])
-        fingerprint = "by-number/" + fingerprint  # threads are linked by their number in the room
+        fingerprint = "by-number/" + capsule_views.change_mark(world)  # threads are linked by their number in the room
         if self._mark(db, "capsules") == fingerprint:
             return
         db.execute("DELETE FROM docs WHERE kind IN ('public_memory', 'mail', 'archive', 'private_memory')")
-        rows = world.execute(
-            "SELECT c.id, c.room, c.number, c.title, m.author, m.tick, m.content FROM capsule_messages m "
-            "JOIN capsules c ON c.id=m.capsule WHERE m.deleted=0 AND c.deleted=0"
-        ).fetchall()
         db.executemany(
             "INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, ?, ?, ?, ?, ?)",
-            [(f"{r[3]}\n{r[6]}", r[1], str(r[2]), r[3], r[4], r[5]) for r in rows],
+            [
+                (f"{m.title}\n{m.content}", m.room, str(m.number), m.title, m.author, m.tick)
+                for m in capsule_views.live_messages(world)
+            ],
         )
         self._set_mark(db, "capsules", fingerprint)
 
@@ -113,15 +106,13 @@ class SearchIndex:
         if not has_table(world, "common_messages"):
             return
         last = int(self._mark(db, "common") or 0)
-        rows = world.execute(
-            "SELECT id, tick, author, content FROM common_messages WHERE id>? ORDER BY id", (last,)
-        ).fetchall()
+        said = common_views.messages_after(world, last)
         db.executemany(
             "INSERT INTO docs(body, kind, ref, title, who, tick) VALUES(?, 'common', ?, ?, ?, ?)",
-            [(r[3], r[2], f"Common Room, tick {r[1]}", r[2], r[1]) for r in rows],
+            [(m.content, m.author, f"Common Room, tick {m.tick}", m.author, m.tick) for m in said],
         )
-        if rows:
-            self._set_mark(db, "common", str(rows[-1][0]))
+        if said:
+            self._set_mark(db, "common", str(said[-1].id))
 
     def search(self, text: str, page: int = 1) -> tuple[list[dict[str, Any]], int]:
         query = fts_query(text)

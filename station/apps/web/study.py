@@ -18,6 +18,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from rooms import capsule_views, common_views
 from station.apps.web import plots
 from station.apps.web.data import has_table
 
@@ -204,21 +205,14 @@ def talk_edges(db: sqlite3.Connection, first: int, last: int) -> Counter:
     earlier writers, Common Room talk to those who spoke there in the same tick."""
     edges: Counter = Counter()
     if has_table(db, "capsule_messages"):
-        for room, author, recipients, starter, writers in db.execute(
-            "SELECT c.room, m.author, c.recipients, c.author, "
-            "(SELECT json_group_array(DISTINCT p.author) FROM capsule_messages p WHERE p.capsule=c.id AND p.k<m.k) "
-            "FROM capsule_messages m JOIN capsules c ON c.id=m.capsule "
-            "WHERE c.room IN ('mail', 'public_memory') AND m.tick BETWEEN ? AND ?",
-            (first, last),
-        ):
-            listeners = set(json.loads(recipients)) | {starter} if room == "mail" else set(json.loads(writers))
-            for listener in listeners - {author}:
-                edges[(author, listener)] += 1
+        for talk in capsule_views.talk_between(db, first, last):
+            mail = talk.room == "mail"
+            listeners = set(talk.recipients) | {talk.starter} if mail else set(talk.earlier_writers)
+            for listener in listeners - {talk.author}:
+                edges[(talk.author, listener)] += 1
     if has_table(db, "common_messages"):
         by_tick: dict[int, list[str]] = defaultdict(list)
-        for tick, author in db.execute(
-            "SELECT tick, author FROM common_messages WHERE tick BETWEEN ? AND ?", (first, last)
-        ):
+        for tick, author in common_views.speakers(db, first, last):
             by_tick[tick].append(author)
         for speakers in by_tick.values():
             for speaker in speakers:

@@ -1,0 +1,168 @@
+"""Read models of the capsule rooms (forum, mail, private notes, papers): the queries of the capsule
+tables that the terminal readers and the web viewer show, returning plain dicts, lists and numbers.
+
+Nothing here writes. The callers check that the capsule tables exist (a station without capsule
+rooms has none). The connection's row factory is `sqlite3.Row` (the store's and the web's are): the
+dicts are made of its rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+Record = dict[str, Any]  # one row: column name -> its SQLite value
+
+# The orders a room's thread list can be shown in (the web's `sort`), as SQL over `capsules`.
+THREAD_SORTS = {
+    "recent": "updated_tick DESC, id DESC",
+    "oldest": "number",
+    "longest": "message_count DESC, updated_tick DESC",
+}
+
+
+def _records(db: sqlite3.Connection, sql: str, params: tuple = ()) -> list[Record]:
+    """Every row of the query, each as a dict by column name."""
+    return [dict(row) for row in db.execute(sql, params)]
+
+
+def find_capsule(db: sqlite3.Connection, room: str, number: int, scope: str = "") -> Record | None:
+    """One capsule's row (deleted or not), or None when the room has no such number in `scope`."""
+    found = _records(db, "SELECT * FROM capsules WHERE room=? AND scope=? AND number=?", (room, scope, number))
+    return found[0] if found else None
+
+
+def capsule_numbers(db: sqlite3.Connection, room: str, scope: str = "") -> list[int]:
+    """Every capsule number of a room's scope, deleted ones too (to say which numbers exist)."""
+    return [r[0] for r in db.execute("SELECT number FROM capsules WHERE room=? AND scope=?", (room, scope))]
+
+
+def messages(db: sqlite3.Connection, capsule_id: int, *, limit: int = -1, offset: int = 0) -> list[Record]:
+    """A capsule's message rows by k (deleted ones too), from `offset` on, at most `limit` (-1: all)."""
+    return _records(
+        db, "SELECT * FROM capsule_messages WHERE capsule=? ORDER BY k LIMIT ? OFFSET ?", (capsule_id, limit, offset)
+    )
+
+
+def message_counts(db: sqlite3.Connection, capsule_id: int) -> tuple[int, int]:
+    """(messages, messages not deleted) of one capsule."""
+    total, live = db.execute(
+        "SELECT COUNT(*), COALESCE(SUM(deleted=0), 0) FROM capsule_messages WHERE capsule=?", (capsule_id,)
+    ).fetchone()
+    return total, live
+
+
+def writers(db: sqlite3.Connection, capsule_id: int) -> list[str]:
+    """The names that wrote in a capsule, in the order of their first message."""
+    return [
+        r[0]
+        for r in db.execute(
+            "SELECT author FROM capsule_messages WHERE capsule=? GROUP BY author ORDER BY MIN(k)", (capsule_id,)
+        )
+    ]
+
+
+def private_scopes(db: sqlite3.Connection) -> list[str]:
+    """The lineages (scopes) that hold private notes, sorted."""
+    return [r[0] for r in db.execute("SELECT DISTINCT scope FROM capsules WHERE room='private_memory' ORDER BY scope")]
+
+
+def private_scopes_of(db: sqlite3.Connection, number: int) -> list[str]:
+    """The lineages that hold a private note of this number, sorted."""
+    return [
+        r[0]
+        for r in db.execute(
+            "SELECT scope FROM capsules WHERE room='private_memory' AND number=? ORDER BY scope", (number,)
+        )
+    ]
+
+
+def room_threads(
+    db: sqlite3.Connection, room: str, limit: int, *, writer: str = "", sort: str = "recent"
+) -> list[Record]:
+    """A room's live threads in a THREAD_SORTS order (unknown: "recent"), recipients decoded;
+    `writer`: only those this agent wrote in (or, for mail, was sent)."""
+    where, params = "room=? AND deleted=0", [room]
+    if writer:
+        where += " AND (id IN (SELECT capsule FROM capsule_messages WHERE author=?)"
+        where += " OR EXISTS (SELECT 1 FROM json_each(recipients) WHERE value=?))" if room == "mail" else ")"
+        params += [writer, writer] if room == "mail" else [writer]
+    found = _records(
+        db,
+        f"SELECT * FROM capsules WHERE {where} ORDER BY {THREAD_SORTS.get(sort, THREAD_SORTS['recent'])} LIMIT ?",
+        (*params, limit),
+    )
+    for thread in found:
+        thread["recipients"] = json.loads(thread["recipients"])
+    return found
+
+
+def threads_written(db: sqlite3.Connection, session: int, room: str, limit: int) -> list[Record]:
+    """The live threads of a room one session wrote in, latest activity first: number, title, author,
+    updated_tick and `mine` (how many of its messages are that session's)."""
+    return _records(
+        db,
+        "SELECT c.number, c.title, c.author, c.updated_tick, COUNT(*) AS mine FROM capsule_messages m "
+        "JOIN capsules c ON c.id=m.capsule WHERE m.author_session=? AND c.room=? AND c.deleted=0 "
+        "GROUP BY c.id ORDER BY c.updated_tick DESC LIMIT ?",
+        (session, room, limit),
+    )
+
+
+def change_mark(db: sqlite3.Connection) -> str:
+    """A fingerprint of every capsule message and deletion: it changes whenever a message is added,
+    edited (its words), or a message or capsule deleted."""
+    counts = db.execute("SELECT COUNT(*), MAX(id), SUM(word_count), SUM(deleted) FROM capsule_messages").fetchone()
+    deleted = db.execute("SELECT SUM(deleted) FROM capsules").fetchone()[0]
+    return "/".join(str(v) for v in counts) + "/" + str(deleted)
+
+
+class LiveMessage(NamedTuple):
+    """One message of a thread, with the thread's room, number and title."""
+
+    capsule: int
+    room: str
+    number: int
+    title: str
+    author: str
+    tick: int
+    content: str
+
+
+def live_messages(db: sqlite3.Connection) -> list[LiveMessage]:
+    """Every message not deleted of every capsule not deleted (what a full-text index holds)."""
+    return [
+        LiveMessage(*row)
+        for row in db.execute(
+            "SELECT c.id, c.room, c.number, c.title, m.author, m.tick, m.content FROM capsule_messages m "
+            "JOIN capsules c ON c.id=m.capsule WHERE m.deleted=0 AND c.deleted=0"
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Talk:
+    """One mail or forum message and whom it could address: the thread's recipients and starter
+    (mail), or those who wrote in the thread before it (forum)."""
+
+    room: str
+    author: str
+    recipients: list[str]
+    starter: str
+    earlier_writers: list[str]
+
+
+def talk_between(db: sqlite3.Connection, first: int, last: int) -> list[Talk]:
+    """The mail and forum messages written from tick `first` to `last`."""
+    return [
+        Talk(room, author, json.loads(recipients), starter, json.loads(earlier))
+        for room, author, recipients, starter, earlier in db.execute(
+            "SELECT c.room, m.author, c.recipients, c.author, "
+            "(SELECT json_group_array(DISTINCT p.author) FROM capsule_messages p WHERE p.capsule=c.id AND p.k<m.k) "
+            "FROM capsule_messages m JOIN capsules c ON c.id=m.capsule "
+            "WHERE c.room IN ('mail', 'public_memory') AND m.tick BETWEEN ? AND ?",
+            (first, last),
+        )
+    ]
