@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from station.core.agents import Agent
 from station.core.store import Store, dumps
 
 MIGRATIONS = [
@@ -123,7 +124,7 @@ class Author:
     generation: int | None
 
     @classmethod
-    def of(cls, agent: Any) -> Author:
+    def of(cls, agent: Agent) -> Author:
         return cls(agent.name, agent.session, agent.lineage, agent.generation)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rooms.capsule_config import CapsulesConfig
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, Room, action
 
@@ -36,21 +37,23 @@ class CapsuleRoom(Room):
     update_notices: ClassVar[bool] = False
 
     # -- rules a room refines -------------------------------------------------------------
-    def scope(self, ctx: Context, agent: Any) -> str | None:
+    def scope(self, ctx: Context, agent: Agent) -> str | None:
         """Which collection the agent sees ('' = the room's only one); None = no access."""
         return ""
 
-    def member(self, agent: Any) -> int | None:
+    def member(self, agent: Agent) -> int | None:
         """Mail lists only capsules the agent's session belongs to; other rooms list everything."""
         return None
 
-    def may_create(self, ctx: Context, agent: Any) -> str | None:
+    def may_create(self, ctx: Context, agent: Agent) -> str | None:
         return "only recursive agents may create capsules here" if agent.is_guest else None
 
-    def may_reply(self, ctx: Context, agent: Any, capsule: Capsule) -> str | None:
+    def may_reply(self, ctx: Context, agent: Agent, capsule: Capsule) -> str | None:
         return "only recursive agents may reply here" if agent.is_guest else None
 
-    def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
+    def may_edit(
+        self, ctx: Context, agent: Agent, capsule: Capsule, message: cs.Message | None, verb: str
+    ) -> str | None:
         """The lineage rule: the target's author lineage is the agent's (so Spiro II may edit Spiro I)."""
         owner = message.author_lineage if message is not None else capsule.author_lineage
         if agent.is_guest or not agent.lineage or owner != agent.lineage:
@@ -61,33 +64,33 @@ class CapsuleRoom(Room):
     def limits(self, ctx: Context) -> Limits:
         return Limits(ctx)
 
-    def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
+    def after_create(self, ctx: Context, agent: Agent, capsule: Capsule) -> list[str]:
         return []
 
-    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Agent, capsule: Capsule, k: int) -> list[str]:
         return []
 
-    def header(self, ctx: Context, agent: Any) -> str:
+    def header(self, ctx: Context, agent: Agent) -> str:
         return ""
 
     # -- helpers --------------------------------------------------------------------------
-    def capsules(self, ctx: Context, agent: Any) -> Capsules | None:
+    def capsules(self, ctx: Context, agent: Agent) -> Capsules | None:
         scope = self.scope(ctx, agent)
         return None if scope is None else Capsules(ctx.store, self.short, scope)
 
-    def may_see(self, ctx: Context, agent: Any, capsule: Capsule) -> bool:
+    def may_see(self, ctx: Context, agent: Agent, capsule: Capsule) -> bool:
         """Whether the capsule is this agent's to see at all (deleted or not)."""
         member = self.member(agent)
         return member is None or cs.is_member(ctx.store, member, capsule)
 
-    def visible(self, ctx: Context, agent: Any, capsule: Capsule | None) -> bool:
+    def visible(self, ctx: Context, agent: Agent, capsule: Capsule | None) -> bool:
         """The capsule exists, is not deleted, and this agent may see it."""
         return capsule is not None and not capsule.deleted and self.may_see(ctx, agent, capsule)
 
-    def state(self, agent: Any) -> dict[str, Any]:
+    def state(self, agent: Agent) -> dict[str, Any]:
         return agent.room_state(self.short)
 
-    def _pins(self, agent: Any) -> list[str]:
+    def _pins(self, agent: Agent) -> list[str]:
         return self.state(agent).setdefault("pins", [])
 
     def status_label(self, capsule: Capsule, unread: int) -> str:
@@ -96,7 +99,7 @@ class CapsuleRoom(Room):
         return f"{unread} unread" if unread else "All Read"
 
     # -- the listing ----------------------------------------------------------------------
-    def output(self, ctx: Context, agent: Any) -> str:
+    def output(self, ctx: Context, agent: Agent) -> str:
         refused = self.refusal(ctx, agent)
         if refused:
             return refused
@@ -116,7 +119,7 @@ class CapsuleRoom(Room):
         parts.append(self.render(ctx, agent))
         return "\n\n".join(p for p in parts if p)
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         caps = self.capsules(ctx, agent)
         if caps is None:
             return self.refusal(ctx, agent) or ""
@@ -141,7 +144,7 @@ class CapsuleRoom(Room):
             parts.append(f"Use `/execute_action{{page N}}` to see other pages (1 to {pages}).")
         return "\n\n".join(parts)
 
-    def _pinned_numbers(self, ctx: Context, agent: Any, caps: Capsules) -> list[int]:
+    def _pinned_numbers(self, ctx: Context, agent: Agent, caps: Capsules) -> list[int]:
         prefix = cs.full_id(self.short, caps.scope, 0)[:-1]
         return [
             int(pid[len(prefix) :])
@@ -163,7 +166,7 @@ class CapsuleRoom(Room):
             label,
         ]
 
-    def _table(self, ctx: Context, agent: Any, capsules: list[Capsule]) -> str:
+    def _table(self, ctx: Context, agent: Agent, capsules: list[Capsule]) -> str:
         unread = cs.unread_counts(ctx.store, agent.session, capsules)
         cols = self.columns()
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -184,7 +187,7 @@ class CapsuleRoom(Room):
         tags, tag_problem = limits.tag_list(p.tags)
         return tags, problem or tag_problem
 
-    def new_capsule(self, ctx: Context, agent: Any, p: Any, **extra: Any) -> Capsule | str:
+    def new_capsule(self, ctx: Context, agent: Agent, p: Any, **extra: Any) -> Capsule | str:
         """Check and store a new capsule from create params; a str is why it was refused."""
         refused = self.may_create(ctx, agent)
         if refused:
@@ -209,7 +212,7 @@ class CapsuleRoom(Room):
         cs.mark_read(ctx.store, agent.session, [(capsule.id, WHOLE), (capsule.id, 1)])
         return capsule
 
-    def create_capsule(self, ctx: Context, agent: Any, p: Any) -> Outcome:
+    def create_capsule(self, ctx: Context, agent: Agent, p: Any) -> Outcome:
         made = self.new_capsule(ctx, agent, p)
         if isinstance(made, str):
             return Outcome([f"Create refused: {made}."])
@@ -217,7 +220,7 @@ class CapsuleRoom(Room):
         return Outcome(lines + self.after_create(ctx, agent, made))
 
     @action("reply", params=ReplyParams)
-    def reply(self, ctx: Context, agent: Any, args: str | None, p: ReplyParams) -> Outcome:
+    def reply(self, ctx: Context, agent: Agent, args: str | None, p: ReplyParams) -> Outcome:
         try:
             target = parse_single(args)
         except IdError as err:
@@ -250,7 +253,7 @@ class CapsuleRoom(Room):
         return parse_ids(args, limit=ctx.config.section(CapsulesConfig).max_range, **kw)
 
     @action("read")
-    def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def read(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         try:
             targets = self._targets(ctx, args)
         except IdError as err:
@@ -284,7 +287,7 @@ class CapsuleRoom(Room):
         return Outcome([f"Read {shown}: the content will be in your System Messages next turn."])
 
     def _read_one(
-        self, ctx: Context, agent: Any, caps: Capsules, capsule: Capsule, k: int | None
+        self, ctx: Context, agent: Agent, caps: Capsules, capsule: Capsule, k: int | None
     ) -> tuple[str, list[tuple[int, int]], int]:
         already = cs.read_ks(ctx.store, agent.session, capsule)
         n = capsule.number
@@ -316,7 +319,7 @@ class CapsuleRoom(Room):
         return f"*Message {n}-{message.k}* by {message.author} at tick {message.tick}{title}:\n{message.content}"
 
     @action("unread")
-    def unread(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def unread(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         try:
             targets = self._targets(ctx, args)
         except IdError as err:
@@ -342,7 +345,7 @@ class CapsuleRoom(Room):
         return Outcome(lines)
 
     @action("preview")
-    def preview(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def preview(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         caps = self.capsules(ctx, agent)
         assert caps is not None
         limit = ctx.config.section(CapsulesConfig).max_range
@@ -384,7 +387,7 @@ class CapsuleRoom(Room):
         )
 
     @action("search")
-    def search(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def search(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         tag = (args or "").strip().lower()
         if not tag:
             return Outcome(["Search needs a tag: /execute_action{search <tag>} (matches whole tags, any case)."])
@@ -400,7 +403,7 @@ class CapsuleRoom(Room):
 
     # -- changing ------------------------------------------------------------------------
     def _edit_target(
-        self, ctx: Context, agent: Any, args: str | None, verb: str
+        self, ctx: Context, agent: Agent, args: str | None, verb: str
     ) -> tuple[Capsules, Capsule, cs.Message | None] | str:
         try:
             target = parse_single(args)
@@ -422,7 +425,7 @@ class CapsuleRoom(Room):
         return caps, capsule, message
 
     @action("update", params=UpdateParams)
-    def update(self, ctx: Context, agent: Any, args: str | None, p: UpdateParams) -> Outcome:
+    def update(self, ctx: Context, agent: Agent, args: str | None, p: UpdateParams) -> Outcome:
         found = self._edit_target(ctx, agent, args, "update")
         if isinstance(found, str):
             return Outcome([f"Update refused: {found}."])
@@ -494,7 +497,7 @@ class CapsuleRoom(Room):
         return told
 
     @action("delete")
-    def delete(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def delete(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         found = self._edit_target(ctx, agent, args, "delete")
         if isinstance(found, str):
             return Outcome([f"Delete refused: {found}."])
@@ -511,14 +514,14 @@ class CapsuleRoom(Room):
 
     # -- per-agent view state --------------------------------------------------------------
     @action("pin")
-    def pin(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def pin(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         return self._pin(ctx, agent, args, True)
 
     @action("unpin")
-    def unpin(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def unpin(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         return self._pin(ctx, agent, args, False)
 
-    def _pin(self, ctx: Context, agent: Any, args: str | None, on: bool) -> Outcome:
+    def _pin(self, ctx: Context, agent: Agent, args: str | None, on: bool) -> Outcome:
         verb = "Pin" if on else "Unpin"
         try:
             targets = self._targets(ctx, args, messages=False, ranges=False)
@@ -555,7 +558,7 @@ class CapsuleRoom(Room):
         return Outcome(lines)
 
     @action("page")
-    def page(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def page(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not text.isdigit() or int(text) < 1 or len(text) > 9:
             return Outcome(["Usage: /execute_action{page N} with N a page number from 1."])

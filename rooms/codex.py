@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, Room, action, register_room
 
@@ -18,10 +19,10 @@ class CodexReading:
             "codex_module", index=self.index + 1, count=len(self.modules), title=m.title, content=m.text
         )
 
-    def first_prompt(self, ctx: Context, agent: Any) -> str:
+    def first_prompt(self, ctx: Context, agent: Agent) -> str:
         return self._prompt(ctx)
 
-    def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Agent, reply: str) -> tuple[str | None, list[str]]:
         self.index += 1
         if self.index < len(self.modules):
             return self._prompt(ctx), []
@@ -33,7 +34,7 @@ class CodexRoom(Room):
     short, name = "codex", "Codex Room"
     lobby_order = 20
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         status = agent.room_state("codex").get("read", {})
         rows = ["**Codex Read Status**", "", "| Module ID | Title | Last Read Tick | Word Count |", "|---|---|---|---|"]
         for m in ctx.texts.modules:
@@ -43,7 +44,7 @@ class CodexRoom(Room):
         return "\n".join(rows)
 
     @action("read", internal=True)
-    def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def read(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         modules = ctx.texts.modules
         if not modules:
             return Outcome(["The Codex is empty in this station; there is nothing to read."])

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from station.core.agents import Agent
 from station.core.config import Section, config_section
 from station.core.context import Context, Hook
 from station.core.events import Event, TickEnding, event_kind, on
@@ -141,7 +142,7 @@ class CommonRoom(Room):
         return {"common_room_messages": ctx.store.scalar("SELECT COUNT(*) FROM common_messages")}
 
     # -- what the agent sees ----------------------------------------------------------------
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         window = ctx.config.section(CommonRoomConfig).display_ticks
         present = ctx.agents.active_in(self.short)
         lines = [
@@ -190,13 +191,13 @@ class CommonRoom(Room):
 
     # -- actions ----------------------------------------------------------------------------
     @action("speak", params=SpeakParams)
-    def speak(self, ctx: Context, agent: Any, args: str | None, p: SpeakParams) -> Outcome:
+    def speak(self, ctx: Context, agent: Agent, args: str | None, p: SpeakParams) -> Outcome:
         message_id = self.post(ctx, agent.name, p.message)
         ctx.emit(CommonMessage(message_id), agent.name)
         return Outcome([f'You said: "{_echo(p.message)}"'])
 
     @action("invite", params=InviteParams)
-    def invite(self, ctx: Context, agent: Any, args: str | None, p: InviteParams) -> Outcome:
+    def invite(self, ctx: Context, agent: Agent, args: str | None, p: InviteParams) -> Outcome:
         names, problem = _names(p.recipients)
         if problem:
             return Outcome([f"No invitation was sent: {problem}."])
@@ -229,7 +230,7 @@ class CommonRoom(Room):
         return ctx.agents.get(match) if match is not None else None
 
     @action("history")
-    def history(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def history(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         batch = ctx.config.section(CommonRoomConfig).batch_ticks
         wanted = (args or "").strip()
         if not wanted:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.events import Event, event_kind
 from station.core.room import Outcome, Params, Room, action, register_room
@@ -96,7 +97,7 @@ class ExternalCounter(Room):
             if (a := ctx.agents.get(r["agent"])) is not None and a.active
         ]
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         row = open_request(ctx, agent.name)
         if row is None:
             return "No open request. To ask the station's human operator for help, use `request_human` (see `help external`)."
@@ -106,7 +107,7 @@ class ExternalCounter(Room):
         )
 
     @action("request_human", params=RequestParams)
-    def request_human(self, ctx: Context, agent: Any, args: str | None, p: RequestParams) -> Outcome:
+    def request_human(self, ctx: Context, agent: Agent, args: str | None, p: RequestParams) -> Outcome:
         row = open_request(ctx, agent.name)
         if row is not None:
             return Outcome(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Room, register_room
 
@@ -25,7 +26,7 @@ class Lobby(Room):
             "guest_mail_limit": ctx.config.rooms.guest_mail_limit,
         }
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         lines = ["**Available Rooms**"]
         mature = ctx.is_mature(agent)
         for room in ctx.rooms.values():

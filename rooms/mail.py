@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rooms.capsule_config import CapsulesConfig
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import ActionSpec, Outcome, action, register_room
 
@@ -28,7 +29,7 @@ class MailRoom(CapsuleRoom):
     def help_values(self, ctx: Context) -> dict[str, Any]:
         return {"guest_mail_limit": ctx.config.rooms.guest_mail_limit}
 
-    def member(self, agent: Any) -> int | None:
+    def member(self, agent: Agent) -> int | None:
         return agent.session
 
     def columns(self) -> list[str]:
@@ -39,36 +40,38 @@ class MailRoom(CapsuleRoom):
         row = super().row(capsule, label)
         return row[:3] + [cell(", ".join(capsule.recipients))] + row[3:]
 
-    def header(self, ctx: Context, agent: Any) -> str:
+    def header(self, ctx: Context, agent: Agent) -> str:
         names = ctx.agents.recursive_names(besides=agent.name)
         listed = ", ".join(names) if names else "none at the moment"
         return f"**Recursive agents you can write to:** {listed}"
 
     # -- rules ---------------------------------------------------------------------------
-    def action_refusal(self, ctx: Context, agent: Any, spec: ActionSpec) -> str | None:
+    def action_refusal(self, ctx: Context, agent: Agent, spec: ActionSpec) -> str | None:
         if agent.is_guest and spec.name in ("reply", "forward", "update", "delete"):
             return f"'{spec.name}' in the Mail Room is for recursive agents; guests may only send and read mail."
         return None
 
-    def may_create(self, ctx: Context, agent: Any) -> str | None:
+    def may_create(self, ctx: Context, agent: Agent) -> str | None:
         limit = ctx.config.rooms.guest_mail_limit
         if agent.is_guest and agent.room_state(self.short).get("sent", 0) >= limit:
             return f"guests may send at most {limit} mails; ascend to write more"
         return None
 
-    def may_reply(self, ctx: Context, agent: Any, capsule: Capsule) -> str | None:
+    def may_reply(self, ctx: Context, agent: Agent, capsule: Capsule) -> str | None:
         if agent.is_guest or not cs.is_member(ctx.store, agent.session, capsule):
             return "only the mail's author and recipients may reply"
         return None
 
-    def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
+    def may_edit(
+        self, ctx: Context, agent: Agent, capsule: Capsule, message: cs.Message | None, verb: str
+    ) -> str | None:
         owner = message.author_session if message is not None else capsule.author_session
         if owner != agent.session:
             return f"only the author may {verb} it"
         return None
 
     def _recipients(
-        self, ctx: Context, agent: Any, raw: list[str] | str | None
+        self, ctx: Context, agent: Agent, raw: list[str] | str | None
     ) -> tuple[list[Any], list[str], str | None]:
         """(agents, warnings, problem) for a recipient list: exact names of agents that exist."""
         names = sorted(set(as_list(raw)) - {agent.name})
@@ -95,7 +98,7 @@ class MailRoom(CapsuleRoom):
 
     # -- actions -------------------------------------------------------------------------
     @action("create", params=MailParams)
-    def create(self, ctx: Context, agent: Any, args: str | None, p: MailParams) -> Outcome:
+    def create(self, ctx: Context, agent: Agent, args: str | None, p: MailParams) -> Outcome:
         refused = self.may_create(ctx, agent)
         if refused:
             return Outcome([f"Mail not sent: {refused}."])
@@ -126,7 +129,7 @@ class MailRoom(CapsuleRoom):
         sent = f"Sent mail {capsule.number}: '{capsule.title}' to {', '.join(capsule.recipients)}."
         return Outcome([sent] + warnings)
 
-    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Agent, capsule: Capsule, k: int) -> list[str]:
         message = cs.Capsules(ctx.store, self.short).message(capsule, k)
         assert message is not None
         sessions = set(
@@ -155,7 +158,7 @@ class MailRoom(CapsuleRoom):
         return [f"Delivered to: {', '.join(told)}."] if told else ["Nobody else on this mail is active now."]
 
     @action("forward", params=ForwardParams)
-    def forward(self, ctx: Context, agent: Any, args: str | None, p: ForwardParams) -> Outcome:
+    def forward(self, ctx: Context, agent: Agent, args: str | None, p: ForwardParams) -> Outcome:
         text = (args or "").strip()
         if not text.isdigit():
             return Outcome(["Forward refused: give one mail number, e.g. /execute_action{forward 3}."])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import Field, field_validator
 
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.events import Event, event_kind
 from station.core.room import Outcome, Params, Room, action, register_room
@@ -57,16 +57,16 @@ class MiscRoom(Room):
     guests_allowed = False
     migrations = MIGRATIONS
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         return "Use `help misc` to see this room's actions again."
 
     @action("change_description", params=DescriptionParams)
-    def change_description(self, ctx: Context, agent: Any, args: str | None, p: DescriptionParams) -> Outcome:
+    def change_description(self, ctx: Context, agent: Agent, args: str | None, p: DescriptionParams) -> Outcome:
         agent.description = p.new_description
         return Outcome([f"Your description is now: {p.new_description}"])
 
     @action("suggest", params=SuggestionParams)
-    def suggest(self, ctx: Context, agent: Any, args: str | None, p: SuggestionParams) -> Outcome:
+    def suggest(self, ctx: Context, agent: Agent, args: str | None, p: SuggestionParams) -> Outcome:
         ctx.store.execute(
             "INSERT INTO suggestions(tick, agent, text) VALUES(?, ?, ?)", (ctx.tick, agent.name, p.suggestion_content)
         )

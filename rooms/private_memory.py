@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import ActionSpec, Outcome, action, register_room
 
@@ -25,17 +26,17 @@ class PrivateMemoryRoom(CapsuleRoom):
     lobby_order = 40
     empty_listing = "Your lineage has no notes yet."
 
-    def previewed_ancestor(self, ctx: Context, agent: Any) -> Any:
+    def previewed_ancestor(self, ctx: Context, agent: Agent) -> Any:
         """The ancestor whose notes a guest may preview: it passed the test and was offered one."""
         return ctx.offered_ancestor(agent)
 
-    def scope(self, ctx: Context, agent: Any) -> str | None:
+    def scope(self, ctx: Context, agent: Agent) -> str | None:
         if not agent.is_guest and agent.lineage:
             return lineage_key(agent.lineage)
         ancestor = self.previewed_ancestor(ctx, agent)
         return lineage_key(ancestor.lineage) if ancestor is not None else None
 
-    def refusal(self, ctx: Context, agent: Any) -> str | None:
+    def refusal(self, ctx: Context, agent: Agent) -> str | None:
         if self.scope(ctx, agent) is None:
             return (
                 "The Private Memory Room holds the notes of recursive agents' lineages. Pass the test in "
@@ -43,7 +44,7 @@ class PrivateMemoryRoom(CapsuleRoom):
             )
         return None
 
-    def action_refusal(self, ctx: Context, agent: Any, spec: ActionSpec) -> str | None:
+    def action_refusal(self, ctx: Context, agent: Agent, spec: ActionSpec) -> str | None:
         if agent.is_guest and spec.name not in READ_ONLY:
             return (
                 f"'{spec.name}' is not possible in a read-only preview; inherit the lineage to write here. "
@@ -51,10 +52,10 @@ class PrivateMemoryRoom(CapsuleRoom):
             )
         return None
 
-    def help(self, ctx: Context, agent: Any) -> str:
+    def help(self, ctx: Context, agent: Agent) -> str:
         return ctx.texts.help("private_memory_preview" if agent.is_guest else self.short)
 
-    def header(self, ctx: Context, agent: Any) -> str:
+    def header(self, ctx: Context, agent: Agent) -> str:
         if not agent.is_guest:
             return f"Notes of the {agent.lineage} lineage (shared by all its generations)."
         ancestor = self.previewed_ancestor(ctx, agent)
@@ -64,5 +65,5 @@ class PrivateMemoryRoom(CapsuleRoom):
         )
 
     @action("create", params=NoteParams)
-    def create(self, ctx: Context, agent: Any, args: str | None, p: NoteParams) -> Outcome:
+    def create(self, ctx: Context, agent: Agent, args: str | None, p: NoteParams) -> Outcome:
         return self.create_capsule(ctx, agent, p)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, action, register_room
 
@@ -23,20 +22,20 @@ class PublicMemoryRoom(CapsuleRoom):
     required = ("title", "abstract", "content")
     update_notices = True
 
-    def _muted(self, agent: Any) -> list[str]:
+    def _muted(self, agent: Agent) -> list[str]:
         """The agent's muted capsules (read-only: notifying another agent must not change its record)."""
         return agent.rooms.get(self.short, {}).get("muted", [])
 
-    def _mentions(self, ctx: Context, author: Any, text: str) -> list[Any]:
+    def _mentions(self, ctx: Context, author: Agent, text: str) -> list[Agent]:
         others = [n for n in ctx.agents.active_names() if n != author.name]
         found = set(mentioned_names(text, others))
         return [a for a in (ctx.agents.get(n) for n in others if n in found) if a is not None]
 
     @action("create", params=PostParams)
-    def create(self, ctx: Context, agent: Any, args: str | None, p: PostParams) -> Outcome:
+    def create(self, ctx: Context, agent: Agent, args: str | None, p: PostParams) -> Outcome:
         return self.create_capsule(ctx, agent, p)
 
-    def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
+    def after_create(self, ctx: Context, agent: Agent, capsule: Capsule) -> list[str]:
         message = cs.Capsules(ctx.store, self.short).message(capsule, 1)
         assert message is not None
         mentioned = [a for a in self._mentions(ctx, agent, message.content) if ctx.is_mature(a)]
@@ -62,7 +61,7 @@ class PublicMemoryRoom(CapsuleRoom):
         )
         return [f"Mentioned and notified: {', '.join(a.name for a in mentioned)}."] if mentioned else []
 
-    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Agent, capsule: Capsule, k: int) -> list[str]:
         caps = cs.Capsules(ctx.store, self.short)
         message = caps.message(capsule, k)
         assert message is not None
@@ -89,14 +88,14 @@ class PublicMemoryRoom(CapsuleRoom):
         return [f"Notified: {', '.join(told)}."] if told else []
 
     @action("mute")
-    def mute(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def mute(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         return self._mute(ctx, agent, args, True)
 
     @action("unmute")
-    def unmute(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def unmute(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         return self._mute(ctx, agent, args, False)
 
-    def _mute(self, ctx: Context, agent: Any, args: str | None, on: bool) -> Outcome:
+    def _mute(self, ctx: Context, agent: Agent, args: str | None, on: bool) -> Outcome:
         verb = "Mute" if on else "Unmute"
         try:
             target = parse_single(args)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
+from station.core.agents import Agent
 from station.core.config import Section, config_section
 from station.core.context import Context
 from station.core.events import Event, event_kind
@@ -78,10 +79,10 @@ class Reflection:
             marker += "\n\n" + ctx.texts.render("reflection_last_tick")
         return marker
 
-    def first_prompt(self, ctx: Context, agent: Any) -> str:
+    def first_prompt(self, ctx: Context, agent: Agent) -> str:
         return f"{self.opening}\n\n{self._marker(ctx)}"
 
-    def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Agent, reply: str) -> tuple[str | None, list[str]]:
         if self.round >= self.total:
             ctx.emit(ReflectionFinished(self.total), agent.name)
             return None, [ctx.texts.render("reflection_done", n=self.total)]
@@ -101,7 +102,7 @@ class ReflectionChamber(Room):
     def status_counts(self, ctx: Context) -> dict[str, Any]:
         return {"reflections": ctx.store.scalar("SELECT COUNT(*) FROM events WHERE kind='reflection_finished'")}
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         state = agent.room_state(self.short)
         lines = [
             "A quiet place to think things through at length. Start with `/execute_action{reflect}` "
@@ -112,7 +113,7 @@ class ReflectionChamber(Room):
         return "\n".join(lines)
 
     @action("reflect", params=ReflectParams, internal=True, yaml_required=False)
-    def reflect(self, ctx: Context, agent: Any, args: str | None, p: ReflectParams) -> Outcome:
+    def reflect(self, ctx: Context, agent: Agent, args: str | None, p: ReflectParams) -> Outcome:
         cfg = ctx.config.section(ReflectionConfig)
         total, warnings = rounds(p.tick, cfg.default_rounds, cfg.max_rounds)
         opening = (p.prompt or "").strip() or ctx.texts.render("reflection_default_prompt")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, Params, Room, action, register_room
 from station.models.scripted import Situation, room_play
@@ -61,12 +62,12 @@ class TokenManagementRoom(Room):
     def help_values(self, ctx: Context) -> dict[str, Any]:
         return {"cooldown_ticks": ctx.config.tokens.prune_cooldown_ticks}
 
-    def _cooldown_left(self, ctx: Context, agent: Any) -> int:
+    def _cooldown_left(self, ctx: Context, agent: Agent) -> int:
         cooldown = ctx.config.tokens.prune_cooldown_ticks
         last = agent.room_state(self.short).get("last_prune_tick", -cooldown)
         return max(0, cooldown - (ctx.tick - last))
 
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         left = self._cooldown_left(ctx, agent)
         lines = ["Pruning is available now." if left == 0 else f"Next prune possible in {left} tick(s)."]
         counts = ctx.conversations.words_per_tick(agent.session)
@@ -92,14 +93,14 @@ class TokenManagementRoom(Room):
         return "\n".join(lines)
 
     @action("page")
-    def page(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def page(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         if not args or not args.strip().isdigit() or int(args) < 1:
             return Outcome(["Usage: /execute_action{page <n>} with n a positive whole number."])
         agent.room_state(self.short)["page"] = int(args)
         return Outcome([f"Showing page {int(args)} of your dialogue history."])
 
     @action("prune_response", params=PruneParams, yaml_required=False)
-    def prune_response(self, ctx: Context, agent: Any, args: str | None, p: PruneParams) -> Outcome:
+    def prune_response(self, ctx: Context, agent: Agent, args: str | None, p: PruneParams) -> Outcome:
         left = self._cooldown_left(ctx, agent)
         if left:
             return Outcome([f"Pruning cooldown active: {left} tick(s) remaining."])
@@ -112,7 +113,7 @@ class TokenManagementRoom(Room):
         # The argument form is one block with no summary: the same checks, complete removal.
         return self._prune(ctx, agent, p.prune_blocks or [PruneBlock(ticks=(args or "").strip())])
 
-    def _prune(self, ctx: Context, agent: Any, prune_blocks: list[PruneBlock]) -> Outcome:
+    def _prune(self, ctx: Context, agent: Agent, prune_blocks: list[PruneBlock]) -> Outcome:
         already = _pruned_ticks(agent)
         protected = ctx.conversations.protected_ticks(agent.session)
         taken: set[int] = set()
@@ -157,7 +158,7 @@ class TokenManagementRoom(Room):
         )
 
 
-def _pruned_ticks(agent: Any) -> set[int]:
+def _pruned_ticks(agent: Agent) -> set[int]:
     return {t for b in agent.pruned for t in range(b["ticks"][0], b["ticks"][1] + 1)}
 
 

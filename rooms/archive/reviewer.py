@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from rooms.archive.config import ReviewerConfig
 from rooms.archive.events import PaperReviewed, PaperSubmitted
-from station.core.agents import AgentRegistry
+from station.core.agents import Agent, AgentRegistry
 from station.core.background import InputWorker, Stopped, apply_ready, recorded
 from station.core.context import Context, Hook, request_hash
 from station.core.conversation import Conversations
@@ -251,13 +251,13 @@ class Reviewer(Hook):
         else:
             self._decided(ctx, row, verdict, outcome.attempts, decision, author, present)
 
-    def _failed(self, ctx: Context, row: Any, attempts: int, author: Any, present: bool) -> None:
+    def _failed(self, ctx: Context, row: Any, attempts: int, author: Agent | None, present: bool) -> None:
         """Every attempt failed: the submission is closed, its author (if still present) and the operator told."""
         ctx.store.execute(
             "UPDATE paper_submissions SET status='failed', attempts=?, verdict=?, decided_tick=? WHERE id=?",
             (attempts, dumps({"status": "failed"}), ctx.tick, row["id"]),
         )
-        if present:
+        if present and author is not None:
             ctx.notify(author, ctx.texts.render("reviewer_failed", title=row["title"], attempts=attempts), "review")
         ctx.emit(
             OperatorAlert("paper review failed", details={"submission": row["id"], "attempts": attempts}), row["agent"]
@@ -265,7 +265,14 @@ class Reviewer(Hook):
         ctx.emit(PaperReviewed(submission=row["id"], decision="failed", score=None, paper=None), row["agent"])
 
     def _decided(
-        self, ctx: Context, row: Any, verdict: PaperVerdict, attempts: int, decision: str, author: Any, present: bool
+        self,
+        ctx: Context,
+        row: Any,
+        verdict: PaperVerdict,
+        attempts: int,
+        decision: str,
+        author: Agent | None,
+        present: bool,
     ) -> None:
         """A verdict was read: the paper is published (accepted) or not, and the author is told."""
         cfg, texts = ctx.config.section(ReviewerConfig), ctx.texts
@@ -291,7 +298,7 @@ class Reviewer(Hook):
             (decision, attempts, verdict.score, dumps(record), ctx.tick, number, row["id"]),
         )
         if decision == "rejected":
-            if present:
+            if present and author is not None:
                 ctx.notify(
                     author,
                     texts.render(

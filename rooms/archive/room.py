@@ -14,6 +14,7 @@ from typing import Any
 
 from rooms.archive.config import ArchiveConfig, ReviewerConfig
 from rooms.archive.events import PaperSubmitted
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, action, register_room
 
@@ -51,7 +52,7 @@ class ArchiveRoom(CapsuleRoom):
 
     # -- submitting -----------------------------------------------------------------------
     @action("create", params=PaperParams)
-    def create(self, ctx: Context, agent: Any, args: str | None, p: PaperParams) -> Outcome:
+    def create(self, ctx: Context, agent: Agent, args: str | None, p: PaperParams) -> Outcome:
         cfg = ctx.config.section(ArchiveConfig)
         problem = (
             self.may_create(ctx, agent)
@@ -93,7 +94,7 @@ class ArchiveRoom(CapsuleRoom):
             ]
         )
 
-    def after_create(self, ctx: Context, agent: Any, capsule: Capsule) -> list[str]:
+    def after_create(self, ctx: Context, agent: Agent, capsule: Capsule) -> list[str]:
         """Published directly (review off): recorded as an accepted submission and announced."""
         body = Capsules(ctx.store, self.short).message(capsule, 1)
         ctx.store.execute(
@@ -127,7 +128,7 @@ class ArchiveRoom(CapsuleRoom):
             return "the Archive takes no submissions on ticks ending in 9 or 0 (holiday); try again next tick"
         return None
 
-    def _cooldown(self, ctx: Context, agent: Any) -> str | None:
+    def _cooldown(self, ctx: Context, agent: Agent) -> str | None:
         cooldown = ctx.config.section(ArchiveConfig).cooldown_ticks
         if cooldown <= 0:
             return None
@@ -142,7 +143,7 @@ class ArchiveRoom(CapsuleRoom):
             "Keep experimenting meanwhile: a stronger paper is worth the wait"
         )
 
-    def _source_private(self, ctx: Context, agent: Any, p: PaperParams) -> str | None:
+    def _source_private(self, ctx: Context, agent: Agent, p: PaperParams) -> str | None:
         """`source_private: N` takes the content from the lineage's private capsule N."""
         source = p.source_private
         if source is None:
@@ -185,7 +186,7 @@ class ArchiveRoom(CapsuleRoom):
     def _paper_part(self, capsule: Capsule, message: cs.Message | None) -> bool:
         return message is None or message.k == 1 or message.author == REVIEWER.name
 
-    def may_reply(self, ctx: Context, agent: Any, capsule: Capsule) -> str | None:
+    def may_reply(self, ctx: Context, agent: Agent, capsule: Capsule) -> str | None:
         if agent.is_guest:
             return "only recursive agents may reply to papers"
         if agent.lineage and agent.lineage == capsule.author_lineage:
@@ -195,7 +196,9 @@ class ArchiveRoom(CapsuleRoom):
             )
         return None
 
-    def may_edit(self, ctx: Context, agent: Any, capsule: Capsule, message: cs.Message | None, verb: str) -> str | None:
+    def may_edit(
+        self, ctx: Context, agent: Agent, capsule: Capsule, message: cs.Message | None, verb: str
+    ) -> str | None:
         if self._paper_part(capsule, message) and not (verb == "delete" and message is None):
             return (
                 "published papers and their reviews are final; submit a revised paper instead"
@@ -204,7 +207,7 @@ class ArchiveRoom(CapsuleRoom):
             )
         return super().may_edit(ctx, agent, capsule, message, verb)
 
-    def after_reply(self, ctx: Context, agent: Any, capsule: Capsule, k: int) -> list[str]:
+    def after_reply(self, ctx: Context, agent: Agent, capsule: Capsule, k: int) -> list[str]:
         caps = Capsules(ctx.store, self.short)
         involved = {capsule.author, *(m.author for m in caps.messages(capsule))} - {agent.name, REVIEWER.name}
         told = []

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rooms.research.config import ResearchConfig
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, action
 
@@ -27,21 +28,21 @@ class Leaderboard:
     if TYPE_CHECKING:  # provided by the room
         short: ClassVar[str]
 
-        def scope(self, ctx: Context, agent: Any) -> tuple[str, tuple]: ...
-        def sees_all(self, ctx: Context, agent: Any) -> bool: ...
+        def scope(self, ctx: Context, agent: Agent) -> tuple[str, tuple]: ...
+        def sees_all(self, ctx: Context, agent: Agent) -> bool: ...
         def precision(self, ctx: Context, task_id: str) -> int: ...
 
     # -- per-agent view state ---------------------------------------------------------------
-    def state(self, agent: Any) -> dict[str, Any]:
+    def state(self, agent: Agent) -> dict[str, Any]:
         return agent.room_state(self.short)
 
-    def sort_mode(self, ctx: Context, agent: Any) -> str:
+    def sort_mode(self, ctx: Context, agent: Agent) -> str:
         mode = self.state(agent).get("sort", "id")
         if mode not in SORT_MODES or (mode == "score" and ctx.config.section(ResearchConfig).no_score):
             return "id"
         return mode
 
-    def page_size(self, ctx: Context, agent: Any) -> int:
+    def page_size(self, ctx: Context, agent: Agent) -> int:
         size = self.state(agent).get("page_size")
         return (
             size
@@ -49,11 +50,11 @@ class Leaderboard:
             else ctx.config.section(ResearchConfig).page_size
         )
 
-    def tag_filter(self, agent: Any) -> str | None:
+    def tag_filter(self, agent: Agent) -> str | None:
         tag = self.state(agent).get("filter")
         return tag if isinstance(tag, str) and tag else None
 
-    def board_where(self, ctx: Context, agent: Any) -> tuple[str, tuple]:
+    def board_where(self, ctx: Context, agent: Agent) -> tuple[str, tuple]:
         where, params = self.scope(ctx, agent)
         tag = self.tag_filter(agent)
         if tag:
@@ -61,14 +62,14 @@ class Leaderboard:
             params += (tag,)
         return where, params
 
-    def board_count(self, ctx: Context, agent: Any) -> int:
+    def board_count(self, ctx: Context, agent: Agent) -> int:
         where, params = self.board_where(ctx, agent)
         return ctx.store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params) or 0
 
     def score_order(self, ctx: Context, where: str, params: tuple) -> str:
         return ranking_order(ctx.store.all, where, params)
 
-    def order(self, ctx: Context, agent: Any, mode: str, where: str, params: tuple) -> tuple[str, tuple]:
+    def order(self, ctx: Context, agent: Agent, mode: str, where: str, params: tuple) -> tuple[str, tuple]:
         if mode == "author":
             return "COALESCE(e.session = ?, 0) DESC, e.tick DESC, e.id DESC", (agent.session,)
         if mode == "score":
@@ -108,7 +109,7 @@ class Leaderboard:
             return {}
         return json_or(row["metrics"], {})
 
-    def _board(self, ctx: Context, agent: Any) -> str:
+    def _board(self, ctx: Context, agent: Agent) -> str:
         no_score = ctx.config.section(ResearchConfig).no_score
         state = self.state(agent)
         where, params = self.board_where(ctx, agent)
@@ -155,7 +156,7 @@ class Leaderboard:
             lines += ["", filter_line]
         return "\n".join(lines)
 
-    def _tag_stats(self, ctx: Context, agent: Any) -> str:
+    def _tag_stats(self, ctx: Context, agent: Agent) -> str:
         cfg = ctx.config.section(ResearchConfig)
         if not cfg.show_tag_stats or not self.sees_all(ctx, agent):
             return ""
@@ -189,7 +190,7 @@ class Leaderboard:
 
     # -- actions: the leaderboard view -----------------------------------------------------------------
     @action("rank")
-    def rank(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def rank(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         mode = (args or "").strip()
         modes = [m for m in SORT_MODES if not (m == "score" and ctx.config.section(ResearchConfig).no_score)]
         if mode == "score" and ctx.config.section(ResearchConfig).no_score:
@@ -205,7 +206,7 @@ class Leaderboard:
         return Outcome([f"The leaderboard is now sorted by {mode}, from page 1."])
 
     @action("filter")
-    def filter(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def filter(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         tag = normalise_tag(text)
         if not tag:
@@ -226,7 +227,7 @@ class Leaderboard:
         )
 
     @action("unfilter")
-    def unfilter(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def unfilter(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         state = self.state(agent)
         if not self.tag_filter(agent):
             return Outcome(["No filter was set; the leaderboard already lists everything you can see."])
@@ -235,7 +236,7 @@ class Leaderboard:
         return Outcome(["Filter removed: the leaderboard lists every evaluation you can see, from page 1."])
 
     @action("page")
-    def page(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def page(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not re.fullmatch(r"\d{1,9}", text) or int(text) < 1:
             return Outcome(["Usage: /execute_action{page N} with N a page number from 1."])
@@ -246,7 +247,7 @@ class Leaderboard:
         return Outcome([f"Showing page {int(text)} of {pages}."])
 
     @action("page_size")
-    def page_size_action(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def page_size_action(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not re.fullmatch(r"\d{1,9}", text) or not 1 <= int(text) <= MAX_PAGE_SIZE:
             return Outcome([f"Usage: /execute_action{{page_size N}} with N from 1 to {MAX_PAGE_SIZE}."])

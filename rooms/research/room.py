@@ -67,20 +67,20 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return [*watch, Evaluations(), HolidayEvacuation()]
 
     # -- rules ------------------------------------------------------------------------------
-    def sees_all(self, ctx: Context, agent: Any) -> bool:
+    def sees_all(self, ctx: Context, agent: Agent) -> bool:
         return visibility.sees_all(agent, ctx.tick, ctx.config.lifecycle.maturity_ticks)
 
-    def scope(self, ctx: Context, agent: Any) -> tuple[str, tuple]:
+    def scope(self, ctx: Context, agent: Agent) -> tuple[str, tuple]:
         """The visibility rule as SQL over `evaluations e`: everything, or own lineage plus System."""
         if self.sees_all(ctx, agent):
             return "1", ()
         return "(e.lineage = ? OR (e.lineage IS NULL AND e.author = ?))", (agent.lineage, SYSTEM_AUTHOR)
 
-    def visible_row(self, ctx: Context, agent: Any, number: int) -> Any:
+    def visible_row(self, ctx: Context, agent: Agent, number: int) -> Any:
         where, params = self.scope(ctx, agent)
         return ctx.store.one(f"SELECT * FROM evaluations e WHERE e.id = ? AND {where}", (number, *params))
 
-    def same_side(self, agent: Any, row: Any) -> bool:
+    def same_side(self, agent: Agent, row: Any) -> bool:
         """The agent's own work, its lineage's, or a System baseline."""
         return (
             row["session"] == agent.session
@@ -99,7 +99,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return rs.storage_root(ctx.store.files)
 
     # -- the view -------------------------------------------------------------------------------
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         parts = [
             p
             for p in (
@@ -114,7 +114,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         ]
         return "\n\n".join(parts)
 
-    def _status_lines(self, ctx: Context, agent: Any) -> str:
+    def _status_lines(self, ctx: Context, agent: Agent) -> str:
         cfg = ctx.config.section(ResearchConfig)
         lines = []
         if agent.role == "supervisor":
@@ -144,7 +144,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         lines.append("\n`read <ID>` sends you a task's full description.")
         return "\n".join(lines)
 
-    def _running(self, ctx: Context, agent: Any) -> str:
+    def _running(self, ctx: Context, agent: Agent) -> str:
         if agent.role == "supervisor":
             return ""
         rows = ctx.store.all(
@@ -168,7 +168,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     # -- actions: tasks and submissions --------------------------------------------------------------
     @action("read")
-    def read(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def read(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         ids = self.task_ids(ctx)
         text = (args or "").strip()
         if not text:
@@ -206,7 +206,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         match = re.fullmatch(r"#?(\d{1,9})", text.strip())
         return str(int(match.group(1))) if match else None
 
-    def _cooldown_left(self, ctx: Context, agent: Any) -> int:
+    def _cooldown_left(self, ctx: Context, agent: Agent) -> int:
         cooldown = ctx.config.section(ResearchConfig).cooldown_ticks
         if cooldown <= 0:
             return 0
@@ -216,7 +216,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return cooldown - (ctx.tick - last)
 
     @action("submit", params=SubmitParams, yaml_required=False)
-    def submit(self, ctx: Context, agent: Any, args: str | None, p: SubmitParams | None) -> Outcome:
+    def submit(self, ctx: Context, agent: Agent, args: str | None, p: SubmitParams | None) -> Outcome:
         """Queue a submission for evaluation. Its checks follow the spec's numbered order (research
         §1.4); the first one that fails is the agent's answer."""
         try:
@@ -304,7 +304,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
 
     # -- actions: reading results ---------------------------------------------------------------------
     @action("review")
-    def review(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def review(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not text:
             return Outcome(["Usage: /execute_action{review <evaluation ID>}, e.g. review 12."])
@@ -377,7 +377,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return "\n".join(lines)
 
     @action("preview")
-    def preview(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def preview(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         text = (args or "").strip()
         if not text:
             return Outcome(["Usage: /execute_action{preview all} or preview 3,5,10:14 (IDs and ranges a:b)."])
@@ -430,7 +430,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         return "\n".join(lines)
 
     # -- help ---------------------------------------------------------------------------------------
-    def help(self, ctx: Context, agent: Any) -> str:
+    def help(self, ctx: Context, agent: Agent) -> str:
         return re.sub(r"\n{3,}", "\n\n", super().help(ctx, agent))  # optional sections may be empty
 
     def help_values(self, ctx: Context) -> dict[str, Any]:

@@ -27,20 +27,20 @@ class StorageActions:
 
     if TYPE_CHECKING:  # provided by the room and its leaderboard
 
-        def sees_all(self, ctx: Context, agent: Any) -> bool: ...
+        def sees_all(self, ctx: Context, agent: Agent) -> bool: ...
         def storage_root(self, ctx: Context) -> Any: ...
-        def state(self, agent: Any) -> dict[str, Any]: ...
+        def state(self, agent: Agent) -> dict[str, Any]: ...
 
     # -- storage ----------------------------------------------------------------------------------------
-    def _own(self, agent: Any) -> str | None:
+    def _own(self, agent: Agent) -> str | None:
         return agent.lineage.lower() if agent.lineage else None
 
-    def may_read(self, ctx: Context, agent: Any, loc: rs.Location) -> str | None:
+    def may_read(self, ctx: Context, agent: Agent, loc: rs.Location) -> str | None:
         if loc.area != rs.LINEAGE or loc.lineage == self._own(agent):
             return None
         return self.may_read_others(ctx, agent)
 
-    def may_read_others(self, ctx: Context, agent: Any) -> str | None:
+    def may_read_others(self, ctx: Context, agent: Agent) -> str | None:
         """Why the agent may not read other lineages' storage, or None (the same rule as the leaderboard's)."""
         stand = self._others_stand(ctx, agent)
         if stand == "closed":
@@ -51,7 +51,7 @@ class StorageActions:
             )
         return None
 
-    def _others_stand(self, ctx: Context, agent: Any) -> str:
+    def _others_stand(self, ctx: Context, agent: Agent) -> str:
         """'supervisor', 'closed' (by the station's flag), 'immature' or 'open': where the agent stands
         toward other lineages' storage. The flag binds everyone but supervisors, who review all lineages."""
         if agent.role == "supervisor":
@@ -60,7 +60,7 @@ class StorageActions:
             return "closed"
         return "open" if self.sees_all(ctx, agent) else "immature"
 
-    def may_write(self, ctx: Context, agent: Any, loc: rs.Location, verb: str) -> str | None:
+    def may_write(self, ctx: Context, agent: Agent, loc: rs.Location, verb: str) -> str | None:
         if loc.area is None or not loc.parts:
             return f"name the file to {verb}, e.g. shared/notes.md or lineage/helpers.py"
         if loc.area == rs.SYSTEM:
@@ -70,7 +70,7 @@ class StorageActions:
         return None
 
     @action("storage", params=StorageParams, yaml_required=False)
-    def storage(self, ctx: Context, agent: Any, args: str | None, p: StorageParams | None) -> Outcome:
+    def storage(self, ctx: Context, agent: Agent, args: str | None, p: StorageParams | None) -> Outcome:
         """The `storage` action's operations (info, list, read, write, delete): the operation word,
         then its path; each operation checks its own access."""
         op, _, rest = (args or "").strip().partition(" ")
@@ -158,7 +158,7 @@ class StorageActions:
         size = rs.human_size(len(content.encode("utf-8")))
         return Outcome([f"{'Created' if created else 'Overwrote'} {loc.display} ({size})."])
 
-    def _storage_view(self, ctx: Context, agent: Any) -> str:
+    def _storage_view(self, ctx: Context, agent: Agent) -> str:
         """The storage sections asked for last turn, shown once. What they show comes from the disk, which
         running code also changes, so it is a recorded input: a replayed station shows the same text."""
         state = self.state(agent)
@@ -175,7 +175,7 @@ class StorageActions:
         )
         return str(payload.get("text", ""))
 
-    def _storage_sections(self, ctx: Context, agent: Any, view: dict[str, Any]) -> str:
+    def _storage_sections(self, ctx: Context, agent: Agent, view: dict[str, Any]) -> str:
         parts = []
         if view.get("info"):
             parts.append(self._storage_info(ctx, agent))
@@ -191,7 +191,7 @@ class StorageActions:
             )
         return "\n\n".join(parts)
 
-    def _storage_info(self, ctx: Context, agent: Any) -> str:
+    def _storage_info(self, ctx: Context, agent: Agent) -> str:
         root = self.storage_root(ctx)
         own = self._own(agent)
         areas = [
@@ -220,7 +220,7 @@ class StorageActions:
         lines += ["", ctx.texts.render(rules), "", ctx.texts.render("research_storage_code_example")]
         return "\n".join(lines)
 
-    def _storage_listing(self, ctx: Context, agent: Any, path: str, page: int) -> str:
+    def _storage_listing(self, ctx: Context, agent: Agent, path: str, page: int) -> str:
         root = self.storage_root(ctx)
         try:
             loc = rs.parse_path(path, agent.lineage)
@@ -247,7 +247,7 @@ class StorageActions:
             lines.append(f"Next page: `storage list {loc.display} {page + 1}`")
         return "\n".join(lines)
 
-    def _area_overview(self, ctx: Context, agent: Any) -> str:
+    def _area_overview(self, ctx: Context, agent: Agent) -> str:
         own = self._own(agent)
         lines = [
             "`storage/` holds these areas:",
@@ -262,7 +262,7 @@ class StorageActions:
                 lines.append("- other lineages (read-only): " + ", ".join(f"`{n}/`" for n in others))
         return "\n".join(lines)
 
-    def _storage_read(self, ctx: Context, agent: Any, path: str) -> str:
+    def _storage_read(self, ctx: Context, agent: Agent, path: str) -> str:
         limit = ctx.config.section(ResearchConfig).storage_read_max_chars
         try:
             loc = rs.parse_path(path, agent.lineage)

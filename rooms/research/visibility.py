@@ -8,10 +8,10 @@ Context, applies it to a run's author read on its own store connection (`worker.
 
 from __future__ import annotations
 
-from typing import Any
+from station.core.agents import Agent
 
 
-def sees_all(agent: Any, tick: int, maturity_ticks: int | None) -> bool:
+def sees_all(agent: Agent, tick: int, maturity_ticks: int | None) -> bool:
     """Whether the agent sees every lineage at `tick`: a supervisor, or mature, counted as
     `Context.is_mature` counts it (`maturity_ticks` None: the station does not isolate)."""
     return agent.role == "supervisor" or maturity_ticks is None or agent.age(tick) >= maturity_ticks

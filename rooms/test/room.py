@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from rooms.test.events import EntranceTestSubmitted
 from station.core import agents as ag
 from station.core import lifecycle
+from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, Params, Room, action, register_room
 
@@ -57,10 +58,10 @@ class TestTaking:
     def __init__(self, test: Any) -> None:
         self.test = test
 
-    def first_prompt(self, ctx: Context, agent: Any) -> str:
+    def first_prompt(self, ctx: Context, agent: Agent) -> str:
         return ctx.texts.render("test_prompt", test_id=self.test.id, title=self.test.title, question=self.test.question)
 
-    def step(self, ctx: Context, agent: Any, reply: str) -> tuple[str | None, list[str]]:
+    def step(self, ctx: Context, agent: Agent, reply: str) -> tuple[str | None, list[str]]:
         ctx.store.execute(
             "INSERT INTO test_attempts(session, agent, test_id, status, answer, tick) VALUES(?, ?, ?, 'pending', ?, ?)",
             (agent.session, agent.name, self.test.id, reply, ctx.tick),
@@ -91,7 +92,7 @@ class TestChamber(Room):
         return [TestGrader()]
 
     # -- output -----------------------------------------------------------------------------
-    def render(self, ctx: Context, agent: Any) -> str:
+    def render(self, ctx: Context, agent: Agent) -> str:
         lines = []
         state = agent.room_state(self.short)
         unseen = state.pop("unseen_results", [])
@@ -105,7 +106,7 @@ class TestChamber(Room):
             lines.append(f"| {t.id} | {_clip(t.title, 52)} | {_clip(t.goal, 98)} | {label} |")
         return "\n".join(lines)
 
-    def system_notices(self, ctx: Context, agent: Any) -> list[str]:
+    def system_notices(self, ctx: Context, agent: Agent) -> list[str]:
         """The ascension offer, shown first in every prompt of an eligible guest (never stored)."""
         if not agent.is_guest or not self.eligible(ctx, agent):
             return []
@@ -118,24 +119,24 @@ class TestChamber(Room):
                 ancestor_name=ancestor.name,
                 ancestor_description=ancestor.description,
                 lineage=ancestor.lineage,
-                next_name=f"{ancestor.lineage} {ag.roman(next_generation(ctx, ancestor.lineage))}",
+                next_name=f"{ancestor.lineage} {ag.roman(next_generation(ctx, lineage_of(ancestor)))}",
             )
         ]
 
     # -- ascension --------------------------------------------------------------------------
-    def offered_ancestor(self, ctx: Context, agent: Any) -> Any:
+    def offered_ancestor(self, ctx: Context, agent: Agent) -> Agent | None:
         if not agent.is_guest or not self.eligible(ctx, agent):
             return None
         return self.refresh_offer(ctx, agent)
 
-    def eligible(self, ctx: Context, agent: Any) -> bool:
+    def eligible(self, ctx: Context, agent: Agent) -> bool:
         return passed_count(ctx, agent.session) >= ctx.config.lifecycle.min_tests_for_ascension
 
-    def _valid_ancestor(self, ctx: Context, name: str | None) -> Any:
+    def _valid_ancestor(self, ctx: Context, name: str | None) -> Agent | None:
         a = ctx.agents.get(name) if name else None
         return a if a and a.state == ag.ENDED and not a.succeeded_by else None
 
-    def refresh_offer(self, ctx: Context, guest: Any) -> Any:
+    def refresh_offer(self, ctx: Context, guest: Agent) -> Agent | None:
         """Decide once which ancestor (if any) to offer; decide again only if it became invalid."""
         flags = guest.flags
         if flags.get("offer_decided"):
@@ -148,7 +149,7 @@ class TestChamber(Room):
         guest.offered_ancestor = self._choose_ancestor(ctx, guest)
         return self._valid_ancestor(ctx, guest.offered_ancestor)
 
-    def _choose_ancestor(self, ctx: Context, guest: Any) -> str | None:
+    def _choose_ancestor(self, ctx: Context, guest: Agent) -> str | None:
         cfg = ctx.config.lineage
         candidates = ag.ancestor_candidates(ctx.agents, guest)
         if guest.assigned_ancestor:
@@ -169,7 +170,7 @@ class TestChamber(Room):
         return ag.latest_of_lineage(candidates, lineage).name if lineage else None
 
     @action("ascend_inherit", params=InheritParams, yaml_required=False)
-    def ascend_inherit(self, ctx: Context, agent: Any, args: str | None, p: InheritParams | None) -> Outcome:
+    def ascend_inherit(self, ctx: Context, agent: Agent, args: str | None, p: InheritParams | None) -> Outcome:
         if not agent.is_guest:
             return Outcome(["You have already ascended."])
         if not self.eligible(ctx, agent):
@@ -180,13 +181,12 @@ class TestChamber(Room):
         description = (
             p.description if p and p.description else None
         ) or f"Heir of {ancestor.name}, continuing the {ancestor.lineage} lineage."
-        new = lifecycle.ascend(
-            ctx, agent, ancestor.lineage, next_generation(ctx, ancestor.lineage), description, ancestor
-        )
+        lineage = lineage_of(ancestor)
+        new = lifecycle.ascend(ctx, agent, lineage, next_generation(ctx, lineage), description, ancestor)
         return Outcome(_ascended_lines(new))
 
     @action("ascend_new", params=NewLineageParams)
-    def ascend_new(self, ctx: Context, agent: Any, args: str | None, p: NewLineageParams) -> Outcome:
+    def ascend_new(self, ctx: Context, agent: Agent, args: str | None, p: NewLineageParams) -> Outcome:
         if not agent.is_guest:
             return Outcome(["You have already ascended."])
         if not self.eligible(ctx, agent):
@@ -202,7 +202,7 @@ class TestChamber(Room):
 
     # -- taking a test ----------------------------------------------------------------------
     @action("take", internal=True)
-    def take(self, ctx: Context, agent: Any, args: str | None, p: None) -> Outcome:
+    def take(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
         if not args:
             return Outcome(["Usage: /execute_action{take <test id>}, e.g. take 1."])
         test_id = args.strip()
@@ -227,6 +227,13 @@ def _ascended_lines(new: Any) -> list[str]:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def lineage_of(ancestor: Agent) -> str:
+    """The lineage an heir of `ancestor` continues (an ancestor is always a recursive agent)."""
+    if ancestor.lineage is None:
+        raise ValueError(f"{ancestor.name} has no lineage to continue")
+    return ancestor.lineage
 
 
 def next_generation(ctx: Context, lineage: str) -> int:
