@@ -141,7 +141,7 @@ class Agent:
     def room_state(self, short: str) -> dict[str, Any]:
         return self.rooms.setdefault(short, {})
 
-    def to_row(self) -> tuple:
+    def to_row(self) -> tuple[Any, ...]:
         # vars() holds exactly the fields (from_json refuses any other key), and dumps sorts
         # keys: the same bytes as serialising dataclasses.asdict, without its deep copy.
         return (
@@ -166,7 +166,7 @@ class Agent:
 
 # The row columns the active index depends on (to_row's state, position and kind).
 _STATE, _POSITION, _KIND = 2, 3, 4
-Checkpoint = tuple[dict[str, tuple[Agent, str, tuple | None]], set[str]]
+Checkpoint = tuple[dict[str, tuple[Agent, str, tuple[Any, ...] | None]], set[str]]
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ class AgentRegistry:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._cache: dict[str, Agent] = {}
-        self._stored: dict[str, tuple] = {}  # each cached record's row as last read or written
+        self._stored: dict[str, tuple[Any, ...]] = {}  # each cached record's row as last read or written
         self._touched: set[str] = set()  # handed out since the last commit: the only ones that may differ
         self._changes: set[str] = set()  # touched records whose indexed fields were assigned since written
         self._order: ActiveIndex | None = None  # the active agents in turn order
@@ -307,7 +307,7 @@ class AgentRegistry:
         self._changes.discard(agent.name)
         object.__setattr__(agent, "_changes", self._changes)
 
-    def _upsert(self, row: tuple) -> None:
+    def _upsert(self, row: tuple[Any, ...]) -> None:
         self.store.execute(
             "INSERT INTO agents(name, session, state, position, kind, lineage, model_name, successor, "
             "respawn_pending, location, offered, data) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -319,23 +319,23 @@ class AgentRegistry:
             row,
         )
 
-    def _moves_index(self, agent: Agent, before: tuple | None, row: tuple) -> bool:
+    def _moves_index(self, agent: Agent, before: tuple[Any, ...] | None, row: tuple[Any, ...]) -> bool:
         """Whether writing `row` changes the active index: state, position or kind changed, or
         the birth tick (only tests and the operator's tools rewrite it)."""
         if before is None or any(before[i] != row[i] for i in (_STATE, _POSITION, _KIND)):
             return True
         return self._order is not None and self._order.births.get(agent.name, agent.birth_tick) != agent.birth_tick
 
-    def names(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[str]:
+    def names(self, condition: str = "1", params: tuple[Any, ...] = (), order: str = "session, name") -> list[str]:
         """Names of the agents matching an SQL condition on the indexed columns, touching none."""
         self._sync()
         return [r[0] for r in self.store.all(f"SELECT name FROM agents WHERE {condition} ORDER BY {order}", params)]
 
-    def where(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
+    def where(self, condition: str = "1", params: tuple[Any, ...] = (), order: str = "session, name") -> list[Agent]:
         """Agents matching an SQL condition on the indexed columns (state, kind, lineage, location, ...)."""
         return [a for a in (self.get(n) for n in self.names(condition, params, order)) if a is not None]
 
-    def peek(self, condition: str = "1", params: tuple = (), order: str = "session, name") -> list[Agent]:
+    def peek(self, condition: str = "1", params: tuple[Any, ...] = (), order: str = "session, name") -> list[Agent]:
         """As `where`, for reading only: the records are not handed out, so the unit's flush does
         not compare them with their rows (a lineage's ancestors: hundreds after 5,000 ticks).
         Never change one: the change would not be written."""

@@ -202,9 +202,9 @@ def queue(store: Store, command: dict[str, Any]) -> int:
     return int(cur.lastrowid)  # type: ignore[arg-type]  # an INSERT sets it
 
 
-def recorded_by_point(source: Store) -> dict[int, list[tuple[str, dict]]]:
+def recorded_by_point(source: Store) -> dict[int, list[tuple[str, dict[str, Any]]]]:
     """A source station's operator inputs, grouped by the point (units done) they were applied at."""
-    out: dict[int, list[tuple[str, dict]]] = {}
+    out: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for row in source.all("SELECT key, payload FROM inputs WHERE kind='operator' ORDER BY seq"):
         payload = json.loads(row["payload"])
         out.setdefault(payload["point"], []).append((row["key"], payload))
@@ -212,8 +212,8 @@ def recorded_by_point(source: Store) -> dict[int, list[tuple[str, dict]]]:
 
 
 def due_commands(
-    store: Store, replayed: dict[int, list[tuple[str, dict]]] | None, point: int
-) -> Iterator[tuple[str, dict]]:
+    store: Store, replayed: dict[int, list[tuple[str, dict[str, Any]]]] | None, point: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """Commands to apply now: queued ones live, or in a replay the source's ones recorded at this point."""
     if replayed is not None:
         for key, payload in replayed.get(point, []):
@@ -305,7 +305,8 @@ def _model_at(config: StationConfig, owner: str) -> ModelConfig:
     """The model of `agents.N`, `reviewer`, `grading` or `debugger`."""
     if owner.startswith("agents."):
         return config.agents[int(owner.split(".")[1])].model
-    return getattr(config, owner).model
+    model: ModelConfig = getattr(config, owner).model
+    return model
 
 
 def model_owners(config: StationConfig, model: ModelConfig) -> list[str]:
@@ -326,7 +327,7 @@ def _same_model(settings: dict[str, Any], model: dict[str, Any]) -> bool:
         return False
 
 
-def _use_new_model(ctx: Context, before: StationConfig, key: re.Match) -> None:
+def _use_new_model(ctx: Context, before: StationConfig, key: re.Match[str]) -> None:
     """A changed model setting reaches whoever calls that model from their next call.
 
     The reviewer, grader and debugger read their model from the config at each call. Agents carry

@@ -6,7 +6,7 @@ Unknown keys and bad values fail at start-up with the key's dotted path, e.g.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -419,7 +419,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """A YAML loader that refuses duplicate keys instead of silently keeping the last one."""
 
 
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)

@@ -33,7 +33,12 @@ class NeedInput(Exception):
     """
 
     def __init__(
-        self, key: str, kind: str, agent: str | None, produce: Callable[[], dict], request_hash: str | None = None
+        self,
+        key: str,
+        kind: str,
+        agent: str | None,
+        produce: Callable[[], dict[str, Any]],
+        request_hash: str | None = None,
     ) -> None:
         super().__init__(key)
         self.key, self.kind, self.agent, self.produce = key, kind, agent, produce
@@ -49,7 +54,7 @@ class NeedInput(Exception):
 
 
 # What `Context.obtain` takes: key, kind, agent, producer, request hash.
-InputRequest = tuple[str, str, "str | None", Callable[[], dict], "str | None"]
+InputRequest = tuple[str, str, "str | None", Callable[[], dict[str, Any]], "str | None"]
 
 
 class ReplayDiverged(RuntimeError):
@@ -127,7 +132,8 @@ class Context:
     # -- clock ----------------------------------------------------------------------------
     @property
     def tick(self) -> int:
-        return self.store.get_meta("tick", 1)
+        tick: int = self.store.get_meta("tick", 1)
+        return tick
 
     # -- randomness: derived from the seed and where it is used, so nothing to persist ----
     def rng(self, *parts: Any) -> random.Random:
@@ -192,7 +198,7 @@ class Context:
         key: str,
         kind: str,
         agent: str | None,
-        produce: Callable[[], dict],
+        produce: Callable[[], dict[str, Any]],
         request_hash: str | None = None,
         *,
         inline: bool = False,
@@ -211,9 +217,9 @@ class Context:
             if row is not None:
                 if self.replay_strict and row["request_hash"] != request_hash:
                     raise ReplayDiverged(f"input {key!r} answered a different request in the source station")
-                payload = json.loads(row["payload"])
-                self.store.put_input(key, kind, self.tick, agent, payload, request_hash)
-                return payload
+                recorded: dict[str, Any] = json.loads(row["payload"])
+                self.store.put_input(key, kind, self.tick, agent, recorded, request_hash)
+                return recorded
             if self.replay_strict:
                 raise ReplayDiverged(f"the source station has no recorded input {key!r}")
         if inline:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from station.core import commands, lifecycle
 from station.core.agents import Agent
-from station.core.context import NeedInput, StationPaused, WaitInterrupted, request_hash
+from station.core.context import NeedInput, WaitInterrupted, request_hash
+from station.core.context import StationPaused as StationPaused  # re-exported: the apps catch it from here
 from station.core.events import TickEnding, TickStarted, TurnFinished, TurnStarted
 from station.core.model_api import (
     INTERRUPTED,
@@ -476,9 +477,10 @@ class Engine:
     def _prebuilt_prompt(self, agent: Agent) -> str | None:
         # Looked up whatever the mode: if the operator switched to sequential mid-tick, a prompt
         # already built (and perhaps answered) must still be the one this turn uses.
-        return self.store.scalar(
+        prompt: str | None = self.store.scalar(
             "SELECT prompt FROM turn_prompts WHERE tick=? AND session=?", (self.ctx.tick, agent.session)
         )
+        return prompt
 
     def _prefetch(self, session: int | None = None) -> None:
         """Ask every model (or `session`'s) for this tick's first replies at once, and record each answer."""

@@ -90,7 +90,8 @@ def room_view(ctx: Context, room: Any, agent: Agent) -> str:
     saved = ctx.agents.checkpoint(only=[agent.name])
     try:
         with ctx.store.savepoint("view"):
-            return room.output(ctx, agent)
+            view: str = room.output(ctx, agent)
+            return view
     except ENGINE_SIGNALS:
         raise
     except Exception as err:  # noqa: BLE001 - a room's bug or a hostile file must not stop the station

@@ -53,6 +53,9 @@ class ActionSpec:
     yaml_required: bool
 
 
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+
+
 def action(
     name: str,
     *,
@@ -60,10 +63,10 @@ def action(
     internal: bool = False,
     guests: bool | None = None,
     yaml_required: bool | None = None,
-) -> Callable:
+) -> Callable[[_Handler], _Handler]:
     """Declare a room method as the handler of `name`."""
 
-    def mark(fn: Callable) -> Callable:
+    def mark(fn: _Handler) -> _Handler:
         fn.__action__ = ActionSpec(  # type: ignore[attr-defined]
             name=name,
             handler=fn,

@@ -407,17 +407,18 @@ class Store:
     # -- helpers --------------------------------------------------------------------------
     # Every text parameter is made valid UTF-8 on its way in (safe_text): one odd byte from a
     # model or a file name must not make SQLite raise in the middle of committing a turn.
-    def one(self, sql: str, params: tuple = ()) -> sqlite3.Row | None:
-        return self.db.execute(sql, valid_params(params)).fetchone()
+    def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.db.execute(sql, valid_params(params)).fetchone()
+        return row
 
-    def all(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+    def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         return self.db.execute(sql, valid_params(params)).fetchall()
 
-    def scalar(self, sql: str, params: tuple = ()) -> Any:
+    def scalar(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         row = self.db.execute(sql, valid_params(params)).fetchone()
         return row[0] if row else None
 
-    def execute(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         return self.db.execute(sql, valid_params(params))
 
     def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
@@ -438,7 +439,8 @@ class Store:
         return target
 
     def integrity_check(self) -> str:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+        result: str = self.db.execute("PRAGMA integrity_check").fetchone()[0]
+        return result
 
 
 def _split_sql(script: str) -> list[str]:
