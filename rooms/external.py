@@ -46,13 +46,20 @@ def open_request(ctx: Context, agent_name: str) -> Any:
     return ctx.store.one("SELECT * FROM human_requests WHERE agent=? AND resolved_tick IS NULL", (agent_name,))
 
 
-def answer_request(ctx: Context, request_id: int, response: str | None) -> str:
-    """Close a request (operator command); the agent hears the answer if it is still here."""
-    row = ctx.store.one("SELECT * FROM human_requests WHERE id=?", (request_id,))
+def waiting_request(store: Store, request_id: int) -> Any:
+    """Request `request_id`, still waiting for its answer; a ValueError says why it cannot be answered."""
+    row = store.one("SELECT * FROM human_requests WHERE id=?", (request_id,))
     if row is None:
-        raise ValueError(f"no human request #{request_id}")
+        waiting = [f"#{r[0]}" for r in store.all("SELECT id FROM human_requests WHERE resolved_tick IS NULL")]
+        raise ValueError(f"no request #{request_id} ({'open: ' + ', '.join(waiting) if waiting else 'none is open'})")
     if row["resolved_tick"] is not None:
         raise ValueError(f"request #{request_id} was already answered at tick {row['resolved_tick']}")
+    return row
+
+
+def answer_request(ctx: Context, request_id: int, response: str | None) -> str:
+    """Close a request (operator command); the agent hears the answer if it is still here."""
+    row = waiting_request(ctx.store, request_id)
     ctx.store.execute(
         "UPDATE human_requests SET resolved_tick=?, response=? WHERE id=?", (ctx.tick, response, request_id)
     )
@@ -76,12 +83,7 @@ class ExternalCounter(Room):
 
     @classmethod
     def check_operator_answer(cls, store: Store, request: int) -> bool:
-        row = store.one("SELECT resolved_tick FROM human_requests WHERE id=?", (request,))
-        if row is None:
-            waiting = [f"#{r[0]}" for r in store.all("SELECT id FROM human_requests WHERE resolved_tick IS NULL")]
-            raise ValueError(f"no request #{request} ({'open: ' + ', '.join(waiting) if waiting else 'none is open'})")
-        if row["resolved_tick"] is not None:
-            raise ValueError(f"request #{request} was already answered at tick {row['resolved_tick']}")
+        waiting_request(store, request)
         return True
 
     def answer_operator(self, ctx: Context, request: int, text: str | None) -> bool:

@@ -294,6 +294,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
+    from station.apps import endpoints
     from station.apps.world import station_room_classes
     from station.core import commands
 
@@ -309,7 +310,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         command.update(agent=args.agent)
     commands.validate(command)
     # reads the store only: fine while the station runs
-    commands.check_target(store, command, station_room_classes(store))
+    commands.check_target(store, command, station_room_classes(endpoints.stored_config(store)))
     number = commands.queue(store, command)
     print(f"operator command #{number} ({args.op}) queued; it takes effect {_when(args.dir)}")
     return 0

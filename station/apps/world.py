@@ -26,9 +26,8 @@ from station.models import ModelPool
 FORMAT_VERSION = 1
 
 
-def station_room_classes(store: Store) -> list[type[Room]]:
-    """The classes of the rooms a stored station has, without building them (a reader while it may run)."""
-    config = parse_config(store.get_meta("config"), f"{store.dir}/station.db", stored=True)
+def station_room_classes(config: StationConfig) -> list[type[Room]]:
+    """The classes of the rooms a station's config has, without building them (a reader while it may run)."""
     names = recorded_room_set(config.rooms.enabled, config.rooms.disabled)
     return [cls for cls in room_classes() if cls.short in names]
 

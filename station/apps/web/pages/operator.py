@@ -144,7 +144,7 @@ def _operate(directory: Path, runner: StationRunner, action: str, **form: Any) -
         elif action == "spawn":
             endpoints.check_spawn(config, command["agent"])
         else:
-            commands.check_target(store, command, station_room_classes(store))
+            commands.check_target(store, command, station_room_classes(config))
         number = commands.queue(store, command)
     finally:
         store.close()
