@@ -3,7 +3,7 @@
 - a Ray worker killed mid-run: the run goes again and is scored; killed every time: after
   1 + RETRIES attempts it is a system error, never the code's result;
 - the head killed mid-run: a system error naming the address, and the process survives Ray's own
-  "GCS gone for 60 s: end the process";
+  "GCS gone for a while: end the process";
 - an address nothing answers on: a system error at once, not a hang;
 - a station on that cluster: pauses with the reason (exit 3), keeps the evaluation queued, pauses
   again at once while the head is down, and scores the evaluation once a head is back on the port.
@@ -37,7 +37,10 @@ from station.executors.ray_executor import RETRIES
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "STATION_RAY_FAULTS_HEAD"
-LINGER_S = 75  # Ray's GCS client ends a driver whose head is gone 60 s (its default); stay past that
+# Ray's GCS client ends a driver whose head is gone for gcs_rpc_server_reconnect_timeout_s (60 s by
+# default). The killed-head driver starts with it set to SHORT_RECONNECT_S, which the executor must
+# override as it overrides Ray's default, and stays alive past it: the same proof, a minute sooner.
+SHORT_RECONNECT_S, LINGER_S = 4, 12
 
 if LocalExecutor().mode != "namespaces":
     pytest.skip("the sandbox needs root and unshare here", allow_module_level=True)
@@ -196,7 +199,8 @@ def test_a_killed_ray_worker_is_retried_and_the_run_scored(tmp_path, head, ray_e
 
 def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_path, head, ray_env):
     h = head()
-    run = driver(ray_env, h.address, "faults-head", tmp_path / "head", sleepy=1, linger=LINGER_S)
+    short = {**ray_env, "RAY_gcs_rpc_server_reconnect_timeout_s": str(SHORT_RECONNECT_S)}
+    run = driver(short, h.address, "faults-head", tmp_path / "head", sleepy=1, linger=LINGER_S)
     wait_for("the run start", lambda: (tmp_path / "head" / "attempt-1").exists(), proc=run)
     h.kill()
     result, closed = outcome(run)

@@ -265,3 +265,20 @@ def test_batch_hvg_are_scanpys_seurat_v3_genes(full, tmp_path):
                                        inplace=False)["highly_variable"].to_numpy()
     assert list(loaded.var_names) == list(full.var_names[kept])
     assert loaded.var["batch_hvg"].sum() == 150
+
+
+def test_a_draw_whose_variance_trend_scanpy_cannot_fit_still_becomes_a_dataset(tmp_path):
+    """With this data root's key, seurat_v3's loess fit (scanpy's span 0.3) is singular on the small
+    dataset ("reciprocal condition number"); about one root in fifty drew such data, and its station
+    could not build the task. The genes are then ranked with a wider span."""
+    from evaluators.scrna.dataset import Dataset
+    from evaluators.scrna.layout import HVG_FRACTION
+
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "simulation.key").write_text("35257cbe7914ff8c8c8f6d0683caab33f9f90577ce93c50cd8c10600726e23d1\n")
+    (secret / "simulation.key").chmod(0o600)
+    dataset = Dataset(tmp_path, size="small").ensure()
+    assert dataset.ready()
+    flagged = ad.read_h5ad(dataset.input_dir / "train_input.h5ad").var["batch_hvg"]
+    assert flagged.sum() == int(round(HVG_FRACTION * len(flagged)))

@@ -31,6 +31,9 @@ def log_normalize(counts: sp.csr_matrix, target_sum: float = TARGET_SUM) -> sp.c
     return out
 
 
+LOESS_SPANS = (0.3, 0.5, 0.8)  # scanpy's default span, then wider
+
+
 def batch_hvg_order(counts: sp.spmatrix, batch: np.ndarray, n_top: int) -> np.ndarray:
     """Gene indices, most variable first: the first `n_top` are exactly the genes scanpy's
     `highly_variable_genes(flavor="seurat_v3", n_top_genes=n_top, batch_key=...)` flags, in scanpy's
@@ -47,11 +50,20 @@ def batch_hvg_order(counts: sp.spmatrix, batch: np.ndarray, n_top: int) -> np.nd
         obs=pd.DataFrame({"batch": pd.Categorical(np.asarray(batch).astype(str))}, index=_names(counts.shape[0])),
         var=pd.DataFrame(index=_names(counts.shape[1])),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # scanpy's notes on the flavour; nothing the caller can act on
-        table = sc.pp.highly_variable_genes(
-            work, flavor="seurat_v3", n_top_genes=n_top, batch_key="batch", inplace=False
-        )
+    # seurat_v3 fits a loess of variance on mean per batch; on some draws that fit is singular
+    # ("reciprocal condition number ..."). Scanpy's span first, then wider ones: only data scanpy
+    # itself cannot rank are ranked with a smoother trend.
+    for span in LOESS_SPANS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # scanpy's notes on the flavour; nothing the caller can act on
+                table = sc.pp.highly_variable_genes(
+                    work, flavor="seurat_v3", n_top_genes=n_top, batch_key="batch", span=span, inplace=False
+                )
+            break
+        except ValueError as err:
+            if "reciprocal condition number" not in str(err) or span == LOESS_SPANS[-1]:
+                raise
     rank = table["highly_variable_rank"].to_numpy(dtype=np.float64)
     n_batches = table["highly_variable_nbatches"].to_numpy()
     ranked = np.isfinite(rank)
