@@ -14,10 +14,10 @@ run: setup
 	@echo "          .venv/bin/station agents $(DIR) --all"
 	@echo "          .venv/bin/station dialogue $(DIR) Guest_1"
 
-# One process: with three workers on two cores (pytest -n 3 --dist loadfile, about 19 minutes) a
-# local Ray instance can miss its health checks and be declared dead, so CI stays serial for now.
+# Two workers, each taking whole test modules, heaviest first; the tests that start Ray run one
+# at a time in one worker (tests/conftest.py says which and why).
 test: setup check
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The code checks (docs/extending.md): lint, formatting, types and the layers.
 check: setup

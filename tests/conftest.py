@@ -4,7 +4,8 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,30 @@ from station.core.engine import Engine
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This test run's temporary folder, which its parallel workers (pytest-xdist) share."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # above each worker's own
+
+
+@contextmanager
+def shared_task_data(tmp_path_factory: pytest.TempPathFactory, task: str) -> Iterator[Path]:
+    """STATION_<TASK>_DATA pointed at one data cache per test run, shared by every module and worker:
+    a dataset (and its scoring bounds) is built once, under the cache's own file locks, not once
+    per module. Tests of how a cache is made use a folder of their own."""
+    folder = run_folder(tmp_path_factory) / "task-data" / task.lower()
+    patch = pytest.MonkeyPatch()
+    patch.setenv(f"STATION_{task.upper()}_DATA", str(folder))
+    try:
+        yield folder
+    finally:
+        patch.undo()
+
+
 def shared_world(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
     """A station built once per test run, whichever worker asks first: the parallel workers
     (pytest-xdist) share their run's temporary folder, and the others wait for the build."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's folder, above each worker's own
+    base = run_folder(tmp_path_factory)
     directory, done = base / f"shared-{name}" / "station", base / f"shared-{name}.built"
     with open(base / f"shared-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -52,20 +71,34 @@ def copy_station(source: Path, target: Path) -> Path:
     return target
 
 
-# Modules whose tests are slow on a 2-core machine: a real training or scoring, a whole station run,
-# Ray, a browser, kill -9 loops, or the shared demo station. `pytest -m "not slow"` leaves them out
-# (the quick loop while editing, README "Tests"); `make test` runs everything.
-SLOW_MODULES = {
-    "test_circle_packing", "test_cli", "test_crash", "test_demo", "test_eval_crash", "test_evaluation_faults",
-    "test_evaluations", "test_folder_task", "test_forecasting_task", "test_front_door", "test_ray_executor",
-    "test_ray_faults", "test_redteam_folder", "test_redteam_jax", "test_redteam_rna", "test_redteam_scrna",
-    "test_redteam_sokoban", "test_remote_station", "test_request_processes", "test_rna_task", "test_scrna_metrics",
-    "test_scrna_oracle", "test_scrna_task", "test_set_model", "test_sokoban_env", "test_sokoban_scoring",
-    "test_sokoban_task", "test_web", "test_web_browser", "test_web_links", "test_web_security", "test_web_study",
-}
+# Modules whose tests are slow on a 2-core machine (a real training or scoring, a whole station run,
+# Ray, a browser, kill -9 loops, or the shared demo station), heaviest first: about 130 s for the
+# first, 10 s for the last, run alone. `pytest -m "not slow"` leaves them out (the quick loop while
+# editing, README "Tests"); `make test` runs everything on two workers, which take whole modules in
+# this order (--dist loadgroup), so the longest start first and no long one is left for the end.
+SLOW_MODULES = (
+    "test_forecasting_task", "test_scrna_task", "test_redteam_sokoban", "test_cli", "test_demo",
+    "test_request_processes", "test_sokoban_task", "test_redteam_jax", "test_rna_task", "test_front_door",
+    "test_scrna_oracle", "test_redteam_scrna", "test_remote_station", "test_folder_task", "test_web_browser",
+    "test_redteam_rna", "test_evaluation_faults", "test_crash", "test_eval_crash", "test_scrna_metrics",
+    "test_web_security", "test_evaluations", "test_sokoban_scoring", "test_sokoban_env", "test_set_model",
+    "test_redteam_folder", "test_circle_packing", "test_web", "test_web_links", "test_web_study",
+    "test_ray_executor", "test_ray_faults",
+)
+# Tests marked `ray` (a local Ray instance or a Ray head) form one group, run first by one worker:
+# two Ray instances at once on two cores can miss each other's health checks.
+RAY_GROUP = "ray"
+ORDER = {name: rank for rank, name in enumerate((RAY_GROUP, *SLOW_MODULES))}
 
 
+def group_of(item: pytest.Item) -> str:
+    return RAY_GROUP if item.get_closest_marker("ray") else item.path.stem
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.stem in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    items.sort(key=lambda item: ORDER.get(group_of(item), len(ORDER)))  # stable: files keep their order

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import shared_task_data
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax import hooks
@@ -43,11 +44,8 @@ def create_network(hparams):
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("forecast")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_FORECAST_DATA", str(root))
-    yield root
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "forecast") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +291,7 @@ def create_network(hparams):
 '''
 
 
+@pytest.mark.ray
 def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_path: Path) -> None:
     pytest.importorskip("ray")
     task = create_task("forecasting", {**TINY, "trials": 3, "max_epochs": 2, "trial_cpus": 0.5})

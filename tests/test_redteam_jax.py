@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_task_data
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax.windows import gather
@@ -38,11 +39,8 @@ TRAINING = SETTINGS["phase"] == "train"
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("forecast-redteam")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_FORECAST_DATA", str(root))
-    yield root
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "forecast") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

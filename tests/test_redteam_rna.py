@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import shared_task_data
 
 from evaluators.base import Verdict, create_task
 from evaluators.rna.beacon import DATASETS
@@ -165,11 +166,8 @@ if ATTACK == "patch":
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("rna-redteam")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_RNA_DATA", str(root))
-    yield root
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "rna") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

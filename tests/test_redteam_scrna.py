@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_task_data
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
@@ -28,11 +29,8 @@ HEAD = "import numpy as np\n\n"
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    where = tmp_path_factory.mktemp("scrna-redteam")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SCRNA_DATA", str(where))
-    yield where
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "scrna") as where:
+        yield where
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_task_data
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax import rna as harness
@@ -42,11 +43,8 @@ SMALL = {"size": "small", "max_epochs": 2, "patience": 2, "grace_s": 120}
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("rna")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_RNA_DATA", str(root))
-    yield root
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "rna") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

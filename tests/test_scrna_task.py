@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import shared_task_data
 
 from evaluators.base import create_task
 from evaluators.scrna.task import METRICS, normalise
@@ -20,11 +21,8 @@ HEAD = "import numpy as np\nimport scanpy as sc\n\n"
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("scrna")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SCRNA_DATA", str(root))
-    yield root
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "scrna") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +191,7 @@ def test_a_scripted_station_researches_batch_integration(cache, tmp_path) -> Non
     assert {r["status"] for r in rows} <= {"finished", "failed", "queued"}
 
 
+@pytest.mark.ray
 def test_a_baseline_scores_the_same_on_ray(task, run) -> None:
     """The same sandbox in a Ray task (a local Ray instance) gives the same verdict."""
     baseline = next(b for b in task.baselines() if b.title == "ComBat Baseline")
