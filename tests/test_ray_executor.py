@@ -78,6 +78,12 @@ ex.close()
         status = subprocess.run([BIN / "ray", "status", f"--address=127.0.0.1:{port}"], capture_output=True,
                                 text=True, env=env, timeout=60)
         assert status.returncode == 0, status.stderr
+        # with that cluster up, a station given no address starts its own instance (Ray alone would join it)
+        alone = script.replace(f'ray_address="127.0.0.1:{port}"', "ray_num_cpus=1")
+        own = subprocess.run([sys.executable, "-c", alone], capture_output=True, text=True, env=env, timeout=120)
+        assert own.returncode == 0, own.stderr
+        seen = json.loads(own.stdout.strip().splitlines()[-1])
+        assert seen["status"] == "ok" and not seen["gcs"].endswith(f":{port}") and seen["cpus"] == 1.0, seen
     finally:
         subprocess.run([BIN / "ray", "stop", "--force"], capture_output=True, timeout=120)
 

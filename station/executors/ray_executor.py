@@ -157,8 +157,8 @@ class RayExecutor:
                 common = {"log_to_driver": False, "logging_level": logging.WARNING}
                 if self.address:
                     ray.init(address=self.address, **common)
-                else:
-                    ray.init(num_cpus=self.num_cpus, include_dashboard=False, **common)
+                else:  # "local": a new instance, never a cluster Ray finds running (RAY_ADDRESS, `ray start`)
+                    ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, **common)
             except BaseException as err:  # noqa: BLE001 - handed to the caller
                 outcome.put(err)
                 return
