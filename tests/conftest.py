@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -75,7 +76,7 @@ def copy_station(source: Path, target: Path) -> Path:
 # Ray, a browser, kill -9 loops, or the shared demo station), heaviest first: about 130 s for the
 # first, 10 s for the last, run alone. `pytest -m "not slow"` leaves them out (the quick loop while
 # editing, README "Tests"); `make test` runs everything on two workers, which take whole modules in
-# this order (--dist loadgroup), so the longest start first and no long one is left for the end.
+# this order, so the longest start first and no long one is left for the end.
 SLOW_MODULES = (
     "test_forecasting_task", "test_scrna_task", "test_redteam_sokoban", "test_cli", "test_demo",
     "test_request_processes", "test_sokoban_task", "test_redteam_jax", "test_rna_task", "test_front_door",
@@ -85,20 +86,35 @@ SLOW_MODULES = (
     "test_redteam_folder", "test_circle_packing", "test_web", "test_web_links", "test_web_study",
     "test_ray_executor", "test_ray_faults",
 )
-# Tests marked `ray` (a local Ray instance or a Ray head) form one group, run first by one worker:
-# two Ray instances at once on two cores can miss each other's health checks.
+# A test that starts Ray (a local instance or a head) says so in its name: its module, function or
+# parameter id has the word "ray". Those tests form one group, which one worker runs first: two Ray
+# instances at once on two cores can miss each other's health checks.
 RAY_GROUP = "ray"
+RAY_IN_NAME = re.compile(r"(?<![^\W_])ray(?![^\W_])")
 ORDER = {name: rank for rank, name in enumerate((RAY_GROUP, *SLOW_MODULES))}
 
 
-def group_of(item: pytest.Item) -> str:
-    return RAY_GROUP if item.get_closest_marker("ray") else item.path.stem
+def group_of(nodeid: str) -> str:
+    """The work unit a parallel worker takes whole: the Ray group, or the test's module."""
+    module = nodeid.split("::", 1)[0]
+    return RAY_GROUP if RAY_IN_NAME.search(nodeid.rsplit("/", 1)[-1]) else module
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.stem in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
-    items.sort(key=lambda item: ORDER.get(group_of(item), len(ORDER)))  # stable: files keep their order
+    # the workers take units in this order (pytest_xdist_make_scheduler): the longest start first
+    items.sort(key=lambda item: ORDER.get(Path(group_of(item.nodeid)).stem, len(ORDER)))  # stable
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Whole modules per worker, the Ray group as one unit, in collection order (-n 2 in make test)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndRay(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep the heaviest-first order above
+    return ModulesAndRay(config, log)

@@ -38,8 +38,7 @@ def wait_for(what: str, check, proc: subprocess.Popen, seconds: float = 240) -> 
     raise AssertionError(f"never saw {what}")
 
 
-@pytest.mark.parametrize("executor", [{"kind": "local"}, pytest.param({"kind": "ray", "ray_num_cpus": 1}, marks=pytest.mark.ray)],
-                         ids=["local", "ray"])
+@pytest.mark.parametrize("executor", [{"kind": "local"}, {"kind": "ray", "ray_num_cpus": 1}], ids=["local", "ray"])
 def test_ctrl_c_while_the_tick_waits_stops_at_once_and_the_run_starts_again_on_resume(
         tmp_path: Path, executor: dict) -> None:
     config, directory = slow_once_config(tmp_path, executor), tmp_path / "st"

@@ -291,7 +291,6 @@ def create_network(hparams):
 '''
 
 
-@pytest.mark.ray
 def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_path: Path) -> None:
     pytest.importorskip("ray")
     task = create_task("forecasting", {**TINY, "trials": 3, "max_epochs": 2, "trial_cpus": 0.5})

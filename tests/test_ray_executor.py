@@ -28,8 +28,6 @@ from station.executors import LocalExecutor, RunSpec, create_executor, ray_execu
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.ray
-
 if LocalExecutor().mode != "namespaces":
     pytest.skip("the sandbox needs root and unshare here", allow_module_level=True)
 

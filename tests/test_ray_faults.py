@@ -42,8 +42,6 @@ MARK = "STATION_RAY_FAULTS_HEAD"
 # override as it overrides Ray's default, and stays alive past it: the same proof, a minute sooner.
 SHORT_RECONNECT_S, LINGER_S = 4, 12
 
-pytestmark = pytest.mark.ray
-
 if LocalExecutor().mode != "namespaces":
     pytest.skip("the sandbox needs root and unshare here", allow_module_level=True)
 

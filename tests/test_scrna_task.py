@@ -191,7 +191,6 @@ def test_a_scripted_station_researches_batch_integration(cache, tmp_path) -> Non
     assert {r["status"] for r in rows} <= {"finished", "failed", "queued"}
 
 
-@pytest.mark.ray
 def test_a_baseline_scores_the_same_on_ray(task, run) -> None:
     """The same sandbox in a Ray task (a local Ray instance) gives the same verdict."""
     baseline = next(b for b in task.baselines() if b.title == "ComBat Baseline")
