@@ -73,13 +73,14 @@ def copy_station(source: Path, target: Path) -> Path:
 
 
 # Modules whose tests are slow on a 2-core machine (a real training or scoring, a whole station run,
-# Ray, a browser, kill -9 loops, or the shared demo station), heaviest first: about 130 s for the
-# first, 10 s for the last, run alone. `pytest -m "not slow"` leaves them out (the quick loop while
+# Ray, a browser, kill -9 loops, or the shared demo station), about the heaviest first: 70 to 130 s for the
+# first few, 10 s for the last, run alone. `pytest -m "not slow"` leaves them out (the quick loop while
 # editing, README "Tests"); `make test` runs everything on two workers, which take whole modules in
-# this order, so the longest start first and no long one is left for the end.
+# this order, so the longest start first and no long one is left for the end. test_demo comes first:
+# it builds the shared demo60 station, which test_cli and the test_web modules would otherwise wait for.
 SLOW_MODULES = (
-    "test_forecasting_task", "test_scrna_task", "test_redteam_sokoban", "test_cli", "test_demo",
-    "test_request_processes", "test_sokoban_task", "test_redteam_jax", "test_rna_task", "test_front_door",
+    "test_demo", "test_forecasting_task", "test_scrna_task", "test_redteam_sokoban", "test_request_processes",
+    "test_cli", "test_sokoban_task", "test_redteam_jax", "test_rna_task", "test_front_door",
     "test_scrna_oracle", "test_redteam_scrna", "test_remote_station", "test_folder_task", "test_web_browser",
     "test_redteam_rna", "test_evaluation_faults", "test_crash", "test_eval_crash", "test_scrna_metrics",
     "test_web_security", "test_evaluations", "test_sokoban_scoring", "test_sokoban_env", "test_set_model",

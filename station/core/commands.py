@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from station.core.agents import ACTIVE
-from station.core.config import AgentSpec, ConfigError, ModelConfig, StationConfig, parse_config
+from station.core.config import SECTIONS, AgentSpec, ConfigError, ModelConfig, StationConfig, parse_config
 from station.core.context import Context
 from station.core.events import AgentsModelChanged, OperatorAlert, OperatorCommand, OperatorPause
 from station.core.store import Store, dumps
@@ -35,18 +36,35 @@ OPS = ("message", "answer", "end_agent", "pause", "set", "spawn")
 # `rooms.enabled` only adds rooms: the world opens them at the tick the command is applied.
 SAFE_KEYS = ("budget.", "prices.", "turns", "notifications.", "operator.", "rooms.enabled")
 # A model's settings that can be corrected on a live station (a wrong model name, API or endpoint):
-# under agents.N.model. (N: the index of the `agents:` entry) and reviewer/grading/debugger.model.
-# Not the provider or api_key_env: those decide which key is sent, and where.
+# under agents.N.model. (N: the index of the `agents:` entry) and SECTION.model. for each feature
+# section with a model of its own (model_sections). Not the provider or api_key_env: those decide
+# which key is sent, and where.
 MODEL_FIELDS = ("base_url", "name", "api", "timeout_s", "max_retries", "options", "context_limit", "max_output_tokens")
-MODEL_OWNERS = ("agents.N", "reviewer", "grading", "debugger")
-MODEL_KEY = re.compile(r"^(?P<owner>agents\.(?P<index>\d+)|reviewer|grading|debugger)\.model\.(?P<field>[^.]+)$")
+_MODEL_KEY = re.compile(r"^(?P<owner>agents\.(?P<index>\d+)|[a-z_]+)\.model\.(?P<field>[^.]+)$")
 # Where the config a station was created with is kept once a `set` changes it: what a replay starts from.
 INITIAL_CONFIG = "initial_config"
 
 
+def model_sections() -> list[str]:
+    """The feature sections with a model of their own (reviewer, grading, ...): a `model` field."""
+    return sorted(key for key in SECTIONS.names() if _is_model_field(SECTIONS.get(key).model_fields.get("model")))
+
+
+def _is_model_field(field: FieldInfo | None) -> bool:
+    return field is not None and field.annotation is ModelConfig
+
+
+def model_key(key: str) -> re.Match[str] | None:
+    """`key` parsed when it names a model's field (agents.N.model.F or SECTION.model.F), else None."""
+    found = _MODEL_KEY.match(key)
+    if found is None or found["index"] is not None or found["owner"] in model_sections():
+        return found
+    return None
+
+
 def changeable() -> str:
     """The keys `station set` (and the operator page) accept, in words."""
-    owners = ", ".join(f"{o}.model.FIELD" for o in MODEL_OWNERS)
+    owners = ", ".join(f"{o}.model.FIELD" for o in ("agents.N", *model_sections()))
     return (
         ", ".join(k + "*" if k.endswith(".") else k for k in SAFE_KEYS)
         + f"; and a model's {', '.join(MODEL_FIELDS)} as {owners} (N: the index of the agents: entry, from 0)"
@@ -76,7 +94,7 @@ def validate(command: dict[str, Any]) -> dict[str, Any]:
         key = command["key"]
         if not isinstance(key, str):
             raise CommandError("operator command 'set' needs a key: a dotted config path")
-        model = MODEL_KEY.match(key)
+        model = model_key(key)
         if model is not None and model["field"] not in MODEL_FIELDS:
             raise CommandError(
                 f"'{key}' cannot be changed on a station: a model's changeable settings are " + ", ".join(MODEL_FIELDS)
@@ -130,7 +148,7 @@ def with_value(config: StationConfig, key: str, value: Any) -> StationConfig:
         if not isinstance(node.get(part), (dict, list)):
             node[part] = {}
         node = node[part]
-    if MODEL_KEY.match(key):
+    if model_key(key):
         check_model_value(node, key, last, value)
     if isinstance(node, list):  # one entry of a list: rooms.enabled.3
         if not last.isdigit() or int(last) >= len(node):
@@ -272,7 +290,7 @@ def _set(ctx: Context, command: dict[str, Any]) -> None:
     if ctx.store.get_meta(INITIAL_CONFIG) is None:  # what a replay of this station starts from
         ctx.store.set_meta(INITIAL_CONFIG, before.model_dump(mode="json"))
     ctx.store.set_meta("config", ctx.config.model_dump(mode="json"))
-    model = MODEL_KEY.match(command["key"])
+    model = model_key(command["key"])
     if model is not None:
         _use_new_model(ctx, before, model)
     _share_config(ctx)
@@ -302,10 +320,11 @@ _APPLY = {"message": _message, "answer": _answer, "set": _set, "spawn": _spawn, 
 
 
 def _model_at(config: StationConfig, owner: str) -> ModelConfig:
-    """The model of `agents.N`, `reviewer`, `grading` or `debugger`."""
+    """The model of `agents.N` or of a feature section with one (model_sections)."""
     if owner.startswith("agents."):
         return config.agents[int(owner.split(".")[1])].model
-    model: ModelConfig = getattr(config, owner).model
+    model = getattr(config.section_at(owner), "model", None)  # model_sections: a ModelConfig field
+    assert isinstance(model, ModelConfig)
     return model
 
 
@@ -313,11 +332,7 @@ def model_owners(config: StationConfig, model: ModelConfig) -> list[str]:
     """The config keys (agents.0.model, reviewer.model, ...) whose model is `model`."""
     want = model.model_dump(mode="json")
     found = [f"agents.{i}.model" for i, spec in enumerate(config.agents) if spec.model.model_dump(mode="json") == want]
-    return found + [
-        f"{o}.model"
-        for o in ("reviewer", "grading", "debugger")
-        if getattr(config, o).model.model_dump(mode="json") == want
-    ]
+    return found + [f"{o}.model" for o in model_sections() if _model_at(config, o).model_dump(mode="json") == want]
 
 
 def _same_model(settings: dict[str, Any], model: dict[str, Any]) -> bool:
