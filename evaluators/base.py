@@ -122,6 +122,10 @@ class Task:
         content. None: it has no play here and reads the task statement instead."""
         return None
 
+    def prepare(self, say: Callable[[str], None]) -> None:
+        """Build what scoring needs (data, normalization bounds) before a station's first tick, so
+        that no agent's evaluation pays for it; `say(step)` reports progress. Quick once done."""
+
     def validate_code(self, code: str) -> str | None:
         """A reason to refuse the code before it runs, or None."""
         return None

@@ -59,15 +59,15 @@ SPEC_TABLE = {  # spec research §3.2, scoring step 3
 }
 
 
-def test_openproblems_bounds_are_the_spec_table_and_the_default_for_real_data() -> None:
+def test_openproblems_bounds_are_the_spec_table_and_the_default() -> None:
     from evaluators.scrna.normalisation import choose_normalisation, openproblems_bounds
 
     assert openproblems_bounds() == SPEC_TABLE
-    assert choose_normalisation(None, real_data=True) == "openproblems"
-    assert choose_normalisation(None, real_data=False) == "controls"
-    assert choose_normalisation("openproblems", real_data=False) == "openproblems"
+    assert choose_normalisation(None) == "openproblems"  # the paper's, for simulated and real data alike
+    assert create_task("batch_integration", {"size": "small"}).normalisation == "openproblems"
+    assert choose_normalisation("controls") == "controls"
     with pytest.raises(ValueError, match="normalisation must be one of controls, openproblems"):
-        choose_normalisation("paper", real_data=False)
+        choose_normalisation("paper")
     with pytest.raises(ValueError, match="extra_metrics"):
         create_task("batch_integration", {"size": "small", "extra_metrics": ["hvg"]})
     raw = {m: (low + high) / 2 for m, (low, high) in SPEC_TABLE.items()}
@@ -76,10 +76,9 @@ def test_openproblems_bounds_are_the_spec_table_and_the_default_for_real_data() 
 
 def test_openproblems_normalisation_and_extra_metrics(cache, run) -> None:
     """The same ComBat run scored under both normalisations, with the three extra metrics shown raw."""
-    combat = create_task("batch_integration", {"size": "small", "memory_mb": 8192})
+    combat = create_task("batch_integration", {"size": "small", "memory_mb": 8192, "normalisation": "controls"})
     paper = create_task("batch_integration", {
-        "size": "small", "memory_mb": 8192, "normalisation": "openproblems",
-        "extra_metrics": ["hvg_overlap", "isolated_label_f1", "isolated_label_asw"]})
+        "size": "small", "memory_mb": 8192, "extra_metrics": ["hvg_overlap", "isolated_label_f1", "isolated_label_asw"]})
     code = next(b for b in paper.baselines() if b.title == "ComBat Baseline").code
     executor = create_executor(ExecutorConfig(kind="local"), hide=paper.private_paths())
     try:
@@ -229,3 +228,52 @@ def test_a_users_h5ad_becomes_the_task_data(cache, tmp_path, run) -> None:
     assert mine.normalisation == "openproblems" and "Normalization: openproblems" in verdict.details
     with pytest.raises(ValueError, match="no_such_column|column"):
         create_task("batch_integration", {"h5ad": str(path), "batch_key": "no_such_column"}).dataset.ensure()
+
+
+def test_init_prepares_the_data_and_the_control_bounds_before_the_first_tick(cache: Path, tmp_path: Path) -> None:
+    """Nothing an agent submits pays for the data or the bounds: `station init` builds them, saying so,
+    and `station run` checks them again (quick once built) before its first tick."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from evaluators.scrna.dataset import Dataset
+
+    config = tmp_path / "bi.yaml"
+    config.write_text(yaml.safe_dump({"name": "bi", "agents": [{"count": 1, "kind": "guest", "model": {
+        "provider": "scripted", "name": "scripted-newcomer"}}], "research": {"tasks": [{
+            "evaluator": "batch_integration", "params": {"size": "small", "seed": 5, "normalisation": "controls"}}]}}))
+    dataset = Dataset(cache, size="small", seed=5)
+    cli = [sys.executable, "-m", "station.apps.cli"]
+    made = subprocess.run([*cli, "init", str(config), "--dir", str(tmp_path / "st")], capture_output=True, text=True,
+                          timeout=600)
+    assert made.returncode == 0, made.stderr
+    assert "preparing task 1: Simulated dataset (small): the data" in made.stdout
+    assert "normalization bounds, control method: perfect_embedding" in made.stdout
+    assert dataset.ready() and (dataset.private_dir / "bounds.json").exists()
+    ran = subprocess.run([*cli, "run", "--dir", str(tmp_path / "st"), "--until-tick", "1"], capture_output=True,
+                         text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    assert "preparing task 1: Simulated dataset (small): the data" in ran.stderr
+    assert "control method" not in ran.stderr  # built once, by init
+
+
+def test_a_task_that_cannot_be_prepared_is_a_clear_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    from evaluators.scrna.simulate import simulate
+
+    full = simulate(n_cells=600, n_genes=300, n_types=5, seed=1)
+    full.write_h5ad(tmp_path / "atlas.h5ad")
+    config = tmp_path / "bi.yaml"
+    config.write_text(yaml.safe_dump({"name": "bi", "agents": [{"count": 1, "kind": "guest", "model": {
+        "provider": "scripted", "name": "scripted-newcomer"}}], "research": {"tasks": [{
+            "evaluator": "batch_integration", "params": {"h5ad": str(tmp_path / "atlas.h5ad"), "batch_key": "donor"}}]}}))
+    made = subprocess.run([sys.executable, "-m", "station.apps.cli", "init", str(config), "--dir", str(tmp_path / "st")],
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode != 0 and "research task 1 cannot be prepared" in made.stderr and "donor" in made.stderr
+    assert "Traceback" not in made.stderr

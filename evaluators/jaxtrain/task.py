@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,12 @@ class JaxTrainingTask(Task):
         return code.rstrip("\n") + "\n" + DRIVER % {"module": self.harness_module}
 
     def data_dir(self) -> Path:
+        """The training data a run reads, built on first use."""
         raise NotImplementedError
+
+    def prepare(self, say: Callable[[str], None]) -> None:
+        say("the data")
+        self.data_dir()
 
     def data_mounts(self) -> list[Mount]:
         return [Mount(HARNESS_DIR, HARNESS_TARGET), Mount(self.data_dir(), self.data_target)]

@@ -199,9 +199,10 @@ class Dataset:
         cycle = (S_GENES, G2M_GENES) if set(S_GENES) <= genes else None
         return compute_metrics(result, self.solution(), cell_cycle_genes=cycle, extra=extra, timings=timings)
 
-    def bounds(self) -> dict[str, tuple[float, float]]:
+    def bounds(self, progress: Any = None) -> dict[str, tuple[float, float]]:
         """Per metric (min, max) over the control methods on this data, computed once and stored
-        (again when the metrics' definitions changed: METRICS_VERSION)."""
+        (again when the metrics' definitions changed: METRICS_VERSION); `progress(step)` is told
+        each control method as it runs."""
         from .metrics import METRICS_VERSION
 
         with self._lock:
@@ -211,7 +212,8 @@ class Dataset:
         if _stored_version(path) != METRICS_VERSION:
             with exclusive(self.dir):
                 if _stored_version(path) != METRICS_VERSION:
-                    path.write_text(json.dumps(self._control_bounds() | {"metrics_version": METRICS_VERSION}, indent=2))
+                    bounds = self._control_bounds(progress) | {"metrics_version": METRICS_VERSION}
+                    path.write_text(json.dumps(bounds, indent=2))
         stored = json.loads(path.read_text())
         with self._lock:
             self._bounds = {m: (float(v["min"]), float(v["max"])) for m, v in stored["bounds"].items()}

@@ -2,12 +2,12 @@
 [0, 1] by a (min, max) pair, clamp((raw - min) / (max - min), 0, 1), a missing or NaN value counts
 0 and min == max gives 1. The task parameter `normalisation` picks where the pairs come from:
 
+- ``openproblems`` (the default, as in the paper): the fixed table of OpenProblems v2 control-method
+  results that the paper used (data/scrna/openproblems_bounds.json), so that scores are on the
+  paper's scale, for simulated and real data alike.
 - ``controls``: the metrics of three control methods (no integration, a random embedding, a perfect
-  cell-type embedding) on the same data, computed once per dataset (dataset.py). Scores compare
-  runs on one dataset, not with the paper's numbers.
-- ``openproblems``: the fixed table of OpenProblems v2 control-method results that the paper used
-  (data/scrna/openproblems_bounds.json), so that scores are on the paper's scale. The default for
-  real data (params `h5ad`).
+  cell-type embedding) on the same data, computed once per dataset (dataset.py) when the station
+  prepares its tasks, before its first tick. Scores compare runs on one dataset, not with the paper's.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ NORMALISATIONS: tuple[str, ...] = ("controls", "openproblems")
 BOUNDS_FILE = Path(__file__).resolve().parents[2] / "data" / "scrna" / "openproblems_bounds.json"
 
 
-def choose_normalisation(requested: str | None, *, real_data: bool) -> str:
-    """`requested`, checked; when None, ``openproblems`` for real data and ``controls`` otherwise."""
+def choose_normalisation(requested: str | None) -> str:
+    """`requested`, checked; when None, ``openproblems``."""
     if requested is None:
-        return "openproblems" if real_data else "controls"
+        return "openproblems"
     if requested not in NORMALISATIONS:
         raise ValueError(f"normalisation must be one of {', '.join(NORMALISATIONS)}; got {requested!r}")
     return requested

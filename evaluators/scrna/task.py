@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,7 @@ class BatchIntegration(Task):
             raise ValueError("size must be 'default' or 'small'")
         if isinstance(extra_metrics, str) or any(m not in EXTRA_METRICS for m in extra_metrics):
             raise ValueError(f"extra_metrics must be a list of {', '.join(EXTRA_METRICS)}; got {extra_metrics!r}")
-        self.normalisation = choose_normalisation(normalisation, real_data=bool(h5ad))
+        self.normalisation = choose_normalisation(normalisation)
         self.extra_metrics = tuple(dict.fromkeys(extra_metrics))
         self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
@@ -115,6 +115,12 @@ class BatchIntegration(Task):
     def bounds(self) -> dict[str, tuple[float, float]]:
         """The (min, max) of each metric under this task's normalisation."""
         return openproblems_bounds() if self.normalisation == "openproblems" else self.dataset.bounds()
+
+    def prepare(self, say: Callable[[str], None]) -> None:
+        say(f"{self.dataset.name}: the data")
+        self.dataset.ensure()
+        if self.normalisation == "controls":
+            self.dataset.bounds(progress=lambda step: say(f"{self.dataset.name}: normalization bounds, {step}"))
 
     # -- what agents read -------------------------------------------------------------------
     def spec(self) -> str:

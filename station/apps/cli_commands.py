@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from station.core.run_lock import is_running, run_lock
 from station.core.store import Store
@@ -94,8 +94,20 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     station = Station.create(args.dir, config)
-    print(f"created station '{config.name}' at {args.dir} with {len(station.agents.active())} agents")
+    try:
+        print(f"created station '{config.name}' at {args.dir} with {len(station.agents.active())} agents")
+        _prepare(station, sys.stdout)
+    finally:
+        station.close()
     return 0
+
+
+def _prepare(station: Station, stream: IO[str]) -> None:
+    """The research tasks' data and bounds, built before the first tick, one line per step."""
+    try:
+        station.prepare_tasks(lambda step: print(step, file=stream, flush=True))
+    except ValueError as err:
+        raise CliError(str(err)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -120,6 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with run_lock(directory), station_log(directory) as terminal:
         station = Station.open(directory)
         try:
+            _prepare(station, terminal)
             engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
             return _drive(engine, station, args.ticks, args.until_tick)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from rooms import check_known, every_room, load_rooms, recorded_room_set, room_classes
@@ -90,6 +91,16 @@ class Station:
         rooms = sorted([*self.ctx.rooms.values(), *new], key=lambda room: room.lobby_order)
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = sorted([*self.ctx.hooks, *hooks], key=lambda hook: hook.order)
+
+    def prepare_tasks(self, say: Callable[[str], None]) -> None:
+        """Build what each research task's scoring needs (its data, normalization bounds) now, before
+        the first tick, so that no agent's evaluation waits for it; quick when already built. A task
+        that cannot be prepared (a missing file, a bad column) raises ValueError naming it."""
+        for number, task in self.ctx.tasks.items():
+            try:
+                task.prepare(lambda step, n=number: say(f"preparing task {n}: {step}"))
+            except (ValueError, OSError) as err:
+                raise ValueError(f"research task {number} cannot be prepared: {err}") from err
 
     @property
     def config(self) -> StationConfig:
