@@ -404,6 +404,18 @@ def test_kbet_test_counts_missing_neighbours_in_k0():
     assert rejection_rate(np.where(cells[:, None] < 10, balanced, missing), batches, 10) == 0.5
 
 
+def test_a_cell_type_of_exactly_ten_cells_counts_as_full_rejection_and_one_of_nine_is_left_out():
+    """scib tests types of 10 cells or more; with k0 = 10 a 10-cell type has too few neighbours for
+    the diffusion, which scib scores as 100% rejection (the paper's rule, issue 32 item 3)."""
+    from evaluators.scrna.kbet import knn_connectivities, type_rejection_rate
+
+    rng = np.random.default_rng(0)
+    for n, expected in ((10, 1.0), (9, None)):
+        emb = rng.normal(size=(n, 5)).astype(np.float32)
+        batches = np.arange(n) % 2
+        assert type_rejection_rate(knn_connectivities(emb, n - 1), batches) == expected
+
+
 def test_diffusion_neighbours_match_a_dense_float64_computation():
     """The k cells with the largest T + T^2 + ... (T the row-normalised graph, powers added until every
     row has k + 1 non-zeros, at least 3), the cell itself excluded: compared as sets per row."""

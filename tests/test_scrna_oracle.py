@@ -350,6 +350,26 @@ def test_kbet_with_split_cell_types_matches_scib(solution, scib_kbet):
     assert kbet(inputs) == pytest.approx(scib_kbet(integrated(solution, emb), r_kbet_all_cells), abs=TOLERANCE)
 
 
+def test_kbet_with_a_ten_cell_type_matches_scib(solution, scib_kbet):
+    """A cell type cut to exactly 10 cells (two batches): scib tests it and, finding too few
+    neighbours for k0 = 10, counts it as 100% rejection; so does ours (issue 32 item 3)."""
+    from evaluators.scrna.kbet import kbet
+    from evaluators.scrna.metric_inputs import prepare
+
+    types_ = solution.obs["cell_type"].cat.codes.to_numpy()
+    batch = solution.obs["batch"].astype(str).to_numpy()
+    members = np.flatnonzero(types_ == 1)
+    ten = np.r_[members[batch[members] == batch[members][0]][:5], members[batch[members] != batch[members][0]][:5]]
+    keep = np.sort(np.r_[np.flatnonzero(types_ != 1), ten])
+    small = solution[keep].copy()
+    rng = np.random.default_rng(1)
+    emb = (30.0 * np.eye(10)[types_[keep] % 10] + rng.normal(0, 1, (len(keep), 10))).astype(np.float32)
+    result = ad.AnnData(obs=small.obs[["observation_joinid"]].copy())
+    result.obsm["X_emb"] = emb
+    ours = kbet(prepare(result, small))
+    assert ours == pytest.approx(scib_kbet(integrated(small, emb), r_kbet_all_cells), abs=TOLERANCE)
+
+
 def test_hvg_overlap_matches_scib(case, solution):
     before = solution.copy()
     before.X = before.layers["normalized"]

@@ -52,7 +52,9 @@ from .metric_inputs import Inputs, MetricSkipped
 
 KBET_NEIGHBORS = 50  # scib's kBET recomputes a 50-NN graph of the embedding
 KBET_ALPHA = 0.05
-MIN_CELLS = 11  # scib skips types under 10 cells; R kBET gives NA at 10 or fewer
+# scib tests every type of 10 cells or more; at exactly 10 (k0 = 10) the diffusion cannot find k0
+# neighbours among the other 9 cells, so the type counts as 100% rejection, as in scib
+MIN_CELLS = 10
 MAX_POWERS = 25  # scib's diffusion stops after T^25
 _SIZE_MAX = 2**31 - 1
 
@@ -74,7 +76,7 @@ def kbet(inputs: Inputs) -> float:
         if rate is not None:
             rates.append(rate)
     if not rates:
-        raise MetricSkipped("no cell type has more than 10 cells from two or more batches")
+        raise MetricSkipped("no cell type has 10 cells or more from two or more batches")
     return float(1.0 - np.mean(rates))
 
 
