@@ -98,3 +98,16 @@ def test_the_task_text_states_the_random_policys_solve_rate() -> None:
     task = create_task("sokoban", {"grid": 5, "boxes": 1, "train_levels": 50, "eval_levels": 40, "max_steps": 40})
     rate = task.levels.random_solve_rate(40) * 100
     assert f"a uniformly random policy solves {rate:.1f}% of these held-out levels" in task.spec()
+
+
+def test_held_out_levels_are_drawn_as_the_papers_evaluator_drew_them_unless_asked_otherwise() -> None:
+    """The paper's evaluator: numpy's RandomState(999).choice(n, 1000), with replacement, in draw order.
+    `eval_draw: distinct` keeps the earlier draw: different levels, in file order."""
+    valid = read_split(SAMPLE, "valid")
+    params = {"levels": str(SAMPLE), "seed": 999, "eval_levels": 1000}
+    paper = create_task("sokoban", params).levels.eval_levels()
+    assert np.array_equal(paper, valid[np.random.RandomState(999).choice(len(valid), 1000)])
+    distinct = create_task("sokoban", {**params, "eval_draw": "distinct"}).levels.eval_levels()
+    assert len({level.tobytes() for level in distinct}) == 1000 > len({level.tobytes() for level in paper})
+    with pytest.raises(BoxobanError, match="eval_draw must be one of paper, distinct"):
+        create_task("sokoban", {**params, "eval_draw": "shuffled"})

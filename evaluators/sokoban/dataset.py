@@ -140,19 +140,29 @@ class LevelSet:
         )
 
 
+EVAL_DRAWS = ("paper", "distinct")  # how held-out Boxoban levels are drawn (BoxobanLevelSet)
+
+
 class BoxobanLevelSet(LevelSet):
     """Levels from a Boxoban-format folder (boxoban.py): all of `train/` for training, and
-    `eval` levels of `valid/` drawn with `seed` (the reference drew 1000 with seed 999)."""
+    `eval` levels of `valid/` drawn with `seed` (the reference drew 1000 with seed 999). `draw`:
+    ``paper`` draws as the paper's evaluator did, numpy's RandomState(seed).choice(len(valid), eval),
+    with replacement and in draw order (a level drawn twice counts twice); ``distinct`` draws
+    `eval` different levels (default_rng(seed), without replacement), in file order."""
 
-    def __init__(self, root: Path, folder: str | Path, *, eval: int = 1000, seed: int = 999) -> None:
+    def __init__(
+        self, root: Path, folder: str | Path, *, eval: int = 1000, seed: int = 999, draw: str = "paper"
+    ) -> None:
+        if draw not in EVAL_DRAWS:
+            raise BoxobanError(f"sokoban: eval_draw must be one of {', '.join(EVAL_DRAWS)}; got {draw!r}")
         self.folder = Path(folder).expanduser().resolve()
         if not self.folder.is_dir():
             raise BoxobanError(f"sokoban: level folder {self.folder} does not exist")
-        self.n_eval, self.seed = eval, seed
+        self.n_eval, self.seed, self.draw = eval, seed, draw
         stamp = hashlib.sha256(
             "".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in self._files()).encode()
         ).hexdigest()[:12]
-        self.dir = Path(root) / f"boxoban-{stamp}-eval{eval}-seed{seed}"
+        self.dir = Path(root) / f"boxoban-{stamp}-eval{eval}-seed{seed}-{draw}"
         self._eval = None
         self.ensure()  # read once (and cached): the room's size and box count come from the files
 
@@ -183,10 +193,14 @@ class BoxobanLevelSet(LevelSet):
                 f"sokoban: {self.folder / 'valid'} has {len(valid)} levels, fewer than eval={self.n_eval}"
             )
         self.grid, self.boxes = self._shape(np.concatenate([train, valid]))
-        held = valid[np.sort(np.random.default_rng(self.seed).choice(len(valid), self.n_eval, replace=False))]
+        if self.draw == "paper":
+            picks = np.random.RandomState(self.seed).choice(len(valid), self.n_eval)
+        else:
+            picks = np.sort(np.random.default_rng(self.seed).choice(len(valid), self.n_eval, replace=False))
+        held = valid[picks]
         self.n_train = len(train)
         meta = {"source": str(self.folder), "grid": self.grid, "boxes": self.boxes, "train": len(train)}
-        self._place(building, train, held, {**meta, "eval": self.n_eval, "seed": self.seed})
+        self._place(building, train, held, {**meta, "eval": self.n_eval, "seed": self.seed, "draw": self.draw})
 
     def ensure(self) -> LevelSet:
         super().ensure()

@@ -62,10 +62,12 @@ class Sokoban(TwoStageTask):
         memory_mb: int | None = 6144,
         levels: str | None = None,
         memory_size: int = DEFAULT_MEMORY,
+        eval_draw: str = "paper",
     ) -> None:
         """`levels`: a Boxoban-format level folder (train/, valid/; docs in evaluators/sokoban/boxoban.py)
         instead of generated levels; grid and boxes then come from its files, `eval_levels` are drawn
-        from valid/ with `seed`. `memory_size`: how many numbers of recurrent state the exported
+        from valid/ with `seed`, as the paper drew them (`eval_draw: paper`) or all different
+        (`eval_draw: distinct`). `memory_size`: how many numbers of recurrent state the exported
         policy may carry from one step of a level to the next."""
         super().__init__(
             trials=trials,
@@ -80,7 +82,7 @@ class Sokoban(TwoStageTask):
         if not 1 <= memory_size <= 1 << 22:
             raise ValueError("sokoban: memory_size must be from 1 to 4194304")
         if levels is not None:
-            self.levels: LevelSet = BoxobanLevelSet(data_root(), levels, eval=eval_levels, seed=seed)
+            self.levels: LevelSet = BoxobanLevelSet(data_root(), levels, eval=eval_levels, seed=seed, draw=eval_draw)
         else:
             self.levels = LevelSet(data_root(), grid=grid, boxes=boxes, train=train_levels, eval=eval_levels, seed=seed)
         self.max_steps, self.n_envs, self.unroll, self.env_steps = max_steps, n_envs, unroll, env_steps
