@@ -94,6 +94,31 @@ def test_metrics_agree_with_sklearn_and_scipy() -> None:
     assert station_metrics.accuracy(logits, classes) == pytest.approx(metrics.accuracy_score(classes, logits.argmax(1)))
 
 
+def test_beacons_own_measure_is_computed_beside_the_score_for_the_r2_datasets() -> None:
+    """BEACON's scripts report squared Pearson r (APA's on log-odds of the clipped proportions, PRS's
+    averaged over its three outputs) where the station, like the paper's evaluator, scores R²."""
+    stats = pytest.importorskip("scipy.stats")
+    from evaluators.rna.beacon import DATASETS
+
+    by_name = {d.name: d for d in DATASETS}
+    rng = np.random.default_rng(5)
+    share, guess = rng.uniform(0, 1, 300), np.clip(rng.uniform(0, 1, 300) * 0.5 + 0.25, 0, 1)
+    share[:3] = [0.0, 1.0, 0.5]  # clipped before the log-odds
+
+    def logit(x):
+        x = np.clip(x, 1e-7, 1 - 1e-7)
+        return np.log(x / (1 - x))
+    apa = station_metrics.beacon_value(by_name["APA"], guess[:, None], share[:, None])
+    assert apa == pytest.approx(stats.pearsonr(logit(guess), logit(share))[0] ** 2)
+    assert apa != pytest.approx(station_metrics.metric_value("r2", guess, share))
+    y, p = rng.normal(size=(200, 3)), rng.normal(size=(200, 3)) + rng.normal(size=(200, 3))
+    expected = np.mean([stats.pearsonr(p[:, k], y[:, k])[0] ** 2 for k in range(3)])
+    assert station_metrics.beacon_value(by_name["PRS"], p, y) == pytest.approx(expected)
+    assert station_metrics.beacon_value(by_name["MRL"], p[:, :1], y[:, :1]) == pytest.approx(
+        stats.pearsonr(p[:, 0], y[:, 0])[0] ** 2)
+    assert station_metrics.beacon_value(by_name["CRI-Off"], p[:, :1], y[:, :1]) is None
+
+
 def test_the_one_hot_encoding() -> None:
     codes = harness.encode(["ACGTU", "RNXB"], 6)
     x = harness.one_hot(codes)

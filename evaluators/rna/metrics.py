@@ -79,6 +79,35 @@ def metric_value(metric: str, pred: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean([per_output(pred[:, k], target[:, k]) for k in range(target.shape[1])]))
 
 
+def pearson_r2(pred: np.ndarray, target: np.ndarray) -> float:
+    """The squared Pearson correlation of one output; NaN when either side is constant."""
+    a = np.asarray(pred, dtype=np.float64) - np.mean(pred)
+    b = np.asarray(target, dtype=np.float64) - np.mean(target)
+    scale = float(np.sum(a * a)) * float(np.sum(b * b))
+    return float(np.sum(a * b)) ** 2 / scale if scale > 0 else math.nan
+
+
+def log_odds(share: np.ndarray) -> np.ndarray:
+    clipped = np.clip(np.asarray(share, dtype=np.float64), 1e-7, 1.0 - 1e-7)
+    return np.log(clipped / (1.0 - clipped))
+
+
+BEACON_NAMES = {"APA": "Pearson r² on log-odds", "PRS": "mean Pearson r² of ON, OFF, ON/OFF", "MRL": "Pearson r²"}
+
+
+def beacon_value(dataset: RnaDataset, pred: np.ndarray, target: np.ndarray) -> float | None:
+    """BEACON's own measure where the station's differs, shown beside the score so that BEACON's tables
+    compare: for the R² datasets the squared Pearson correlation (the mean over outputs), APA's on
+    log-odds of the clipped proportions. None for the other datasets (their metric is BEACON's)."""
+    if dataset.metric != "r2":
+        return None
+    pred = np.asarray(pred, dtype=np.float64).reshape(len(pred), -1)
+    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
+    if dataset.name == "APA":
+        pred, target = log_odds(pred), log_odds(target)
+    return float(np.mean([pearson_r2(pred[:, k], target[:, k]) for k in range(target.shape[1])]))
+
+
 def checked_predictions(dataset: RnaDataset, pred: Any, rows: int) -> np.ndarray:
     """The predictions as float64, or ValueError when they are not one finite row per validation row."""
     allowed, wanted = output_shapes(dataset.settings(0), rows)

@@ -32,7 +32,7 @@ from ..jaxtrain.task import learning_curves
 from ..jaxtrain.two_stage import ExampleSpec, StopRule, TwoStageTask, curves_reported, reported_line, run_line
 from .beacon import DATASETS, METRIC_KEYS
 from .dataset import RnaData, data_root
-from .metrics import measure
+from .metrics import BEACON_NAMES, beacon_value, checked_predictions, measure
 from .play import submission as scripted_play
 
 
@@ -43,7 +43,7 @@ class RnaModelling(TwoStageTask):
     harness_module = "rna"
     data_target = "task_data/rna"
     display_precision = 4
-    metric_formats = {name: ".4f" for name in METRIC_KEYS}
+    metric_formats = {name: ".4f" for name in (*METRIC_KEYS, *(f"{d}_BEACON_r2" for d in BEACON_NAMES))}
     # a dataset without a measured epoch fails the evaluation: the trials are 7 datasets, each with
     # its own metric, so no worst value can stand in for one (an R² has no lower bound)
     failed_trial_score = None
@@ -106,12 +106,16 @@ class RnaModelling(TwoStageTask):
     def measure(self, trial: int, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
         """One checkpoint's validation metric, against the station's own labels."""
         dataset = DATASETS[trial]
-        value = measure(dataset, outputs.get("output_0"), self.data.labels(dataset.name))
+        labels = self.data.labels(dataset.name)
+        value = measure(dataset, outputs.get("output_0"), labels)
+        beacon = beacon_value(dataset, checked_predictions(dataset, outputs.get("output_0"), len(labels)), labels)
+        shown = f" (BEACON's {BEACON_NAMES[dataset.name]}: {beacon:.4f})" if beacon is not None else ""
         return {
             "score": value,
             "metric": round(value, 6),
             "metrics": {dataset.metric_key: value},
-            "line": f"{dataset.metric} {value:.4f}",
+            "line": f"{dataset.metric} {value:.4f}{shown}",
+            "beacon": beacon,
         }
 
     # -- what agents read ---------------------------------------------------------------------------------
@@ -166,6 +170,8 @@ class RnaModelling(TwoStageTask):
                 lines.append(f"{head}: no measured checkpoint: {why}")
             else:
                 metrics[dataset.metric_key] = best["score"]
+                if best.get("beacon") is not None:  # shown beside the score, never part of it
+                    metrics[f"{dataset.name}_BEACON_r2"] = best["beacon"]
                 lines.append(
                     f"{head}: {best['line']}; best checkpoint {station['best_checkpoint']} of "
                     f"{station['checkpoints']} (stopped by the station: {station['stop']}). "
