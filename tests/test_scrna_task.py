@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import shared_task_data
 
@@ -105,6 +106,8 @@ def test_the_baselines_score_in_a_sensible_order(task, run) -> None:
         result, verdict = run(baseline.code)
         assert result.status == "ok", result.stderr[-2000:]
         assert verdict.success, verdict.details
+        # the BBKNN-style baseline returns a graph beside X_emb without uns['neighbors']: the paper's rule
+        assert ("Neighbour graph: rebuilt from X_emb" in verdict.details) == ("bbknn" in baseline.tags)
         assert 0.0 <= verdict.score <= 1.0
         assert set(verdict.metrics) == {"ASW_batch", "ASW_label", "ARI", "NMI", "Graph_conn", "kBET", "iLISI",
                                         "cLISI", "PCR", "Cell_cycle"}
@@ -115,6 +118,32 @@ def test_the_baselines_score_in_a_sensible_order(task, run) -> None:
     assert combat.metrics["iLISI"] > plain.metrics["iLISI"]  # integration mixes batches better
     assert bbknn.metrics["iLISI"] > plain.metrics["iLISI"]
     assert combat.score > plain.score
+
+
+def test_a_returned_graph_counts_only_when_registered_unless_the_task_keeps_every_graph(task) -> None:
+    """OpenProblems' post-processing (the paper's): with an embedding and no uns['neighbors'], the
+    neighbour graph is rebuilt from X_emb, whatever obsp holds. `graph_rule: as_returned` keeps it."""
+    import scipy.sparse as sp
+
+    from evaluators.scrna.dataset import graph_replaced
+
+    solution = task.dataset.solution()
+    n = solution.n_obs
+    emb = np.random.default_rng(0).normal(size=(n, 10)).astype(np.float32)  # batches and types mixed
+    order = np.argsort(solution.obs["cell_type"].astype(str).to_numpy(), kind="stable")
+    chain = sp.csr_matrix((np.ones(n - 1), (order[:-1], order[1:])), shape=(n, n))
+    ring = sp.csr_matrix(chain + chain.T)  # each cell type one path: fully connected, unlike the embedding's
+    parts = {f"{name}_{p}": getattr(ring, p) for name in ("connectivities", "distances")
+             for p in ("data", "indices", "indptr")}
+    value = {"n_obs": n, "X_emb": emb, **parts}
+    rebuilt, _ = task.dataset.score_arrays(value)
+    registered, _ = task.dataset.score_arrays({**value, "uns_neighbors": True})
+    kept, _ = task.dataset.score_arrays(value, graph_rule="as_returned")
+    assert graph_replaced(value, "paper") and not graph_replaced({**value, "uns_neighbors": True}, "paper")
+    assert registered["graph_connectivity"] == kept["graph_connectivity"] == pytest.approx(1.0)
+    assert rebuilt["graph_connectivity"] < 0.9
+    with pytest.raises(ValueError, match="graph_rule must be one of paper, as_returned"):
+        create_task("batch_integration", {"size": "small", "graph_rule": "mine"})
 
 
 def test_a_perfect_cell_type_embedding_scores_near_one_on_biology(task, run, cache) -> None:

@@ -140,9 +140,17 @@ class Dataset:
             return self._solution
 
     def score_arrays(
-        self, value: dict[str, Any], *, extra: Sequence[str] = (), timings: dict[str, float] | None = None
+        self,
+        value: dict[str, Any],
+        *,
+        extra: Sequence[str] = (),
+        timings: dict[str, float] | None = None,
+        graph_rule: str = "paper",
     ) -> tuple[dict[str, float], dict[str, str]]:
-        """The raw metrics (the ten, then `extra`) of a run's returned arrays, put back on the solution's cells."""
+        """The raw metrics (the ten, then `extra`) of a run's returned arrays, put back on the solution's
+        cells. `graph_rule` (GRAPH_RULES): under ``paper`` a returned graph is used only when the run
+        registered it in uns['neighbors'] or returned no embedding; otherwise the graph is rebuilt from
+        the embedding, as OpenProblems' post-processing does. ``as_returned`` always uses it."""
         import anndata as ad
         import pandas as pd
         import scipy.sparse as sp
@@ -160,7 +168,7 @@ class Dataset:
             if not np.isfinite(emb).all():
                 raise ValueError(f"obsm['X_emb'] has {int((~np.isfinite(emb)).sum()):,} NaN or infinite values")
             result.obsm["X_emb"] = emb
-        if "connectivities_data" in value:
+        if "connectivities_data" in value and not graph_replaced(value, graph_rule):
             for name in ("connectivities", "distances"):
                 parts = [np.asarray(value[f"{name}_{p}"]) for p in ("data", "indices", "indptr")]
                 if (
@@ -236,6 +244,15 @@ class Dataset:
             values = [runs[c][metric] for c in CONTROLS if math.isfinite(runs[c].get(metric, math.nan))]
             bounds[metric] = {"min": min(values) if values else 0.0, "max": max(values) if values else 1.0}
         return {"controls": runs, "bounds": bounds}
+
+
+GRAPH_RULES = ("paper", "as_returned")
+
+
+def graph_replaced(value: dict[str, Any], graph_rule: str) -> bool:
+    """Whether a returned graph gives way to one built from the embedding (score_arrays)."""
+    registered = bool(value.get("uns_neighbors"))
+    return graph_rule == "paper" and "connectivities_data" in value and "X_emb" in value and not registered
 
 
 def _stored_version(path: Path) -> str | None:

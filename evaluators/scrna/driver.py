@@ -48,6 +48,7 @@ def _station_integrate():
                                       %% (_emb.shape,)}
         _res["X_emb"] = _emb.astype(_np.float32)
     if "connectivities" in _out.obsp and "distances" in _out.obsp:
+        _res["uns_neighbors"] = bool("neighbors" in _out.uns)
         for _name in ("connectivities", "distances"):
             _g = _sp.csr_matrix(_out.obsp[_name])
             if _g.shape != (len(_ids), len(_ids)):

@@ -139,7 +139,9 @@ METRICS: tuple[str, ...] = (
     "cell_cycle_conservation",
 )
 # Changes whenever a metric's definition changes, so that stored control bounds are recomputed.
-METRICS_VERSION = "3"  # 2: Leiden run to convergence, kBET as scib (neighbour order, components); 3: kBET tests 10-cell types
+METRICS_VERSION = (
+    "3"  # 2: Leiden run to convergence, kBET as scib (neighbour order, components); 3: kBET tests 10-cell types
+)
 EXTRA_STEPS: dict[str, Callable[[Any], float]] = {
     "hvg_overlap": hvg_overlap,
     "isolated_label_f1": isolated_label_f1,

@@ -100,14 +100,18 @@ class BatchIntegration(Task):
         memory_mb: int | None = 16384,
         normalisation: str | None = None,
         extra_metrics: Sequence[str] = (),
+        graph_rule: str = "paper",
     ) -> None:
-        from .dataset import Dataset, data_root
+        from .dataset import GRAPH_RULES, Dataset, data_root
 
         if size not in ("default", "small"):
             raise ValueError("size must be 'default' or 'small'")
         if isinstance(extra_metrics, str) or any(m not in EXTRA_METRICS for m in extra_metrics):
             raise ValueError(f"extra_metrics must be a list of {', '.join(EXTRA_METRICS)}; got {extra_metrics!r}")
         self.normalisation = choose_normalisation(normalisation)
+        if graph_rule not in GRAPH_RULES:
+            raise ValueError(f"graph_rule must be one of {', '.join(GRAPH_RULES)}; got {graph_rule!r}")
+        self.graph_rule = graph_rule
         self.extra_metrics = tuple(dict.fromkeys(extra_metrics))
         self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
@@ -146,6 +150,8 @@ Cell types are **not** given to you: they are held out and used only for scoring
 same order, with at least one of:
 - `obsm['X_emb']`: an integrated embedding (cells × dimensions), and/or
 - `obsp['connectivities']` **and** `obsp['distances']`: an integrated kNN graph (sparse, cells × cells).
+  With an `X_emb` too, the graph is scored only if `uns['neighbors']` is set (any dict); otherwise
+  the graph metrics use a 15-NN graph rebuilt from `X_emb`, as in OpenProblems.
 Several metrics need `X_emb` and count 0 without it. A `layers['corrected_counts']` matrix alone is
 also accepted: its 50 principal components become the embedding.
 
@@ -200,6 +206,8 @@ The score is the mean of the ten. Higher is better. The details of each result l
 
     # -- scoring ------------------------------------------------------------------------------
     def score(self, result: RunResult) -> Verdict:
+        from .dataset import graph_replaced
+
         value: Any = result.value
         if not isinstance(value, dict):
             return Verdict(False, details="The run returned nothing the station could read.")
@@ -208,7 +216,7 @@ The score is the mean of the ten. Higher is better. The details of each result l
         if value.get("contract_error"):
             return Verdict(False, details=f"ERROR: {value['contract_error']}")
         try:
-            raw, problems = self.dataset.score_arrays(value, extra=self.extra_metrics)
+            raw, problems = self.dataset.score_arrays(value, extra=self.extra_metrics, graph_rule=self.graph_rule)
         except ValueError as err:
             return Verdict(False, details=f"ERROR: {err}")
         normal = normalise(raw, self.bounds())
@@ -221,6 +229,10 @@ The score is the mean of the ten. Higher is better. The details of each result l
             "Raw: " + ", ".join(f"{LABELS[m]} {_fmt(raw.get(m))}" for m in METRICS),
             f"Normalization: {self.normalisation}",
         ]
+        if graph_replaced(value, self.graph_rule):
+            lines.append(
+                "Neighbour graph: rebuilt from X_emb (the returned graph is used only with uns['neighbors'] set)"
+            )
         if self.extra_metrics:
             shown = ", ".join(f"{EXTRA_LABELS[m]} {_fmt(raw.get(m))}" for m in self.extra_metrics)
             lines.append(f"Extra (raw, not in the score): {shown}")
