@@ -146,6 +146,7 @@ class Dataset:
         extra: Sequence[str] = (),
         timings: dict[str, float] | None = None,
         graph_rule: str = "paper",
+        clustering: str = "paper",
     ) -> tuple[dict[str, float], dict[str, str]]:
         """The raw metrics (the ten, then `extra`) of a run's returned arrays, put back on the solution's
         cells. `graph_rule` (GRAPH_RULES): under ``paper`` a returned graph is used only when the run
@@ -192,20 +193,22 @@ class Dataset:
             result = ad.AnnData(
                 obs=result.obs, var=genes, obsm=result.obsm, obsp=result.obsp, layers={"corrected_counts": counts}
             )
-        values, problems = self._metrics(result, timings, extra)
+        values, problems = self._metrics(result, timings, extra, clustering)
         if bad_counts and "hvg_overlap" in values:
             problems["hvg_overlap"] = bad_counts
         return values, problems
 
     def _metrics(
-        self, result: Any, timings: dict[str, float] | None = None, extra: Sequence[str] = ()
+        self, result: Any, timings: dict[str, float] | None = None, extra: Sequence[str] = (), clustering: str = "paper"
     ) -> tuple[dict[str, float], dict[str, str]]:
         from .metrics import compute_metrics
         from .simulate import G2M_GENES, S_GENES
 
         genes = set(self.solution().var["feature_name"])
         cycle = (S_GENES, G2M_GENES) if set(S_GENES) <= genes else None
-        return compute_metrics(result, self.solution(), cell_cycle_genes=cycle, extra=extra, timings=timings)
+        return compute_metrics(
+            result, self.solution(), cell_cycle_genes=cycle, extra=extra, timings=timings, clustering=clustering
+        )
 
     def bounds(self, progress: Any = None) -> dict[str, tuple[float, float]]:
         """Per metric (min, max) over the control methods on this data, computed once and stored

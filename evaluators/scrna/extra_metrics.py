@@ -55,7 +55,9 @@ def isolated_label_f1(inputs: Inputs) -> float:
     scores = []
     for label in isolated:
         truth = inputs.labels == label
-        scores.append(max([0.0] + [best_cluster_f1(leiden(inputs, r), truth) for r in ISOLATED_F1_RESOLUTIONS]))
+        scores.append(
+            max([0.0] + [best_cluster_f1(leiden(inputs, r, "leidenalg"), truth) for r in ISOLATED_F1_RESOLUTIONS])
+        )
     return float(np.mean(scores))
 
 

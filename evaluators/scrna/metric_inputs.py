@@ -30,6 +30,7 @@ class Inputs:
     graph_problem: str = ""
     graph_source: str = ""
     corrected: Any = None  # layers['corrected_counts'] of a feature output (cells x the solution's genes)
+    clustering: str = "paper"  # how Leiden clusters the graph (clustering.CLUSTERINGS)
     cache: dict[str, Any] = field(default_factory=dict)
 
     def need_emb(self) -> np.ndarray:

@@ -101,7 +101,9 @@ class BatchIntegration(Task):
         normalisation: str | None = None,
         extra_metrics: Sequence[str] = (),
         graph_rule: str = "paper",
+        clustering: str = "paper",
     ) -> None:
+        from .clustering import CLUSTERINGS
         from .dataset import GRAPH_RULES, Dataset, data_root
 
         if size not in ("default", "small"):
@@ -112,6 +114,9 @@ class BatchIntegration(Task):
         if graph_rule not in GRAPH_RULES:
             raise ValueError(f"graph_rule must be one of {', '.join(GRAPH_RULES)}; got {graph_rule!r}")
         self.graph_rule = graph_rule
+        if clustering not in CLUSTERINGS:
+            raise ValueError(f"clustering must be one of {', '.join(CLUSTERINGS)}; got {clustering!r}")
+        self.clustering = clustering
         self.extra_metrics = tuple(dict.fromkeys(extra_metrics))
         self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
@@ -216,7 +221,9 @@ The score is the mean of the ten. Higher is better. The details of each result l
         if value.get("contract_error"):
             return Verdict(False, details=f"ERROR: {value['contract_error']}")
         try:
-            raw, problems = self.dataset.score_arrays(value, extra=self.extra_metrics, graph_rule=self.graph_rule)
+            raw, problems = self.dataset.score_arrays(
+                value, extra=self.extra_metrics, graph_rule=self.graph_rule, clustering=self.clustering
+            )
         except ValueError as err:
             return Verdict(False, details=f"ERROR: {err}")
         normal = normalise(raw, self.bounds())
