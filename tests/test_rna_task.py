@@ -286,12 +286,16 @@ def _perfect(dataset, labels) -> np.ndarray:
 
 
 def test_the_station_measures_each_dataset_from_the_scorers_outputs(cache: Path) -> None:
+    from evaluators.rna.metrics import BEACON_NAMES
+
     task = create_task("rna_modelling", SMALL)
     for n, dataset in enumerate(DATASETS):
         labels = task.data.labels(dataset.name)
         measured = task.measure(n, {"output_0": _perfect(dataset, labels)})
         assert measured["score"] == pytest.approx(1.0) and measured["metrics"] == {dataset.metric_key: measured["score"]}
-        assert measured["line"] == f"{dataset.metric} 1.0000"
+        beacon = f" (BEACON's {BEACON_NAMES[dataset.name]}: 1.0000)" if dataset.name in BEACON_NAMES else ""
+        assert measured["line"] == f"{dataset.metric} 1.0000{beacon}"
+        assert measured["beacon"] == (pytest.approx(1.0) if beacon else None)
     assert list(METRIC_KEYS) == [
         "APA_R2", "CRI-Off_Spearman", "Modif_AUC-ROC", "CRI-On_Spearman", "PRS_R2", "MRL_R2", "ncRNA_Accuracy"]
     apa = task.data.labels("APA")
@@ -452,7 +456,8 @@ def test_the_baseline_from_the_config_is_scored_end_to_end_and_beats_a_constant(
     finally:
         executor.close()
     assert result["status"] == "ok" and result["success"], (result["details"], result["stderr"][-3000:])
-    assert set(result["metrics"]) == set(METRIC_KEYS) and all(math.isfinite(v) for v in result["metrics"].values())
+    assert set(METRIC_KEYS) <= set(result["metrics"]) and all(math.isfinite(v) for v in result["metrics"].values())
+    assert set(result["metrics"]) - set(METRIC_KEYS) == {"APA_BEACON_r2", "PRS_BEACON_r2", "MRL_BEACON_r2"}
     constant = float(np.mean(list(task.data.references().values())))
     assert result["score"] > constant + 0.15, result["details"]
     assert result["metrics"]["Modif_AUC-ROC"] > 0.5 and result["metrics"]["ncRNA_Accuracy"] > 0.15

@@ -41,5 +41,7 @@ def eliminate_batch_effect_fn(adata):
     distances = distances.maximum(distances.T).tocsr()
     adata.obsp["connectivities"] = connectivities
     adata.obsp["distances"] = distances
+    # registered as the neighbour graph: without this the scorer rebuilds the graph from X_emb
+    adata.uns["neighbors"] = {"connectivities_key": "connectivities", "distances_key": "distances"}
     adata.obsm["X_emb"] = pcs
     return adata
