@@ -34,6 +34,8 @@ class Verdict:
     sort_key: tuple[float, ...] | None = None  # compared only within one task; default (score,)
     # what the viewer draws for this run (circles, learning curves, ...): plain JSON data only
     figure: dict[str, Any] | None = None
+    # the score of each seed, when the score is their mean (an external evaluation's trials)
+    samples: list[float] | None = None
 
     def __post_init__(self) -> None:
         if not self.success:
@@ -51,6 +53,8 @@ class Verdict:
         }
         if self.figure is not None:  # absent otherwise, so that payloads without one stay as recorded
             payload["figure"] = self.figure
+        if self.samples is not None:
+            payload["samples"] = list(self.samples)
         return payload
 
 
@@ -83,6 +87,18 @@ class Baseline:
     tags: tuple[str, ...]
     abstract: str
     code: str
+
+
+@dataclass(frozen=True)
+class ExternalPlan:
+    """How a task evaluates a submission externally, as the paper's tables were made: one run of
+    the submission per task in `runs` (the same task again, or one per held-out dataset; a single
+    run when one evaluation runs every seed itself), on data the station's internal evaluation
+    never scored where the task has such data. `protocol`: one line for the user on what differs
+    from the internal evaluation."""
+
+    runs: tuple[Task, ...]
+    protocol: str
 
 
 class Task:
@@ -125,6 +141,17 @@ class Task:
     def prepare(self, say: Callable[[str], None]) -> None:
         """Build what scoring needs (data, normalization bounds) before a station's first tick, so
         that no agent's evaluation pays for it; `say(step)` reports progress. Quick once done."""
+
+    def external(self, seeds: int | None = None) -> ExternalPlan:
+        """The external evaluation (`station external`). Here: the internal evaluation again, `seeds`
+        times (default once: a task whose score is deterministic, like circle packing in the paper).
+        A task with a test split or seeds of its own overrides it."""
+        runs = seeds or 1
+        if runs < 1:
+            raise ValueError("seeds must be at least 1")
+        return ExternalPlan(
+            (self,) * runs, "the internal evaluation, run again" + (f" {runs} times" if runs > 1 else "")
+        )
 
     def validate_code(self, code: str) -> str | None:
         """A reason to refuse the code before it runs, or None."""

@@ -16,7 +16,7 @@ import pytest
 
 from evaluators.base import Verdict, create_task
 from evaluators.circle_packing import CirclePacking
-from evaluators.jaxtrain.station_jax.windows import HORIZON
+from evaluators.jaxtrain.station_jax.windows import gather
 from evaluators.jaxtrain.task import MAX_CURVE_POINTS
 from evaluators.rna.beacon import DATASETS
 from evaluators.scrna.task import METRICS
@@ -87,9 +87,10 @@ def test_the_recorded_payload_of_a_run_holds_the_figure() -> None:
 def forecast_trials(task: Any, curves: list[list[float | None]]) -> dict[str, Any]:
     """Trials whose best checkpoint predicted all zeros (a finite, poor forecast), with the given
     station-measured curves (None: a checkpoint whose outputs could not count)."""
-    starts, neurons = task.scored_windows()
-    width = task.dataset.n_neurons if neurons is None else len(neurons)
-    best = task.measure(0, {"output_0": np.zeros((len(starts), HORIZON, width), np.float32)})
+    folder = task.dataset.scored_windows()
+    _, targets = gather(np.load(folder / "frames.npy"), np.load(folder / "starts.npy"))
+    sums = np.abs(targets).sum(axis=(0, 2), dtype=np.float64)[None]
+    best = task.measure(0, {"abs_error": sums, "windows": np.array([len(targets)]), "nonfinite": np.array(0)})
     return {"trials": [
         {"trial": n, "status": "ok", "seed": n, "reported": {"seed": n, "train_curve": [0.5, 0.4, 0.3][: len(curve)]},
          "station": {"checkpoints": len(curve), "curve": curve, "best_checkpoint": 1, "best": best,

@@ -11,6 +11,7 @@ import pytest
 
 from evaluators.forecasting.dataset import (
     INPUT_FILES,
+    REFERENCES_FILE,
     TEST_FILES,
     TRAIN_FILES,
     ForecastDataset,
@@ -191,14 +192,39 @@ def test_training_runs_get_a_folder_with_the_training_split_only(built, sim):
         assert np.array_equal(np.load(built.train_dir / file), sim[file.removesuffix(".npy")]), file
 
 
-def test_the_scorer_s_inputs_are_the_windows_inputs_without_targets(built, sim):
-    starts = window_starts(sim["val_condition_labels"])[::3]
-    folder = built.scoring_inputs(starts)
-    assert [p.name for p in folder.iterdir()] == ["input_0.npy"]
-    x, _ = gather(sim["val_data"], starts)
-    assert np.array_equal(np.load(folder / "input_0.npy"), x)
-    assert built.scoring_inputs(starts) == folder  # made once
-    assert built.scoring_inputs(starts[1:]) != folder
+def zapbench_windows(sim, split: str) -> np.ndarray:
+    """Every (4 + 32)-frame window ZAPBench scores on `split`, built here from the raw arrays: per
+    condition, the split's frames preceded by that condition's last 4 frames in the nearest
+    earlier split holding it (val: train; test: val, else train). Shape (windows, 36, neurons)."""
+    earlier = {"val": ["train"], "test": ["val", "train"]}[split]
+    data, labels = sim[f"{split}_data"], sim[f"{split}_condition_labels"]
+    windows = []
+    for condition in dict.fromkeys(labels.tolist()):
+        own = data[labels == condition]
+        before = next((sim[f"{e}_data"][sim[f"{e}_condition_labels"] == condition][-CONTEXT:] for e in earlier
+                       if (sim[f"{e}_condition_labels"] == condition).any()), own[:0])
+        frames = np.concatenate([before, own])
+        windows += [frames[s:s + CONTEXT + HORIZON] for s in range(len(frames) - CONTEXT - HORIZON + 1)]
+    return np.stack(windows)
+
+
+@pytest.mark.parametrize("splits", [("val",), ("val", "test")])
+def test_the_scorer_cuts_the_windows_zapbench_scores(built, sim, splits):
+    """Validation windows take their context from the end of the training split and test windows
+    from the end of validation, so every frame of a scored split is a target, its first ones too."""
+    folder = built.scored_windows(splits)
+    assert sorted(p.name for p in folder.iterdir()) == ["frames.npy", "group.npy", "starts.npy"]
+    frames, starts, group = (np.load(folder / f"{name}.npy") for name in ("frames", "starts", "group"))
+    for index, split in enumerate(splits):
+        x, y = gather(frames, starts[group == index])
+        expected = zapbench_windows(sim, split)
+        assert np.array_equal(np.concatenate([x, y], axis=1), expected), split
+        first = sim[f"{split}_condition_labels"] == sim[f"{split}_condition_labels"][0]
+        assert np.array_equal(y[0, 0], sim[f"{split}_data"][first][0])  # the split's first frame is forecast
+    assert built.scored_windows(splits) == folder  # made once
+    assert len(starts) > len(window_starts(sim["val_condition_labels"]))
+    with pytest.raises(ValueError, match="scores the val and test splits"):
+        built.scored_windows(("train",))
 
 
 def test_building_twice_reuses(built):
@@ -219,12 +245,12 @@ def test_data_root_follows_the_environment(monkeypatch, tmp_path):
 
 def test_reference_scores(built, sim):
     refs = built.references()
-    assert (built.private_dir / "references.json").exists()
-    assert json.loads((built.private_dir / "references.json").read_text()) == refs
+    assert json.loads((built.private_dir / REFERENCES_FILE).read_text()) == refs
     scores = refs  # predictor -> {mae, horizons, by_step, windows}
     assert set(scores) == {"persistence", "context_mean", "train_mean"}
-    # the chunked computation agrees with a direct one
-    x, y = gather(sim["val_data"], window_starts(sim["val_condition_labels"]))
+    # the chunked computation agrees with a direct one, on the windows ZAPBench scores
+    windows = zapbench_windows(sim, "val")
+    x, y = windows[:, :CONTEXT], windows[:, CONTEXT:]
     direct = mae_by_horizon(np.repeat(x[:, -1:], HORIZON, axis=1), y)
     assert np.allclose(scores["persistence"]["by_step"], direct)
     assert scores["persistence"]["mae"] == pytest.approx(direct.mean())
@@ -264,8 +290,9 @@ def test_zapbench_folder_loads(tmp_path, sim):
     assert {f for f in TEST_FILES} <= {p.name for p in dataset.private_dir.iterdir()}
     assert dataset.info()["held_out_conditions"] == [5]
     assert "ZAPBench" in dataset.describe()
-    reference = reference_scores(sim["train_data"], sim["val_data"], sim["val_condition_labels"])
-    assert dataset.references() == json.loads(json.dumps(reference))
+    folder = dataset.scored_windows()
+    frames, starts = np.load(folder / "frames.npy"), np.load(folder / "starts.npy")
+    assert dataset.references() == json.loads(json.dumps(reference_scores(sim["train_data"], frames, starts)))
 
 
 def test_zapbench_folder_without_test_and_with_other_dtypes(tmp_path, sim):

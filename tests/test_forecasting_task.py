@@ -12,11 +12,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import shared_task_data
+from test_forecasting_data import zapbench_windows
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax import hooks
+from evaluators.jaxtrain.station_jax.windows import CONTEXT
 from station.core.config import ExecutorConfig
 from station.core.run_types import Mount, RunResult
 from station.executors import create_executor
@@ -39,6 +42,20 @@ class Linear(nn.Module):
 
 def create_network(hparams):
     return Linear()
+'''
+
+
+PERSISTENCE = HEAD + '''
+
+class Persistence(nn.Module):
+    @nn.compact
+    def __call__(self, x, training=False):
+        unused = self.param("unused", nn.initializers.zeros, (1,))
+        return jnp.repeat(x[:, -1:, :], 32, axis=1) + 0.0 * unused
+
+
+def create_network(hparams):
+    return Persistence()
 '''
 
 
@@ -105,22 +122,33 @@ def create_optimizer(learning_rate):
 def test_the_score_is_measured_by_the_station_from_the_predictions(local) -> None:
     """A network that copies the last frame scores exactly the persistence predictor's MAE,
     which the dataset computes independently, whatever the trial itself claims."""
-    code = HEAD + '''
-
-class Persistence(nn.Module):
-    @nn.compact
-    def __call__(self, x, training=False):
-        unused = self.param("unused", nn.initializers.zeros, (1,))
-        return jnp.repeat(x[:, -1:, :], 32, axis=1) + 0.0 * unused
-
-
-def create_network(hparams):
-    return Persistence()
-'''
-    task, result, verdict = evaluate(local, code, trials=1)
+    task, result, verdict = evaluate(local, PERSISTENCE, trials=1)
     assert verdict is not None and verdict.success, result.stderr[-3000:]
     persistence = task.dataset.references()["persistence"]
     assert -verdict.score == pytest.approx(persistence["mae"], rel=1e-5)
+
+
+def test_the_external_evaluation_scores_the_test_split_at_the_epoch_validation_picked(local) -> None:
+    """The paper's external evaluation of ZAPBench, with 2 seeds: each seed scores minus the
+    persistence MAE on the test windows ZAPBench scores (their context taken from the end of
+    validation), built here from the raw arrays; the internal evaluation never scores them."""
+    plan = create_task("forecasting", TINY).external(seeds=2)
+    assert len(plan.runs) == 1 and plan.runs[0].trials == 2 and "test split" in plan.protocol
+    result = plan.runs[0].execute(local, PERSISTENCE, mounts=[], label="test-external")
+    verdict = plan.runs[0].score(result)
+    assert verdict.success, verdict.details
+    dataset = plan.runs[0].dataset
+    windows = zapbench_windows({f"{split}_{part}": array for split in ("train", "val", "test")
+                                for part, array in zip(("data", "condition_labels"), dataset.load(split))}, "test")
+    expected = float(np.abs(np.repeat(windows[:, CONTEXT - 1:CONTEXT], 32, axis=1) - windows[:, CONTEXT:]).mean())
+    assert verdict.samples == pytest.approx([-expected, -expected], rel=1e-5)
+    assert verdict.score == pytest.approx(-expected, rel=1e-5)
+    assert set(verdict.metrics) == {f"Test_MAE_{h}" for h in (1, 4, 8, 16, 32)}
+    assert "test MAE" in verdict.details and "Scored on the test split" in verdict.details
+    validation = dataset.references()["persistence"]["mae"]
+    assert f"val MAE {validation:.6f}" in verdict.details and abs(validation - expected) > 1e-4
+    internal = create_task("forecasting", TINY)
+    assert not internal.external_mode and internal.scored_splits() == ("val",)  # the copy changed, not the task
 
 
 def test_a_diverging_a_crashing_and_a_hanging_trial_are_reported_and_leave_no_score(local) -> None:
@@ -312,8 +340,9 @@ def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_
 
 def test_a_scripted_station_researches_forecasting_end_to_end(cache: Path, tmp_path: Path) -> None:
     """Scripted agents submit variants of the MLP; each is checked, trained and scored. Fourteen
-    ticks: the first variants come at tick 5, the first built on persistence at tick 13."""
-    from helpers import research_station_evaluations
+    ticks: the first variants come at tick 5, the first built on persistence at tick 13. Then
+    `station external` runs the best of them again on the test split, with two seeds."""
+    from helpers import research_station_evaluations, station_cli
 
     rows = research_station_evaluations(tmp_path / "st", "forecast-station", {
         "tasks": [{"evaluator": "forecasting", "params": {**TINY, "trials": 1, "max_epochs": 1}}],
@@ -324,3 +353,12 @@ def test_a_scripted_station_researches_forecasting_end_to_end(cache: Path, tmp_p
     assert system[0]["score"] < 0
     assert len(agents) >= 2 and sum(r["status"] == "finished" and r["score"] < 0 for r in agents) >= 2
     assert any("persistence" in r["title"] for r in agents)
+    best = max((r for r in rows if r["status"] == "finished"), key=lambda r: r["score"])
+    done = station_cli("external", "st", "--seeds", "2", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (shown,) = json.loads(done.stdout)
+    assert shown["title"] == best["title"] and shown["internal"] == best["score"]
+    assert shown["status"] == "finished" and len(shown["samples"]) == 2 and shown["mean"] < 0
+    assert shown["se"] == pytest.approx(abs(shown["samples"][0] - shown["samples"][1]) / 2)
+    assert "test split" in shown["protocol"] and set(shown["metrics"]) >= {"Test_MAE_1", "Test_MAE_32"}
+    assert "run 1 of 1" in done.stderr

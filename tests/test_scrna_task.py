@@ -148,17 +148,46 @@ def test_a_returned_graph_counts_only_when_registered_unless_the_task_keeps_ever
 
 def test_a_perfect_cell_type_embedding_scores_near_one_on_biology(task, run, cache) -> None:
     # The labels are private: the test (like the scorer) reads them, the sandboxed code cannot.
-    labels = task.dataset.solution().obs["cell_type"].astype(str).tolist()
-    code = HEAD + f"LABELS = {labels!r}\n\n" + (
+    code = perfect_embedding(task.dataset.solution().obs["cell_type"].astype(str).tolist())
+    result, verdict = run(code)
+    assert verdict.success
+    for bio in ("ASW_label", "cLISI", "ARI", "NMI", "Graph_conn"):
+        assert verdict.metrics[bio] > 0.9, (bio, verdict.details)
+
+
+def perfect_embedding(labels: list[str]) -> str:
+    return HEAD + f"LABELS = {labels!r}\n\n" + (
         "def eliminate_batch_effect_fn(adata):\n"
         "    kinds = sorted(set(LABELS))\n"
         "    onehot = np.eye(len(kinds))[[kinds.index(x) for x in LABELS]]\n"
         "    adata.obsm['X_emb'] = onehot + np.random.default_rng(0).normal(scale=1e-3, size=onehot.shape)\n"
         "    return adata\n")
-    result, verdict = run(code)
-    assert verdict.success
-    for bio in ("ASW_label", "cLISI", "ARI", "NMI", "Graph_conn"):
-        assert verdict.metrics[bio] > 0.9, (bio, verdict.details)
+
+
+def test_the_external_evaluation_scores_the_held_out_test_draw(task, cache) -> None:
+    """`station external` runs a submission on the simulated data's held-out draw (other cells,
+    their own batch effects), which no internal evaluation scores: labels memorised from the
+    scored cells do not fit it, its own labels score near one on biology."""
+    plan = task.external()
+    (held_out,) = plan.runs
+    assert "held-out test draw" in plan.protocol and task.dataset.split == "train"
+    assert held_out.dataset.n_cells == 1000 != task.dataset.n_cells  # the small sizes: 1,000 test, 2,000 train cells
+    executor = create_executor(ExecutorConfig(kind="local"), hide=held_out.private_paths())
+    try:
+        def evaluate(code: str):
+            result = executor.run(held_out.run_spec(code, mounts=[], label="test-scrna-external"))
+            return result, (held_out.score(result) if result.status == "ok" else None)
+
+        memorised = task.dataset.solution().obs["cell_type"].astype(str).tolist()
+        result, _ = evaluate(perfect_embedding(memorised))
+        assert result.status == "error"  # 2,000 labels for 1,000 cells
+        result, verdict = evaluate(perfect_embedding(held_out.dataset.solution().obs["cell_type"].astype(str).tolist()))
+        assert verdict is not None and verdict.success, result.stderr[-2000:]
+        assert all(verdict.metrics[bio] > 0.9 for bio in ("ASW_label", "cLISI", "ARI", "NMI")), verdict.details
+    finally:
+        executor.close()
+    with pytest.raises(ValueError, match="--seeds does not apply"):
+        task.external(3)
 
 
 @pytest.mark.parametrize("body, message", [

@@ -1,8 +1,12 @@
 """One forecasting dataset on disk, made once and then reused: `input/` holds the train and val
 splits (the station's copy), `train/` the training split alone (hard links; the only data a
 training run sees, mounted read-only), `private/` the test split, `dataset.json`, and
-`references.json` with the naive predictors' scores, and `scoring-*/` the validation windows'
-inputs that the station's scoring sandbox reads. The whole folder is hidden from runs.
+REFERENCES_FILE with the naive predictors' scores, and `scored-*/` the frames and windows that
+the station's scoring sandbox reads. The whole folder is hidden from runs.
+
+Scored windows follow ZAPBench: the first window of a condition in the validation (test) split
+takes its 4 context frames from the end of that condition in the training (validation) split, so
+every frame of a scored split is a forecast target, the first ones included.
 
 The arrays are simulated (`simulate.py`) or taken from a folder of real ZAPBench arrays laid out
 as the reference preprocessing writes them (`--path DIR`).
@@ -42,6 +46,7 @@ TRAIN_FILES = ("train_data.npy", "train_condition_labels.npy")
 INPUT_FILES = (*TRAIN_FILES, "val_data.npy", "val_condition_labels.npy")
 TEST_FILES = ("test_data.npy", "test_condition_labels.npy")
 PREDICTORS = ("persistence", "context_mean", "train_mean")
+REFERENCES_FILE = "references-v2.json"  # v2: on windows that take their context from the training split
 CHUNK_BYTES = 64 << 20  # memory bound for one chunk of frames or windows (71,721 neurons fit)
 
 
@@ -113,33 +118,53 @@ class ForecastDataset:
         for name in ("input", "private", "train"):
             (building / name).replace(self.dir / name)
 
-    def scoring_inputs(self, starts: np.ndarray) -> Path:
-        """A folder holding `input_0.npy`: the input frames (windows, CONTEXT, neurons) float32 of
-        the validation windows at `starts`, what the station's scorer maps the network over. Made
-        once per set of windows; the targets are not in it."""
-        starts = np.asarray(starts, dtype=np.int64)
-        digest = hashlib.sha256(starts.tobytes()).hexdigest()[:12]
-        folder = self.dir / f"scoring-{digest}"
+    def scored_windows(self, splits: tuple[str, ...] = ("val",)) -> Path:
+        """The folder the station's scorer reads for `splits` (val, or val and test): `frames.npy`
+        (float32, the frames windows are cut from: each split's, with each condition's context
+        before it, see `with_preceding_context`), `starts.npy` (every window's first frame) and
+        `group.npy` (the index in `splits` of each window's split). Made once per set of splits."""
+        if not splits or any(split not in ("val", "test") for split in splits):
+            raise ValueError(f"forecasting scores the val and test splits, not {splits!r}")
+        folder = self.dir / f"scored-{'-'.join(splits)}"
 
         def build(building: Path) -> None:
-            val = np.load(self.input_dir / "val_data.npy", mmap_mode="r")
+            plans = [self.split_with_context(split) for split in splits]
+            total = sum(len(labels) for _, labels in plans)
             out = np.lib.format.open_memmap(
-                building / "input_0.npy", mode="w+", dtype=np.float32, shape=(len(starts), CONTEXT, val.shape[1])
+                building / "frames.npy", mode="w+", dtype=np.float32, shape=(total, self.n_neurons)
             )
-            per_chunk = max(1, CHUNK_BYTES // ((CONTEXT + HORIZON) * val.shape[1] * 4))
-            for first in range(0, len(starts), per_chunk):
-                x, _ = gather(val, starts[first : first + per_chunk])
-                out[first : first + len(x)] = x
+            starts, groups, row = [], [], 0
+            for group, (pieces, labels) in enumerate(plans):
+                first = row
+                for data, rows in pieces:
+                    per_chunk = max(1, CHUNK_BYTES // (data.shape[1] * 4))
+                    for i in range(0, len(rows), per_chunk):
+                        part = rows[i : i + per_chunk]
+                        out[row : row + len(part)] = data[part]
+                        row += len(part)
+                found = window_starts(labels) + first  # per split: no window crosses into the next
+                starts.append(found)
+                groups.append(np.full(len(found), group, dtype=np.int64))
             out.flush()
             del out
-            (building / "input_0.npy").chmod(0o644)
+            np.save(building / "starts.npy", np.concatenate(starts).astype(np.int64))
+            np.save(building / "group.npy", np.concatenate(groups))
+            for path in building.iterdir():
+                path.chmod(0o644)
             building.chmod(0o755)
             shutil.rmtree(folder / "ready", ignore_errors=True)
             building.replace(folder / "ready")
 
         self.ensure()
-        build_once(folder, lambda: (folder / "ready" / "input_0.npy").exists(), build)
+        build_once(folder, lambda: (folder / "ready" / "group.npy").exists(), build)
         return folder / "ready"
+
+    def split_with_context(self, split: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        """`with_preceding_context` for one scored split: val takes its context from train, test
+        from val (or train, for a condition val does not hold)."""
+        earlier = {"val": ("train",), "test": ("val", "train")}[split]
+        data, labels = self.load(split)
+        return with_preceding_context(data, labels, [self.load(name) for name in earlier])
 
     def _simulate(self, input_dir: Path, private_dir: Path) -> dict[str, Any]:
         arrays = simulate(self.seed, **SIZES[self.size], split=self.split)
@@ -196,41 +221,77 @@ class ForecastDataset:
             f"({frames['train']:,}, {info['n_neurons']:,}) float32 and `train_condition_labels.npy` gives "
             f"each frame's experimental condition (int; {len(info['conditions']['train'])} conditions). "
             f"The validation split ({frames['val']:,} frames) is the station's: training runs never see it. "
-            f"A forecast sees {CONTEXT} consecutive frames and predicts the next {HORIZON}; a window never "
-            f"crosses a change of condition or the end of a split, which leaves {windows['train']:,} "
-            f"train and {windows['val']:,} validation windows.{test}"
+            f"A forecast sees {CONTEXT} consecutive frames and predicts the next {HORIZON}; a training window "
+            f"never crosses a change of condition or the end of the split, which leaves {windows['train']:,} "
+            f"of them. As in ZAPBench, a validation window may take its {CONTEXT} input frames from the end of "
+            f"the same condition's training frames, so every validation frame is forecast: "
+            f"{self.scored_window_count():,} validation windows.{test}"
         )
 
     # -- reference scores -------------------------------------------------------------------------
     def references(self) -> dict[str, Any]:
-        """Validation MAE of the naive predictors, computed once and kept in `references.json`."""
-        path = self.private_dir / "references.json"
+        """Validation MAE of the naive predictors, on the windows the station scores, computed
+        once and kept in REFERENCES_FILE."""
+        path = self.private_dir / REFERENCES_FILE
         if not path.exists():
-            self.ensure()
+            folder = self.scored_windows(("val",))
             with exclusive(self.dir):
                 if not path.exists():
                     train, _ = self.load("train")
-                    scores = reference_scores(train, *self.load("val"))
+                    frames = np.load(folder / "frames.npy", mmap_mode="r")
+                    scores = reference_scores(train, frames, np.load(folder / "starts.npy"))
                     partial = path.with_suffix(".partial")
                     partial.write_text(json.dumps(scores, indent=2))
                     partial.replace(path)
         return json.loads(path.read_text())
 
+    def scored_window_count(self) -> int:
+        return len(np.load(self.scored_windows(("val",)) / "starts.npy"))
 
-def reference_scores(train_data: np.ndarray, val_data: np.ndarray, val_labels: np.ndarray) -> dict[str, Any]:
-    """MAE over all validation windows of: `persistence` (the last input frame, repeated),
+
+def with_preceding_context(
+    data: np.ndarray, labels: np.ndarray, earlier: list[tuple[np.ndarray, np.ndarray]]
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The frames a scored split's windows are cut from, ZAPBench's way: the first block of each
+    condition is preceded by the last CONTEXT frames of that condition in the nearest `earlier`
+    split (data, labels) that holds it, so that the split's own first frames are forecast targets
+    too; a condition no earlier split holds (a held-out one) starts without context. Returns the
+    pieces in order, as (array, row indices), and the labels of the frames they make."""
+    labels = np.asarray(labels)
+    cuts = np.flatnonzero(labels[1:] != labels[:-1]) + 1
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    made: list[np.ndarray] = []
+    seen: set[int] = set()
+    for first, end in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(labels)]])):
+        if first >= end:
+            continue
+        condition = int(labels[first])
+        if condition not in seen:  # a later block of the same condition does not follow its end in time
+            seen.add(condition)
+            for before, before_labels in earlier:
+                rows = np.flatnonzero(np.asarray(before_labels) == condition)[-CONTEXT:]
+                if len(rows):
+                    pieces.append((before, rows))
+                    made.append(np.full(len(rows), condition, dtype=np.int64))
+                    break
+        pieces.append((data, np.arange(first, end)))
+        made.append(labels[first:end].astype(np.int64))
+    return pieces, (np.concatenate(made) if made else np.zeros(0, dtype=np.int64))
+
+
+def reference_scores(train_data: np.ndarray, frames: np.ndarray, starts: np.ndarray) -> dict[str, Any]:
+    """MAE over the windows of `frames` at `starts` (the scored validation windows) of: `persistence` (the last input frame, repeated),
     `context_mean` (each neuron's mean over the input frames, repeated) and `train_mean` (each
     neuron's mean over the training frames). Per predictor: `mae` (over all steps), `horizons`
     (the steps of HORIZONS_REPORTED, keyed "1", "4", ...), `by_step` (all steps) and `windows`.
     Computed in chunks of windows, so memory stays bounded."""
-    starts = window_starts(val_labels)
     if not len(starts):
         raise ValueError(f"the validation split has no window of {CONTEXT + HORIZON} frames within one condition")
     train_mean = column_stats(train_data)["mean"].astype(np.float32)
-    per_chunk = max(1, CHUNK_BYTES // ((CONTEXT + HORIZON) * val_data.shape[1] * 8))
+    per_chunk = max(1, CHUNK_BYTES // ((CONTEXT + HORIZON) * frames.shape[1] * 8))
     sums = {name: np.zeros(HORIZON) for name in PREDICTORS}
     for first in range(0, len(starts), per_chunk):
-        x, y = gather(val_data, starts[first : first + per_chunk])
+        x, y = gather(frames, starts[first : first + per_chunk])
         predictions = {
             "persistence": x[:, -1:],
             "context_mean": x.mean(axis=1, keepdims=True),

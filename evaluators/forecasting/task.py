@@ -3,11 +3,14 @@
 Agents supply hooks (`create_network`, optionally `compute_loss`, `create_optimizer`,
 `_define_hyperparameters`, `complete`, `BASE_SEED`, `BATCH_SIZE`); the harness trains 3 seeds on
 the training split only, and the station scores them in two stages (jaxtrain/two_stage.py): each
-epoch's checkpoint is run by the station's own scorer on the validation windows, one window per
-call of the exported network, and measured here against the station's copy of the data. Early
-stopping and the best epoch are the station's. Score: −mean(best val MAE over seeds), with the MAE
-at horizons 1, 4, 8, 16 and 32 as secondary metrics. The test split stays in the dataset's private
-folder; the whole dataset folder is hidden from runs.
+epoch's checkpoint is run by the station's own scorer on every validation window and neuron (the
+windows ZAPBench scores: the first ones take their context from the training split), one window
+per call of the exported network, and the scorer sends back the summed errors
+(station_jax/window_scoring.py). Early stopping and the best epoch are the station's. Score:
+−mean(best val MAE over seeds), with the MAE at horizons 1, 4, 8, 16 and 32 as secondary metrics.
+The test split stays in the dataset's private folder and is scored only by `station external`
+(the paper's external evaluation: the test MAE at the epoch validation picked); the whole dataset
+folder is hidden from runs.
 """
 
 from __future__ import annotations
@@ -19,15 +22,13 @@ from typing import Any
 import numpy as np
 
 from ..base import Baseline, register
-from ..jaxtrain.station_jax.windows import CONTEXT, HORIZON, HORIZONS_REPORTED, gather, mae_by_horizon, window_starts
+from ..jaxtrain.station_jax.windows import CONTEXT, HORIZON, HORIZONS_REPORTED
 from ..jaxtrain.two_stage import ExampleSpec, StopRule, TwoStageTask
 from .dataset import ForecastDataset, data_root
 from .play import submission as scripted_play
 
-MAX_SCORED_VALUES = 16_000_000  # predictions the scorer sends back per checkpoint (windows x 32 x neurons), 64 MB
-CHUNK_BYTES = 64 << 20  # the scorer's outputs per compiled call
-MAX_SCORED_NEURONS = 2048
 METRICS = tuple(f"Val_MAE_{h}" for h in HORIZONS_REPORTED)
+TEST_METRICS = tuple(f"Test_MAE_{h}" for h in HORIZONS_REPORTED)
 
 
 @register("forecasting")
@@ -73,7 +74,7 @@ class Forecasting(TwoStageTask):
             raise ValueError("max_epochs and patience must be at least 1, batch_size from 1 to 65536")
         self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
         self.dataset = ForecastDataset(data_root(), size=size, seed=seed, path=path, split=split)
-        self._scored: tuple[np.ndarray, np.ndarray | None] | None = None
+        self._counts: dict[tuple[str, ...], list[int]] = {}
 
     # -- data ----------------------------------------------------------------------------------------------
     def data_dir(self) -> Path:
@@ -82,70 +83,63 @@ class Forecasting(TwoStageTask):
     def private_paths(self) -> list[Path]:
         return [self.dataset.dir]  # val, test and the scorer's inputs; runs get theirs through mounts
 
-    def scored_windows(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """The validation windows and neurons the station scores (all of them when they fit)."""
-        if self._scored is None:
-            folder = self.dataset.ensure().input_dir
-            val = np.load(folder / "val_data.npy", mmap_mode="r")
-            starts = self.all_val_starts()
-            n_neurons = val.shape[1]
-            neurons = None
-            if n_neurons > MAX_SCORED_NEURONS:  # the real ZAPBench: a fixed random subset, same for everyone
-                picked = np.random.default_rng([self.dataset.seed, 7]).choice(
-                    n_neurons, MAX_SCORED_NEURONS, replace=False
-                )
-                neurons = np.sort(picked)
-            width = n_neurons if neurons is None else len(neurons)
-            room = max(16, MAX_SCORED_VALUES // (HORIZON * width))
-            if len(starts) > room:
-                starts = starts[np.linspace(0, len(starts) - 1, room).round().astype(np.int64)]
-            self._scored = (starts, neurons)
-        return self._scored
-
-    def all_val_starts(self) -> np.ndarray:
-        return window_starts(np.load(self.dataset.ensure().input_dir / "val_condition_labels.npy"))
+    def scored_splits(self) -> tuple[str, ...]:
+        """The splits each checkpoint is measured on: validation picks the best epoch; the external
+        evaluation also measures the test split at every epoch and reports it at the one picked."""
+        return ("val", "test") if self.external_mode else ("val",)
 
     def trial_settings(self) -> dict[str, Any]:
         return {"max_epochs": self.max_epochs, "default_batch": self.batch_size}
 
+    def external_changes(self) -> str:
+        """The paper's external evaluation of ZAPBench: the internal setup, with a final evaluation
+        on the test split (here: at the epoch each trial's validation MAE picked)."""
+        if not self.dataset.frames["test"]:
+            raise ValueError(f"forecasting: {self.dataset.name} has no test split to evaluate on")
+        return "scored on the test split at the epoch the validation split picked"
+
+    def sample_score(self, scored: dict[str, Any]) -> float:
+        return float(scored["held_out"]["score"])
+
     # -- two-stage scoring -----------------------------------------------------------------------------------
     def scoring_dir(self, trial: int) -> Path:
-        return self.dataset.scoring_inputs(self.scored_windows()[0])
+        return self.dataset.scored_windows(self.scored_splits())
 
     def example_spec(self, trial: int) -> ExampleSpec:
         n = self.dataset.n_neurons
         return ExampleSpec(inputs=[((CONTEXT, n), "float32")], outputs=[((HORIZON, n), "float32")])
 
     def scorer_settings(self, trial: int) -> dict[str, Any]:
-        neurons = self.scored_windows()[1]
-        chunk = max(1, min(256, CHUNK_BYTES // (HORIZON * self.dataset.n_neurons * 4)))
-        return {"mode": "map", "chunk": chunk, "select_last_axis": None if neurons is None else neurons.tolist()}
+        return {"mode": "windows", "groups": len(self.scored_splits())}
 
     def stop_rule(self, trial: int) -> StopRule:
         return StopRule(self.patience, self.max_epochs, self.trial_budget_s, self.late_allowance_s())
 
     def measure(self, trial: int, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
-        """The validation MAE of one checkpoint's predictions, against the station's own targets."""
-        starts, neurons = self.scored_windows()
-        pred = outputs.get("output_0")
-        width = self.dataset.n_neurons if neurons is None else len(neurons)
-        expected = (len(starts), HORIZON, width)
-        if not isinstance(pred, np.ndarray) or pred.shape != expected:
-            raise ValueError(f"predictions of shape {getattr(pred, 'shape', None)}, expected {expected}")
-        if not np.isfinite(pred).all():
-            raise ValueError("the predictions hold NaN or infinite values")
-        val = np.load(self.dataset.input_dir / "val_data.npy", mmap_mode="r")
-        by_horizon = np.zeros(HORIZON)
-        for i in range(0, len(starts), 64):  # bounded memory on the real data
-            _, target = gather(val, starts[i : i + 64])
-            if neurons is not None:
-                target = target[:, :, neurons]
-            by_horizon += mae_by_horizon(pred[i : i + 64].astype(np.float64), target) * len(target)
-        by_horizon /= len(starts)
-        mae = float(by_horizon.mean())
-        metrics = {f"Val_MAE_{h}": float(by_horizon[h - 1]) for h in HORIZONS_REPORTED}
-        line = f"val MAE {mae:.6f} (horizon 1: {metrics['Val_MAE_1']:.4f}, 32: {metrics['Val_MAE_32']:.4f})"
-        return {"score": -mae, "metric": round(mae, 6), "mae": mae, "metrics": metrics, "line": line}
+        """One checkpoint's MAE per scored split, from the error sums the station's scorer made."""
+        splits = self.scored_splits()
+        sums, windows, nonfinite = (np.asarray(outputs.get(k)) for k in ("abs_error", "windows", "nonfinite"))
+        if sums.shape != (len(splits), HORIZON) or windows.shape != (len(splits),):
+            raise ValueError(f"the scorer's sums have shapes {sums.shape} and {windows.shape}")
+        if int(nonfinite):
+            raise ValueError(f"the predictions hold {int(nonfinite):,} NaN or infinite values")
+        expected = self.window_counts()
+        if windows.tolist() != expected:
+            raise ValueError(f"the scorer measured {windows.tolist()} windows, not {expected}")
+        by_split = sums / (windows[:, None] * float(self.dataset.n_neurons))
+        measured = horizon_result(by_split[0], "val", "Val")
+        if self.external_mode:  # the epoch is still picked on validation; the test MAE rides along
+            measured["held_out"] = horizon_result(by_split[1], "test", "Test")
+            measured["line"] += f"; {measured['held_out']['line']}"
+        return measured
+
+    def window_counts(self) -> list[int]:
+        """How many windows of each scored split the scorer must have measured."""
+        splits = self.scored_splits()
+        if splits not in self._counts:  # a dict: external()'s copy shares it, and scores other splits
+            groups = np.load(self.scoring_dir(0) / "group.npy")
+            self._counts[splits] = np.bincount(groups, minlength=len(splits)).tolist()
+        return self._counts[splits]
 
     # -- what agents read ---------------------------------------------------------------------------------
     def spec(self) -> str:
@@ -183,22 +177,31 @@ class Forecasting(TwoStageTask):
         ]
 
     def summary(self, scored: list[dict[str, Any]]) -> tuple[float, dict[str, float | None], list[str]]:
-        mae = float(np.mean([s["mae"] for s in scored]))
+        picked = [s["held_out"] for s in scored] if self.external_mode else scored
+        mae = float(np.mean([s["mae"] for s in picked]))
+        names = TEST_METRICS if self.external_mode else METRICS
         metrics: dict[str, float | None] = {
-            name: float(np.mean([s["metrics"][name] for s in scored])) for name in METRICS
+            name: float(np.mean([s["metrics"][name] for s in picked])) for name in names
         }
         refs = self.dataset.references()
         lines = [
-            "Naive predictors on the whole validation split (MAE, lower is better): "
+            "Naive predictors on the validation windows (MAE, lower is better): "
             + ", ".join(f"{name.replace('_', ' ')} {ref['mae']:.6f}" for name, ref in refs.items())
         ]
-        starts, neurons = self.scored_windows()
-        if neurons is not None or len(starts) < len(self.all_val_starts()):
-            lines.append(
-                f"Scored on a fixed subset of the validation split: {len(starts):,} windows x "
-                f"{self.dataset.n_neurons if neurons is None else len(neurons):,} neurons."
+        if self.external_mode:
+            val = float(np.mean([s["mae"] for s in scored]))
+            lines.insert(
+                0, f"Scored on the test split, at the epoch each trial's validation MAE picked (val MAE {val:.6f})."
             )
         return -mae, metrics, lines
+
+
+def horizon_result(by_step: np.ndarray, split: str, prefix: str) -> dict[str, Any]:
+    """What `measure` returns for one split's MAE per forecast step."""
+    mae = float(by_step.mean())
+    metrics = {f"{prefix}_MAE_{h}": float(by_step[h - 1]) for h in HORIZONS_REPORTED}
+    line = f"{split} MAE {mae:.6f} (horizon 1: {by_step[0]:.4f}, 32: {by_step[-1]:.4f})"
+    return {"score": -mae, "metric": round(mae, 6), "mae": mae, "metrics": metrics, "line": line}
 
 
 SPEC = """# Neural Activity Forecasting

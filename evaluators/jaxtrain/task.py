@@ -12,6 +12,7 @@ Here: the settings, specs and GPU placement of the runs, and the details and fig
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from typing import Any
 
 from station.core.run_types import Mount, RunResult
 
-from ..base import Task, Verdict, figure_number
+from ..base import ExternalPlan, Task, Verdict, figure_number
 
 HARNESS_DIR = Path(__file__).resolve().parent / "station_jax"
 HARNESS_TARGET = "station_jax"  # `import station_jax` works in the run: its working dir is on sys.path
@@ -44,6 +45,7 @@ class JaxTrainingTask(Task):
     data_target = ""  # where the task's data folder appears in the run, e.g. "task_data/forecasting"
     max_processes = 256  # XLA's and Ray's threads
     curve_x_label = "epoch"  # what the x values of the trials' learning curves count (see curve_panels)
+    external_mode = False  # True on the copy `external` makes: scored as the paper's external evaluation
 
     def __init__(
         self,
@@ -64,6 +66,26 @@ class JaxTrainingTask(Task):
         self.trials, self.trial_budget_s, self.grace_s = trials, float(trial_budget_s), float(grace_s)
         self.num_cpus, self.gpus_per_trial, self.memory_mb = float(trial_cpus), gpus_per_trial, memory_mb
         self.timeout_s = self.trial_budget_s + self.grace_s  # per trial; a config's timeout_s overrides it
+
+    # -- the external evaluation ---------------------------------------------------------------------
+    def external(self, seeds: int | None = None) -> ExternalPlan:
+        """One evaluation of `seeds` trials (default: the paper's count for this task), scored the
+        external way (`external_changes`); the trials' scores give the mean and standard error."""
+        twin = copy.copy(self)
+        twin.trials = seeds or self.external_seeds()
+        if not 1 <= twin.trials <= 64:
+            raise ValueError("seeds must be between 1 and 64")
+        twin.external_mode = True
+        changes = twin.external_changes()
+        return ExternalPlan((twin,), f"{twin.trials} seeds" + (f"; {changes}" if changes else ""))
+
+    def external_seeds(self) -> int:
+        """The paper's seed count for the external evaluation: the internal one unless it says more."""
+        return self.trials
+
+    def external_changes(self) -> str:
+        """Apply to this copy what else the external evaluation changes; say what, in one line."""
+        return ""
 
     # -- what a run sees -------------------------------------------------------------------------------
     def program(self, code: str) -> str:

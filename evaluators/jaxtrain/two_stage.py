@@ -30,7 +30,7 @@ local executor and Ray, and a run that ignores `stop` is still ended by its own 
 later checkpoints unused.
 
 What a task built on this provides: `data_dir()` (train-only), `scoring_dir(n)` (the scorer's
-inputs, no targets), `example_spec(n)`, `scorer_settings(n)`, `measure(n, outputs)`,
+inputs), `example_spec(n)`, `scorer_settings(n)`, `measure(n, outputs)`,
 `stop_rule(n)`, `failed_trial_score`, `summary(...)`. A trial without a measured checkpoint
 fails the evaluation (or counts `failed_trial_score`): it is never dropped from the mean.
 """
@@ -296,7 +296,8 @@ class TwoStageTask(JaxTrainingTask):
 
     # -- what a task provides -----------------------------------------------------------------------
     def scoring_dir(self, trial: int) -> Path:
-        """The folder the scorer sees as `scoring_data/`: the scored inputs, never the targets."""
+        """The folder the scorer sees as `scoring_data/`: the scored inputs (with their targets only
+        where the scorer's mode measures the outputs itself)."""
         raise NotImplementedError
 
     def example_spec(self, trial: int) -> ExampleSpec:
@@ -442,7 +443,14 @@ class TwoStageTask(JaxTrainingTask):
             f"{json.dumps(reported_values[best['trial']].get('hparams', {}))}",
         ]
         figure = learning_curves(self.curve_panels(), [k for k in kept if not k.get("failed")], self.curve_x_label)
-        return Verdict(True, score, "\n".join([head, *lines, *extra, *tail]), metrics=metrics, figure=figure)
+        samples = [self.sample_score(k) for k in kept] if self.external_mode else None
+        return Verdict(
+            True, score, "\n".join([head, *lines, *extra, *tail]), metrics=metrics, figure=figure, samples=samples
+        )
+
+    def sample_score(self, scored: dict[str, Any]) -> float:
+        """One trial's score, as the external evaluation counts it (the score is their mean)."""
+        return float(scored["score"])
 
     def reported_line(self, reported: dict[str, Any]) -> str:
         """What the run says about itself, shown as its claim (a task may word it its own way)."""

@@ -15,6 +15,7 @@ prepares one ahead of time (generation, then the control methods' bounds), with 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import math
@@ -70,17 +71,44 @@ class Dataset:
         self.dir = Path(root) / key
         self.secret_dir = secret_dir(root)
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
+        self.split = "train"  # "test": the held-out draw (held_out())
         self._lock = threading.Lock()
         self._solution: Any = None
         self._bounds: dict[str, tuple[float, float]] | None = None
 
     # -- on disk --------------------------------------------------------------------------------
     def ready(self) -> bool:
-        return (self.input_dir / "train_input.h5ad").exists() and (self.private_dir / "train_solution.h5ad").exists()
+        return (self.dir / "input" / "train_input.h5ad").exists() and (
+            self.private_dir / "train_solution.h5ad"
+        ).exists()
 
     def ensure(self) -> Dataset:
         build_once(self.dir, self.ready, self._build)
+        if self.split == "test":
+            build_once(self.input_dir, lambda: (self.input_dir / "train_input.h5ad").exists(), self._show_test_input)
         return self
+
+    def held_out(self) -> Dataset:
+        """The held-out test draw of simulated data as a dataset of its own, for the external
+        evaluation: an independent draw (its own gene programmes and batch effects) that no
+        internal evaluation scored. Its input is shown to runs in `test-input/` under the name the
+        driver reads; its solution and bounds stay in `private/`."""
+        if self.source is not None:
+            raise ValueError("batch_integration: a user-supplied dataset has no held-out test draw")
+        twin = copy.copy(self)
+        twin.split, twin.input_dir, twin.name = "test", self.dir / "test-input", f"{self.name}, held-out test draw"
+        twin._lock, twin._solution, twin._bounds = threading.Lock(), None, None
+        return twin
+
+    def _show_test_input(self, building: Path) -> None:
+        source = self.private_dir / "test_input.h5ad"
+        try:
+            os.link(source, building / "train_input.h5ad")
+        except OSError:
+            shutil.copyfile(source, building / "train_input.h5ad")
+        (building / "train_input.h5ad").chmod(0o644)
+        (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
+        self.input_dir.chmod(0o755)
 
     def _build(self, building: Path) -> None:
         if self.source is not None:
@@ -136,7 +164,7 @@ class Dataset:
                 import anndata as ad
 
                 self.ensure()
-                self._solution = ad.read_h5ad(self.private_dir / "train_solution.h5ad")
+                self._solution = ad.read_h5ad(self.private_dir / f"{self.split}_solution.h5ad")
             return self._solution
 
     def score_arrays(
@@ -219,7 +247,7 @@ class Dataset:
         with self._lock:
             if self._bounds is not None:
                 return self._bounds
-        path = self.private_dir / "bounds.json"
+        path = self.private_dir / ("bounds.json" if self.split == "train" else f"bounds-{self.split}.json")
         if _stored_version(path) != METRICS_VERSION:
             with exclusive(self.dir):
                 if _stored_version(path) != METRICS_VERSION:

@@ -18,6 +18,7 @@ simulator alone it draws other data.
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any
 
 from station.core.run_types import Mount, RunResult
 
-from ..base import Baseline, Task, Verdict, figure_number, register
+from ..base import Baseline, ExternalPlan, Task, Verdict, figure_number, register
 from .driver import INPUT_DIR, driver
 from .extra_metrics import EXTRA_METRICS
 from .metrics import METRICS
@@ -120,6 +121,17 @@ class BatchIntegration(Task):
         self.extra_metrics = tuple(dict.fromkeys(extra_metrics))
         self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
+
+    def external(self, seeds: int | None = None) -> ExternalPlan:
+        """The paper ran its best method on OpenProblems' test datasets; here: the held-out test
+        draw of the simulated data, which no internal evaluation scored (one dataset, one run)."""
+        if seeds not in (None, 1):
+            raise ValueError("batch integration is evaluated once, on its held-out dataset: --seeds does not apply")
+        twin = copy.copy(self)
+        twin.dataset = self.dataset.held_out()
+        return ExternalPlan(
+            (twin,), "scored on the held-out test draw of the simulated data, which the station never scored"
+        )
 
     def bounds(self) -> dict[str, tuple[float, float]]:
         """The (min, max) of each metric under this task's normalisation."""

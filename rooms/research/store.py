@@ -142,6 +142,27 @@ MIGRATIONS = [
     """
     CREATE INDEX evaluations_delivered ON evaluations(finished_tick, id);
     """,
+    # v6: `station external` (external_evaluation.py): evaluations run again the paper's external way.
+    # Not world state: no agent reads it, and the engine never writes it.
+    """
+    CREATE TABLE external_evaluations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        evaluation INTEGER NOT NULL,           -- the evaluation whose (reported) code was run again
+        task TEXT NOT NULL,
+        protocol TEXT NOT NULL,                -- what differed from the internal evaluation (one line)
+        status TEXT NOT NULL,                  -- finished (every run scored) / failed
+        mean REAL,                             -- over the seeds' scores; NULL unless finished
+        se REAL,                               -- standard error of the mean; NULL with one seed
+        samples TEXT NOT NULL,                 -- JSON list: each seed's score
+        failures TEXT NOT NULL,                -- JSON list: one line per run without a score
+        metrics TEXT NOT NULL,                 -- JSON {name: mean over runs}
+        details TEXT NOT NULL,                 -- the evaluator's messages
+        executor TEXT NOT NULL,
+        created_at REAL NOT NULL,              -- unix time
+        duration_s REAL NOT NULL
+    );
+    CREATE INDEX external_evaluations_evaluation ON external_evaluations(evaluation, id);
+    """,
 ]
 
 

@@ -261,3 +261,20 @@ def authors_and_titles(db: sqlite3.Connection, ids: list[int]) -> dict[int, Reco
         for r in db.execute(f"SELECT id, author, title FROM evaluations WHERE id IN ({marks})", part):
             found[r[0]] = {"author": r[1], "title": r[2]}
     return found
+
+
+# -- the external evaluation (`station external`) ---------------------------------------------------
+def external_results(db: sqlite3.Connection, evaluation_id: int | None = None, limit: int = 100) -> list[Record]:
+    """External evaluations, newest first (of one evaluation when given), each with the internal
+    result it re-ran (title, author, internal score) and its JSON columns decoded."""
+    where, params = ("WHERE x.evaluation = ?", (evaluation_id,)) if evaluation_id is not None else ("", ())
+    rows = _records(
+        db,
+        "SELECT x.*, e.title, e.author, e.score AS internal FROM external_evaluations x "
+        f"LEFT JOIN evaluations e ON e.id = x.evaluation {where} ORDER BY x.id DESC LIMIT ?",
+        (*params, limit),
+    )
+    for row in rows:
+        for column in ("samples", "failures", "metrics"):
+            row[column] = json.loads(row[column])
+    return rows

@@ -33,6 +33,7 @@ from station.apps.cli_commands import (
     cmd_status,
     cmd_task_check,
 )
+from station.apps.external_cli import add_external_command
 from station.apps.readers_cli import add_page_arguments, add_reader_commands
 from station.core.run_lock import StationBusy
 from station.core.store import DB_NAME, StoreError, damaged
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_station_commands(sub)
     add_reader_commands(sub)
     _add_tool_commands(sub)
+    add_external_command(sub)
     _add_change_commands(sub)
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")

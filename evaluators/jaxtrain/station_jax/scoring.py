@@ -2,9 +2,9 @@
 
 Runs as the whole program of its own sandboxed run (two_stage.py starts it with a two-line
 driver), next to one training run, for as long as that trial lasts. It holds the scored inputs
-(`scoring_data/`), never their targets, and never runs a line of the submission's Python: what
-it runs of the submission is the exported apply function (StableHLO), checked first
-(verify.py), and then called for one example at a time.
+(`scoring_data/`, with their targets where its mode measures the outputs itself) and never runs a
+line of the submission's Python: what it runs of the submission is the exported apply function
+(StableHLO), checked first (verify.py), and then called for one example at a time.
 
     inbox/   (read-only, written by the station) settings.json, apply.jaxexport,
              checkpoint-<k>.npz for k = 1, 2, ..., and `done` when the trial is over
@@ -17,7 +17,8 @@ arguments gets refused-<k>.txt and the loop goes on.
 Modes (settings["mode"]): "map" calls the function on every example of `scoring_data/input_<i>.npy`
 (leading axis: examples) through jax.lax.map: a sequential loop with nothing carried from one
 example to the next, so an output depends on its own example and the parameters only. A task
-with another way of scoring (Sokoban steps levels itself) adds its function to MODES.
+with another way of scoring adds its function to MODES: Sokoban steps levels itself
+(sokoban_scoring.py), forecasting cuts windows and sums their errors (window_scoring.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from .sokoban_scoring import play_levels
 from .verify import Refused, check_exported
+from .window_scoring import score_windows
 
 SETTINGS_FILE, APPLY_FILE, DONE_FILE = "settings.json", "apply.jaxexport", "done"
 POLL_S = 0.02
@@ -127,8 +129,6 @@ def map_examples(exported: Any, settings: dict[str, Any], data: str) -> Callable
     inputs = [np.load(os.path.join(data, f"input_{i}.npy"), mmap_mode="r") for i in range(len(settings["inputs"]))]
     count = len(inputs[0])
     chunk = max(1, min(int(settings.get("chunk") or DEFAULT_CHUNK), count))
-    select = settings.get("select_last_axis")
-    pick = np.asarray(select, dtype=np.int64) if select is not None else None
 
     def one(leaves, example):
         return tuple(jax.tree_util.tree_leaves(exported.call(*leaves, *example)))
@@ -143,8 +143,7 @@ def map_examples(exported: Any, settings: dict[str, Any], data: str) -> Callable
             if n < chunk:  # the last chunk is padded, so that one compiled call serves them all
                 part = [np.concatenate([p, np.zeros((chunk - n, *p.shape[1:]), p.dtype)]) for p in part]
             for j, result in enumerate(every(leaves, tuple(part))):
-                result = np.asarray(result)[:n]
-                kept[j].append(result[..., pick] if pick is not None and j == 0 else result)
+                kept[j].append(np.asarray(result)[:n])
         return {f"output_{j}": np.concatenate(parts) for j, parts in enumerate(kept)}
 
     return score
@@ -153,6 +152,7 @@ def map_examples(exported: Any, settings: dict[str, Any], data: str) -> Callable
 MODES: dict[str, Callable[[Any, dict[str, Any], str], Callable[[list[Any]], dict[str, Any]]]] = {
     "map": map_examples,
     "sokoban": play_levels,  # the station steps the held-out levels itself (sokoban_scoring.py)
+    "windows": score_windows,  # forecasting: windows cut and their errors summed here (window_scoring.py)
 }
 
 

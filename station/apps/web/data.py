@@ -300,6 +300,13 @@ def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | N
     return found
 
 
+def external_results(db: sqlite3.Connection, evaluation_id: int | None = None) -> list[dict[str, Any]]:
+    """`station external`'s results, newest first ([] for a station that never ran it)."""
+    if not has_table(db, "external_evaluations"):
+        return []
+    return research_views.external_results(db, evaluation_id)
+
+
 # -- lineages ----------------------------------------------------------------------------------
 def lineage_page(db: sqlite3.Connection, lineage: str) -> int:
     """The page of the lineages index that shows `lineage` (1 when there is no such lineage)."""

@@ -22,6 +22,7 @@ def research(request: Request) -> HTMLResponse:
         f=filters,
         **board.board(db, filters),
         plot=plots.score_plots(board.points(db, filters)),
+        external=data.external_results(db),
     )
 
 
@@ -46,6 +47,7 @@ def evaluation(request: Request, evaluation_id: int) -> HTMLResponse:
         cited_by=data.citing_papers(db, evaluation_id),
         later=data.later_work(db, evaluation_id),
         figure=data.figure(db, found),
+        external=data.external_results(db, evaluation_id),
     )
 
 
