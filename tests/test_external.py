@@ -92,7 +92,7 @@ def read_kept(directory: Path) -> list[dict]:
 
 def test_each_task_says_how_it_is_evaluated_externally() -> None:
     """The paper's protocol per task: Sokoban on 10 seeds with batches of 32 and more time (on a
-    copy: the station's own task is unchanged); RNA says plainly that it is not supported yet."""
+    copy: the station's own task is unchanged); circle packing runs again (RNA: tests/test_rna_task.py)."""
     from evaluators.base import create_task
 
     sokoban = create_task("sokoban", {"trials": 4, "trial_budget_s": 60})
@@ -104,7 +104,5 @@ def test_each_task_says_how_it_is_evaluated_externally() -> None:
     assert create_task("sokoban", {}).external(seeds=3).runs[0].trials == 3
     with pytest.raises(ValueError, match="seeds must be between 1 and 64"):
         sokoban.external(seeds=65)
-    with pytest.raises(ValueError, match="RNA modelling .* is not supported yet"):
-        create_task("rna_modelling", {"size": "small"}).external()
     circles = create_task("circle_packing", {"n": 26}).external(seeds=3)
     assert len(circles.runs) == 3 and circles.protocol == "the internal evaluation, run again 3 times"

@@ -307,6 +307,32 @@ def test_the_station_measures_each_dataset_from_the_scorers_outputs(cache: Path)
         task.measure(0, {})
 
 
+def test_the_external_evaluation_scores_each_test_split_at_the_epoch_validation_picked(cache: Path) -> None:
+    """`station external` on RNA: one run per seed (the paper's 10), each training the 7 datasets
+    with its seeds k higher; the scorer is shown the validation then the test sequences, and the
+    station measures the test rows against the test labels it alone holds."""
+    from evaluators.jaxtrain.station_jax.rna import encode, one_hot, read_split
+
+    task = create_task("rna_modelling", SMALL)
+    plan = task.external()
+    assert len(plan.runs) == 10 and "test split" in plan.protocol
+    assert [run.trial_settings().get("seed_offset", 0) for run in plan.runs] == list(range(10))
+    assert "seed_offset" not in task.trial_settings() and not task.external_mode  # the station's task is unchanged
+    run = plan.runs[3]
+    for n, dataset in enumerate(DATASETS):
+        val, test = task.data.labels(dataset.name), task.data.labels(dataset.name, "test")
+        sequences = [q for split in ("val", "test") for q in read_split(
+            str(task.data.split_file(dataset.name, split)), dataset.task_type)[0]]
+        shown = np.load(run.scoring_dir(n) / "input_0.npy")
+        assert np.array_equal(shown, one_hot(encode(sequences, task.data.max_seq_len(dataset.name))))
+        wrong = _perfect(dataset, val)[::-1]  # a poor validation fit beside a perfect test fit
+        measured = run.measure(n, {"output_0": np.concatenate([wrong, _perfect(dataset, test)])})
+        assert measured["test"] == pytest.approx(1.0) and measured["score"] < 1.0, dataset.name
+        assert task.measure(n, {"output_0": _perfect(dataset, val)})["score"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="rows"):
+        run.measure(0, {"output_0": _perfect(DATASETS[0], task.data.labels("APA"))})
+
+
 def test_a_constant_predictor_measures_what_the_details_quote(cache: Path) -> None:
     task = create_task("rna_modelling", SMALL)
     references = task.data.references()

@@ -82,6 +82,35 @@ class RnaData:
         """The folder the station's scorer sees for dataset `name`: `input_0.npy`, no labels."""
         return self.scoring_root / name
 
+    def external_scoring_dir(self, name: str) -> Path:
+        """The scorer's folder for the external evaluation: the validation sequences, then the test
+        ones (`input_0.npy`, no labels), made on first use from the private test split."""
+        folder = self.dir / "scoring-val-test" / name
+
+        def build(building: Path) -> None:
+            dataset = BY_NAME[name]
+            sequences = [
+                sequence
+                for split in ("val", "test")
+                for sequence in read_split(str(self.split_file(name, split)), dataset.task_type)[0]
+            ]
+            write_scoring_inputs(building / "ready", sequences, self.max_seq_len(name))
+            for path in (building / "ready", building / "ready" / "input_0.npy"):
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            (building / "ready").replace(folder / "ready")
+
+        self.split_file(name, "test")  # a clear error when there is no test split
+        build_once(folder, lambda: (folder / "ready" / "input_0.npy").exists(), build)
+        return folder / "ready"
+
+    def split_file(self, name: str, split: str) -> Path:
+        """The station's copy of one split of a dataset (test from `private/`); ValueError when absent."""
+        self.ensure()
+        path = (self.private_dir if split == "test" else self.input_dir) / name / f"{split}.csv"
+        if not path.exists():
+            raise ValueError(f"rna: {self.name} has no {split} split for {name}")
+        return path
+
     def ensure(self) -> RnaData:
         build_once(self.dir, self.ready, self._build)
         return self
@@ -120,10 +149,7 @@ class RnaData:
     def labels(self, name: str, split: str = "val") -> np.ndarray:
         """The station's own copy of a split's labels (test from `private/`), as the harness reads them."""
         if (name, split) not in self._labels:
-            self.ensure()
-            path = (self.private_dir if split == "test" else self.input_dir) / name / f"{split}.csv"
-            if not path.exists():
-                raise ValueError(f"rna: {self.name} has no {split} split for {name}")
+            path = self.split_file(name, split)
             self._labels[(name, split)] = read_split(str(path), BY_NAME[name].task_type)[1]
         return self._labels[(name, split)]
 

@@ -11,7 +11,8 @@ best epoch. What this run returns is its own report, shown as such.
 
 The loss is fixed by the dataset's task type and cannot be overridden. The last partial batch
 of an epoch is padded to the batch size with rows of weight zero, so padding never enters the
-loss and the jitted step keeps one shape. Seeds: BASE_SEED + a stable hash of the dataset name.
+loss and the jitted step keeps one shape. Seeds: BASE_SEED + a stable hash of the dataset name
+(+ k in the k-th run of the external evaluation).
 
 Shared with the station (which imports this module on the host): the one-hot encoding, the
 reader of the station's CSV files and the output shapes. numpy only at import time (jax and
@@ -205,8 +206,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         hooks.create_optimizer = default_optimizer  # this task's default is AdamW, not hooks.py's Adam
     if cfg["phase"] == "check":
         return {"checked": True, "device": device_names(), "datasets": [check(cfg, hooks, d) for d in cfg["datasets"]]}
-    dataset = cfg["datasets"][int(cfg["trial"])]
-    return train(cfg, hooks, dataset)
+    return train(cfg, hooks, cfg["datasets"][int(cfg["trial"])])
 
 
 def trial_hparams(hooks, dataset: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -296,7 +296,7 @@ def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
 
     clock = Clock(float(cfg["budget_s"]))
     name, task_type = dataset["name"], dataset["task_type"]
-    seed = dataset_seed(hooks.base_seed, name)
+    seed = dataset_seed(hooks.base_seed, name) + int(cfg.get("seed_offset", 0))  # the external evaluation's seeds
     hparams = trial_hparams(hooks, dataset, seed)
     train_split = EncodedSplit(cfg["data"], dataset, "train")
     model = build(hooks.create_network, hparams)
