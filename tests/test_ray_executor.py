@@ -155,14 +155,15 @@ def test_stuck_ray_task_is_cancelled_with_its_sandbox(ray_ex, monkeypatch):
 
 
 def test_runs_queued_behind_others_do_not_time_out(ray_ex, monkeypatch):
-    """Four 4 s runs on 2 CPUs with a 7 s timeout: the second pair waits in Ray's queue, and
-    the Ray deadline (here 7.5 s) counts from the start of each run, not from its submission
-    (from there it would be 8 s or more). 3 s are left for starting a sandbox on a busy machine."""
+    """Six 4 s runs on 2 CPUs with a 9 s timeout: the second and third pairs wait in Ray's
+    queue, and the Ray deadline (here 9.5 s) counts from the start of each run, not from its
+    submission (from there the third pair would need 12 s or more). 5 s are left for starting a
+    sandbox on a busy machine (a shared CI machine under two test workers)."""
     monkeypatch.setattr(ray_executor, "MARGIN_S", 0.5)
-    spec = RunSpec(code="import time\ndef main():\n    time.sleep(4)\n    return 1\n", timeout_s=7)
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(ray_ex.run, [spec] * 4))
-    assert [r.status for r in results] == ["ok"] * 4, results
+    spec = RunSpec(code="import time\ndef main():\n    time.sleep(4)\n    return 1\n", timeout_s=9)
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(ray_ex.run, [spec] * 6))
+    assert [r.status for r in results] == ["ok"] * 6, results
 
 
 def test_a_run_no_worker_can_take_is_given_up(ray_ex):
