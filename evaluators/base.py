@@ -153,6 +153,11 @@ class Task:
             (self,) * runs, "the internal evaluation, run again" + (f" {runs} times" if runs > 1 else "")
         )
 
+    def warm_up(self, say: Callable[[str], None]) -> None:
+        """Pay the scorer's first-call costs (imports, JIT compilation) in the process that will
+        score, before the station's first tick, so that the first evaluation takes no longer than
+        later ones. After `prepare`; `say(step)` reports progress."""
+
     def validate_code(self, code: str) -> str | None:
         """A reason to refuse the code before it runs, or None."""
         return None

@@ -289,8 +289,9 @@ def test_a_users_h5ad_becomes_the_task_data(cache, tmp_path, run) -> None:
 
 
 def test_init_prepares_the_data_and_the_control_bounds_before_the_first_tick(cache: Path, tmp_path: Path) -> None:
-    """Nothing an agent submits pays for the data or the bounds: `station init` builds them, saying so,
-    and `station run` checks them again (quick once built) before its first tick."""
+    """Nothing an agent submits pays for the data, the bounds or the scorer's warm-up: `station init`
+    builds the first two, saying so, and `station run` checks them again (quick once built) and
+    runs the scorer once before its first tick."""
     import subprocess
     import sys
 
@@ -315,6 +316,9 @@ def test_init_prepares_the_data_and_the_control_bounds_before_the_first_tick(cac
     assert ran.returncode == 0, ran.stderr
     assert "preparing task 1: Simulated dataset (small): the data" in ran.stderr
     assert "control method" not in ran.stderr  # built once, by init
+    # the process that scores pays the scorer's first-call compilation before the first tick, not init's
+    assert "the scorer (its first run compiles the metrics)" in ran.stderr
+    assert "the scorer" not in made.stdout
 
 
 def test_a_task_that_cannot_be_prepared_is_a_clear_error(tmp_path: Path) -> None:

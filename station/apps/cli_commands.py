@@ -102,10 +102,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prepare(station: Station, stream: IO[str]) -> None:
-    """The research tasks' data and bounds, built before the first tick, one line per step."""
+def _prepare(station: Station, stream: IO[str], warm_up: bool = False) -> None:
+    """The research tasks' data and bounds, built before the first tick, one line per step
+    (`warm_up`: and their scorers, in the process that runs the station)."""
     try:
-        station.prepare_tasks(lambda step: print(step, file=stream, flush=True))
+        station.prepare_tasks(lambda step: print(step, file=stream, flush=True), warm_up)
     except ValueError as err:
         raise CliError(str(err)) from None
 
@@ -132,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with run_lock(directory), station_log(directory) as terminal:
         station = Station.open(directory)
         try:
-            _prepare(station, terminal)
+            _prepare(station, terminal, warm_up=True)
             engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
             return _drive(engine, station, args.ticks, args.until_tick)
         finally:

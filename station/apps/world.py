@@ -92,13 +92,18 @@ class Station:
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = sorted([*self.ctx.hooks, *hooks], key=lambda hook: hook.order)
 
-    def prepare_tasks(self, say: Callable[[str], None]) -> None:
+    def prepare_tasks(self, say: Callable[[str], None], warm_up: bool = False) -> None:
         """Build what each research task's scoring needs (its data, normalization bounds) now, before
         the first tick, so that no agent's evaluation waits for it; quick when already built. A task
-        that cannot be prepared (a missing file, a bad column) raises ValueError naming it."""
+        that cannot be prepared (a missing file, a bad column) raises ValueError naming it.
+        `warm_up`: this process will score (it runs the station), so the scorers pay their
+        first-call costs now too."""
         for number, task in self.ctx.tasks.items():
+            told = lambda step, n=number: say(f"preparing task {n}: {step}")
             try:
-                task.prepare(lambda step, n=number: say(f"preparing task {n}: {step}"))
+                task.prepare(told)
+                if warm_up:
+                    task.warm_up(told)
             except (ValueError, OSError) as err:
                 raise ValueError(f"research task {number} cannot be prepared: {err}") from err
 

@@ -25,6 +25,7 @@ class StationRunner:
         self.last: Progress | None = None
         self.why: str | None = None  # why the last run in this server stopped
         self.until_tick: int | None = None  # the tick limit of the run in this server (None: no limit)
+        self.preparing: str | None = None  # what the run prepares before its first tick (its tasks' data, scorers)
 
     @property
     def running_here(self) -> bool:
@@ -92,6 +93,7 @@ class StationRunner:
                 station = Station.open(self.dir)
                 try:
                     pause_file.unlink(missing_ok=True)
+                    self._prepare(station)
                     self._engine = Engine(station, on_progress=self._progress)
                     self.why = self._engine.run(until_tick=until_tick)
                 except StationPaused as err:
@@ -104,6 +106,17 @@ class StationRunner:
             self.why = str(err)
         except Exception as err:  # noqa: BLE001 - shown on the page; the server stays up
             self.why = f"the engine stopped on an error: {err!r}"
+
+    def _prepare(self, station: Any) -> None:
+        """What `station run` prepares before the first tick (the tasks' data, their scorers), shown on the page."""
+
+        def say(step: str) -> None:
+            self.preparing = step
+
+        try:
+            station.prepare_tasks(say, warm_up=True)
+        finally:
+            self.preparing = None
 
     def _progress(self, progress: Progress) -> None:
         self.last = progress
@@ -121,6 +134,7 @@ class StationRunner:
             "state": self.state(),
             "why": self.why,
             "limit": self._limit_text() if self.running_here else None,
+            "preparing": self.preparing,
             "last": None
             if last is None
             else {"tick": last.tick, "kind": last.kind, "agent": last.agent, "room": last.room, "note": last.note},
