@@ -30,7 +30,7 @@ def test_the_best_submission_scores_again_and_is_kept(station: Path) -> None:
     best = best_row(station / "st")
     assert f"evaluation #{best['id']}" in done.stdout
     internal = f"{best['score']:.7f}"  # the task's display precision
-    assert f"internal:  {internal}" in done.stdout and f"external:  {internal} (one seed: no ±)" in done.stdout
+    assert f"internal:  {internal}" in done.stdout and f"external:  {internal} (one score: no ±)" in done.stdout
     assert "the internal evaluation, run again" in done.stdout
     assert "run 1 of 1" in done.stderr
 

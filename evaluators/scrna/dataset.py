@@ -118,12 +118,13 @@ class Dataset:
 
             train, test = (keyed_seed(self._key, GENERATOR, self.size, self.seed, split) for split in ("train", "test"))
             make_datasets(building, size=self.size, seed=train, test_seed=test)
-        self.input_dir.mkdir(exist_ok=True)
-        (building / "train_input.h5ad").replace(self.input_dir / "train_input.h5ad")
+        shown = self.dir / "input"  # not self.input_dir: a held-out twin may be the one building
+        shown.mkdir(exist_ok=True)
+        (building / "train_input.h5ad").replace(shown / "train_input.h5ad")
         shutil.rmtree(self.private_dir, ignore_errors=True)
         building.replace(self.private_dir)
-        self.input_dir.chmod(0o755)
-        (self.input_dir / "train_input.h5ad").chmod(0o644)
+        shown.chmod(0o755)
+        (shown / "train_input.h5ad").chmod(0o644)
 
     def _from_file(self, out: Path) -> None:
         from .simulate import load_h5ad, split_for_task

@@ -109,16 +109,16 @@ def result_text(result: dict[str, Any]) -> str:
     digits = result["precision"]
     if result["status"] == "finished":
         external = f"{result['mean']:.{digits}f}"
-        external += f" ± {result['se']:.{digits}f}" if result["se"] is not None else " (one seed: no ±)"
+        external += f" ± {result['se']:.{digits}f}" if result["se"] is not None else " (one score: no ±)"
     else:
         external = "no score: " + "; ".join(result["failures"])
-    seeds = len(result["samples"])
+    scores = len(result["samples"])  # one per seed (or per run of a deterministic task)
     lines = [
         f"task {result['task']} ({result['task_title']}): evaluation #{result['evaluation']} "
         f'"{result["title"]}" by {result["author"]}',
         f"  internal:  {result['internal']:.{digits}f}" if result["internal"] is not None else "  internal:  n.a.",
         f"  external:  {external}",
-        f"  protocol:  {result['protocol']}; {seeds} seed{'s' * (seeds != 1)} scored; "
+        f"  protocol:  {result['protocol']}; {scores} score{'s' * (scores != 1)}; "
         f"{result['executor']} executor, {result['duration_s']:.0f} s",
     ]
     lines += [f"    {name}: {value:.4g}" for name, value in result["metrics"].items() if value is not None]
