@@ -126,6 +126,8 @@ class Forecasting(TwoStageTask):
         expected = self.window_counts()
         if windows.tolist() != expected:
             raise ValueError(f"the scorer measured {windows.tolist()} windows, not {expected}")
+        if 0 in expected:
+            raise ValueError(f"the {splits[expected.index(0)]} split has no window of {CONTEXT + HORIZON} frames")
         by_split = sums / (windows[:, None] * float(self.dataset.n_neurons))
         measured = horizon_result(by_split[0], "val", "Val")
         if self.external_mode:  # the epoch is still picked on validation; the test MAE rides along
