@@ -347,3 +347,23 @@ _os.environ["STATION_TRIAL"] = _json.dumps({**_json.loads(_os.environ["STATION_T
     trial = result.value["trials"][0]
     assert trial["station"]["checkpoints"] == 2 and trial["station"]["stop"] == "max-epochs"
     assert trial["reported"]["stop"] == "station" and trial["reported"]["epochs"] == 3
+
+
+def test_windows_a_network_spoils_are_not_dropped_from_the_mean(cache) -> None:
+    """A network that answers NaN (or nothing) on the windows it forecasts badly would score only
+    its good ones if the sums left those out: the station refuses any checkpoint whose sums do not
+    hold every scored window, or that had a non-finite prediction."""
+    task = create_task("forecasting", TINY)
+    folder = task.dataset.scored_windows()
+    _, targets = gather(np.load(folder / "frames.npy"), np.load(folder / "starts.npy"))
+    every = np.abs(targets).sum(axis=(0, 2), dtype=np.float64)[None]
+    honest = {"abs_error": every, "windows": np.array([len(targets)]), "nonfinite": np.array(0)}
+    assert task.measure(0, honest)["mae"] > 0
+    good_half = np.abs(targets[::2]).sum(axis=(0, 2), dtype=np.float64)[None]
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        task.measure(0, {**honest, "abs_error": good_half, "windows": np.array([len(targets[::2])]),
+                         "nonfinite": np.array(7)})
+    with pytest.raises(ValueError, match="windows, not"):
+        task.measure(0, {**honest, "abs_error": good_half, "windows": np.array([len(targets[::2])])})
+    with pytest.raises(ValueError, match="shapes"):
+        task.measure(0, {**honest, "abs_error": every[0]})
