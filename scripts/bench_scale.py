@@ -14,8 +14,9 @@ next; each run warms up (default one tick), then `--ticks` ticks are timed.
   engine's CPU time per turn (the process's, minus the model calls' own): on a shared machine,
   where other processes stretch the wall time, that is the figure to compare.
 - ms/turn with SDKs: N agents on real SDK clients (Anthropic, OpenAI Responses and Chat, Gemini)
-  talking to the loopback provider server of the tests, which runs in its own process and answers
-  at once with one walk between rooms (no multi-step exchanges). Wall time per turn: the engine
+  talking to the loopback provider server of the tests, which runs in processes of its own
+  (`--server-processes`, sharing one port) and answers at once with one walk between rooms (no
+  multi-step exchanges). Wall time per turn: the engine
   plus the SDKs' request building, HTTP and parsing (the server works in its own process, but on
   a small machine it shares the cores).
 - s per tick at 1 s latency: the same station after the server starts taking `--latency` seconds
@@ -89,46 +90,69 @@ def wanderer(request: Any) -> Any:
     return Answer(f"I look around.\n/execute_action{{goto {room}}}", output_tokens=20)
 
 
-def serve() -> None:
-    """The server process: prints its URL, then obeys `latency SECONDS` lines on stdin until EOF.
+def serve(port: int) -> None:
+    """A server process: prints its URL, then obeys `latency SECONDS` lines on stdin until EOF, and
+    then prints how many requests it answered. Several such processes share one port (SO_REUSEPORT),
+    so that, as a provider, the server is not one interpreter answering a thousand calls in turn.
     (Its listen backlog takes a thousand agents connecting at once: see provider_server.py.)"""
     from provider_server import ProviderServer
 
-    with ProviderServer(wanderer) as server:
+    with ProviderServer(wanderer, port=port, share_port=True) as server:
         print(server.url, flush=True)
         for line in sys.stdin:
             server.latency_s = float(line.split()[1])
             print("ok", flush=True)
+        print(len(server.requests), flush=True)
 
 
 class LoopbackServer:
-    """The SDK run's handle on the server process (it has the `url` and `openai_url` of a ProviderServer)."""
+    """The SDK run's handle on the server processes (it has the `url` and `openai_url` of a ProviderServer)."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http://"):
-            raise RuntimeError(f"the provider server did not start (exit {self.proc.wait()})")
+    def __init__(self, processes: int) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        port = 0
+        for _ in range(processes):
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--serve", "--port", str(port)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            self.procs.append(proc)
+            url = self._line(proc)
+            if not url.startswith("http://"):
+                self.close()
+                raise RuntimeError(f"the provider server did not start (exit {proc.wait()})")
+            self.url, port = url, int(url.rsplit(":", 1)[1])
         self.openai_url = self.url + "/v1"
 
-    def set_latency(self, seconds: float) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"latency {seconds}\n")
-        self.proc.stdin.flush()
-        if self.proc.stdout.readline().strip() != "ok":
-            raise RuntimeError("the provider server stopped answering")
+    @staticmethod
+    def _line(proc: subprocess.Popen[str]) -> str:
+        assert proc.stdout is not None
+        return proc.stdout.readline().strip()
 
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+    def set_latency(self, seconds: float) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write(f"latency {seconds}\n")
+            proc.stdin.flush()
+            if self._line(proc) != "ok":
+                raise RuntimeError("the provider server stopped answering")
+
+    def close(self) -> list[int]:
+        """Stop the processes; the requests each answered (how the kernel spread the load)."""
+        answered = []
+        for proc in self.procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            count = self._line(proc) if proc.poll() is None else ""
+            answered.append(int(count) if count.isdigit() else -1)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return answered
 
 
 # -- one measured run (in a child process) ------------------------------------------------------------
@@ -260,7 +284,7 @@ def measure_sdk(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from remote_world import AGENT_MODELS, KEY_ENV, PRICES, endpoint
 
     os.environ.update(KEY_ENV)
-    server = LoopbackServer()
+    server = LoopbackServer(args.server_processes)
     try:
         counts = split(n, len(AGENT_MODELS))
         # a population's worth of calls in flight on each endpoint (the default bound is 100)
@@ -277,9 +301,14 @@ def measure_sdk(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         workers_mb = request_processes_peak_mb(run.station)
         run.close()
     finally:
-        server.close()
+        answered = server.close()
     rss = peak_rss_mb()
-    return {"sdk_ms": wall0 * 1000 / turns0, "tick_s": wall1 / args.ticks, "rss_mb": rss + workers_mb}
+    return {
+        "sdk_ms": wall0 * 1000 / turns0,
+        "tick_s": wall1 / args.ticks,
+        "rss_mb": rss + workers_mb,
+        "server_requests": answered,
+    }
 
 
 def request_processes_peak_mb(station: Any) -> float:
@@ -304,7 +333,7 @@ def child(kind: str, n: int, args: argparse.Namespace) -> None:
 def run_child(kind: str, n: int, args: argparse.Namespace, update: Callable[[int, int, str], None]) -> dict[str, Any]:
     flags = (
         f"--child {kind} --agents {n} --ticks {args.ticks} --warmup {args.warmup} --latency {args.latency} "
-        f"--request-processes {args.request_processes}"
+        f"--request-processes {args.request_processes} --server-processes {args.server_processes}"
     )
     command = [sys.executable, __file__, *flags.split(), "--min-turns", str(args.min_turns), "--turns", args.turns]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -343,6 +372,13 @@ def main() -> None:
         default=0,
         help="SDK runs: engine.request_processes (processes that send the model calls; 0: the engine's own)",
     )
+    ap.add_argument(
+        "--server-processes",
+        type=int,
+        default=max(1, (os.cpu_count() or 1) // 4),
+        help="SDK runs: processes of the loopback provider, sharing its port (default: a quarter of the CPUs)",
+    )
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="CI-sized: 10 and 100 agents, 2 timed ticks")
     ap.add_argument("--no-sdk", action="store_true", help="only the scripted runs (no SDK clients, no server)")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -350,7 +386,7 @@ def main() -> None:
     ap.add_argument("--agents", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        return serve()
+        return serve(args.port)
     if args.child:
         return child(args.child, args.agents, args)
     if args.quick:
@@ -397,7 +433,14 @@ def print_table(rows: dict[int, dict[str, Any]], sizes: list[int], args: argpars
     sdk = not args.no_sdk
     print(
         f"**Population scale** — open station (no research room), `turns: {args.turns}`, {args.warmup} warm-up "
-        f"tick(s), {args.ticks} timed tick(s) per run; {os.cpu_count()} CPUs, Python {platform.python_version()}.\n"
+        f"tick(s), {args.ticks} timed tick(s) per run; {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        + (
+            f"; SDK runs with {args.request_processes} request process(es) and {args.server_processes} "
+            "loopback server process(es)"
+            if sdk
+            else ""
+        )
+        + ".\n"
     )
     head = ["agents", "engine ms/turn (scripted)", "engine CPU ms/turn", "scripted model ms/turn", "stations timed"]
     if sdk:
@@ -425,6 +468,8 @@ def print_table(rows: dict[int, dict[str, Any]], sizes: list[int], args: argpars
             f"(target: within {RATIO_TARGET:g}x): {ok}; in CPU time: {cpu_ratio:.2f}x"
         )
     if sdk:
+        spread = rows[large]["sdk"]["server_requests"]
+        print(f"requests answered by each server process at {large:,} agents: {spread}")
         tick = rows[large]["sdk"]["tick_s"]
         print(
             f"s per tick at {large:,} agents and {args.latency:g} s latency: {tick:.2f} "

@@ -681,8 +681,11 @@ class ProviderServer:
     def __init__(self, responder: Callable[[Request], Answer | str] | None = None, *,
                  latency_s: float = 0.0, api_keys: set[str] | None = None,
                  known_models: set[str] | None = None, flavor: str = "cloud", n_ctx: int | None = None,
-                 n_ctx_train: int = 32768, one_at_a_time: bool = False, listing: bool = True) -> None:
-        """`flavor`, `n_ctx` (the served context), `n_ctx_train` (the model's trained context, which
+                 n_ctx_train: int = 32768, one_at_a_time: bool = False, listing: bool = True,
+                 port: int = 0, share_port: bool = False) -> None:
+        """`port` 0 picks a free one; `share_port` lets several server processes listen on one port
+        (SO_REUSEPORT: the kernel spreads the connections), as a benchmark's server of many cores.
+        `flavor`, `n_ctx` (the served context), `n_ctx_train` (the model's trained context, which
         llama.cpp and Ollama report) and `one_at_a_time`: see the module docstring. `known_models`
         are also the models a local server lists ("local-model" if None); `listing=False` takes
         GET /v1/models away (a server that cannot say what it serves)."""
@@ -702,7 +705,14 @@ class ProviderServer:
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._stop = threading.Event()
-        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = _HTTPServer(("127.0.0.1", port), _Handler, bind_and_activate=False)
+        self._httpd.allow_reuse_port = share_port
+        try:
+            self._httpd.server_bind()
+            self._httpd.server_activate()
+        except BaseException:
+            self._httpd.server_close()
+            raise
         self._httpd.owner = self
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self.openai_url = self.url + "/v1"

@@ -33,6 +33,7 @@ from helpers import (
 
 from station.apps.world import Station
 from station.core import commands
+from station.core import engine as engine_module
 from station.core.agents import lineage_name_problem, roman
 from station.core.config import parse_config
 from station.core.engine import Engine, Progress
@@ -429,6 +430,43 @@ def test_stop_mid_tick_and_resume_in_a_new_engine(tmp_path: Path) -> None:
     expected = [(r["tick"], r["session"], r["reply"]) for r in turn_rows(reference)]
     assert rows == expected  # no turn repeated or skipped, and the same world
     assert [t for t, _, _ in events(reopened, "tick_started")] == [1, 2, 3, 4, 5]
+    assert integrity_ok(reopened)
+
+
+def test_a_prompt_pass_broken_off_mid_tick_resumes_without_making_a_prompt_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent prompts are committed in batches. A pass that fails after its first batch goes on
+    from the next when the station runs again: every agent has one prompt, the turn-start hooks
+    ran once each, and the world is the one an unbroken run makes."""
+    monkeypatch.setattr(engine_module, "PROMPT_BATCH", 2)
+    agents = [{"count": 5, "kind": "guest", "model": {"provider": "scripted", "name": "scripted-newcomer"}}]
+    reference = make_station(tmp_path / "ref", agents, turns="concurrent")
+    Engine(reference).run(until_tick=3)
+
+    st = make_station(tmp_path / "s", agents, turns="concurrent")
+    Engine(st).run(until_tick=1)
+    compose, broke = engine_module.compose, []
+
+    def fails_once_at_the_third_prompt(ctx: Any, agent: Any) -> str:
+        if ctx.tick == 2 and agent.name == "Guest_3" and not broke:
+            broke.append(agent.name)
+            raise RuntimeError("the machine went down")
+        return str(compose(ctx, agent))
+
+    monkeypatch.setattr(engine_module, "compose", fails_once_at_the_third_prompt)
+    with pytest.raises(RuntimeError, match="went down"):
+        Engine(st).run(until_tick=3)
+    assert st.store.scalar("SELECT COUNT(*) FROM turn_prompts WHERE tick=2") == 2  # the first batch is kept
+    st.close()
+
+    reopened = Station.open(tmp_path / "s")
+    assert Engine(reopened).run(until_tick=3) == "finished tick 3"
+    rows = [(r["tick"], r["session"], r["prompt"], r["reply"]) for r in turn_rows(reopened)]
+    assert rows == [(r["tick"], r["session"], r["prompt"], r["reply"]) for r in turn_rows(reference)]
+    history = "SELECT tick, agent, kind, payload FROM events ORDER BY id"
+    assert [tuple(r) for r in reopened.store.all(history)] == [tuple(r) for r in reference.store.all(history)]
+    assert all_agents(reopened) == all_agents(reference)
     assert integrity_ok(reopened)
 
 

@@ -11,13 +11,15 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 import time
 
 import pytest
 from provider_server import Fault, ProviderServer
-from remote_world import KEY_ENV, count_in_flight, remote_config, scripted_responder
+from remote_world import AGENT_MODELS, KEY_ENV, count_in_flight, remote_config, scripted_responder
 
 from station.apps.world import Station
+from station.core import engine as engine_module
 from station.core.config import parse_config
 from station.core.engine import Engine, StationPaused
 from station.core.store import Store, canonical_dump
@@ -166,6 +168,32 @@ def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path
     server.responder = last_agent_waits_for_the_first_turn
     assert run(tmp_path / "st", 2) == "finished tick 2"
     assert seen == [True]
+
+
+def test_the_first_calls_go_out_while_later_prompts_are_still_being_built(server, tmp_path, monkeypatch):
+    """A tick's prompts are committed in batches (here of one), and each batch's call is sent as it
+    commits: Guest_5's prompt is made only once Guest_1's call has reached the provider. Sent after
+    the whole prompt pass, as before, it would wait here for the 30 s and fail."""
+    create(tmp_path / "st", server, 2).close()
+    assert run(tmp_path / "st", 1) == "finished tick 1"
+    monkeypatch.setattr(engine_module, "PROMPT_BATCH", 1)
+    answer, first_call = server.responder, threading.Event()
+    compose, waited = engine_module.compose, []
+
+    def note_the_first_call(request):
+        if request.model == AGENT_MODELS[0]["name"]:
+            first_call.set()
+        return answer(request)
+
+    def last_prompt_waits_for_the_first_call(ctx, agent):
+        if agent.name == "Guest_5" and ctx.tick == 2:
+            waited.append(first_call.wait(30))
+        return compose(ctx, agent)
+
+    server.responder = note_the_first_call
+    monkeypatch.setattr(engine_module, "compose", last_prompt_waits_for_the_first_call)
+    assert run(tmp_path / "st", 2) == "finished tick 2"
+    assert waited == [True]
 
 
 def test_a_station_with_request_processes_replays_to_the_same_world(server, tmp_path):

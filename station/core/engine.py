@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from station.core import commands, lifecycle
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
 
 
 MAX_OTHER_THREADS = 256  # inputs whose model is not known (verdicts, evaluation results) fetched at once
+# A concurrent tick's prompts are committed this many at a time; where calls are sent ahead, each
+# batch's calls go out as it commits, while the next batch is built.
+PROMPT_BATCH = 32
 
 
 @dataclass
@@ -109,6 +113,12 @@ class Answers:
 
     def __post_init__(self) -> None:
         self.index = {job.key: i for i, job in enumerate(self.jobs)}
+
+    def extend(self, jobs: list[NeedInput], futures: list[Any]) -> None:
+        """More inputs asked for, taken after those already asked."""
+        self.index.update((job.key, len(self.jobs) + i) for i, job in enumerate(jobs))
+        self.jobs.extend(jobs)
+        self.futures.extend(futures)
 
     @property
     def all_taken(self) -> bool:
@@ -206,8 +216,8 @@ class Engine:
         if agent is not None:
             if self.ctx.config.turns == "concurrent" and self._prefetched != self.ctx.tick:
                 if self.store.get_meta("prompts_tick") != self.ctx.tick:
-                    self._unit(self._build_prompts)
-                self._prefetch()  # also after a restart: the replies still missing
+                    self._build_tick_prompts()
+                self._prefetch()  # the replies still missing (not sent ahead, or lost to a restart)
                 self._prefetched = self.ctx.tick
                 agent = self._next_agent()
                 if agent is None:
@@ -428,13 +438,33 @@ class Engine:
         return reply
 
     # -- concurrent turns -----------------------------------------------------------------
-    def _build_prompts(self, only: Agent | None = None) -> None:
-        """Every prompt of this tick, from the world as the tick starts (turns: concurrent); or,
-        `only`, that agent's prompt as its turn starts (turns: sequential)."""
+    def _build_tick_prompts(self) -> None:
+        """Every prompt of this tick (turns: concurrent), from the world as the tick starts, in turn
+        order, committed in batches: where the models send ahead, a batch's calls go out as it
+        commits, while the next is built. A restart mid-pass keeps the batches committed."""
         ctx = self.ctx
+        built = {row[0] for row in self.store.all("SELECT session FROM turn_prompts WHERE tick=?", (ctx.tick,))}
+        names = [name for session, name in ctx.agents.turn_order() if session not in built]
+        batches = [names[i : i + PROMPT_BATCH] for i in range(0, len(names), PROMPT_BATCH)] or [[]]
+        for number, batch in enumerate(batches, 1):
+            last = number == len(batches)
+            prompted: list[tuple[Agent, str]] = []
+            # One counted unit per pass, as when the pass was one unit: operator commands recorded
+            # by older code land at the same points on replay.
+            self._unit(partial(self._build_prompts, batch, prompted, last), counted=last)
+            if ctx.replay_source is None:
+                jobs = [self._reply_job(agent, prompt) for agent, prompt in prompted]
+                self._send([job for job in jobs if job is not None and job.send is not None])
+
+    def _build_prompts(self, names: list[str], prompted: list[tuple[Agent, str]], last: bool) -> None:
+        """The prompts of `names`, each kept for its turn and listed in `prompted`; `last`: the
+        tick's prompts are all made (concurrent turns)."""
+        ctx = self.ctx
+        prompted.clear()  # a unit run again (for inputs) starts over
         needs: list[NeedInput] = []
-        for agent in ctx.agents.active() if only is None else [only]:
-            if agent.session in self._done or not self._prompted(agent):
+        for name in names:
+            agent = ctx.agents.get(name)
+            if agent is None or agent.session in self._done or not self._prompted(agent):
                 continue  # its turn ends it, or it has acted already
             try:
                 with self.store.savepoint("prompt"):
@@ -446,6 +476,7 @@ class Engine:
                         "INSERT INTO turn_prompts(tick, session, prompt) VALUES(?,?,?)",
                         (ctx.tick, agent.session, prompt),
                     )
+                    prompted.append((agent, prompt))
             except NeedInput as need:
                 # Go on to find what the other prompts need: all of it is fetched at once and the
                 # unit runs again, instead of once per agent. This pass is rolled back whole.
@@ -457,7 +488,7 @@ class Engine:
         if needs:
             needs[0].also = needs[1:]
             raise needs[0]
-        if only is None:
+        if last:
             self.store.set_meta("prompts_tick", ctx.tick)
 
     def _prompted(self, agent: Agent) -> bool:
@@ -471,8 +502,8 @@ class Engine:
         for it, before the turn's unit runs. Otherwise the turn would run up to its model call,
         roll back to fetch the reply, and run again from the start."""
         if self._prompted(agent) and self._prebuilt_prompt(agent) is None:
-            self._unit(lambda: self._build_prompts(agent), counted=False)
-        self._prefetch(agent.session)
+            self._unit(lambda: self._build_prompts([agent.name], [], last=False), counted=False)
+        self._prefetch(agent)
 
     def _prebuilt_prompt(self, agent: Agent) -> str | None:
         # Looked up whatever the mode: if the operator switched to sequential mid-tick, a prompt
@@ -482,42 +513,62 @@ class Engine:
         )
         return prompt
 
-    def _prefetch(self, session: int | None = None) -> None:
-        """Ask every model (or `session`'s) for this tick's first replies at once, and record each answer."""
+    def _prefetch(self, only: Agent | None = None) -> None:
+        """Ask every model (or `only` that agent's) for this tick's first replies not yet asked
+        for, at once, and record each answer."""
         ctx = self.ctx
+        if only is None:
+            acting = dict(ctx.agents.turn_order())
+            rows = self.store.all("SELECT session FROM turn_prompts WHERE tick=?", (ctx.tick,))
+            agents = [ctx.agents.get(acting[row[0]]) for row in rows if row[0] in acting]
+        else:
+            agents = [only]
         jobs = []
-        acting = dict(ctx.agents.turn_order())
-        rows = (
-            self.store.all("SELECT session, prompt FROM turn_prompts WHERE tick=?", (ctx.tick,))
-            if session is None
-            else self.store.all(
-                "SELECT session, prompt FROM turn_prompts WHERE tick=? AND session=?", (ctx.tick, session)
-            )
-        )
-        for row in rows:
-            key = f"reply/{ctx.tick}/{row['session']}/0"
-            name = acting.get(row["session"])
-            agent = ctx.agents.get(name) if name is not None else None
-            if agent is None or self.store.get_input(key) is not None:
+        for agent in agents:
+            if agent is None or self._asked(f"reply/{ctx.tick}/{agent.session}/0"):
                 continue
-            messages = self._messages(agent, row["prompt"])
-            model = ctx.models.get(agent.model)
-            job = NeedInput(key, "reply", agent.name, self._producer(agent, model, messages), request_hash(messages))
-            job.model = agent.model
-            if model.sends_ahead:
-                job.send = self._sender(agent, model, messages)
-            jobs.append(job)
+            job = self._reply_job(agent, self._prebuilt_prompt(agent))
+            if job is not None:
+                jobs.append(job)
         if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
             for job in jobs:
                 with self.store.transaction():
                     ctx.obtain(job.key, job.kind, job.agent, job.produce, job.request_hash)
             return
-        if session is None and jobs and all(job.send is not None for job in jobs):
-            # Sent ahead (request processes): each turn takes its reply when it comes to act,
-            # while the later replies are still coming in (`_take_in_flight`).
-            self._in_flight = Answers(jobs, [self._start(job, None) for job in jobs])
+        if only is None and jobs and all(job.send is not None for job in jobs):
+            self._send(jobs)
             return
         self._fetch(jobs)
+
+    def _reply_job(self, agent: Agent, prompt: str | None) -> NeedInput | None:
+        """The call for `agent`'s first reply of this tick to `prompt`; None if it is recorded or
+        already on its way."""
+        key = f"reply/{self.ctx.tick}/{agent.session}/0"
+        if prompt is None or self._asked(key):
+            return None
+        messages = self._messages(agent, prompt)
+        model = self.ctx.models.get(agent.model)
+        job = NeedInput(key, "reply", agent.name, self._producer(agent, model, messages), request_hash(messages))
+        job.model = agent.model
+        if model.sends_ahead:
+            job.send = self._sender(agent, model, messages)
+        return job
+
+    def _asked(self, key: str) -> bool:
+        """The input is recorded, or on its way."""
+        in_flight = self._in_flight is not None and key in self._in_flight.index
+        return in_flight or self.store.has_input(key)
+
+    def _send(self, jobs: list[NeedInput]) -> None:
+        """Send calls ahead (request processes): each turn takes its reply when it comes to act,
+        while the later replies are still coming in (`_take_in_flight`)."""
+        if not jobs:
+            return
+        futures = [self._start(job, None) for job in jobs]
+        if self._in_flight is None:
+            self._in_flight = Answers(jobs, futures)
+        else:
+            self._in_flight.extend(jobs, futures)
 
     def _fetch(self, jobs: list[NeedInput]) -> None:
         """Fetch inputs (all at once when there are several) and record each as it comes;

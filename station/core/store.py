@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,13 @@ def damaged(db_path: Path, err: sqlite3.DatabaseError) -> str:
     return f"{db_path} is damaged or not a station database ({err}). {RECOVERY}"
 
 
+@lru_cache(maxsize=4096)
+def _scalar(text: str) -> Any:
+    """A meta value that cannot be changed in place (number, string, true, null), decoded once:
+    the engine reads the tick and the like dozens of times a turn."""
+    return json.loads(text)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON: sorted keys, so equal worlds give equal bytes; always valid UTF-8."""
     return valid(json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
@@ -358,7 +366,9 @@ class Store:
             text = row["value"] if row else None
             if cache is not None:
                 cache[key] = text
-        return json.loads(text) if text is not None else default
+        if text is None:
+            return default
+        return json.loads(text) if text[0] in "[{" else _scalar(text)  # a list or dict: the caller's own copy
 
     def set_meta(self, key: str, value: Any) -> None:
         text = dumps(value)
@@ -373,6 +383,9 @@ class Store:
     def get_input(self, key: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT payload FROM inputs WHERE key=?", (key,)).fetchone()
         return json.loads(row["payload"]) if row else None
+
+    def has_input(self, key: str) -> bool:
+        return self.db.execute("SELECT 1 FROM inputs WHERE key=?", (key,)).fetchone() is not None
 
     def put_input(
         self,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ from station.core.model_api import TRANSIENT, Message, ModelError, Reply
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 WAITING = -1  # the number of a worker's message that is a retry notice, not an answer
 RESENDS = 2  # times a call is sent again after the worker making it died
+MANY = 256  # messages sent to a worker in one write, at most
 
 
 def worker_share(limit: int, workers: int, index: int) -> int:
@@ -72,22 +74,44 @@ class _Worker:
         self.process.stdout.close()
         self.on_wait, self.on_lost = on_wait, on_lost
         self.pending: dict[int, _Call] = {}
-        self.lock = threading.Lock()  # one sender at a time; guards `pending` and `alive`
+        self.lock = threading.Lock()  # guards `pending` and `alive`
         self.alive = True
+        # Messages are written by a thread of their own: a worker busy with its calls reads its
+        # pipe late, and the engine must not wait on a full pipe while it has turns to apply.
+        self.unsent: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.writer = threading.Thread(target=self._write, name="requests-writer", daemon=True)
+        self.writer.start()
         threading.Thread(target=self._read, name="requests-reader", daemon=True).start()
 
     def send(self, message: tuple[Any, ...], call: _Call | None = None) -> None:
+        """Queue a message for the worker; a call's answer comes to its future. If the worker
+        has died, or dies before the call is written, the call goes to its successor (on_lost)."""
         with self.lock:
             if not self.alive:
                 raise ModelError("the request process had ended", kind=TRANSIENT)
             if call is not None:
                 self.pending[message[1]] = call
+            self.unsent.put(message)
+
+    def _write(self) -> None:
+        """Send the queued messages, those queued together as one ("many", [...]): the worker
+        then reads a tick's batch of calls at once, not one pipe read each between its calls."""
+        while True:
+            messages = [self.unsent.get()]
+            while messages[-1] is not None and len(messages) < MANY and not self.unsent.empty():
+                messages.append(self.unsent.get())
+            closing = messages[-1] is None
+            if closing:
+                messages.pop()
             try:
-                self.outgoing.send(message)
+                if messages:
+                    self.outgoing.send(messages[0] if len(messages) == 1 else ("many", messages))
+                if closing:
+                    self.outgoing.send(None)
             except OSError:
-                if call is not None:
-                    self.pending.pop(message[1])
-                raise ModelError("the request process had ended", kind=TRANSIENT) from None
+                return  # the worker is gone: its reader hands the calls pending on (on_lost)
+            if closing:
+                return
 
     def _read(self) -> None:
         while True:
@@ -113,12 +137,9 @@ class _Worker:
         self.on_lost(list(lost.values()))
 
     def close(self) -> None:
-        with self.lock:
-            try:
-                self.outgoing.send(None)
-            except OSError:
-                pass
-            self.outgoing.close()
+        self.unsent.put(None)  # after the messages queued before it
+        self.writer.join(timeout=5)
+        self.outgoing.close()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

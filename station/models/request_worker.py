@@ -35,56 +35,68 @@ def preload() -> None:
             pass  # a provider this installation lacks: its calls fail as in the station's process
 
 
-def serve(incoming: Connection, outgoing: Connection, index: int, count: int) -> None:
-    """Make calls until told to stop (None) or the station is gone."""
-    models: dict[str, Any] = {}
-    stop = threading.Event()
-    sending, making = threading.Lock(), threading.Lock()
+class Worker:
+    """Makes the calls read from `incoming`, each in a thread, and writes the answers to `outgoing`."""
 
-    def send(message: tuple[Any, ...]) -> None:
-        with sending:
+    def __init__(self, outgoing: Connection, index: int, count: int) -> None:
+        self.outgoing, self.index, self.count = outgoing, index, count
+        self.models: dict[str, Any] = {}
+        self.stop = threading.Event()
+        self.sending, self.making = threading.Lock(), threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=CALLS_AT_ONCE, thread_name_prefix="call")
+
+    def serve(self, incoming: Connection) -> None:
+        """Make calls until told to stop (None) or the station is gone."""
+        with self.pool:
+            while True:
+                try:
+                    message = incoming.recv()
+                except (EOFError, OSError):
+                    break
+                if message is None:
+                    break
+                self.obey(message)
+            self.stop.set()  # the calls still waiting to retry end now
+
+    def obey(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "stop":
+            self.stop.set()
+        elif message[0] == "go":
+            self.stop.clear()
+        elif message[0] == "many":  # messages the station had queued together
+            for each in message[1]:
+                self.obey(each)
+        else:
+            self.pool.submit(self.call, *message[1:])
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self.sending:
             try:
-                outgoing.send(message)
+                self.outgoing.send(message)
             except OSError:
                 pass  # the station is gone
 
-    def model(settings: str) -> Any:
-        with making:
-            if settings not in models:
+    def model(self, settings: str) -> Any:
+        with self.making:
+            if settings not in self.models:
                 config = ModelConfig.model_validate_json(settings)
-                share = worker_share(config.max_in_flight, min(count, config.max_in_flight), index)
-                models[settings] = create_model(
+                share = worker_share(config.max_in_flight, min(self.count, config.max_in_flight), self.index)
+                self.models[settings] = create_model(
                     config.model_copy(update={"max_in_flight": share}),
-                    stop=stop,
-                    on_wait=lambda text: send((WAITING, True, text)),
+                    stop=self.stop,
+                    on_wait=lambda text: self.send((WAITING, True, text)),
                 )
-            return models[settings]
+            return self.models[settings]
 
-    def call(number: int, settings: str, messages: Any, system: str | None, agent: str) -> None:
+    def call(self, number: int, settings: str, messages: Any, system: str | None, agent: str) -> None:
         try:
-            reply = model(settings).complete(messages, system=system, agent=agent)
+            reply = self.model(settings).complete(messages, system=system, agent=agent)
         except ModelError as err:
-            send((number, False, (err.kind, str(err))))
+            self.send((number, False, (err.kind, str(err))))
         except Exception as err:  # noqa: BLE001 - the station decides; this process goes on
-            send((number, False, (PERMANENT, f"the request process failed: {type(err).__name__}: {err}")))
+            self.send((number, False, (PERMANENT, f"the request process failed: {type(err).__name__}: {err}")))
         else:
-            send((number, True, reply))
-
-    with ThreadPoolExecutor(max_workers=CALLS_AT_ONCE, thread_name_prefix="call") as pool:
-        while True:
-            try:
-                message = incoming.recv()
-            except (EOFError, OSError):
-                break
-            if message is None:
-                break
-            if message[0] == "stop":
-                stop.set()
-            elif message[0] == "go":
-                stop.clear()
-            else:
-                pool.submit(call, *message[1:])
-        stop.set()  # the calls still waiting to retry end now
+            self.send((number, True, reply))
 
 
 if __name__ == "__main__":
@@ -92,4 +104,4 @@ if __name__ == "__main__":
     answers = os.dup(1)
     os.dup2(2, 1)
     preload()
-    serve(Connection(0, writable=False), Connection(answers, readable=False), int(sys.argv[1]), int(sys.argv[2]))
+    Worker(Connection(answers, readable=False), int(sys.argv[1]), int(sys.argv[2])).serve(Connection(0, writable=False))
