@@ -1,11 +1,14 @@
 """A research task given as a folder: what it holds, read and checked (docs/tasks.md).
 
-Two formats are recognised:
+Three formats are recognised:
 
     native      task.md, task.yaml, evaluate.py (the trusted scorer), and optionally
                 data/ (read-only for submissions), private/ (the scorer's only) and baselines/*.py
     openevolve  evaluator.py (evaluate(program_path) -> metrics) and initial_program.py, optionally
-                config.yaml (OpenEvolve's; its evaluator section is read), task.md and task.yaml
+                OpenEvolve's config (config.yaml, config_phase_1.yaml, ...: its evaluator and
+                prompt sections are read), task.md and task.yaml
+    shinka      ShinkaEvolve's evaluate.py (main(program_path, results_dir), writing metrics.json
+                and correct.json) and initial.py, optionally task.md and task.yaml
 
 Every problem is a TaskFolderError naming the file and what is wrong, so `station task check`
 and a station's start-up both say exactly what to fix.
@@ -66,7 +69,7 @@ class Resources(_Strict):
 class ScorerSettings(_Strict):
     timeout_s: float = Field(300.0, gt=0, le=24 * 3600)
     memory_mb: int | None = Field(4096, ge=64)
-    metric: str = Field("combined_score", min_length=1, description="openevolve: the metric used as the score")
+    metric: str = Field("combined_score", min_length=1, description="openevolve, shinka: the metric that is the score")
 
 
 class TaskSettings(_Strict):
@@ -82,6 +85,7 @@ class TaskSettings(_Strict):
     display_precision: int = Field(4, ge=0, le=17)
     metrics: dict[str, str] = Field(default_factory=dict, description="secondary metric -> format, e.g. '.3f'")
     score_range: tuple[float, float] | None = Field(None, description="[low, high]: where every valid score lies")
+    config: str = Field("", description="openevolve: which of the folder's config*.yaml files to read")
 
     @field_validator("score_range")
     @classmethod
@@ -101,6 +105,13 @@ class TaskSettings(_Strict):
         return value
 
 
+# OpenEvolve's defaults when its config says nothing (or there is no config)
+CASCADE_THRESHOLDS = (0.5, 0.75, 0.9)
+# OpenEvolve's config files, by the names its examples use, in the order one is chosen
+CONFIG_NAMES = ("config.yaml", "config_phase_1.yaml")
+EVOLVE_START, EVOLVE_END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
+
+
 @dataclass(frozen=True)
 class Cascade:
     """OpenEvolve's cascade: evaluate_stage1, 2, 3 in turn while the score passes each threshold."""
@@ -112,21 +123,28 @@ class Cascade:
 @dataclass(frozen=True)
 class TaskFolder:
     path: Path  # absolute
-    format: Literal["native", "openevolve"]
+    format: Literal["native", "openevolve", "shinka"]
     settings: TaskSettings
-    statement: str  # task.md, or what the OpenEvolve folder offers instead
+    statement: str  # task.md, or what the OpenEvolve or ShinkaEvolve folder offers instead
     baselines: tuple[Baseline, ...]
     cascade: Cascade = Cascade()
     stages: tuple[str, ...] = ()  # openevolve: the evaluator's functions, in the order they may run
+    config_file: str = ""  # openevolve: the config read ("" when there is none)
+    frame: str = ""  # shinka: the initial program with its EVOLVE-BLOCKs emptied, which a program must keep
 
     @property
     def scorer_file(self) -> str:
-        return "evaluate.py" if self.format == "native" else "evaluator.py"
+        return "evaluator.py" if self.format == "openevolve" else "evaluate.py"
 
     @property
     def entry_points(self) -> tuple[str, ...]:
         """The functions the scorer must define."""
-        return ("evaluate",) if self.format == "native" else self.stages
+        return {"native": ("evaluate",), "shinka": ("main",)}.get(self.format, self.stages)
+
+    @property
+    def runs_program(self) -> bool:
+        """The evaluator runs the program itself (OpenEvolve, ShinkaEvolve): the two share a sandbox."""
+        return self.format != "native"
 
     @property
     def data_dir(self) -> Path | None:
@@ -147,11 +165,15 @@ def read_folder(path: str | Path) -> TaskFolder:
     folder = folder.resolve()
     if not (folder / "evaluate.py").is_file() and not (folder / "evaluator.py").is_file():
         raise TaskFolderError(
-            f"{folder} holds neither evaluate.py (a Station task) nor evaluator.py (an OpenEvolve task); "
-            "see docs/tasks.md for what a task folder holds"
+            f"{folder} holds neither evaluate.py (a Station or ShinkaEvolve task) nor evaluator.py (an "
+            "OpenEvolve task); see docs/tasks.md for what a task folder holds"
         )
     _check_readable(folder)
-    return _native(folder) if (folder / "evaluate.py").is_file() else _openevolve(folder)
+    if not (folder / "evaluate.py").is_file():
+        return _openevolve(folder)
+    if (folder / "initial.py").is_file() and {"main"} <= _top_level_names(folder / "evaluate.py") - {"evaluate"}:
+        return _shinka(folder)
+    return _native(folder)
 
 
 def _check_readable(folder: Path) -> None:
@@ -195,30 +217,72 @@ def _openevolve(folder: Path) -> TaskFolder:
     if not program.is_file():
         raise TaskFolderError(f"{folder} has an OpenEvolve evaluator.py but no initial_program.py")
     settings = _settings(folder, required=False)
-    evolve = _openevolve_config(folder)
+    config_file = _config_file(folder, settings.config)
+    config = _yaml(folder / config_file, required=False) if config_file else {}
+    evolve = _evaluator_section(config, folder / config_file)
     scorer = settings.scorer
     if "timeout" in evolve and "scorer" not in _yaml(folder / "task.yaml", required=False):
         scorer = scorer.model_copy(update={"timeout_s": float(evolve["timeout"])})
     updates: dict[str, Any] = {"scorer": scorer, "title": settings.title or folder.name.replace("_", " ")}
     settings = settings.model_copy(update=updates)
-    statement = _text(folder / "task.md", MAX_STATEMENT_CHARS, required=False) or _openevolve_statement(folder)
-    initial = Baseline(
+    statement = _text(folder / "task.md", MAX_STATEMENT_CHARS, required=False) or _evolve_statement(
+        folder, program, _system_message(config)
+    )
+    initial = _initial_baseline(program)
+    thresholds = evolve.get("cascade_thresholds", list(CASCADE_THRESHOLDS))
+    if not isinstance(thresholds, list) or not all(isinstance(t, (int, float)) for t in thresholds):
+        raise TaskFolderError(f"{folder / config_file}: evaluator.cascade_thresholds must be a list of numbers")
+    cascade = Cascade(bool(evolve.get("cascade_evaluation", True)), tuple(float(t) for t in thresholds))
+    stages = _stages(folder, cascade)
+    return TaskFolder(folder, "openevolve", settings, statement, (initial,), cascade, stages, config_file)
+
+
+def _shinka(folder: Path) -> TaskFolder:
+    """A ShinkaEvolve folder: evaluate.py's main(program_path, results_dir) and initial.py."""
+    settings = _settings(folder, required=False)
+    settings = settings.model_copy(update={"title": settings.title or folder.name.replace("_", " ")})
+    program = folder / "initial.py"
+    code = _text(program, MAX_BASELINE_CHARS, required=True)
+    frame = evolve_frame(code)
+    if frame is None:
+        raise TaskFolderError(f"{program}: an {EVOLVE_START} marker has no {EVOLVE_END} after it (or the reverse)")
+    statement = _text(folder / "task.md", MAX_STATEMENT_CHARS, required=False) or _evolve_statement(
+        folder, program, _docstring(folder / "evaluate.py")
+    )
+    return TaskFolder(folder, "shinka", settings, statement, (_initial_baseline(program),), frame=frame)
+
+
+def evolve_frame(code: str) -> str | None:
+    """`code` with what lies between each EVOLVE-BLOCK-START and -END line left out (the part a
+    program may change); "" when it has no markers (all of it may change); None when the markers
+    do not pair up."""
+    if EVOLVE_START not in code and EVOLVE_END not in code:
+        return ""
+    kept: list[str] = []
+    inside = False
+    for line in code.splitlines():
+        if EVOLVE_START in line or EVOLVE_END in line:
+            if (EVOLVE_START in line) == inside:
+                return None
+            inside = not inside
+            kept.append(line.strip())
+        elif not inside:
+            kept.append(line.rstrip())
+    return None if inside else "\n".join(kept).strip()
+
+
+def _initial_baseline(program: Path) -> Baseline:
+    return Baseline(
         title="Initial program",
         tags=("baseline", "initial program"),
-        abstract="The task's initial_program.py, as the task folder ships it.",
+        abstract=f"The task's {program.name}, as the task folder ships it.",
         code=_text(program, MAX_BASELINE_CHARS, required=True),
     )
-    thresholds = evolve.get("cascade_thresholds") or []
-    if not isinstance(thresholds, list) or not all(isinstance(t, (int, float)) for t in thresholds):
-        raise TaskFolderError(f"{folder / 'config.yaml'}: evaluator.cascade_thresholds must be a list of numbers")
-    cascade = Cascade(bool(evolve.get("cascade_evaluation", False)), tuple(float(t) for t in thresholds))
-    return TaskFolder(folder, "openevolve", settings, statement, (initial,), cascade, _stages(folder, cascade))
 
 
-def _stages(folder: Path, cascade: Cascade) -> tuple[str, ...]:
-    """evaluate_stage1, 2, 3 (as far as they are defined) with cascade evaluation and a stage 1,
-    else evaluate. Read from the source, not imported: the station decides the cascade itself."""
-    file = folder / "evaluator.py"
+def _top_level_names(file: Path) -> set[str]:
+    """The names a scorer file defines at its top level (functions, imports, assignments), read from
+    the source, not imported."""
     try:
         tree = ast.parse(_text(file, MAX_BASELINE_CHARS * 5, required=True), filename=str(file))
     except SyntaxError as err:
@@ -231,6 +295,20 @@ def _stages(folder: Path, cascade: Cascade) -> tuple[str, ...]:
             defined.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         elif isinstance(node, ast.Assign):
             defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return defined
+
+
+def _docstring(file: Path) -> str:
+    try:
+        return ast.get_docstring(ast.parse(_text(file, MAX_BASELINE_CHARS * 5, required=True))) or ""
+    except SyntaxError as err:
+        raise TaskFolderError(f"{file} is not valid Python: line {err.lineno}: {err.msg}") from None
+
+
+def _stages(folder: Path, cascade: Cascade) -> tuple[str, ...]:
+    """evaluate_stage1, 2, 3 (as far as they are defined) with cascade evaluation and a stage 1,
+    else evaluate. Read from the source, not imported: the station decides the cascade itself."""
+    defined = _top_level_names(folder / "evaluator.py")
     if not (cascade.enabled and "evaluate_stage1" in defined):
         return ("evaluate",)
     stages = ["evaluate_stage1"]
@@ -304,23 +382,54 @@ def _yaml(file: Path, *, required: bool) -> dict[str, Any]:
     return data
 
 
-def _openevolve_config(folder: Path) -> dict[str, Any]:
-    """The `evaluator` section of an OpenEvolve config.yaml (timeout, cascade), when there is one."""
-    section = _yaml(folder / "config.yaml", required=False).get("evaluator") or {}
+def _config_file(folder: Path, chosen: str) -> str:
+    """Which OpenEvolve config to read: task.yaml's `config`, else config.yaml, else the first phase's
+    (config_phase_1.yaml), else the only config*.yaml; "" when the folder has none."""
+    found = sorted(p.name for p in folder.glob("config*.yaml") if p.is_file())
+    if chosen:
+        if chosen not in found:
+            shown = ", ".join(found) or "none"
+            raise TaskFolderError(
+                f"{folder / 'task.yaml'}: config {chosen!r} is not among the folder's configs ({shown})"
+            )
+        return chosen
+    named = [name for name in CONFIG_NAMES if name in found]
+    if named:
+        return named[0]
+    if len(found) > 1:
+        raise TaskFolderError(
+            f"{folder} has several OpenEvolve configs ({', '.join(found)}): choose one in task.yaml (config: NAME)"
+        )
+    return found[0] if found else ""
+
+
+def _evaluator_section(config: dict[str, Any], file: Path) -> dict[str, Any]:
+    """The `evaluator` section of an OpenEvolve config (timeout, cascade), when there is one."""
+    section = config.get("evaluator") or {}
     if not isinstance(section, dict):
-        raise TaskFolderError(f"{folder / 'config.yaml'}: evaluator must be a mapping")
+        raise TaskFolderError(f"{file}: evaluator must be a mapping")
     return section
 
 
-def _openevolve_statement(folder: Path) -> str:
-    """What agents read when an OpenEvolve folder has no task.md: its system message, and the initial program."""
-    prompt = _yaml(folder / "config.yaml", required=False).get("prompt") or {}
-    message = prompt.get("system_message", "") if isinstance(prompt, dict) else ""
-    code = _text(folder / "initial_program.py", MAX_BASELINE_CHARS, required=True)
+def _system_message(config: dict[str, Any]) -> str:
+    prompt = config.get("prompt") or {}
+    return str(prompt.get("system_message", "") if isinstance(prompt, dict) else "").strip()
+
+
+def _evolve_statement(folder: Path, program: Path, message: str) -> str:
+    """What agents read when an OpenEvolve or ShinkaEvolve folder has no task.md: the system message
+    (or the evaluator's description), and the initial program, its EVOLVE-BLOCKs named."""
+    code = _text(program, MAX_BASELINE_CHARS, required=True)
     title = folder.name.replace("_", " ")
+    blocks = (
+        f"\n\nThe part meant to change lies between the `{EVOLVE_START}` and `{EVOLVE_END}` comments; "
+        "the rest is the frame the evaluator relies on."
+        if EVOLVE_START in code
+        else ""
+    )
     return (
-        f"# {title}\n\n{str(message).strip() or 'Improve the program below.'}\n\n"
-        f"## The initial program\n```python\n{code.rstrip()}\n```\n"
+        f"# {title}\n\n{message or 'Improve the program below.'}\n\n"
+        f"## The initial program\n```python\n{code.rstrip()}\n```{blocks}\n"
     )
 
 

@@ -7,6 +7,8 @@ This file is the program the scorer's sandbox runs, called through the function-
     outputs/  a copy of the files the submission left in its outputs/ (regular files only)
     inputs/   scorer.json (how to call the scorer), value.pkl (what the submission returned,
               written by the station from plain data), and the submission's source file
+    compat/   stand-ins for `openevolve.evaluation_result` and `shinka.core` (evaluators/folder/compat)
+    results/  ShinkaEvolve only: empty and writable, the `results_dir` its main() writes into
 
 It returns plain data. Native scorer: {"outcome": "scored", "score", "metrics", "details"} or
 {"outcome": "rejected", "message"}. A scorer that raises ValueError rejects the submission, and so
@@ -15,8 +17,10 @@ the values being scored. Any other exception ends this run with an error, which 
 as the scorer's failure, never the submission's.
 
 OpenEvolve evaluator: one function (`evaluate`, or one stage of a cascade) called on the program,
-and {"outcome": "metrics", "metrics"} back, numbers and short texts only; the station decides the
-cascade and computes the score itself. The program runs in this process, so nothing here is
+and {"outcome": "metrics", "metrics", "artifacts"} back, numbers and short texts only; the station
+decides the cascade and computes the score itself. ShinkaEvolve evaluator: main(program_path,
+"results"), then its metrics.json and correct.json read back the same way, with "correct",
+"error" and "feedback" (its text_feedback); its "private" metrics stay here. The program runs in this process, so nothing here is
 trusted once it is handed over: READY goes to stderr just before, and the station counts any
 failure of the run after that line as the program's.
 
@@ -44,6 +48,8 @@ def run_scorer() -> dict[str, Any]:
         settings = json.load(f)
     task_dir = Path("task").resolve()
     sys.path.insert(0, str(task_dir))  # the scorer may import its own helper modules
+    if Path("compat").is_dir():
+        sys.path.append(str(Path("compat").resolve()))  # after the installed packages
     module = _load(task_dir / settings["scorer_file"])
     if settings.get("action") == "check":
         names = settings["entry_points"]
@@ -51,6 +57,8 @@ def run_scorer() -> dict[str, Any]:
     submission = Path("inputs", settings["filename"]).resolve()
     if settings["format"] == "openevolve":
         return _openevolve(module, settings["function"], str(submission))
+    if settings["format"] == "shinka":
+        return _shinka(module, str(submission))
     try:
         return _native(module, settings, task_dir, submission)
     except ValueError as err:  # the scorer's way to reject a submission
@@ -113,7 +121,44 @@ def _openevolve(module: Any, name: str, program: str) -> dict[str, Any]:
     found = getattr(result, "metrics", result)  # an EvaluationResult-like object, or a dict
     if not isinstance(found, dict):
         raise TypeError(f"{name}() returned {type(result).__name__}, not a dict of metrics")
-    return {"outcome": "metrics", "metrics": {str(k): _plain(v) for k, v in found.items()}}
+    artifacts = getattr(result, "artifacts", None)
+    return {
+        "outcome": "metrics",
+        "metrics": {str(k): _plain(v) for k, v in found.items()},
+        "artifacts": {str(k): _text(v) for k, v in artifacts.items()} if isinstance(artifacts, dict) else {},
+    }
+
+
+def _shinka(module: Any, program: str) -> dict[str, Any]:
+    """ShinkaEvolve's rules: main(program_path, results_dir) writes metrics.json (numbers, a "public"
+    and a "private" dict, "text_feedback") and correct.json ({"correct", "error"}) there."""
+    results = Path("results")
+    sys.stderr.write(READY + "\n")
+    sys.stderr.flush()
+    module.main(program, str(results))
+    metrics = json.loads((results / "metrics.json").read_text(encoding="utf-8"))
+    correct = json.loads((results / "correct.json").read_text(encoding="utf-8"))
+    if not isinstance(metrics, dict) or not isinstance(correct, dict):
+        raise TypeError("metrics.json and correct.json must each hold a JSON object")
+    public = metrics.pop("public", None)
+    metrics.pop("private", None)  # ShinkaEvolve keeps these from the program's author
+    feedback = metrics.pop("text_feedback", "")
+    shown = {**metrics, **(public if isinstance(public, dict) else {})}
+    return {
+        "outcome": "metrics",
+        "metrics": {str(k): _plain(v) for k, v in shown.items()},
+        "correct": correct.get("correct") is True,
+        "error": _text(correct.get("error") or ""),
+        "feedback": _text(feedback),
+    }
+
+
+def _text(value: Any) -> str:
+    """An artifact or a message as short text (bytes decoded, never raising)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    text = value if isinstance(value, str) else repr(value)
+    return text[:TEXT_MAX_CHARS]
 
 
 def _plain(value: Any) -> Any:

@@ -14,9 +14,10 @@ later write) cannot reach the copy the scorer reads. Only the scorer's small ans
 A scorer that crashes, hangs, or answers without a finite score raises ScorerFailure: the
 station records a scorer failure, alerts the operator and charges the agent nothing.
 
-OpenEvolve folders: the evaluator runs the program itself, so the two share a run. Each evaluator
-function (evaluate, or one cascade stage) is a run of its own that hands back plain metrics; the
-station decides the cascade and computes the score here, where the program cannot reach. What
+OpenEvolve and ShinkaEvolve folders: the evaluator runs the program itself, so the two share a
+run. Each evaluator function (evaluate, one cascade stage, or ShinkaEvolve's main) is a run of its
+own that hands back plain metrics; the station decides the cascade and computes the score here,
+where the program cannot reach. What
 the evaluator hands back once it has the program is the program's doing as much as the
 evaluator's: a failure from then on counts as the program's (scorer_driver.READY marks the point).
 """
@@ -37,10 +38,11 @@ from typing import Any
 from station.core.run_types import Mount, RunResult, RunSpec
 
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
-from .layout import TaskFolder, read_folder
+from .layout import EVOLVE_END, EVOLVE_START, TaskFolder, evolve_frame, read_folder
 from .scorer_driver import READY
 
 DRIVER = Path(__file__).with_name("scorer_driver.py")
+COMPAT = Path(__file__).with_name("compat")  # openevolve.evaluation_result and shinka.core, for the scorer
 DETAILS_MAX_CHARS = 4000
 METRICS_MAX = 50
 
@@ -58,8 +60,9 @@ class FolderTask(Task):
         self.filename = settings.submission.filename
         resources = settings.resources
         self.timeout_s, self.memory_mb = resources.timeout_s, resources.memory_mb
-        if folder.format == "openevolve":  # the candidate program runs inside the evaluator's own run
-            self.mode, self.entry, self.filename = "function", "evaluate(program_path) of evaluator.py", "program.py"
+        if folder.runs_program:  # the candidate program runs inside the evaluator's own run
+            self.mode, self.filename = "function", "program.py"
+            self.entry = f"{folder.entry_points[0]}(program_path) of {folder.scorer_file}"
             self.timeout_s, self.memory_mb = settings.scorer.timeout_s, settings.scorer.memory_mb
         self.num_cpus, self.num_gpus = resources.cpus, resources.gpus
         self.display_precision = settings.display_precision
@@ -72,8 +75,8 @@ class FolderTask(Task):
     def _contract(self) -> str:
         s = self.folder.settings
         better = "higher is better" if s.higher_is_better else "lower is better"
-        if self.folder.format == "openevolve":
-            return self._openevolve_contract(better)
+        if self.folder.runs_program:
+            return self._evolve_contract(better)
         if self.mode == "function":
             run = (
                 f"Submit a Python file (`{self.filename}`) defining `{self.entry}()`, called with no arguments. "
@@ -101,24 +104,26 @@ class FolderTask(Task):
             f"Limits per run: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
         )
 
-    def _openevolve_contract(self, better: str) -> str:
+    def _evolve_contract(self, better: str) -> str:
         s = self.folder.settings
         stages = self.folder.stages
-        calls = (
-            f"`{stages[0]}(program_path)`"
-            if len(stages) == 1
-            else ", then ".join(f"`{f}`" for f in stages) + " (each stage only while the previous one's score "
-            "reaches its threshold)"
-        )
+        if self.folder.format == "shinka":
+            calls = "`main(program_path, results_dir)`, which runs your program's experiment and writes its metrics"
+        elif len(stages) == 1:
+            calls = f"`{stages[0]}(program_path)`"
+        else:
+            calls = (
+                ", then ".join(f"`{f}`" for f in stages) + " (each stage only while the previous one's score "
+                "reaches its threshold)"
+            )
         limits = f"{self.timeout_s:g} s of wall-clock time per call, {self._memory()}, {self.num_cpus:g} CPU core(s)"
         limits += f", {self.num_gpus:g} GPU(s)" if self.num_gpus else ", no GPU"
         return (
             "## How submissions run and are scored\n"
             "Submit a complete Python program (it replaces the task's initial program). The task's evaluator "
             f"calls {calls} on it, each call in a fresh sandbox, and hands back its metrics. The station computes "
-            f"the score from them, outside that sandbox: the `{s.scorer.metric}` metric ({better}), else the mean "
-            f"of the numeric metrics.{self._range_text()} A string `error` metric, or a `ValueError`, rejects "
-            "the program.\n\n"
+            f"the score from them, outside that sandbox: the score is the `{s.scorer.metric}` metric ({better}); "
+            f"a program without it is rejected.{self._range_text()} {self._rejections()}{self._frame_rule()}\n\n"
             "What is isolated and what is not: the sandbox keeps your program from the station, other runs, the "
             "network and API keys, but not from the evaluator. Your program runs inside the evaluator's sandbox, "
             "usually inside the evaluator's own process, so code in it could change what the evaluator measures "
@@ -129,6 +134,19 @@ class FolderTask(Task):
             "program's source is stored with its evaluation, where it can be read. Changing the evaluator's "
             "measurements is cheating, not research.\n\n"
             f"Limits: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
+        )
+
+    def _rejections(self) -> str:
+        if self.folder.format == "shinka":
+            return "A result the evaluator marks as not correct rejects the program, with its reason."
+        return "A string `error` metric, or a `ValueError`, rejects the program."
+
+    def _frame_rule(self) -> str:
+        if not self.folder.frame:
+            return ""
+        return (
+            f" Only the code between the `{EVOLVE_START}` and `{EVOLVE_END}` comments may change: a program "
+            "whose code outside them differs from the initial program's is rejected before it runs."
         )
 
     def _memory(self) -> str:
@@ -153,7 +171,10 @@ class FolderTask(Task):
             for folder in (inputs, outputs, copied):
                 folder.mkdir()
             (inputs / self.filename).write_text(code, encoding="utf-8")
-            if self.folder.format == "openevolve":
+            if self.folder.runs_program:
+                moved = self._outside_the_blocks(code)
+                if moved:
+                    return RunResult(status="ok", value={"rejected": moved})
                 return self._evaluate_program(executor, inputs, copied, label)
             os.chmod(outputs, 0o777)  # the sandbox's own uid writes here
             writable = Mount(outputs, "outputs", writable=True)
@@ -172,13 +193,26 @@ class FolderTask(Task):
             raise ScorerFailure(f"the task's scorer failed: {judged.error}{trace}", ran)
         return replace(ran, value=judged.value, duration_s=ran.duration_s + judged.duration_s)
 
+    def _outside_the_blocks(self, code: str) -> str:
+        """Why a ShinkaEvolve program is refused before it runs: its code outside the EVOLVE-BLOCKs
+        is not the initial program's ("" when it is, or the task marks no blocks)."""
+        if not self.folder.frame or evolve_frame(code) == self.folder.frame:
+            return ""
+        return (
+            f"the code outside the {EVOLVE_START} / {EVOLVE_END} comments differs from the initial program's; "
+            "only the code between them may change"
+        )
+
     def _evaluate_program(self, executor: Any, inputs: Path, outputs: Path, label: str) -> RunResult:
-        """OpenEvolve: each evaluator function in a run of its own, the cascade decided here. The value
-        is {"metrics": ...}, the stages' metrics merged, as plain data; `score` computes the score."""
+        """Each evaluator function in a run of its own, the cascade decided here. The value is
+        {"metrics", "notes"}: the stages' metrics merged, and what else they said (artifacts,
+        correctness, feedback), as plain data; `score` computes the score."""
         metrics: dict[str, Any] = {}
+        notes: dict[str, Any] = {}
         logs: list[RunResult] = []
         thresholds = self.folder.cascade.thresholds
-        for stage, function in enumerate(self.folder.stages, 1):
+        stages = self.folder.entry_points
+        for stage, function in enumerate(stages, 1):
             self._write_settings(inputs, action="score", function=function)
             judged = executor.run(self._scorer_spec(inputs, outputs, f"{label}-{function}"))
             logs.append(judged)
@@ -187,12 +221,12 @@ class FolderTask(Task):
                 return _with_logs(outcome, logs)
             found = judged.value["metrics"]
             metrics.update(found)
-            if _error_of(found) or stage == len(self.folder.stages) or stage > len(thresholds):
+            notes.update({k: v for k, v in judged.value.items() if k not in ("outcome", "metrics")})
+            if _error_of(found) or stage == len(stages) or stage > len(thresholds):
                 break
-            stage_score = _program_score(found, self.folder.settings.scorer.metric)
-            if not isinstance(stage_score, float) or stage_score < thresholds[stage - 1]:
+            if _threshold_score(found, self.folder.settings.scorer.metric) < thresholds[stage - 1]:
                 break
-        return _with_logs(RunResult(status="ok", value={"metrics": metrics}), logs)
+        return _with_logs(RunResult(status="ok", value={"metrics": metrics, "notes": notes}), logs)
 
     @staticmethod
     def _stage_outcome(judged: RunResult, function: str) -> RunResult | None:
@@ -253,23 +287,31 @@ class FolderTask(Task):
     def _scorer_spec(self, inputs: Path, outputs: Path, label: str) -> RunSpec:
         scorer = self.folder.settings.scorer
         # an OpenEvolve evaluator runs the program too: its run has the task's limit (a config may override it)
-        timeout = self.timeout_s if self.folder.format == "openevolve" else scorer.timeout_s
+        runs_program = self.folder.runs_program
+        timeout = self.timeout_s if runs_program else scorer.timeout_s
+        mounts = [Mount(self.folder.path, "task"), Mount(outputs, "outputs"), Mount(inputs, "inputs")]
+        mounts.append(Mount(COMPAT, "compat"))
+        if self.folder.format == "shinka":  # its main() writes metrics.json and correct.json here
+            results = inputs.parent / "results"
+            results.mkdir(exist_ok=True)
+            os.chmod(results, 0o777)  # the sandbox's own uid writes here
+            mounts.append(Mount(results, "results", writable=True))
         return RunSpec(
             code=DRIVER.read_text(encoding="utf-8"),
             mode="function",
             entry="run_scorer",
             filename="station_scorer.py",
-            mounts=[Mount(self.folder.path, "task"), Mount(outputs, "outputs"), Mount(inputs, "inputs")],
+            mounts=mounts,
             timeout_s=timeout,
             cpu_seconds=math.ceil(timeout * max(1.0, self.num_cpus)),
             memory_mb=scorer.memory_mb,
-            num_cpus=self.num_cpus if self.folder.format == "openevolve" else 1.0,
+            num_cpus=self.num_cpus if runs_program else 1.0,
             label=label,
         )
 
     # -- the scorer's answer -------------------------------------------------------------------
     def score(self, result: RunResult) -> Verdict:
-        if self.folder.format == "openevolve":
+        if self.folder.runs_program:
             return self._score_program(result)
         answer = result.value
         if not isinstance(answer, dict) or answer.get("outcome") not in ("scored", "rejected"):
@@ -298,28 +340,34 @@ class FolderTask(Task):
         return Verdict(True, value if s.higher_is_better else -value, details, shown_metrics)
 
     def _score_program(self, result: RunResult) -> Verdict:
-        """The score of an OpenEvolve program, computed here from the metrics its evaluator handed back.
-        Those were made in the run the program shared: anything unusable in them is the program's."""
-        metrics = result.value.get("metrics") if isinstance(result.value, dict) else None
+        """The score of an OpenEvolve or ShinkaEvolve program, computed here from the metrics its
+        evaluator handed back. Those were made in the run the program shared: anything unusable in
+        them is the program's."""
+        value = result.value if isinstance(result.value, dict) else {}
+        if "rejected" in value:
+            return Verdict(False, details=f"Rejected: {value['rejected']}.")
+        metrics, notes = value.get("metrics"), value.get("notes") or {}
         if not isinstance(metrics, dict):
             return Verdict(False, details="The evaluator handed back no metrics the station can read.")
         error = _error_of(metrics)
+        if notes.get("correct") is False:  # ShinkaEvolve's verdict on the program's results
+            error = error or notes.get("error") or "the results are not correct"
         if error:
-            return Verdict(False, details=f"Rejected by the task's evaluator: {_clip(error)}")
+            return Verdict(False, details=_clip(f"Rejected by the task's evaluator: {error}{_notes_text(notes)}"))
         s = self.folder.settings
-        value = _program_score(metrics, s.scorer.metric)
-        if isinstance(value, str):
-            return Verdict(False, details=f"Rejected: {value}")
-        outside = self._outside_range(value)
+        score = _program_score(metrics, s.scorer.metric)
+        if isinstance(score, str):
+            return Verdict(False, details=f"Rejected: {score}")
+        outside = self._outside_range(score)
         if outside:
             return Verdict(False, details=f"Rejected: the evaluator handed back a score {outside}.")
         numbers = {k: v for k, v in metrics.items() if _is_number(v)}
         shown: dict[str, float | None] = {str(k)[:60]: _finite(v) for k, v in list(numbers.items())[:METRICS_MAX]}
         if not s.higher_is_better:
-            shown.setdefault(s.score_name, value)
-        notes = "\n".join(f"{k}: {v}" for k, v in metrics.items() if k not in numbers)
-        details = _clip(notes or f"{s.score_name} = {value:.{self.display_precision}f}")
-        return Verdict(True, value if s.higher_is_better else -value, details, shown)
+            shown.setdefault(s.score_name, score)
+        texts = "\n".join(f"{k}: {v}" for k, v in metrics.items() if k not in numbers)
+        details = _clip((texts or f"{s.score_name} = {score:.{self.display_precision}f}") + _notes_text(notes))
+        return Verdict(True, score if s.higher_is_better else -score, details, shown)
 
     def _range_text(self) -> str:
         bounds = self.folder.settings.score_range
@@ -338,18 +386,43 @@ class FolderTask(Task):
 
 
 def _program_score(metrics: dict[str, Any], metric: str) -> float | str:
-    """OpenEvolve's rule: the named metric, else the mean of the numeric ones; a string says why there
-    is no usable score (not a number, not finite, none at all)."""
-    if metric in metrics:
-        value = metrics[metric]
-        if not _is_number(value):
-            return f"the evaluator's {metric!r} is not a number: {_shown(value)}"
-        number = _finite(value)
-        return number if number is not None else f"the evaluator's {metric!r} is not a finite number: {_shown(value)}"
+    """The named metric (`scorer.metric`, by default OpenEvolve's combined_score); a string says why
+    there is no usable score. Never a mean of the others: unlike numbers (a count, a time) would
+    decide the board."""
+    if metric not in metrics:
+        named = ", ".join(sorted(k for k, v in metrics.items() if _is_number(v))[:12]) or "none"
+        return (
+            f"the evaluator handed back no {metric!r} metric (its numeric metrics: {named}); "
+            "the task's author names the metric that is the score in task.yaml (scorer: {metric: NAME})"
+        )
+    value = metrics[metric]
+    if not _is_number(value):
+        return f"the evaluator's {metric!r} is not a number: {_shown(value)}"
+    number = _finite(value)
+    return number if number is not None else f"the evaluator's {metric!r} is not a finite number: {_shown(value)}"
+
+
+def _threshold_score(metrics: dict[str, Any], metric: str) -> float:
+    """What a cascade stage's score is compared with its threshold, as OpenEvolve compares it: the
+    named metric, else the mean of the finite numeric ones (minus infinity: no score, stop)."""
+    named = _finite(metrics[metric]) if _is_number(metrics.get(metric)) else None
+    if named is not None:
+        return named
     finite = [n for n in (_finite(v) for v in metrics.values() if _is_number(v)) if n is not None]
-    if not finite:
-        return f"the evaluator handed back no {metric!r} and no finite numeric metric"
-    return sum(finite) / len(finite)
+    return sum(finite) / len(finite) if finite and metric not in metrics else -math.inf
+
+
+def _notes_text(notes: dict[str, Any]) -> str:
+    """What the evaluator said besides its metrics, as OpenEvolve and ShinkaEvolve show it to the
+    program's author: artifacts (stderr, a traceback, ...) and text feedback."""
+    parts = []
+    feedback = notes.get("feedback")
+    if isinstance(feedback, str) and feedback.strip():
+        parts.append(f"### Feedback\n{feedback.strip()}")
+    artifacts = notes.get("artifacts")
+    for key, text in artifacts.items() if isinstance(artifacts, dict) else []:
+        parts.append(f"### {str(key).replace('_', ' ').capitalize()}\n```\n{str(text).rstrip()}\n```")
+    return "\n\n## Last execution output\n" + "\n\n".join(parts) if parts else ""
 
 
 def _is_number(value: Any) -> bool:
