@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from evaluators.folder.layout import TaskFolderError, read_folder
+from evaluators.folder.layout import TaskFolderError, evolve_frame, read_folder
 from station.apps.cli import main as station
 
 FOLDERS = Path(__file__).parent / "data" / "evolve_formats"
@@ -194,3 +194,14 @@ def test_a_shinka_program_is_judged_by_its_validation_and_must_keep_the_frame(
     refused = evaluate(capsys, folder, forged, tmp_path)
     assert not refused["success"] and "outside the EVOLVE-BLOCK-START / EVOLVE-BLOCK-END" in refused["details"]
     assert refused["duration_s"] == 0  # refused before any run
+
+
+def test_the_frame_is_the_code_outside_the_evolve_blocks() -> None:
+    code = "import math\n# EVOLVE-BLOCK-START\ndef f():\n    return 1\n# EVOLVE-BLOCK-END\n\ndef g():\n    return f()\n"
+    frame = evolve_frame(code)
+    assert frame == "import math\n# EVOLVE-BLOCK-START\n# EVOLVE-BLOCK-END\ndef g():\n    return f()"
+    changed_inside = code.replace("return 1", "x = 2\n    return x")
+    assert evolve_frame(changed_inside.replace("\n\ndef g", "\n\n\ndef g  ".rstrip())) == frame
+    assert evolve_frame(code.replace("return f()", "return 99")) != frame
+    assert evolve_frame("def f():\n    return 1\n") == ""  # no blocks: all of it may change
+    assert evolve_frame("# EVOLVE-BLOCK-START\nx = 1\n") is None

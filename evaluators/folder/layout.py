@@ -266,7 +266,7 @@ def evolve_frame(code: str) -> str | None:
                 return None
             inside = not inside
             kept.append(line.strip())
-        elif not inside:
+        elif not inside and line.strip():  # blank lines and trailing spaces do not count
             kept.append(line.rstrip())
     return None if inside else "\n".join(kept).strip()
 
