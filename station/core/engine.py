@@ -453,8 +453,8 @@ class Engine:
             # by older code land at the same points on replay.
             self._unit(partial(self._build_prompts, batch, prompted, last), counted=last)
             if ctx.replay_source is None:
-                jobs = [self._reply_job(agent, prompt) for agent, prompt in prompted]
-                self._send([job for job in jobs if job is not None and job.send is not None])
+                jobs = [self._reply_job(agent, prompt) for agent, prompt in prompted if not self._asked(agent)]
+                self._send([job for job in jobs if job.send is not None])
 
     def _build_prompts(self, names: list[str], prompted: list[tuple[Agent, str]], last: bool) -> None:
         """The prompts of `names`, each kept for its turn and listed in `prompted`; `last`: the
@@ -525,11 +525,11 @@ class Engine:
             agents = [only]
         jobs = []
         for agent in agents:
-            if agent is None or self._asked(f"reply/{ctx.tick}/{agent.session}/0"):
+            if agent is None or self._asked(agent):
                 continue
-            job = self._reply_job(agent, self._prebuilt_prompt(agent))
-            if job is not None:
-                jobs.append(job)
+            prompt = self._prebuilt_prompt(agent)
+            if prompt is not None:
+                jobs.append(self._reply_job(agent, prompt))
         if ctx.replay_source is not None:  # copy the source's answers, in the order a live run records them
             for job in jobs:
                 with self.store.transaction():
@@ -540,12 +540,9 @@ class Engine:
             return
         self._fetch(jobs)
 
-    def _reply_job(self, agent: Agent, prompt: str | None) -> NeedInput | None:
-        """The call for `agent`'s first reply of this tick to `prompt`; None if it is recorded or
-        already on its way."""
+    def _reply_job(self, agent: Agent, prompt: str) -> NeedInput:
+        """The call for `agent`'s first reply of this tick, to `prompt`."""
         key = f"reply/{self.ctx.tick}/{agent.session}/0"
-        if prompt is None or self._asked(key):
-            return None
         messages = self._messages(agent, prompt)
         model = self.ctx.models.get(agent.model)
         job = NeedInput(key, "reply", agent.name, self._producer(agent, model, messages), request_hash(messages))
@@ -554,8 +551,9 @@ class Engine:
             job.send = self._sender(agent, model, messages)
         return job
 
-    def _asked(self, key: str) -> bool:
-        """The input is recorded, or on its way."""
+    def _asked(self, agent: Agent) -> bool:
+        """`agent`'s first reply of this tick is recorded, or on its way."""
+        key = f"reply/{self.ctx.tick}/{agent.session}/0"
         in_flight = self._in_flight is not None and key in self._in_flight.index
         return in_flight or self.store.has_input(key)
 
