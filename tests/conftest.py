@@ -84,8 +84,8 @@ SLOW_MODULES = (
     "test_scrna_oracle", "test_redteam_scrna", "test_remote_station", "test_folder_task", "test_web_browser",
     "test_redteam_rna", "test_evaluation_faults", "test_crash", "test_eval_crash", "test_scrna_metrics",
     "test_web_security", "test_evaluations", "test_sokoban_scoring", "test_sokoban_env", "test_set_model",
-    "test_redteam_folder", "test_external", "test_circle_packing", "test_web", "test_web_links", "test_web_study",
-    "test_ray_executor", "test_ray_faults",
+    "test_redteam_folder", "test_external", "test_evolve_play", "test_circle_packing", "test_web", "test_web_links",
+    "test_web_study", "test_ray_executor", "test_ray_faults",
 )
 # A test that starts Ray (a local instance or a head) says so in its name: its module, function or
 # parameter id has the word "ray". Those tests form one group, which one worker runs first: two Ray

@@ -11,18 +11,75 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", ["demo.yaml", "social_demo.yaml", "open_station.yaml", "circle_packing_n26.yaml",
-                                  "circle_packing_n32.yaml", "folder_task.yaml"])
+                                  "circle_packing_n32.yaml", "folder_task.yaml", "openevolve_task.yaml"])
 def test_shipped_configs_load(name: str) -> None:
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.agents and sum(a.count for a in cfg.agents) == 5
 
 
-def test_the_folder_task_config_builds_its_task_from_any_working_dir(monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("name, title", [("folder_task.yaml", "Fit a line"),
+                                         ("openevolve_task.yaml", "openevolve function minimization")])
+def test_the_folder_task_configs_build_their_task_from_any_working_dir(monkeypatch, tmp_path, name, title) -> None:
     from rooms.research.tasks import load_tasks
 
     monkeypatch.chdir(tmp_path)
-    tasks = load_tasks(load_config(ROOT / "configs" / "folder_task.yaml").research)
-    assert tasks["1"].title == "Circle Packing in a Unit Square (n = 26)" and tasks["1"].timeout_s == 120
+    tasks = load_tasks(load_config(ROOT / "configs" / name).research)
+    assert tasks["1"].title == title and tasks["1"].folder.path.is_relative_to(ROOT / "examples" / "tasks")
+
+
+def test_relative_paths_in_a_config_resolve_beside_it_whatever_the_working_dir(monkeypatch, tmp_path) -> None:
+    """A replay file, a codex set and a task folder named relative to the config file are found by
+    `station init` run from another directory, and by the station run from a third."""
+    import json
+    import shutil
+
+    import yaml
+
+    from station.apps import cli
+    from station.apps.world import Station
+    from station.core.engine import Engine
+    from station.core.store import Store
+
+    project = (tmp_path / "project").resolve()
+    (project / "replies").mkdir(parents=True)
+    replies = ["Hello from the replay file.", "Still here."]
+    (project / "replies" / "agent.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in replies))
+    shutil.copytree(ROOT / "codex" / "sets" / "research", project / "my_codex")
+    shutil.copytree(ROOT / "examples" / "tasks" / "line_fit", project / "tasks" / "fit")
+    settings = {"name": "paths", "seed": 1, "engine": {"backup_every_ticks": 0},
+                "notifications": {"tips_every_ticks": 0}, "codex": {"set": "./my_codex"},
+                "agents": [{"count": 1, "model": {"provider": "replay", "name": "replay-paths",
+                                                  "replay_file": "replies/agent.jsonl"}}],
+                "research": {"tasks": [{"folder": "tasks/fit", "baselines": False}]}}
+    (project / "station.yaml").write_text(yaml.safe_dump(settings))
+    for folder in ("elsewhere", "third"):
+        (tmp_path / folder).mkdir()
+
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = load_config("../project/station.yaml")
+    assert config.agents[0].model.replay_file == str(project / "replies" / "agent.jsonl")
+    assert config.codex.set == str(project / "my_codex")
+    assert config.research.tasks[0].folder == str(project / "tasks" / "fit")
+    assert cli.main(["init", "../project/station.yaml", "--dir", "st"]) == 0
+    # an agent spec in a file reads its replay file beside itself too: the one the config replays, so
+    # no --allow-new-endpoint is needed
+    (project / "spare.yaml").write_text(yaml.safe_dump({"model": settings["agents"][0]["model"]}))
+    assert cli.main(["spawn", "st", "../project/spare.yaml"]) == 0
+    store = Store(tmp_path / "elsewhere" / "st")
+    try:
+        (command,) = [json.loads(r["command"]) for r in store.all("SELECT command FROM operator_queue")]
+    finally:
+        store.close()
+    assert command["agent"]["model"]["replay_file"] == str(project / "replies" / "agent.jsonl")
+
+    monkeypatch.chdir(tmp_path / "third")  # neither the config's folder nor where the station was made
+    station = Station.open(tmp_path / "elsewhere" / "st")
+    try:
+        Engine(station).run(ticks=1)
+        # both agents, the config's and the spawned one, read the file: each replies its first line
+        assert [r["reply"] for r in station.store.all("SELECT reply FROM turns ORDER BY id")] == [replies[0]] * 2
+    finally:
+        station.close()
 
 
 def test_defaults_follow_the_reference() -> None:

@@ -1,7 +1,9 @@
 """The scripted policy's play at the Research Counter: read the task, submit, follow the results.
 
 What to submit is each task's own play (`Task.scripted_submission` in evaluators/), so a new
-task brings its play with it. The policy keeps at most two evaluations open (the room's limit),
+task brings its play with it. A task no play knows (a user's own task folder) gets the fallback,
+a random-mutation evolution of the best program on the board (evolve_play.py), so that any task
+can be seen at work offline. The policy keeps at most two evaluations open (the room's limit),
 counting its submissions and the result messages it has received. Importing this module
 registers the play (rooms/research/__init__.py does); it registers after the social rooms'
 calls, which keeps the order in which the policy answers calls.
@@ -12,8 +14,10 @@ from __future__ import annotations
 import random
 import re
 
-from evaluators.base import task_classes
+from evaluators.base import Task, task_classes
 from station.models.scripted import Situation, every_turn, room_call, room_play, yaml_block
+
+from .evolve_play import evolve_step
 
 TASK_ROW = re.compile(r"^\| (\d+) \| (.+?) \|$", re.MULTILINE)
 RESULT = re.compile(r"\*\*Evaluation #(\d+) ")
@@ -72,17 +76,26 @@ def _play_research(s: Situation, rng: random.Random) -> list[str]:
         s.notes["next_research_tick"] = s.tick + 1
         return ["/execute_action{rank score}"] if rng.random() < 0.3 else []
     number = max(tasks, key=int)
-    submission = _submission(tasks[number], s, rng)
+    known = _known_task(tasks[number])
+    actions: list[str] = []
+    if known is not None:
+        submission = known.scripted_submission(tasks[number], s, rng)
+    else:
+        actions, submission = evolve_step(number, s, rng)
     if submission is None:
-        return [f"/execute_action{{read {number}}}"]
+        if actions:  # it asked for what it needs to submit (a program's code, a board): back for it next turn
+            s.notes["next_research_tick"] = s.tick + 1
+        return actions or [f"/execute_action{{read {number}}}"]
     s.notes["submitted"] = s.notes.get("submitted", 0) + 1
-    return [f"/execute_action{{submit {number}}}", yaml_block(submission)]
+    return [*actions, f"/execute_action{{submit {number}}}", yaml_block(submission)]
 
 
-def _submission(title: str, s: Situation, rng: random.Random) -> dict[str, str] | None:
-    """What to submit to the task shown as `title`: the play of the task whose declared title it
-    starts with (None: no task knows it, so the agent reads the statement instead)."""
-    known = [cls for cls in task_classes() if cls.title and title.startswith(cls.title)]
-    if not known:
-        return None
-    return max(known, key=lambda cls: len(cls.title)).scripted_submission(title, s, rng)
+def _known_task(title: str) -> type[Task] | None:
+    """The task class whose play knows the task shown as `title`: of the classes that have a play
+    of their own, the one whose declared title it starts with (the longest such title), or None."""
+    known = [cls for cls in task_classes() if cls.title and title.startswith(cls.title) and _has_play(cls)]
+    return max(known, key=lambda cls: len(cls.title)) if known else None
+
+
+def _has_play(cls: type[Task]) -> bool:
+    return any("scripted_submission" in vars(klass) for klass in cls.__mro__ if klass is not Task)

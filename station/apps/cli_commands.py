@@ -357,11 +357,13 @@ def cmd_spawn(args: argparse.Namespace) -> int:
 
     from station.apps import endpoints
     from station.core import commands
+    from station.core.config import beside
 
     text = args.spec
+    source = Path("spec.yaml")  # a spec given inline: its paths are relative to the working directory
     try:  # the spec itself, or a file holding it
         if Path(text).is_file():
-            text = Path(text).read_text(encoding="utf-8")
+            source, text = Path(text), Path(text).read_text(encoding="utf-8")
     except OSError:  # a long YAML text is no file name
         pass
     try:
@@ -370,6 +372,9 @@ def cmd_spawn(args: argparse.Namespace) -> int:
         raise CliError(f"the agent spec is not valid YAML: {err}") from None
     if not isinstance(spec, dict):
         raise CliError("the agent spec must be a mapping, like an entry of agents: in a config")
+    model = spec.get("model")
+    if isinstance(model, dict) and isinstance(model.get("replay_file"), str):  # as in a config file: beside it
+        spec["model"] = {**model, "replay_file": beside(source, model["replay_file"])}
     command = commands.validate({"op": "spawn", "agent": spec})
     store = Store(args.dir)
     for line in endpoints.check_spawn(endpoints.stored_config(store), spec, allow=args.allow_new_endpoint):

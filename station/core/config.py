@@ -143,6 +143,10 @@ class ModelConfig(Section):
     def remote(self) -> bool:
         return self.provider in ("anthropic", "openai", "gemini")
 
+    def resolve_paths(self, config_file: Path) -> None:
+        if self.replay_file:
+            self.replay_file = beside(config_file, self.replay_file)
+
 
 class Price(Section):
     """US dollars per million tokens. Reasoning tokens are billed as output."""
@@ -298,8 +302,13 @@ class ExecutorConfig(Section):
 
 
 class CodexConfig(Section):
-    set: str = Field("research", description="a folder under codex/sets/, or a path to one")
+    set: str = Field("research", description="a folder under codex/sets/, or a path to one (relative to the config)")
     texts: dict[str, str] = Field(default_factory=dict, description="message/help overrides by name")
+
+    def resolve_paths(self, config_file: Path) -> None:
+        # A path, as Texts tells one from a set's name: it has a slash or begins with a dot.
+        if "/" in self.set or self.set.startswith("."):
+            self.set = beside(config_file, self.set)
 
 
 class OperatorConfig(Section):
@@ -388,6 +397,16 @@ class StationConfig(Section):
             raise KeyError(f"this config has no section {key!r}")
         return value
 
+    def resolve_paths(self, config_file: Path) -> None:
+        """Every relative file path the config names (replay files, the codex set, each feature's
+        own: task folders, data), made absolute against the config file's folder, so that the
+        station finds them whatever directory it is run from."""
+        for model in self.all_models():
+            model.resolve_paths(config_file)
+        self.codex.resolve_paths(config_file)
+        for key in SECTIONS.names():
+            self.section_at(key).resolve_paths(config_file)
+
 
 def schema() -> type[StationConfig]:
     """The station config with every registered feature's section: built once per set of sections."""
@@ -469,8 +488,7 @@ def load_config(path: str | Path) -> StationConfig:
     except yaml.YAMLError as err:
         raise ConfigError(f"config {p} is not valid YAML: {_yaml_problem(err)}") from None
     config = parse_config(data, str(p))
-    for key in SECTIONS.names():
-        config.section_at(key).resolve_paths(p)
+    config.resolve_paths(p)
     return config
 
 

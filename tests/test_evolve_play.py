@@ -1,0 +1,151 @@
+"""The scripted researcher on a task no built-in play knows (rooms/research/evolve_play.py): it evolves
+the task's programs offline, through the room's own actions, and the board's best improves.
+
+The mutations (rooms/research/mutation.py) are checked alone first: they compile, they change the
+program, a seed always gives the same one, and they stay inside an EVOLVE-BLOCK when there is one."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from rooms.research.mutation import mutate
+from station.apps.world import Station
+from station.core.config import load_config
+from station.core.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "tasks"
+INITIAL_PROGRAM = (EXAMPLES / "openevolve_function_minimization" / "initial_program.py").read_text()
+AWKWARD = '''# ünïcode before the code moves every byte offset
+import math
+
+
+@staticmethod
+def shape(x: float = 2.5, *rest: int) -> float:
+    label = f"{x:.3f} é {len(rest) * 2}"
+    table = {"a": 3, "b": 4.5}
+    if x < 10 and table["a"] >= 2:
+        return math.sqrt(abs(x) * 3.0) + table["b"] / 7 - len(label)
+    return sum([x] * 3) ** 2
+'''
+TWO_BLOCKS = """import math
+
+# EVOLVE-BLOCK-START
+def first():
+    return 2.5 * 3
+# EVOLVE-BLOCK-END
+
+FIXED = 7.25 * math.pi
+
+
+# EVOLVE-BLOCK-START
+def second(x):
+    return x ** 2 + 10
+# EVOLVE-BLOCK-END
+"""
+PROGRAMS = {
+    "line_fit baseline": (EXAMPLES / "line_fit" / "baselines" / "mean.py").read_text(),
+    "openevolve initial program": INITIAL_PROGRAM,
+    "awkward": AWKWARD,
+}
+SEEDS = range(60)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_a_mutation_compiles_changes_the_program_and_repeats_for_its_seed(name: str) -> None:
+    code = PROGRAMS[name]
+    mutations = [mutate(code, random.Random(seed)) for seed in SEEDS]
+    for seed, mutation in zip(SEEDS, mutations):
+        assert mutation is not None, f"seed {seed} found nothing to mutate"
+        compile(mutation.code, f"{name}, seed {seed}", "exec")
+        assert mutation.code != code and 1 <= len(mutation.edits) <= 2
+        assert all(re.match(r"line \d+: ", edit) for edit in mutation.edits), mutation.edits
+        assert mutate(code, random.Random(seed)) == mutation  # the seed alone decides
+    assert len({m.code for m in mutations if m is not None}) > len(SEEDS) // 2  # seeds differ
+
+
+def test_what_a_mutation_leaves_alone() -> None:
+    for seed in SEEDS:
+        mutation = mutate(AWKWARD, random.Random(seed))
+        assert mutation is not None
+        # indexes, f-strings, annotations and decorators are never edited
+        for kept in ('table["a"]', 'table["b"]', 'f"{x:.3f} é {len(rest) * 2}"', "x: float", "-> float",
+                     "@staticmethod", "*rest: int"):
+            assert kept in mutation.code, (seed, kept, mutation.code)
+    # in an OpenEvolve program only the EVOLVE-BLOCK changes: the objective and entry point are the task's
+    head, _, rest = INITIAL_PROGRAM.partition("# EVOLVE-BLOCK-START\n")
+    _, _, tail = rest.partition("# EVOLVE-BLOCK-END\n")
+    for seed in SEEDS:
+        mutation = mutate(INITIAL_PROGRAM, random.Random(seed))
+        assert mutation is not None
+        assert mutation.code.startswith(head + "# EVOLVE-BLOCK-START\n")
+        assert mutation.code.endswith("# EVOLVE-BLOCK-END\n" + tail)
+    # several blocks (as ShinkaEvolve programs have): each may change, what lies between them never
+    changed = set()
+    for seed in SEEDS:
+        mutation = mutate(TWO_BLOCKS, random.Random(seed))
+        assert mutation is not None and "\nFIXED = 7.25 * math.pi\n" in mutation.code
+        changed |= {part for part in ("first", "second") if mutation.code.split("FIXED")[part == "second"]
+                    != TWO_BLOCKS.split("FIXED")[part == "second"]}
+    assert changed == {"first", "second"}
+    # nothing to edit, or no program at all
+    assert mutate("print('hello')\n", random.Random(1)) is None
+    assert mutate("def broken(:\n    return 2.5\n", random.Random(1)) is None
+
+
+def test_built_in_tasks_keep_their_own_plays_and_any_other_task_gets_the_evolution() -> None:
+    from rooms.research.plays import _known_task
+
+    known = _known_task("Circle Packing in a Unit Square (n = 26)")
+    assert known is not None and known.kind == "circle_packing"
+    assert _known_task("Fit a line") is None and _known_task("openevolve function minimization") is None
+
+
+def evolve(config_file: Path, directory: Path, ticks: int) -> list[dict]:
+    """Run a shipped config's offline station (scripted agents, local executor) for `ticks` ticks
+    from the System baseline's result; its evaluations, and how many replies asked for a program's
+    code. A baseline never holds the tick and offline ticks take milliseconds, so its result comes
+    at a tick that depends on the machine's load (10 to 20 on an idle 2-core machine); counting
+    from it keeps the budget the agents get the same under any load."""
+    station = Station.create(directory, load_config(config_file))
+    try:
+        engine = Engine(station)
+        while station.store.scalar("SELECT COUNT(*) FROM evaluations WHERE author = 'System' AND status = 'queued'"):
+            assert station.ctx.tick <= ticks, f"the System baseline has no result after {ticks} ticks"
+            engine.run(ticks=1)
+        engine.run(ticks=ticks)
+        rows = station.store.all("SELECT id, author, status, score, title, abstract, code FROM evaluations ORDER BY id")
+        reviews = station.store.scalar("SELECT COUNT(*) FROM turns WHERE reply LIKE '%/execute_action{review %'")
+        return [dict(r) for r in rows] + [{"reviews": reviews}]
+    finally:
+        station.close()
+
+
+def improvement(rows: list[dict]) -> tuple[dict, dict]:
+    """The System baseline and the agents' best finished evaluation, checked to be the play's work."""
+    *rows, counts = rows
+    (baseline,) = [r for r in rows if r["author"] == "System"]
+    assert baseline["status"] == "finished", baseline
+    evolved = [r for r in rows if r["author"] != "System"]
+    assert evolved and all(r["title"].startswith("Mutation of") for r in evolved), [r["title"] for r in evolved]
+    assert counts["reviews"] > 0  # the code came through `review`, as a model would get it
+    finished = [r for r in evolved if r["status"] == "finished"]
+    assert finished, [(r["id"], r["status"]) for r in evolved]
+    return baseline, max(finished, key=lambda r: r["score"])
+
+
+def test_scripted_agents_improve_the_line_fit_folder_within_60_ticks_of_its_baseline(tmp_path: Path) -> None:
+    baseline, best = improvement(evolve(ROOT / "configs" / "folder_task.yaml", tmp_path / "st", 60))
+    assert best["score"] > baseline["score"], (best, baseline)
+    assert re.search(r"A random mutation of evaluation #\d+", best["abstract"]), best["abstract"]
+
+
+def test_scripted_agents_improve_the_openevolve_folder_within_60_ticks_of_its_baseline(tmp_path: Path) -> None:
+    baseline, best = improvement(evolve(ROOT / "configs" / "openevolve_task.yaml", tmp_path / "st", 60))
+    assert best["score"] > baseline["score"], (best, baseline)
+    head, _, rest = INITIAL_PROGRAM.partition("# EVOLVE-BLOCK-START\n")
+    assert best["code"].startswith(head) and best["code"].endswith(rest.partition("# EVOLVE-BLOCK-END\n")[2])
