@@ -17,7 +17,7 @@ run: setup
 # Two workers, each taking whole test modules, heaviest first; the tests that start Ray run one
 # at a time in one worker (tests/conftest.py says which and why).
 test: setup check
-	.venv/bin/python -m pytest -q -n 2
+	.venv/bin/python -m pytest -q -n 2 --durations=30
 
 # The code checks (docs/extending.md): lint, formatting, types and the layers.
 check: setup
