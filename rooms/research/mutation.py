@@ -20,7 +20,8 @@ import random
 import re
 from dataclasses import dataclass
 
-BLOCK_START, BLOCK_END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
+from evaluators.folder.layout import EVOLVE_END, EVOLVE_START
+
 ATTEMPTS = 12  # mutations tried before giving up (each may fail to compile or find no place to edit)
 # Edit kinds and how often each is drawn where the program offers a place for it: constants are
 # what usually wants tuning, scaling lets a program without constants gain one, swaps are rarely right.
@@ -124,9 +125,9 @@ def _sites(tree: ast.Module, blocks: list[tuple[int, int]] | None) -> dict[str, 
             sites["number"].append(node)
         if _numeric(node):
             sites["scale"].append(node)
-        if (isinstance(node, ast.BinOp) and type(node.op) in SYMBOLS) or (
-            isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in SYMBOLS
-        ):
+        if isinstance(node, ast.BinOp) and type(node.op) in SYMBOLS and _plain_operands(node.left, node.right):
+            sites["swap"].append(node)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in SYMBOLS:
             sites["swap"].append(node)
     return sites
 
@@ -163,15 +164,23 @@ def _tunable(node: ast.expr) -> bool:
 def _numeric(node: ast.expr) -> bool:
     """An expression that computes a number: arithmetic on no container or text, or a numeric call."""
     if isinstance(node, ast.BinOp):
-        return isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)) and not any(
-            isinstance(side, NOT_NUMBERS) or (isinstance(side, ast.Constant) and isinstance(side.value, str))
-            for side in (node.left, node.right)
+        return isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)) and _plain_operands(
+            node.left, node.right
         )
     if isinstance(node, ast.Call):
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
         return name in NUMERIC_CALLS
     return False
+
+
+def _plain_operands(*sides: ast.expr) -> bool:
+    """No operand is a container or text: `[x] * n` repeats a list, and scaling it or turning `*`
+    into `/` only makes a program that crashes."""
+    return not any(
+        isinstance(side, NOT_NUMBERS) or (isinstance(side, ast.Constant) and isinstance(side.value, str))
+        for side in sides
+    )
 
 
 def _perturbed(value: int | float, rng: random.Random) -> str:
@@ -231,9 +240,9 @@ def _evolve_lines(code: str) -> list[tuple[int, int]] | None:
     several), or None when the program marks none: then all of it may change."""
     blocks, start = [], None
     for number, line in enumerate(LINE_END.split(code), 1):
-        if BLOCK_START in line:
+        if EVOLVE_START in line:
             start = number
-        elif BLOCK_END in line and start is not None:
+        elif EVOLVE_END in line and start is not None:
             blocks.append((start, number))
             start = None
     return blocks or None
