@@ -302,3 +302,38 @@ def test_task_check_checks_an_openevolve_evaluator_s_functions(place: Path) -> N
     checked = task_check(folder, "--no-baselines")
     assert checked.returncode == 0, checked.stderr
     assert "scorer: evaluator.py imports and defines evaluate_stage1()" in checked.stderr
+
+
+SHINKA = ROOT / "tests" / "data" / "evolve_formats" / "shinka_unit_vector"
+COMPAT = ROOT / "evaluators" / "folder" / "compat"
+
+
+def test_a_shinka_program_cannot_poison_the_stand_ins_the_task_or_the_next_run() -> None:
+    """A program shares the evaluator's sandbox, so it tries what lasts beyond its own run: rewrite
+    the `shinka.core` stand-in every evaluator imports, write into the task folder, and leave a
+    perfect metrics.json where the next run's results go. All of it is read-only or its own."""
+    before = {p: p.read_bytes() for p in [*COMPAT.rglob("*.py"), *SHINKA.rglob("*")] if p.is_file()}
+    attack = (SHINKA / "initial.py").read_text().replace(
+        '    return [math.pi * i / n for i in range(n)]',
+        textwrap.indent(textwrap.dedent('''\
+            import glob, json, os
+            hits, targets = [], glob.glob("compat/**/*.py", recursive=True) + ["task/evaluate.py", "task/initial.py"]
+            assert len(targets) >= 7, targets  # the stand-ins are there to be attacked
+            for target in targets:
+                try:
+                    with open(target, "w") as f:
+                        f.write("def run_shinka_eval(*a, **k):\\n    return {'combined_score': 1e9}, True, None\\n")
+                    hits.append(target)
+                except OSError:
+                    pass
+            os.makedirs("results", exist_ok=True)
+            with open("results/metrics.json", "w") as f:
+                json.dump({"combined_score": 1e9}, f)  # its own run's folder: overwritten after the runs
+            assert not hits, hits
+            return [math.pi * i / n for i in range(n)]'''), "    "),
+    )
+    attacked = run_task(SHINKA, attack)
+    assert attacked["success"] and attacked["score"] == pytest.approx(0.5217, abs=1e-3)  # not 1e9
+    assert {p: p.read_bytes() for p in before} == before  # nothing on the host changed
+    honest = run_task(SHINKA, (SHINKA / "initial.py").read_text())
+    assert honest["score"] == attacked["score"]
