@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
+import pickle
 import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -16,6 +20,7 @@ from station.core.config import load_config
 from station.core.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -38,18 +43,36 @@ def shared_task_data(tmp_path_factory: pytest.TempPathFactory, task: str) -> Ite
         patch.undo()
 
 
-def shared_world(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
-    """A station built once per test run, whichever worker asks first: the parallel workers
-    (pytest-xdist) share their run's temporary folder, and the others wait for the build."""
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder filled by `build` once per test run, whichever worker asks first: the parallel
+    workers (pytest-xdist) share their run's temporary folder, and the others wait for the build."""
     base = run_folder(tmp_path_factory)
-    directory, done = base / f"shared-{name}" / "station", base / f"shared-{name}.built"
+    folder, done = base / f"shared-{name}", base / f"shared-{name}.built"
     with open(base / f"shared-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
-            shutil.rmtree(directory.parent, ignore_errors=True)  # a build that failed half-way
-            build(directory)
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way
+            folder.mkdir()
+            build(folder)
             done.touch()
-    return directory
+    return folder
+
+
+def shared_world(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A station built once per test run (`build` creates it in the folder it is given)."""
+    return built_once(tmp_path_factory, name, lambda folder: build(folder / "station")) / "station"
+
+
+def shared_result(tmp_path_factory: pytest.TempPathFactory, what: str, params: dict, compute: Callable[[], T]) -> T:
+    """`compute()` once per test run: for test modules that check one expensive evaluation from
+    different sides (a task's own tests and its red team's honest control). `what` and `params`
+    name the computation; modules that share it must pass the same ones."""
+    key = hashlib.sha256(json.dumps([what, params], sort_keys=True).encode()).hexdigest()[:16]
+
+    def build(folder: Path) -> None:
+        (folder / "value.pickle").write_bytes(pickle.dumps(compute()))
+
+    return pickle.loads((built_once(tmp_path_factory, f"result-{key}", build) / "value.pickle").read_bytes())
 
 
 @pytest.fixture(scope="session")

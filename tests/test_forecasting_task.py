@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_task_data
+from conftest import shared_result, shared_task_data
 from test_forecasting_data import zapbench_windows
 
 from evaluators.base import create_task
@@ -81,10 +81,19 @@ def evaluate(executor, code: str, timeout_s: float | None = None, **params):
     return task, result, (task.score(result) if result.status == "ok" else None)
 
 
-def test_the_baseline_trains_and_the_station_scores_its_checkpoints(local) -> None:
+def baseline_run(tmp_path_factory: pytest.TempPathFactory, executor) -> tuple[RunResult, object]:
+    """The baseline on TINY, trained and scored once per test run: test_redteam_jax's honest control
+    is the same run."""
+    def run() -> tuple[RunResult, object]:
+        _, result, verdict = evaluate(executor, create_task("forecasting", TINY).baselines()[0].code)
+        return result, verdict
+
+    return shared_result(tmp_path_factory, "forecasting baseline", TINY, run)
+
+
+def test_the_baseline_trains_and_the_station_scores_its_checkpoints(tmp_path_factory, local) -> None:
     # the epoch limit ends training, not the clock: the score must not depend on the machine's speed
-    code = create_task("forecasting", TINY).baselines()[0].code
-    _, result, verdict = evaluate(local, code)
+    result, verdict = baseline_run(tmp_path_factory, local)
     assert result.status == "ok", result.stderr[-3000:]
     assert verdict.success, verdict.details
     assert -0.5 < verdict.score < 0  # minus a mean absolute error

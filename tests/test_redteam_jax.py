@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import shared_task_data
+from test_forecasting_task import baseline_run
 
 from evaluators.base import create_task
 from evaluators.jaxtrain.station_jax.windows import gather
@@ -66,9 +67,8 @@ def first_frame_mae(task) -> float:
     return float(np.abs(np.repeat(x[:, :1], 32, axis=1) - y).mean())
 
 
-def test_the_honest_baseline_scores_as_before(local) -> None:
-    code = create_task("forecasting", TINY).baselines()[0].code
-    _, result, verdict = evaluate(local, code, trials=2, max_epochs=3)
+def test_the_honest_baseline_scores_as_before(tmp_path_factory, local) -> None:
+    result, verdict = baseline_run(tmp_path_factory, local)  # 2 trials, 3 epochs; made once per test run
     assert verdict is not None and verdict.success, result.stderr[-3000:]
     assert verdict.score == pytest.approx(BASELINE_SCORE, abs=2e-3)
     assert "scored by the station from their checkpoints" in verdict.details

@@ -18,14 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_sokoban_task import TINY, baseline_run  # the task's own budgets; its baseline run is shared
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
 from station.core.run_types import Mount
 from station.executors import create_executor
 
-TINY = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,
-        "unroll": 8, "env_steps": 4000, "trials": 2, "trial_budget_s": 600, "grace_s": 120}
 NO_TRAINING = {"env_steps": 128, "trials": 1}  # one update: for attacks that need no learning
 # the one-stage harness, same levels, seeds and budgets: 5 and 5 of 40 held-out levels solved. Each
 # level is one sampled episode, so two runs with other sampling keys differ by a few levels: the
@@ -153,9 +152,8 @@ def bfs_attack(places: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def baseline(local):
-    code = create_task("sokoban", TINY).baselines()[0].code
-    _, result, verdict = evaluate(local, code)
+def baseline(tmp_path_factory, local):
+    result, verdict = baseline_run(tmp_path_factory, local)  # the same TINY run, made once per test run
     assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
     return result, verdict
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_result
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
@@ -54,9 +55,18 @@ def evaluate(executor, code: str, **params):
     return task, result, (task.score(result) if result.status == "ok" else None)
 
 
-def test_the_baseline_trains_and_the_station_plays_the_held_out_levels(local) -> None:
-    task = create_task("sokoban", TINY)
-    task, result, verdict = evaluate(local, task.baselines()[0].code)
+def baseline_run(tmp_path_factory: pytest.TempPathFactory, executor) -> tuple[RunResult, object]:
+    """The baseline on TINY, trained and scored once per test run: test_redteam_sokoban's honest
+    control is the same run."""
+    def run() -> tuple[RunResult, object]:
+        _, result, verdict = evaluate(executor, create_task("sokoban", TINY).baselines()[0].code)
+        return result, verdict
+
+    return shared_result(tmp_path_factory, "sokoban baseline", TINY, run)
+
+
+def test_the_baseline_trains_and_the_station_plays_the_held_out_levels(tmp_path_factory, local) -> None:
+    result, verdict = baseline_run(tmp_path_factory, local)
     assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
     trials = result.value["trials"]
     assert [t["seed"] for t in trials] == [0, 1]
