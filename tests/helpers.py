@@ -177,11 +177,15 @@ def record_requests(monkeypatch: Any) -> list[tuple[str, list[dict[str, str]]]]:
     return sent
 
 
-def research_station_evaluations(directory: Path, name: str, research: dict[str, Any], ticks: int) -> list:
-    """Run the scripted demo station on `research` for `ticks` ticks; its evaluation rows."""
+def research_station_evaluations(directory: Path, name: str, research: dict[str, Any], ticks: int,
+                                 agents: int = 5) -> list:
+    """Run the scripted demo station (with `agents` guests) on `research` for `ticks` ticks; its
+    evaluation rows."""
     from station.core.engine import Engine
 
-    station = Station.create(directory, parse_config(demo_config(name=name, research=research)))
+    config = demo_config(name=name, research=research)
+    config["agents"][0]["count"] = agents
+    station = Station.create(directory, parse_config(config))
     try:
         Engine(station).run(until_tick=ticks)
         return station.store.all("SELECT author, status, score, title FROM evaluations ORDER BY id")

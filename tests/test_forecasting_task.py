@@ -348,14 +348,14 @@ def test_three_seeds_train_in_parallel_on_a_local_ray_instance(cache: Path, tmp_
 
 
 def test_a_scripted_station_researches_forecasting_end_to_end(cache: Path, tmp_path: Path) -> None:
-    """Scripted agents submit variants of the MLP; each is checked, trained and scored. Fourteen
+    """Two scripted agents submit variants of the MLP; each is checked, trained and scored. Fourteen
     ticks: the first variants come at tick 5, the first built on persistence at tick 13. Then
     `station external` runs the best of them again on the test split, with two seeds."""
     from helpers import research_station_evaluations, station_cli
 
     rows = research_station_evaluations(tmp_path / "st", "forecast-station", {
         "tasks": [{"evaluator": "forecasting", "params": {**TINY, "trials": 1, "max_epochs": 1}}],
-        "executor": {"max_parallel": 1}}, ticks=14)
+        "executor": {"max_parallel": 1}}, ticks=14, agents=2)
     system = [r for r in rows if r["author"] == "System"]
     agents = [r for r in rows if r["author"] != "System"]
     assert [r["title"] for r in system] == ["Shared-Neuron MLP"] and system[0]["status"] == "finished"
