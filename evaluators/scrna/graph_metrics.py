@@ -134,7 +134,7 @@ def _shortest_path_knn(conn: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         try:
             import numba
 
-            function = numba.njit(cache=False, nogil=True)(_shortest_path_knn_py)
+            function = numba.njit(cache=True, nogil=True)(_shortest_path_knn_py)  # see numba_cache.py
         except ImportError:  # pragma: no cover - numba comes with scanpy (umap, pynndescent)
             function = _shortest_path_knn_py
         _COMPILED["knn"] = function

@@ -87,6 +87,9 @@ def knn_connectivities(emb: np.ndarray, k: int) -> Any:
     import scanpy as sc
     import scipy.sparse as sp
 
+    from .numba_cache import cache_umap_kernels
+
+    cache_umap_kernels()
     work = ad.AnnData(obs=pd.DataFrame(index=pd.RangeIndex(len(emb)).astype(str)))
     work.obsm["X_emb"] = emb
     sc.pp.neighbors(work, n_neighbors=k, use_rep="X_emb", transformer="sklearn")

@@ -136,6 +136,8 @@ def _graph(result: Any, inputs: Inputs) -> None:
     import scanpy as sc
     import scipy.sparse as sp
 
+    from .numba_cache import cache_umap_kernels
+
     n = inputs.n
     if "connectivities" in result.obsp:
         inputs.graph_source = "obsp['connectivities']"
@@ -157,6 +159,7 @@ def _graph(result: Any, inputs: Inputs) -> None:
     elif inputs.emb is not None:
         inputs.graph_source = f"{N_NEIGHBORS}-NN graph of X_emb"
         try:
+            cache_umap_kernels()
             work = ad.AnnData(obs=pd.DataFrame(index=pd.RangeIndex(n).astype(str)))
             work.obsm["X_emb"] = inputs.emb
             sc.pp.neighbors(work, n_neighbors=N_NEIGHBORS, use_rep="X_emb", transformer="sklearn")
