@@ -52,6 +52,7 @@ def load(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.syspath_prepend(str(path.parent))
     for name in [m for m in sys.modules if m == "judge" or m.startswith("judge.")]:
         monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ left in the shipped folder
     spec = importlib.util.spec_from_file_location(f"oracle_{path.parent.name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -394,7 +394,7 @@ def test_the_readme_shows_the_shipped_minimal_folder_whole() -> None:
     readme = (ROOT / "README.md").read_text()
     shown = dict(re.findall(r"^`tasks/line_fit/([^`]+)`:\n```\w*\n(.*?)```$", readme, re.MULTILINE | re.DOTALL))
     shipped = {str(p.relative_to(EXAMPLES / "line_fit")): p.read_text()
-               for p in sorted((EXAMPLES / "line_fit").rglob("*")) if p.is_file()}
+               for p in sorted((EXAMPLES / "line_fit").rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
     assert shown == shipped
 
 

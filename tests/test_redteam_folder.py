@@ -105,7 +105,11 @@ def test_arithmetic_overflow_while_scoring_is_the_submission_s_fault(place: Path
 def _example_scorer(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / name / "evaluate.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    before, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the shipped folder
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    finally:
+        sys.dont_write_bytecode = before
     return module
 
 
