@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -73,6 +73,19 @@ def shared_result(tmp_path_factory: pytest.TempPathFactory, what: str, params: d
         (folder / "value.pickle").write_bytes(pickle.dumps(compute()))
 
     return pickle.loads((built_once(tmp_path_factory, f"result-{key}", build) / "value.pickle").read_bytes())
+
+
+def shared_baseline(tmp_path_factory: pytest.TempPathFactory, kind: str, params: dict,
+                    evaluate: Callable[[str], tuple[Any, Any, Any]]) -> tuple[Any, Any]:
+    """(result, verdict) of task `kind`'s first baseline on `params`, run by `evaluate(code)` (which
+    returns task, result, verdict) once per test run (`shared_result`)."""
+    from evaluators.base import create_task
+
+    def run() -> tuple[Any, Any]:
+        _, result, verdict = evaluate(create_task(kind, params).baselines()[0].code)
+        return result, verdict
+
+    return shared_result(tmp_path_factory, f"{kind} baseline", params, run)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_result, shared_task_data
+from conftest import shared_baseline, shared_task_data
 from test_forecasting_data import zapbench_windows
 
 from evaluators.base import create_task
@@ -82,13 +82,8 @@ def evaluate(executor, code: str, timeout_s: float | None = None, **params):
 
 
 def baseline_run(tmp_path_factory: pytest.TempPathFactory, executor) -> tuple[RunResult, object]:
-    """The baseline on TINY, trained and scored once per test run: test_redteam_jax's honest control
-    is the same run."""
-    def run() -> tuple[RunResult, object]:
-        _, result, verdict = evaluate(executor, create_task("forecasting", TINY).baselines()[0].code)
-        return result, verdict
-
-    return shared_result(tmp_path_factory, "forecasting baseline", TINY, run)
+    """The baseline on TINY, once per test run: test_redteam_jax's honest control is the same run."""
+    return shared_baseline(tmp_path_factory, "forecasting", TINY, lambda code: evaluate(executor, code))
 
 
 def test_the_baseline_trains_and_the_station_scores_its_checkpoints(tmp_path_factory, local) -> None:

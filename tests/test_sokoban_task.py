@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_result
+from conftest import shared_baseline
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
@@ -56,13 +56,8 @@ def evaluate(executor, code: str, **params):
 
 
 def baseline_run(tmp_path_factory: pytest.TempPathFactory, executor) -> tuple[RunResult, object]:
-    """The baseline on TINY, trained and scored once per test run: test_redteam_sokoban's honest
-    control is the same run."""
-    def run() -> tuple[RunResult, object]:
-        _, result, verdict = evaluate(executor, create_task("sokoban", TINY).baselines()[0].code)
-        return result, verdict
-
-    return shared_result(tmp_path_factory, "sokoban baseline", TINY, run)
+    """The baseline on TINY, once per test run: test_redteam_sokoban's honest control is the same run."""
+    return shared_baseline(tmp_path_factory, "sokoban", TINY, lambda code: evaluate(executor, code))
 
 
 def test_the_baseline_trains_and_the_station_plays_the_held_out_levels(tmp_path_factory, local) -> None:
