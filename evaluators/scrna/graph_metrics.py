@@ -132,9 +132,9 @@ def _shortest_path_knn(conn: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     function = _COMPILED.get("knn")
     if function is None:
         try:
-            import numba
+            from .numba_cache import njit_cached
 
-            function = numba.njit(cache=True, nogil=True)(_shortest_path_knn_py)  # see numba_cache.py
+            function = njit_cached(_shortest_path_knn_py, nogil=True)
         except ImportError:  # pragma: no cover - numba comes with scanpy (umap, pynndescent)
             function = _shortest_path_knn_py
         _COMPILED["knn"] = function
