@@ -172,3 +172,43 @@ def test_a_users_file_is_named_nowhere_a_run_can_see(tmp_path: Path, root: Path)
     assert "task_data/batch_integration" in looked.stdout  # the probe saw the mounts
     for text in (mine.spec(), verdict.details, looked.stdout):
         assert "secret_atlas" not in text and str(tmp_path) not in text, text[:3000]
+
+
+def numba_caches() -> dict[Path, bytes]:
+    """The machine code the station's scorer loads from numba's on-disk caches (evaluators/scrna/numba_cache.py)."""
+    import umap
+
+    from evaluators.scrna import graph_metrics
+
+    folders = [Path(umap.__file__).parent / "__pycache__", Path(graph_metrics.__file__).parent / "__pycache__",
+               Path.home() / ".cache" / "numba"]
+    return {p: p.read_bytes() for folder in folders if folder.is_dir() for p in folder.rglob("*.nb[ic]")}
+
+
+def test_a_run_cannot_plant_machine_code_in_the_scorers_numba_cache(task, honest) -> None:
+    """The scorer loads umap's kernels and ours from numba's cache: a run that could write there would
+    run its code in the station. It tries every cache file and folder the station's scorer uses, then
+    integrates honestly; every file stays as it was, no file is added, and the score is the honest one."""
+    before = numba_caches()
+    assert any("smooth_knn_dist" in p.name for p in before)  # the scorer ran (the `honest` run) and cached
+    targets = sorted({str(p) for p in before} | {str(p.parent / "umap_.smooth_knn_dist-1.py311.nbi") for p in before})
+    attack = next(b.code for b in task.baselines() if b.title == "No Integration Baseline") + f'''
+
+for _target in {targets!r}:
+    try:
+        with open(_target, "wb") as _f:
+            _f.write(b"planted")
+        print("WROTE", _target)
+    except OSError as _err:
+        print("REFUSED", type(_err).__name__, _target)
+'''
+    executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+    try:
+        result = executor.run(task.run_spec(attack, mounts=[], label="redteam-scrna-numba"))
+    finally:
+        executor.close()
+    assert result.status == "ok", result.stderr[-2000:]
+    assert "WROTE" not in result.stdout and result.stdout.count("REFUSED") == len(targets), result.stdout
+    assert numba_caches() == before
+    verdict = task.score(result)
+    assert verdict.success and verdict.score == pytest.approx(honest.score)
