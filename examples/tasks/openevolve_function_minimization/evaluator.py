@@ -3,10 +3,16 @@
 OpenEvolve calls evaluate(program_path) and reads the returned metrics; `combined_score` is the
 fitness. With cascade evaluation on (config.yaml), evaluate_stage1 runs first as a cheap filter
 and evaluate_stage2 only for programs whose stage-1 score reaches the first threshold.
+
+Each trial starts numpy's and Python's random generators from its own fixed seed, so a program
+scores the same every time it is evaluated: a better score is a better search, not a luckier draw.
 """
 
 import importlib.util
 import math
+import random
+
+import numpy as np
 
 GLOBAL_X, GLOBAL_Y, GLOBAL_VALUE = -1.70408284, 0.67750781, -1.518685840848579
 
@@ -18,7 +24,9 @@ def _load(program_path):
     return module
 
 
-def _trial(module):
+def _trial(module, seed):
+    np.random.seed(seed)
+    random.seed(seed)
     x, y, value = module.run_search()
     x, y, value = float(x), float(y), float(value)
     if not all(math.isfinite(v) for v in (x, y, value)):
@@ -47,7 +55,7 @@ def _scores(trials):
 def evaluate_stage1(program_path):
     """One quick trial: does the program run, and does it land anywhere near the minimum?"""
     try:
-        return _scores([_trial(_load(program_path))])
+        return _scores([_trial(_load(program_path), 0)])
     except Exception as err:  # as OpenEvolve evaluators do: a failing program scores nothing
         return {"combined_score": 0.0, "error": f"{type(err).__name__}: {err}"}
 
@@ -56,7 +64,7 @@ def evaluate_stage2(program_path):
     """Five trials, for the reliability of the search."""
     try:
         module = _load(program_path)
-        return _scores([_trial(module) for _ in range(5)])
+        return _scores([_trial(module, seed) for seed in range(5)])
     except Exception as err:
         return {"combined_score": 0.0, "error": f"{type(err).__name__}: {err}"}
 
