@@ -7,7 +7,7 @@ The attacks: replacing the harness's entry point; a network that looks the valid
 (through the documented hooks, or through the host's path); reading scored inputs at import time;
 a prediction that looks at other windows; host callbacks and a large table inside the exported
 function; a symlinked checkpoint that points the station at its own data; crashing the worse
-seed on purpose; ignoring the station's epoch limit.
+seed on purpose; ignoring the station's epoch limit; poisoning the evaluation's compilation cache.
 """
 
 from __future__ import annotations
@@ -347,6 +347,34 @@ _os.environ["STATION_TRIAL"] = _json.dumps({**_json.loads(_os.environ["STATION_T
     trial = result.value["trials"][0]
     assert trial["station"]["checkpoints"] == 2 and trial["station"]["stop"] == "max-epochs"
     assert trial["reported"]["stop"] == "station" and trial["reported"]["epochs"] == 3
+
+
+def test_a_poisoned_compilation_cache_stays_inside_its_own_evaluation(local, tmp_path: Path) -> None:
+    """An evaluation's runs share a JAX compilation cache (the trials load what the check compiled).
+    A submission that overwrites every entry in it with garbage and plants one of its own harms
+    only itself: its trials still train and are scored (a bad entry is compiled again), the next
+    evaluation starts with an empty cache, and the station's scorer has no cache at all."""
+    from evaluators.jaxtrain.two_stage import COMPILE_CACHE_TARGET, TrialWatch
+
+    poison = create_task("forecasting", TINY).baselines()[0].code + '''
+import json as _json, os as _os
+_cache = _os.environ["JAX_COMPILATION_CACHE_DIR"]
+print("CACHE", _json.loads(_os.environ["STATION_TRIAL"])["phase"], sorted(_os.listdir(_cache)))
+for _name in _os.listdir(_cache):
+    with open(_os.path.join(_cache, _name), "wb") as _f:
+        _f.write(b"not an executable")
+with open(_os.path.join(_cache, "jit_step-planted-cache"), "wb") as _f:
+    _f.write(b"planted")
+'''
+    task, result, verdict = evaluate(local, poison)
+    assert verdict is not None and verdict.success, result.stderr[-3000:]
+    assert "jit_step-planted-cache" in result.stdout  # the trial saw the check's cache, planted entry and all
+    _, probe, _ = evaluate(local, HEAD + "\ndef test():\n    print('NEXT', sorted(os.listdir(os.environ['JAX_COMPILATION_CACHE_DIR'])))\n")
+    assert "NEXT []" in probe.stdout, probe.stdout
+    watch = TrialWatch(tmp_path, task.stop_rule(0), lambda outputs: {}, max_checkpoint_bytes=1 << 20)
+    scorer = task._scorer_spec(task.run_spec("", mounts=[], label="t"), 0, watch)
+    assert not any(m.target == COMPILE_CACHE_TARGET for m in scorer.mounts)
+    assert not any(key.startswith("JAX_") for key in scorer.env)
 
 
 def test_windows_a_network_spoils_are_not_dropped_from_the_mean(cache) -> None:

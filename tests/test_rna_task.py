@@ -510,7 +510,7 @@ def create_network(hparams):
 
 @pytest.mark.parametrize("extra, message", [
     ("", "for APA (regression, d_output 1) the network must map x of shape (batch, 186, 4) to (batch,) or "
-         "(batch, 1); it returned (4, 2)"),
+         "(batch, 1); it returned (64, 2) for a batch of 64"),  # the trials' batch: they load its compilation
     ("\n\ndef compute_loss(predictions, targets):\n    return 0.0\n",
      "defines compute_loss(): the loss is fixed by each dataset's task type"),
 ])

@@ -59,6 +59,7 @@ from .station_jax.scoring import DONE_FILE, SETTINGS_FILE, checkpoint_name, outp
 from .task import CHECK_TIMEOUT_S, HARNESS_DIR, HARNESS_TARGET, JaxTrainingTask, learning_curves
 
 EXCHANGE_TARGET = "checkpoints"  # the trainer's folder, as the run sees it
+COMPILE_CACHE_TARGET = "jax_compiled"  # the evaluation's compilation cache, as its runs see it
 POLL_S = 0.05
 MAX_EXPORT_BYTES = 16 << 20  # an export is code: kilobytes, plus at most 1 MiB of constants
 MAX_OUTPUT_BYTES = 256 << 20  # one checkpoint's outputs (forecasting: at most 64 MB)
@@ -72,6 +73,28 @@ def run_scorer():
 
     return scoring.main("inbox", "outbox", "scoring_data")
 '''
+
+
+def with_compile_cache(spec: RunSpec, folder: Path) -> RunSpec:
+    """`spec` with a JAX compilation cache in `folder`, for the runs of one evaluation on the CPU:
+    its check compiles the training step at the trials' shapes, and each trial loads it (and the
+    small operations around it) instead of compiling them again, a third of a short trial's CPU.
+    Only these runs, all running one submission's code, can read or write it, and it ends with
+    the evaluation; the scorer, which runs the station's code only, never sees it. Each entry is
+    written and read under JAX's file lock (parallel trials write at once), and the cache keeps
+    to half the run's storage quota (JAX evicts the least recently used entries)."""
+    folder.mkdir()
+    folder.chmod(0o777)  # the sandbox's own uid writes here
+    return replace(
+        spec,
+        mounts=[*spec.mounts, Mount(folder, COMPILE_CACHE_TARGET, writable=True)],
+        env={
+            **spec.env,
+            "JAX_COMPILATION_CACHE_DIR": COMPILE_CACHE_TARGET,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # a trial's many small compilations add up
+            "JAX_COMPILATION_CACHE_MAX_SIZE": str((spec.max_storage_mb << 20) // 2),
+        },
+    )
 
 
 class Unusable(Exception):
@@ -322,22 +345,26 @@ class TwoStageTask(JaxTrainingTask):
     def execute(
         self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
     ) -> RunResult:
-        base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
-        check = executor.run(self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s)))
-        if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
-            return check  # a crash, a timeout, test mode or a contract error: reported as it is
         gpus = 0.0 if cpu_only else self._gpus_per_trial(executor)
-        with (
-            tempfile.TemporaryDirectory(prefix=f"station-{label}-trials-") as work,
-            ThreadPoolExecutor(2 * self.trials, thread_name_prefix=f"{label}-run") as runs,
-            ThreadPoolExecutor(self.trials, thread_name_prefix=f"{label}-watch") as watchers,
-        ):
+        with tempfile.TemporaryDirectory(prefix=f"station-{label}-trials-") as work:
             Path(work).chmod(0o711)  # the sandbox's uid reaches its own folders through it
-            futures = [
-                watchers.submit(self._trial, executor, runs, base, n, gpus, Path(work) / f"trial{n}")
-                for n in range(self.trials)
-            ]
-            outcomes = [f.result() for f in futures]
+            base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
+            if not gpus:  # the check compiles what the trials run, for the same device: they load it
+                base = with_compile_cache(base, Path(work) / "compiled")
+            check = executor.run(
+                self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s), as_trials=not gpus)
+            )
+            if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
+                return check  # a crash, a timeout, test mode or a contract error: reported as it is
+            with (
+                ThreadPoolExecutor(2 * self.trials, thread_name_prefix=f"{label}-run") as runs,
+                ThreadPoolExecutor(self.trials, thread_name_prefix=f"{label}-watch") as watchers,
+            ):
+                futures = [
+                    watchers.submit(self._trial, executor, runs, base, n, gpus, Path(work) / f"trial{n}")
+                    for n in range(self.trials)
+                ]
+                outcomes = [f.result() for f in futures]
         return combine_measured(check, outcomes, gpus)
 
     def _trial(

@@ -1,8 +1,9 @@
 """One neural-activity forecasting trial: 4 frames in, 32 frames out, over every neuron.
 
 The run sees the training split only. Phase "check" builds the network, checks its output
-shape, makes the optimizer, takes one training step and exports the apply function (quick, on
-the CPU: a crash here is the code's fault and may be debugged). Phase "train" trains with the
+shape, makes the optimizer, takes one training step (on the trials' batch when they run on the
+CPU too: they load its compilation) and exports the apply function (quick, on the CPU: a crash
+here is the code's fault and may be debugged). Phase "train" trains with the
 trial's seed (shuffled training windows each epoch, the time budget) and hands the station a
 checkpoint after each epoch (exchange.py); the station scores the checkpoints on the validation
 windows in a sandbox of its own, stops the run early when the validation MAE stops improving,
@@ -83,6 +84,8 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         "device": device_names(),
     }
     if cfg["phase"] == "check":
+        if cfg.get("as_trials"):  # the step the trials take (whose compilation they then load)
+            x0, y0 = data.batch(data.train_starts[: min(hooks.batch_size, len(data.train_starts))])
         trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x0, y0, key)
         require_finite(float(loss), "the loss of one training step")
         if hooks.complete:

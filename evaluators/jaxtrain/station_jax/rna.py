@@ -46,7 +46,7 @@ from .model import Model, count_parameters
 
 DEFAULT_BATCH = 64
 DEFAULT_HPARAMS = {"learning_rate": 1e-3, "hidden_dim": 512, "dropout": 0.1}
-CHECK_ROWS = 4  # the check's batch: enough to see the batch axis
+CHECK_ROWS = 4  # the check's batch before trials on a GPU: enough to see the batch axis
 
 # -- one-hot encoding: channels A, T/U, C, G; IUPAC codes share their weight; N, X and padding are zeros
 CHANNELS = "ATCG"
@@ -246,7 +246,9 @@ def check(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
 
     seed = dataset_seed(hooks.base_seed, dataset["name"])
     hparams = trial_hparams(hooks, dataset, seed)
-    split = EncodedSplit(cfg["data"], dataset, "train", limit=CHECK_ROWS)
+    # on the trials' batch when they run on this device too: each trial then loads the step compiled here
+    rows = hooks.batch_size if cfg.get("as_trials") else CHECK_ROWS
+    split = EncodedSplit(cfg["data"], dataset, "train", limit=rows)
     model = build(hooks.create_network, hparams)
     key = jax.random.PRNGKey(seed)
     x, y, weight = batch_of(split.codes, split.labels, np.arange(split.size), split.size)

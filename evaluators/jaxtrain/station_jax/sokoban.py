@@ -189,7 +189,8 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     }
     learner = Learner(network, optimizer, hooks.extra["training_step"], hparams, levels, max_steps, n_envs, unroll)
     if cfg["phase"] == "check":
-        learner.n_envs, learner.unroll = 2, 2
+        if not cfg.get("as_trials"):  # the trials run elsewhere (a GPU): a small update is check enough
+            learner.n_envs, learner.unroll = 2, 2
         carry = learner.start(jax.random.PRNGKey(seed), params)
         params, opt_state, carry, stats = learner.update(params, opt_state, carry)
         require_finite(float(stats["reward"]), "the reward of one update")
