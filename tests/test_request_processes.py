@@ -242,3 +242,29 @@ def test_a_station_stopped_mid_tick_keeps_the_replies_already_asked_for(server, 
 
 def bodies(requests) -> list[str]:
     return [json.dumps([r.model, r.system, r.messages], sort_keys=True) for r in list(requests) if r.method == "POST"]
+
+
+def test_a_worker_loads_the_sdks_of_the_configs_providers_and_another_when_a_model_switches_to_it(server):
+    """Loading all three SDKs costs each worker seconds at every start: a worker loads those of the
+    providers the config names, and another provider's when a call needs it (an operator's switch)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from remote_world import endpoint
+
+    from station.core.config import ModelConfig
+    from station.models.request_processes import RequestProcesses
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys\nfrom station.models.request_worker import preload\n"
+                             "preload(['openai', 'scripted'])\n"
+                             "print(sorted(m for m in ('anthropic', 'openai', 'google.genai') if m in sys.modules))"],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['openai']"
+    processes = RequestProcesses(1, providers=lambda: ["openai"])
+    try:
+        claude = ModelConfig(**endpoint(server, {"provider": "anthropic", "name": "claude-station-test"}))
+        reply = processes.call(claude, [{"role": "user", "text": "Hello from tick 1."}], None, "Guest_1")
+        assert reply.text
+    finally:
+        processes.close()

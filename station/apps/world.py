@@ -70,7 +70,9 @@ class Station:
             store.migrate(f"hook:{hook.name}", hook.migrations)
         self.ctx.open_rooms = self.open_rooms
         self.ctx.models = ModelPool(
-            Ledger(store.dir, lambda: self.ctx.config), request_processes=config.engine.request_processes
+            Ledger(store.dir, lambda: self.ctx.config),
+            request_processes=config.engine.request_processes,
+            providers=lambda: (model.provider for model in self.ctx.config.all_models()),
         )
 
     def _build_rooms(self, names: list[str]) -> list[Room]:

@@ -178,6 +178,7 @@ class ModelPool:
         stop: threading.Event | None = None,
         on_wait: Callable[[str], None] | None = None,
         request_processes: int = 0,
+        providers: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         from station.core.budget import Ledger
         from station.core.config import StationConfig
@@ -189,7 +190,9 @@ class ModelPool:
         self._lock = threading.Lock()
         # engine.request_processes: the provider calls are made in that many processes
         self.processes = (
-            RequestProcesses(request_processes, on_wait=lambda text: self.on_wait(text)) if request_processes else None
+            RequestProcesses(request_processes, on_wait=lambda text: self.on_wait(text), providers=providers)
+            if request_processes
+            else None
         )
         self.stop = stop or threading.Event()
 

@@ -25,7 +25,7 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -58,11 +58,16 @@ class _Worker:
     """The station's end of one worker process."""
 
     def __init__(
-        self, index: int, count: int, on_wait: Callable[[str], None], on_lost: Callable[[list[_Call]], None]
+        self,
+        index: int,
+        count: int,
+        providers: list[str],
+        on_wait: Callable[[str], None],
+        on_lost: Callable[[list[_Call]], None],
     ) -> None:
         path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "station.models.request_worker", str(index), str(count)],
+            [sys.executable, "-m", "station.models.request_worker", str(index), str(count), *providers],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": path},
@@ -149,10 +154,16 @@ class _Worker:
 
 
 class RequestProcesses:
-    """N worker processes, each started by the first call it gets."""
+    """N worker processes, each started by the first call it gets. `providers()`: the providers
+    the station's config names now, whose SDKs a worker loads as it starts."""
 
-    def __init__(self, count: int, on_wait: Callable[[str], None] | None = None) -> None:
-        self.count = count
+    def __init__(
+        self,
+        count: int,
+        on_wait: Callable[[str], None] | None = None,
+        providers: Callable[[], Iterable[str]] = lambda: (),
+    ) -> None:
+        self.count, self.providers = count, providers
         self.on_wait = on_wait or (lambda text: None)
         self._workers: list[_Worker | None] = [None] * count
         self._numbers = itertools.count()
@@ -210,7 +221,11 @@ class RequestProcesses:
                 if worker is not None:
                     worker.close()
                 worker = self._workers[index] = _Worker(
-                    index, self.count, self.on_wait, lambda calls: self._resend(index, calls)
+                    index,
+                    self.count,
+                    sorted(set(self.providers())),
+                    self.on_wait,
+                    lambda calls: self._resend(index, calls),
                 )
                 if self._stop is not None and self._stop.is_set():
                     worker.send(("stop",))

@@ -2,8 +2,9 @@
 of its own with this process's models (retries and backoff included), and writes each answer
 (a Reply, or the failure's kind and message) to stdout as the call ends.
 
-Run as `python -m station.models.request_worker INDEX COUNT`: worker INDEX of COUNT, which sends
-at most its share of each endpoint's `max_in_flight`.
+Run as `python -m station.models.request_worker INDEX COUNT [PROVIDER ...]`: worker INDEX of
+COUNT, which sends at most its share of each endpoint's `max_in_flight`, for a station whose
+config names these providers.
 """
 
 from __future__ import annotations
@@ -22,24 +23,30 @@ from station.models import create_model
 from station.models.request_processes import WAITING, worker_share
 
 CALLS_AT_ONCE = 10_000  # threads are started as calls come; the endpoints' bounds are what limit them
-# Imported before the first call: two threads importing an SDK's modules at once (one making a
-# model, another sending a request) can each get the other's modules half made.
-SDKS = ("httpx2", "anthropic", "openai", "google.genai")
+# The SDK behind each provider, and the HTTP library all of them use. The station's providers'
+# SDKs are imported before the first call: two threads importing an SDK's modules at once (one
+# making a model, another sending a request) can each get the other's modules half made. Only
+# those: all three cost a worker 3 s of CPU at every start, most of it for SDKs never called.
+SDKS = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.genai"}
+HTTP = "httpx2"
 
 
-def preload() -> None:
-    for name in SDKS:
+def preload(providers: list[str]) -> set[str]:
+    """Import the SDKs of `providers`; the providers whose SDK is now loaded (or needs none)."""
+    for name in [HTTP, *(SDKS[p] for p in providers if p in SDKS)]:
         try:
             importlib.import_module(name)
         except ImportError:
             pass  # a provider this installation lacks: its calls fail as in the station's process
+    return set(providers)
 
 
 class Worker:
     """Makes the calls read from `incoming`, each in a thread, and writes the answers to `outgoing`."""
 
-    def __init__(self, outgoing: Connection, index: int, count: int) -> None:
+    def __init__(self, outgoing: Connection, index: int, count: int, providers: list[str]) -> None:
         self.outgoing, self.index, self.count = outgoing, index, count
+        self.loaded = preload(providers)
         self.models: dict[str, Any] = {}
         self.stop = threading.Event()
         self.sending, self.making = threading.Lock(), threading.Lock()
@@ -80,6 +87,8 @@ class Worker:
         with self.making:
             if settings not in self.models:
                 config = ModelConfig.model_validate_json(settings)
+                if config.provider not in self.loaded:  # a model the operator switched to since the start
+                    self.loaded |= preload([config.provider])
                 share = worker_share(config.max_in_flight, min(self.count, config.max_in_flight), self.index)
                 self.models[settings] = create_model(
                     config.model_copy(update={"max_in_flight": share}),
@@ -103,5 +112,6 @@ if __name__ == "__main__":
     # The pipes are stdin and stdout; anything printed goes to stderr instead of into the answers.
     answers = os.dup(1)
     os.dup2(2, 1)
-    preload()
-    Worker(Connection(answers, readable=False), int(sys.argv[1]), int(sys.argv[2])).serve(Connection(0, writable=False))
+    Worker(Connection(answers, readable=False), int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]).serve(
+        Connection(0, writable=False)
+    )
