@@ -217,6 +217,26 @@ def test_an_address_nothing_answers_on_is_a_system_error_not_a_hang(tmp_path, ra
     assert closed
 
 
+def test_a_trained_task_on_a_ray_cluster_out_of_reach_is_a_system_error(tmp_path_factory) -> None:
+    """A JAX task asks the executor for its GPUs before its check run (to know whether the trials can
+    share the check's compilations): a cluster out of reach still ends as the check's system error."""
+    from conftest import shared_task_data
+
+    from evaluators.base import create_task
+    from station.core.config import ExecutorConfig
+    from station.executors import create_executor
+
+    address = f"127.0.0.1:{free_port()}"
+    with shared_task_data(tmp_path_factory, "forecast"):
+        task = create_task("forecasting", {"size": "small", "trials": 2, "max_epochs": 1})
+        executor = create_executor(ExecutorConfig(kind="ray", ray_address=address), hide=task.private_paths())
+        try:
+            result = task.execute(executor, task.baselines()[0].code, mounts=[], label="faults-jax")
+        finally:
+            executor.close()
+    assert result.status == "system_error" and result.error.startswith(f"Ray cluster at {address} unreachable")
+
+
 # -- the station --------------------------------------------------------------------------------------
 def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_when_it_is_back(
         tmp_path, head, ray_env):

@@ -345,17 +345,23 @@ class TwoStageTask(JaxTrainingTask):
     def execute(
         self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
     ) -> RunResult:
-        gpus = 0.0 if cpu_only else self._gpus_per_trial(executor)
+        try:
+            gpus: float | None = 0.0 if cpu_only else self._gpus_per_trial(executor)
+        except Exception:  # noqa: BLE001 - e.g. a Ray cluster out of reach: the check run reports it as before
+            gpus = None
         with tempfile.TemporaryDirectory(prefix=f"station-{label}-trials-") as work:
             Path(work).chmod(0o711)  # the sandbox's uid reaches its own folders through it
             base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
-            if not gpus:  # the check compiles what the trials run, for the same device: they load it
+            on_cpu = gpus == 0.0
+            if on_cpu:  # the check compiles what the trials run, for the same device: they load it
                 base = with_compile_cache(base, Path(work) / "compiled")
             check = executor.run(
-                self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s), as_trials=not gpus)
+                self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s), as_trials=on_cpu)
             )
             if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
                 return check  # a crash, a timeout, test mode or a contract error: reported as it is
+            if gpus is None:
+                gpus = self._gpus_per_trial(executor)
             with (
                 ThreadPoolExecutor(2 * self.trials, thread_name_prefix=f"{label}-run") as runs,
                 ThreadPoolExecutor(self.trials, thread_name_prefix=f"{label}-watch") as watchers,
