@@ -35,9 +35,16 @@ def server(monkeypatch):
         yield s
 
 
-def create(directory, server, processes: int, **overrides) -> Station:
+def create(directory, server, processes: int, every_sdk: bool = False, **overrides) -> Station:
+    """The remote station with `processes` request workers. Unless `every_sdk`, each of its models
+    (same names) goes through the OpenAI-compatible endpoint: the workers' machinery is the same
+    for every provider, and a worker that loads one SDK starts in a third of the CPU."""
     config = remote_config(server, turns="concurrent", **overrides)
     config.setdefault("engine", {})["request_processes"] = processes
+    if not every_sdk:
+        for holder in [*config["agents"], *(config[role] for role in ("grading", "reviewer", "debugger"))]:
+            holder["model"] = {**holder["model"], "provider": "openai", "api": holder["model"].get("api", "chat"),
+                               "base_url": server.openai_url}
     return Station.create(directory, parse_config(config))
 
 
@@ -61,9 +68,9 @@ def world(directory) -> list[tuple]:
 
 
 def test_a_station_with_request_processes_records_the_world_one_without_them_does(server, tmp_path):
-    create(tmp_path / "here", server, 0).close()
+    create(tmp_path / "here", server, 0, every_sdk=True).close()
     assert run(tmp_path / "here", TICKS) == f"finished tick {TICKS}"
-    create(tmp_path / "workers", server, 2).close()
+    create(tmp_path / "workers", server, 2, every_sdk=True).close()
     assert run(tmp_path / "workers", TICKS) == f"finished tick {TICKS}"
     here, workers = world(tmp_path / "here"), world(tmp_path / "workers")
     assert len(here) == 5 * TICKS + 1 and here[-1][1] > 0
@@ -81,7 +88,7 @@ def test_the_workers_retry_transient_failures_and_book_the_retries(server, tmp_p
 
 
 def test_a_refused_key_pauses_the_station_with_the_providers_reason(server, tmp_path, monkeypatch):
-    create(tmp_path / "st", server, 2).close()
+    create(tmp_path / "st", server, 2, every_sdk=True).close()  # one provider's key refused, the others'
     monkeypatch.setenv("OPENAI_API_KEY", "revoked-key")  # the workers start with this environment
     with pytest.raises(StationPaused) as paused:
         run(tmp_path / "st", 1)
@@ -197,7 +204,7 @@ def test_the_first_calls_go_out_while_later_prompts_are_still_being_built(server
 
 
 def test_a_station_with_request_processes_replays_to_the_same_world(server, tmp_path):
-    create(tmp_path / "live", server, 2).close()
+    create(tmp_path / "live", server, 2, every_sdk=True).close()
     assert run(tmp_path / "live", 4) == "finished tick 4"
     source = Store(tmp_path / "live")
     copy = Station.create(tmp_path / "copy", parse_config(source.get_meta("config")))
