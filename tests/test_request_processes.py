@@ -16,7 +16,7 @@ import time
 
 import pytest
 from provider_server import Fault, ProviderServer
-from remote_world import AGENT_MODELS, KEY_ENV, count_in_flight, remote_config, scripted_responder
+from remote_world import AGENT_MODELS, KEY_ENV, count_in_flight, endpoint, remote_config, scripted_responder
 
 from station.apps.world import Station
 from station.core import engine as engine_module
@@ -43,8 +43,8 @@ def create(directory, server, processes: int, every_sdk: bool = False, **overrid
     config.setdefault("engine", {})["request_processes"] = processes
     if not every_sdk:
         for holder in [*config["agents"], *(config[role] for role in ("grading", "reviewer", "debugger"))]:
-            holder["model"] = {**holder["model"], "provider": "openai", "api": holder["model"].get("api", "chat"),
-                               "base_url": server.openai_url}
+            holder["model"] = endpoint(server, {**holder["model"], "provider": "openai",
+                                                "api": holder["model"].get("api", "chat")})
     return Station.create(directory, parse_config(config))
 
 
@@ -257,8 +257,6 @@ def test_a_worker_loads_the_sdks_of_the_configs_providers_and_another_when_a_mod
     import subprocess
     import sys
     from pathlib import Path
-
-    from remote_world import endpoint
 
     from station.core.config import ModelConfig
     from station.models.request_processes import RequestProcesses

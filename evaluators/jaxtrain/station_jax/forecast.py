@@ -85,7 +85,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     }
     if cfg["phase"] == "check":
         if cfg.get("as_trials"):  # the step the trials take (whose compilation they then load)
-            x0, y0 = data.batch(data.train_starts[: min(hooks.batch_size, len(data.train_starts))])
+            x0, y0 = data.batch(data.train_starts[: batch_size(hooks, data)])
         trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x0, y0, key)
         require_finite(float(loss), "the loss of one training step")
         if hooks.complete:
@@ -94,6 +94,11 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     exchange = Exchange(cfg["exchange"])
     exchange.publish(exported)
     return {**report, **train(cfg, hooks, data, model, trainer, trained, rest, opt_state, key, exchange)}
+
+
+def batch_size(hooks, data: Data) -> int:
+    """The rows of a training step, in the trials and in a check that compiles their step."""
+    return min(hooks.batch_size, len(data.train_starts))
 
 
 def export_apply(model: Model, variables: Any, n_neurons: int) -> bytes:
@@ -162,7 +167,7 @@ def train(cfg, hooks, data: Data, model: Model, trainer: Trainer, trained, rest,
 
     clock = Clock(float(cfg["budget_s"]))
     rng = np.random.default_rng([hooks.base_seed + int(cfg["trial"]), 2])  # stream 2: window order
-    batch = min(hooks.batch_size, len(data.train_starts))
+    batch = batch_size(hooks, data)
     steps_per_epoch = len(data.train_starts) // batch  # the last partial batch is dropped, never padded
     train_curve, stop, epoch, steps = [], "max-epochs", 0, 0
     began = time.monotonic()
