@@ -28,7 +28,7 @@ test: setup check
 check: setup
 	.venv/bin/ruff check station rooms evaluators tests scripts
 	.venv/bin/ruff format --check station rooms evaluators
-	.venv/bin/mypy
+	.venv/bin/mypy -n auto
 	.venv/bin/lint-imports --no-cache
 
 bench: setup

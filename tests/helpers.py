@@ -7,6 +7,7 @@ events and messages.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import sqlite3
 import subprocess
@@ -25,6 +26,20 @@ DEMO = ROOT / "configs" / "social_demo.yaml"
 
 # A reply with text but no action: harmless padding for replay files.
 FILLER = "Nothing to do this turn; I keep thinking."
+
+
+class Later:
+    """A module imported when a test first uses it, not when its test module is collected: every
+    worker collects every module, and scanpy with scib-metrics, or the three SDKs, take seconds."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):  # pytest's collection asks every module global for __test__ and the like
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self._name), attr)
+
 
 HEADINGS = ("## System Information", "## System Messages", "## Actions Detected (Last Turn)",
             "## Room Output History (Last Turn)", "## Current State")

@@ -12,14 +12,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-import anthropic
 import httpx2
-import openai
 import pytest
-from google import genai
-from google.genai import errors as genai_errors
-from google.genai import types
+from helpers import Later
 from provider_server import Answer, Fault, ProviderServer
+
+anthropic, openai, genai = Later("anthropic"), Later("openai"), Later("google.genai")
+genai_errors, types = Later("google.genai.errors"), Later("google.genai.types")
 
 APIS = ("anthropic", "openai-responses", "openai-chat", "gemini")
 CONVERSATION = [("user", "Hello there"), ("assistant", "Hi!"), ("user", "What is 2+2?")]
@@ -178,19 +177,18 @@ def test_rate_limit_carries_retry_after(server, api):
 
 
 ERRORS = {  # fault -> (anthropic class, openai class, genai class, statuses anthropic/openai/gemini)
-    "overloaded": (anthropic.OverloadedError, openai.InternalServerError, genai_errors.ServerError,
-                   (529, 503, 503)),
-    "server_error": (anthropic.InternalServerError, openai.InternalServerError, genai_errors.ServerError,
-                     (500, 500, 500)),
-    "context_too_long": (anthropic.BadRequestError, openai.BadRequestError, genai_errors.ClientError, (400,) * 3),
-    "auth": (anthropic.AuthenticationError, openai.AuthenticationError, genai_errors.ClientError, (401, 401, 400)),
-    "bad_request": (anthropic.BadRequestError, openai.BadRequestError, genai_errors.ClientError, (400,) * 3),
+    "overloaded": ("OverloadedError", "InternalServerError", "ServerError", (529, 503, 503)),
+    "server_error": ("InternalServerError", "InternalServerError", "ServerError", (500, 500, 500)),
+    "context_too_long": ("BadRequestError", "BadRequestError", "ClientError", (400,) * 3),
+    "auth": ("AuthenticationError", "AuthenticationError", "ClientError", (401, 401, 400)),
+    "bad_request": ("BadRequestError", "BadRequestError", "ClientError", (400,) * 3),
 }
 
 
 @pytest.mark.parametrize("kind", ERRORS)
 def test_error_faults_become_the_sdk_exceptions(server, kind):
-    *classes, statuses = ERRORS[kind]
+    *names, statuses = ERRORS[kind]
+    classes = [getattr(sdk, name) for sdk, name in zip((anthropic, openai, genai_errors), names)]
     for api, stream in [(api, stream) for api in APIS for stream in (False, True)]:
         server.fail_next(kind)
         err = failure(api, server, stream=stream)

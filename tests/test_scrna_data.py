@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import json
 
-import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
-import scanpy as sc
 import scipy.sparse as sp
-from sklearn.decomposition import PCA
-from sklearn.model_selection import StratifiedKFold, cross_val_score
-from sklearn.neighbors import KNeighborsClassifier
+from helpers import Later
 
 from evaluators.scrna.simulate import (
     FILES,
@@ -25,6 +21,8 @@ from evaluators.scrna.simulate import (
     simulate,
     split_for_task,
 )
+
+ad, sc = Later("anndata"), Later("scanpy")
 
 SMALL = {"n_cells": SIZES["small"]["train_cells"], "n_genes": SIZES["small"]["n_genes"],
          "n_batches": SIZES["small"]["n_batches"], "n_types": SIZES["small"]["n_types"]}
@@ -108,11 +106,16 @@ def test_composition_is_unequal_with_rare_and_missing_types(full):
 
 
 def _knn_accuracy(embedding: np.ndarray, labels: np.ndarray) -> float:
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.neighbors import KNeighborsClassifier
+
     folds = StratifiedKFold(5, shuffle=True, random_state=0)
     return float(cross_val_score(KNeighborsClassifier(15), embedding, labels, cv=folds).mean())
 
 
 def test_batch_effect_is_real_and_types_stay_recognisable(full):
+    from sklearn.decomposition import PCA
+
     x = full.layers["normalized"][:, full.var["batch_hvg"].to_numpy()].toarray()
     x = np.clip((x - x.mean(0)) / (x.std(0) + 1e-8), -10, 10)
     embedding = PCA(30, svd_solver="full", random_state=0).fit_transform(x)

@@ -7,17 +7,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
+import scipy.sparse as sp
+from helpers import Later
+from scipy.sparse.csgraph import dijkstra
+from scipy.spatial.distance import cdist
 
-sc = pytest.importorskip("scanpy")
-pytest.importorskip("scib_metrics")
-ad = pytest.importorskip("anndata")
-import pandas as pd  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-from scipy.sparse.csgraph import dijkstra  # noqa: E402
-from scipy.spatial.distance import cdist  # noqa: E402
+from evaluators.scrna.metrics import METRICS, compute_metrics
 
-from evaluators.scrna.metrics import METRICS, compute_metrics  # noqa: E402
+sc, ad = Later("scanpy"), Later("anndata")
 
 S_GENES = [f"S_{i}" for i in range(8)]
 G2M_GENES = [f"G2M_{i}" for i in range(8)]

@@ -20,6 +20,7 @@ Skipped, with the reason, when scib cannot be imported: install the oracle extra
 
 from __future__ import annotations
 
+import importlib
 import math
 import shutil
 import subprocess
@@ -29,27 +30,29 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from helpers import Later
+from scipy.stats import chi2
 
-try:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import scib
-except Exception as exc:  # noqa: BLE001 - any import failure means no oracle; say which
-    pytest.skip(
-        f"scib (the reference oracle) cannot be imported ({type(exc).__name__}: {exc}); "
-        "install it with: pip install -e '.[oracle]'",
-        allow_module_level=True,
-    )
+from evaluators.scrna.extra_metrics import EXTRA_METRICS
+from evaluators.scrna.metrics import METRICS, compute_metrics
+from evaluators.scrna.simulate import G2M_GENES, S_GENES, simulate, split_for_task
 
-import anndata as ad  # noqa: E402
-import pandas as pd  # noqa: E402
-import scanpy as sc  # noqa: E402
-from scipy.stats import chi2  # noqa: E402
+scib, sc, ad = Later("scib"), Later("scanpy"), Later("anndata")
 
-from evaluators.scrna.extra_metrics import EXTRA_METRICS  # noqa: E402
-from evaluators.scrna.metrics import METRICS, compute_metrics  # noqa: E402
-from evaluators.scrna.simulate import G2M_GENES, S_GENES, simulate, split_for_task  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def oracle() -> types.ModuleType:
+    """scib itself; without it (the `oracle` extra) the module is skipped, saying how to install it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module("scib")
+    except Exception as exc:  # noqa: BLE001 - any import failure means no oracle; say which
+        pytest.skip(f"scib (the reference oracle) cannot be imported ({type(exc).__name__}: {exc}); "
+                    "install it with: pip install -e '.[oracle]'")
+
 
 TOLERANCE = 1e-4
 RESOLUTIONS = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
@@ -204,10 +207,10 @@ def scib_kbet(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def lisi_program(tmp_path_factory) -> Path:
+def lisi_program(tmp_path_factory, oracle) -> Path:
     """A scib package root whose ``knn_graph/knn_graph.o`` runs here: scib's own, or compiled from
     the source it ships."""
-    root = Path(scib.__file__).parent
+    root = Path(oracle.__file__).parent
     shipped = root / "knn_graph" / "knn_graph.o"
     if _runs(shipped):
         return root
@@ -237,9 +240,9 @@ def _runs(program: Path) -> bool:
 
 
 @pytest.fixture
-def scib_lisi(monkeypatch, lisi_program):
-    monkeypatch.setattr(scib, "__file__", str(lisi_program / "__init__.py"))
-    return scib
+def scib_lisi(monkeypatch, lisi_program, oracle):
+    monkeypatch.setattr(oracle, "__file__", str(lisi_program / "__init__.py"))
+    return oracle
 
 
 # -- the comparisons ---------------------------------------------------------------------------------
