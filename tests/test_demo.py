@@ -99,8 +99,12 @@ def test_every_finished_evaluation_was_announced_to_its_author_once(demo: Path) 
     announced = [int(re.search(r"Evaluation #(\d+)", t).group(1))
                  for (t,) in db.execute("SELECT text FROM messages WHERE kind = 'evaluation'")]
     assert len(announced) == len(set(announced)) and set(announced) <= authored
-    # Only an author who had left by the delivery tick hears nothing.
-    unheard = db.execute("SELECT e.id, e.finished_tick, (SELECT MAX(tick) FROM turns t WHERE t.session = e.session) "
-                         "FROM evaluations e WHERE e.author != 'System' AND e.status != 'queued'").fetchall()
-    assert [(i, last) for i, delivered, last in unheard if i not in announced and last >= delivered] == []
+    # Only an author who had left when the result came hears nothing. Results come before each turn
+    # and at the tick's end: an author who left in the delivery tick (at the exit, in its turn) may
+    # have gone before its result came; any other author was still there.
+    unheard = db.execute(
+        "SELECT e.id, e.finished_tick, json_extract(a.data, '$.exit_tick') FROM evaluations e "
+        "JOIN agents a ON a.name = e.author WHERE e.author != 'System' AND e.status != 'queued'").fetchall()
+    assert [(i, left) for i, delivered, left in unheard
+            if i not in announced and (left is None or left > delivered)] == []
     assert len(announced) >= len(authored) / 2

@@ -1,16 +1,15 @@
 """RayExecutor with real Ray: the same sandbox on a Ray worker, timeouts, cancellation, and
 joining an existing cluster.
 
-The first test starts its own Ray head (`ray start --head`) and finishes with `ray stop
---force`, which stops every Ray process on this host: it runs before the module's local Ray
-instance is started. Needs root and unshare like tests/test_sandbox.py.
+The first test starts its own Ray head (`ray start --head`) and kills that head's processes by
+PID (test_ray_faults.Head): `ray stop --force` would wait 7 s in stages, and stop every Ray
+process on this host. Needs root and unshare like tests/test_sandbox.py.
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import sandbox_processes
+from test_ray_faults import Head, free_port
 
 from station.core.config import ExecutorConfig
 from station.executors import LocalExecutor, RunSpec, create_executor, ray_executor
@@ -39,23 +39,15 @@ def ray_ex():
     ex.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ray_address_joins_an_existing_cluster():
     """Runs first, in a subprocess: one process can be connected to one Ray cluster only."""
-    port = free_port()
     # Ray 2.5x+ clusters want a token; a driver given an explicit address needs the mode said out loud
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    started = subprocess.run([BIN / "ray", "start", "--head", f"--port={port}", "--num-cpus=2",
-                              "--disable-usage-stats", "--include-dashboard=false"],
-                             capture_output=True, text=True, env=env, timeout=120)
+    head = Head(free_port(), env)
+    port = head.port
     try:
-        assert started.returncode == 0, started.stderr
+        head.start()
         script = f"""
 import json, ray
 from station.core.config import ExecutorConfig
@@ -83,7 +75,7 @@ ex.close()
         seen = json.loads(own.stdout.strip().splitlines()[-1])
         assert seen["status"] == "ok" and not seen["gcs"].endswith(f":{port}") and seen["cpus"] == 1.0, seen
     finally:
-        subprocess.run([BIN / "ray", "stop", "--force"], capture_output=True, timeout=120)
+        head.remove()
 
 
 def test_station_code_does_not_import_ray():
