@@ -56,9 +56,7 @@ def scripted_circles(n: int, seen: Any, rng: random.Random) -> dict[str, str]:
         tags = "hexagonal, layout"
     else:
         step = level - 2 + seen.tick // 15  # each further try, and a station that has run longer, search harder
-        # up to 8 starts and 24 rounds (about 2.5 CPU-s a run): 12 and 40 cost 4.5 s and found no better
-        # best in the demo (2.63598 either way), only a slower one (156 s against 111 s for 100 ticks)
-        starts, hops, seed = min(2 + 2 * step, 8), min(8 * step, 24), rng.randrange(10_000)
+        starts, hops, seed = min(2 + 2 * step, 12), min(8 * step, 40), rng.randrange(10_000)
         kind, constants = "optimized", {"STARTS": starts, "HOPS": hops, "SEED": seed}
         title = f"Optimised centres and radii: {starts} starts, {hops} perturbation rounds (seed {seed})"
         abstract = (
