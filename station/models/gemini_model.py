@@ -115,7 +115,7 @@ class GeminiModel(RemoteModel):
         }
         if self.config.base_url:
             options["base_url"] = self.config.base_url
-        return self._genai.Client(api_key=self._key, http_options=options)  # type: ignore[arg-type]  # HttpOptionsDict's keys
+        return self._genai.Client(api_key=self._key, http_options=options)
 
     async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
         # The whole conversation goes as an extra body, sent as it is, in place of the last
