@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import act, make_station, recursive, replay_model, reply, yaml_block
+from helpers import act, config, make_station, recursive, replay_model, reply, yaml_block
 
 from evaluators.programs import program
+from station.core.config import ConfigError, parse_config
 from station.core.engine import Engine
 from station.core.store import Store, canonical_dump
 from station.executors.local import LocalExecutor
@@ -73,6 +74,27 @@ def test_the_tick_waits_for_an_evaluation_that_is_old_enough(tmp_path: Path) -> 
         assert st.store.one("SELECT tick FROM messages WHERE kind='evaluation'")["tick"] == 1
     finally:
         st.close()
+
+
+def test_on_time_delivery_hands_every_result_over_when_its_wait_runs_out_never_sooner(tmp_path: Path) -> None:
+    """`research.delivery: on_time`: the baselines (tick 0) and a quick submission (tick 1) are
+    complete long before their due tick, yet each is applied and told at the end of tick
+    submission + wait_ticks - 1, so the world does not depend on how fast the machine ran them."""
+    st = station(tmp_path, [submit(TINY)], research={
+        "wait_ticks": 3, "delivery": "on_time",
+        "tasks": [{"evaluator": "circle_packing", "params": {"n": 2}, "timeout_s": 20}]})
+    try:
+        Engine(st).run(until_tick=5)
+        rows = evaluations(st)
+        assert [r["author"] == "System" for r in rows] == [True] * (len(rows) - 1) + [False] and len(rows) > 1
+        assert all(r["status"] == "finished" and r["finished_tick"] == r["tick"] + 2 for r in rows), \
+            [(r["tick"], r["finished_tick"]) for r in rows]
+        (message,) = result_messages(st)
+        assert message["tick"] == 3
+    finally:
+        st.close()
+    with pytest.raises(ConfigError, match="research: .*set wait_ticks"):
+        parse_config(config([], research={"delivery": "on_time", "wait_ticks": None}))
 
 
 def test_invalid_results_and_timeouts_are_failures_with_no_score(tmp_path: Path) -> None:

@@ -49,6 +49,12 @@ class ResearchConfig(Section):
         description="the tick waits for evaluations this many ticks old "
         "(counting the submission tick); null never waits",
     )
+    delivery: Literal["when_ready", "on_time"] = Field(
+        "when_ready",
+        description="when_ready: a result reaches its author at the first turn or tick end after it is complete; "
+        "on_time: at the end of the tick its wait_ticks run out, never sooner (System baselines too), so a "
+        "station with scripted or recorded agents unfolds the same on a fast machine and a slow one",
+    )
     cooldown_ticks: int = Field(0, ge=0, description="ticks between one agent's submissions; 0 disables")
     no_score: bool = Field(False, description="hide scores from agents (evaluations still run)")
     show_tag_stats: bool = False
@@ -64,6 +70,12 @@ class ResearchConfig(Section):
     log_max_chars: int = Field(15_000, ge=200, description="logs shown in result messages (head and tail)")
     storage_read_max_chars: int = Field(40_000, ge=100)
     storage_write_max_chars: int = Field(1_000_000, ge=100)
+
+    @model_validator(mode="after")
+    def _on_time_needs_a_wait(self) -> ResearchConfig:
+        if self.delivery == "on_time" and self.wait_ticks is None:
+            raise ValueError("delivery on_time hands results over when wait_ticks run out: set wait_ticks")
+        return self
 
     def resolve_paths(self, config_file: Path) -> None:
         for task in self.tasks:

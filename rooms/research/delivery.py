@@ -12,6 +12,10 @@ The tick wait (spec research §2.10): at the end of a tick, an open evaluation s
 `research.wait_ticks` ticks ago or more (counting the submission tick) must be complete
 before the next tick starts; producing the ready list then waits for it. System baselines
 never hold the tick.
+
+With `research.delivery: on_time` a result is handed over at exactly that tick end, never
+sooner, and System baselines wait their turn too: which results an agent has seen then
+depends on the ticks alone, not on how fast the machine ran the evaluations.
 """
 
 from __future__ import annotations
@@ -53,17 +57,23 @@ class Evaluations(Hook):
     @on(TurnStarted)
     def deliver_before_turn(self, ctx: Context, agent_name: str | None, event: TurnStarted) -> None:
         rows = self._open(ctx)
-        if rows:
+        if rows and ctx.config.section(ResearchConfig).delivery == "when_ready":
             agent = ctx.agents.get(agent_name or "")
             self._deliver(ctx, rows, f"s{agent.session if agent else agent_name}", [])
 
     @on(TickEnding)
     def deliver_at_tick_end(self, ctx: Context, agent: str | None, event: TickEnding) -> None:
         rows = self._open(ctx)
-        if rows:
-            wait = ctx.config.section(ResearchConfig).wait_ticks
-            hold = [r for r in rows if r["holds_tick"] and wait is not None and ctx.tick - r["tick"] + 1 >= wait]
-            self._deliver(ctx, rows, "end", hold)
+        if not rows:
+            return
+        cfg = ctx.config.section(ResearchConfig)
+        wait = cfg.wait_ticks
+        due = [r for r in rows if wait is not None and ctx.tick - r["tick"] + 1 >= wait]
+        if cfg.delivery == "on_time":  # exactly the due ones, waiting for each: the same ticks on any machine
+            if due:
+                self._deliver(ctx, due, "end", due)
+            return
+        self._deliver(ctx, rows, "end", [r for r in due if r["holds_tick"]])
 
     def _open(self, ctx: Context) -> list[Any]:
         """The evaluations not yet delivered; outside a replay, the worker is woken for them."""
