@@ -174,24 +174,30 @@ def test_a_users_file_is_named_nowhere_a_run_can_see(tmp_path: Path, root: Path)
         assert "secret_atlas" not in text and str(tmp_path) not in text, text[:3000]
 
 
-def numba_caches() -> dict[Path, bytes]:
-    """The machine code the station's scorer loads from numba's on-disk caches (evaluators/scrna/numba_cache.py)."""
+def scorer_caches() -> dict[Path, bytes]:
+    """The machine code the station's scorer loads from disk: numba's caches (evaluators/scrna/numba_cache.py)
+    and JAX's (evaluators/scrna/jax_cache.py)."""
     import umap
 
     from evaluators.scrna import graph_metrics
+    from evaluators.scrna.dataset import data_root
 
     folders = [Path(umap.__file__).parent / "__pycache__", Path(graph_metrics.__file__).parent / "__pycache__",
                Path.home() / ".cache" / "numba"]
-    return {p: p.read_bytes() for folder in folders if folder.is_dir() for p in folder.rglob("*.nb[ic]")}
+    numba = {p: p.read_bytes() for folder in folders if folder.is_dir() for p in folder.rglob("*.nb[ic]")}
+    return numba | {p: p.read_bytes() for p in (data_root() / "jax-compiled").rglob("*") if p.is_file()}
 
 
-def test_a_run_cannot_plant_machine_code_in_the_scorers_numba_cache(task, honest) -> None:
-    """The scorer loads umap's kernels and ours from numba's cache: a run that could write there would
-    run its code in the station. It tries every cache file and folder the station's scorer uses, then
-    integrates honestly; every file stays as it was, no file is added, and the score is the honest one."""
-    before = numba_caches()
+def test_a_run_cannot_plant_machine_code_in_the_scorers_caches(task, honest) -> None:
+    """The scorer loads umap's kernels and ours from numba's cache, and its JAX programs from JAX's: a run
+    that could write there would run its code in the station. It tries every cache file and folder the
+    station's scorer uses, then integrates honestly; every file stays as it was, no file is added, and
+    the score is the honest one."""
+    before = scorer_caches()
     assert any("smooth_knn_dist" in p.name for p in before)  # the scorer ran (the `honest` run) and cached
-    targets = sorted({str(p) for p in before} | {str(p.parent / "umap_.smooth_knn_dist-1.py311.nbi") for p in before})
+    assert any(p.parent.name == "jax-compiled" for p in before)
+    targets = sorted({str(p) for p in before} | {str(p.parent / "umap_.smooth_knn_dist-1.py311.nbi") for p in before}
+                     | {str(p.parent / "jit_planted-cache") for p in before})
     attack = next(b.code for b in task.baselines() if b.title == "No Integration Baseline") + f'''
 
 for _target in {targets!r}:
@@ -209,6 +215,6 @@ for _target in {targets!r}:
         executor.close()
     assert result.status == "ok", result.stderr[-2000:]
     assert "WROTE" not in result.stdout and result.stdout.count("REFUSED") == len(targets), result.stdout
-    assert numba_caches() == before
+    assert scorer_caches() == before
     verdict = task.score(result)
     assert verdict.success and verdict.score == pytest.approx(honest.score)

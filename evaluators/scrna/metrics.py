@@ -235,8 +235,11 @@ def _import_libraries() -> None:
     """Import the heavy libraries up front, so that their import time is not charged to a metric."""
     import importlib
 
+    from .jax_cache import cache_jax_programs
+
     for module in ("anndata", "scanpy", "scib_metrics"):  # scib_metrics imports jax
         importlib.import_module(module)
+    cache_jax_programs()
 
 
 @contextlib.contextmanager
