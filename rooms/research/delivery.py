@@ -69,7 +69,7 @@ class Evaluations(Hook):
         cfg = ctx.config.section(ResearchConfig)
         wait = cfg.wait_ticks
         due = [r for r in rows if wait is not None and ctx.tick - r["tick"] + 1 >= wait]
-        if cfg.delivery == "on_time":  # exactly the due ones, waiting for each: the same ticks on any machine
+        if cfg.delivery == "on_time":  # exactly the due ones, waiting for each: the same ticks at any speed
             if due:
                 self._deliver(ctx, due, "end", due)
             return

@@ -131,9 +131,13 @@ def _load_messages(root: Path) -> dict[str, str]:
     return messages
 
 
+# The codex's own files, read by every station process (a tenth of the time with libyaml's parser).
+_CODEX_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_CODEX_LOADER)
     except (OSError, yaml.YAMLError) as err:
         raise TextsError(f"cannot load {path}: {err}") from None
 
