@@ -10,8 +10,15 @@ plant its own. Where the folder cannot be made, JAX compiles in each process, as
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 from .dataset import data_root
+
+
+def jax_programs_folder() -> Path:
+    """Where the scorer's compiled programs are kept; the task hides it from runs (private_paths)
+    wherever an isolation mode would show the host read-only."""
+    return data_root() / "jax-compiled"
 
 
 @functools.cache
@@ -19,7 +26,7 @@ def cache_jax_programs() -> None:
     """Before the scorer's first compilation (a no-op afterwards)."""
     import jax
 
-    folder = data_root() / "jax-compiled"
+    folder = jax_programs_folder()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:

@@ -230,8 +230,10 @@ The score is the mean of the ten. Higher is better. The details of each result l
         return [Mount(self.dataset.ensure().input_dir, INPUT_DIR)]
 
     def private_paths(self) -> list[Path]:
-        secret = self.dataset.secret_dir
-        return [self.dataset.private_dir, *([secret] if secret.is_dir() else [])]
+        from .jax_cache import jax_programs_folder
+
+        secret, programs = self.dataset.secret_dir, jax_programs_folder()
+        return [self.dataset.private_dir, *(folder for folder in (secret, programs) if folder.is_dir())]
 
     def env(self) -> dict[str, str]:
         return {"NUMBA_CACHE_DIR": "/tmp/numba", "MPLCONFIGDIR": "/tmp/mpl"}
