@@ -30,6 +30,7 @@ from station.core.run_types import Mount, RunResult
 from ..base import Baseline, ExternalPlan, Task, Verdict, figure_number, register
 from .driver import INPUT_DIR, driver
 from .extra_metrics import EXTRA_METRICS
+from .jax_cache import jax_programs_folder
 from .metrics import METRICS
 from .normalisation import choose_normalisation, normalise, openproblems_bounds
 from .play import submission as scripted_play
@@ -230,8 +231,6 @@ The score is the mean of the ten. Higher is better. The details of each result l
         return [Mount(self.dataset.ensure().input_dir, INPUT_DIR)]
 
     def private_paths(self) -> list[Path]:
-        from .jax_cache import jax_programs_folder
-
         secret, programs = self.dataset.secret_dir, jax_programs_folder()
         return [self.dataset.private_dir, *(folder for folder in (secret, programs) if folder.is_dir())]
 
