@@ -191,8 +191,9 @@ def scorer_caches() -> dict[Path, bytes]:
 def test_a_run_cannot_plant_machine_code_in_the_scorers_caches(task, honest) -> None:
     """The scorer loads umap's kernels and ours from numba's cache, and its JAX programs from JAX's: a run
     that could write there would run its code in the station. It tries every cache file and folder the
-    station's scorer uses, then integrates honestly; every file stays as it was, no file is added, and
-    the score is the honest one."""
+    station's scorer uses, then integrates honestly; every file stays as it was, none of its files
+    appears, and the score is the honest one. (Scorings in the other test worker may add their own
+    cache entries meanwhile: the station's, not the run's.)"""
     before = scorer_caches()
     assert any("smooth_knn_dist" in p.name for p in before)  # the scorer ran (the `honest` run) and cached
     assert any(p.parent.name == "jax-compiled" for p in before)
@@ -215,6 +216,8 @@ for _target in {targets!r}:
         executor.close()
     assert result.status == "ok", result.stderr[-2000:]
     assert "WROTE" not in result.stdout and result.stdout.count("REFUSED") == len(targets), result.stdout
-    assert scorer_caches() == before
+    after = scorer_caches()
+    assert [p for p in before if after.get(p) != before[p]] == []
+    assert [t for t in targets if Path(t) not in before and Path(t).exists()] == []
     verdict = task.score(result)
     assert verdict.success and verdict.score == pytest.approx(honest.score)
