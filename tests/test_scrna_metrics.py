@@ -314,6 +314,22 @@ def test_cell_cycle_conservation(solution):
         assert "0.0" in problems["cell_cycle_conservation"]
 
 
+def test_a_solution_scores_each_result_as_a_fresh_copy_of_it_would(solution):
+    """What the metrics keep per solution (its own regressions and cell-cycle scores, computed at
+    the first scoring) holds nothing of the result that filled it: a second result scores exactly
+    as it does against a solution object that never scored anything."""
+    genes = (S_GENES, G2M_GENES)
+    normalized = solution.layers["normalized"].toarray()
+    first, _ = compute_metrics(result_for(solution, separated_types_embedding(solution)), solution,
+                               cell_cycle_genes=genes)
+    second = result_for(solution, normalized[:, 16:])
+    kept, _ = compute_metrics(second, solution, cell_cycle_genes=genes)
+    fresh, _ = compute_metrics(second, solution.copy(), cell_cycle_genes=genes)
+    assert kept == fresh
+    for name in ("pcr", "cell_cycle_conservation"):
+        assert math.isfinite(kept[name]) and kept[name] != first[name], name
+
+
 def test_corrected_counts_become_an_embedding(solution):
     result = ad.AnnData(obs=solution.obs[["observation_joinid"]].copy(), var=solution.var[[]].copy())
     result.layers["corrected_counts"] = solution.layers["normalized"].copy()

@@ -3,12 +3,13 @@ and how they compare with OpenProblems' scib, are in metrics.py's docstring; kBE
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .metric_inputs import N_PCS, Inputs, MetricSkipped
+from .metric_inputs import N_PCS, Inputs, MetricSkipped, solution_term
 
 
 def asw_label(inputs: Inputs) -> float:
@@ -76,18 +77,19 @@ def pcr(inputs: Inputs) -> float:
     emb = inputs.need_emb()
     normalized = _solution_normalized(inputs)
     var = inputs.solution.var
-    if "batch_hvg" in var:
-        hvg = np.asarray(var["batch_hvg"], dtype=bool)
-        if not hvg.any():
-            raise MetricSkipped("var['batch_hvg'] flags no gene")
-        normalized = normalized[:, np.flatnonzero(hvg)]
-    before_data = normalized.toarray() if sp.issparse(normalized) else np.asarray(normalized)
+    hvg = np.asarray(var["batch_hvg"], dtype=bool) if "batch_hvg" in var else None
+    if hvg is not None and not hvg.any():
+        raise MetricSkipped("var['batch_hvg'] flags no gene")
     onehot = np.eye(inputs.batch.max() + 1)[inputs.batch]
     onehot = onehot[:, onehot.sum(axis=0) > 0]
     if onehot.shape[1] < 2:
         raise MetricSkipped("needs at least two batches")
-    before = _pc_regression(before_data, onehot)
-    del before_data
+
+    def unintegrated() -> float:
+        data = normalized if hvg is None else normalized[:, np.flatnonzero(hvg)]
+        return _pc_regression(data.toarray() if sp.issparse(data) else np.asarray(data), onehot)
+
+    before = solution_term(inputs.solution, ("pcr",), unintegrated)
     after = _pc_regression(emb, onehot)
     if not before > 0:
         raise MetricSkipped("batch explains no variance of the unintegrated data")
@@ -117,9 +119,9 @@ def cell_cycle(inputs: Inputs, genes: tuple[Sequence[str], Sequence[str]] | None
     if not s_genes or not g2m_genes:
         problems[name] = "no S-phase or no G2/M gene found in var['feature_name']; scored 0.0 as OpenProblems does"
         return 0.0
-    scores = []
-    for batch in pd.unique(inputs.batch):
-        idx = np.flatnonzero(inputs.batch == batch)
+
+    def unintegrated(idx: np.ndarray) -> tuple[np.ndarray, float]:
+        """A batch's cell-cycle scores, and their PC regression on its unintegrated data."""
         part = normalized[idx]
         sub = ad.AnnData(
             X=sp.csr_matrix(part) if sp.issparse(part) else np.asarray(part),
@@ -128,7 +130,13 @@ def cell_cycle(inputs: Inputs, genes: tuple[Sequence[str], Sequence[str]] | None
         )
         sc.tl.score_genes_cell_cycle(sub, s_genes=s_genes, g2m_genes=g2m_genes)
         covariates = sub.obs[["S_score", "G2M_score"]].to_numpy(dtype=np.float64)
-        before = _pc_regression(sub.X, covariates)
+        return covariates, _pc_regression(sub.X, covariates)
+
+    scores = []
+    for batch in pd.unique(inputs.batch):
+        idx = np.flatnonzero(inputs.batch == batch)
+        key = ("cell_cycle", int(batch), tuple(s_genes), tuple(g2m_genes))
+        covariates, before = solution_term(inputs.solution, key, functools.partial(unintegrated, idx))
         after = _pc_regression(emb[idx], covariates)
         score = 1.0 - abs(after - before) / before
         scores.append(max(0.0, score))

@@ -5,13 +5,16 @@ from the embedding), each with the reason when it is missing or unusable."""
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 N_NEIGHBORS = 15  # sc.pp.neighbors default, used by OpenProblems' process_integration
 N_PCS = 50
+T = TypeVar("T")
 
 
 class MetricSkipped(Exception):
@@ -47,6 +50,26 @@ class Inputs:
         if self.conn is None:
             raise MetricSkipped(self.graph_problem or "needs a neighbour graph")
         return self.conn
+
+
+# What depends on the solution alone (PCR's and the cell-cycle metric's regressions on the unintegrated
+# data, the cell-cycle scores) is the same for every submission scored against it: computed once per
+# solution object while it lives, instead of at every scoring (half of a warm scoring's CPU). The
+# metrics never change a solution, and a dataset reads its file into a new object when it changes.
+_SOLUTION_TERMS: dict[int, tuple[weakref.ref, dict[tuple, Any]]] = {}
+
+
+def solution_term(solution: Any, key: tuple, compute: Callable[[], T]) -> T:
+    """`compute()` for `solution` under `key`, computed at its first use and kept with the solution."""
+    ident = id(solution)
+    entry = _SOLUTION_TERMS.get(ident)
+    if entry is None or entry[0]() is not solution:  # a new object, or another one at a freed address
+        entry = (weakref.ref(solution, lambda _: _SOLUTION_TERMS.pop(ident, None)), {})
+        _SOLUTION_TERMS[ident] = entry
+    terms = entry[1]
+    if key not in terms:
+        terms[key] = compute()
+    return terms[key]
 
 
 def check_cells(result: Any, solution: Any) -> None:
