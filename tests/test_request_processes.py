@@ -88,7 +88,7 @@ def test_the_workers_retry_transient_failures_and_book_the_retries(server, tmp_p
 
 
 def test_a_refused_key_pauses_the_station_with_the_providers_reason(server, tmp_path, monkeypatch):
-    create(tmp_path / "st", server, 2, every_sdk=True).close()  # one provider's key refused, the others'
+    create(tmp_path / "st", server, 1, every_sdk=True).close()  # one worker, every SDK: one provider's key refused, the others'
     monkeypatch.setenv("OPENAI_API_KEY", "revoked-key")  # the workers start with this environment
     with pytest.raises(StationPaused) as paused:
         run(tmp_path / "st", 1)
