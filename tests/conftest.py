@@ -15,9 +15,16 @@ from typing import Any, TypeVar
 
 import pytest
 
-from station.apps.world import Station
-from station.core.config import load_config
-from station.core.engine import Engine
+# Set before anything imports numpy (the station's modules below do): two test workers share two
+# cores, so a worker's BLAS threads (OpenBLAS spins while it waits) only take CPU from the other
+# worker. 10% less CPU for the scRNA and circle-packing tests. Subprocesses inherit it; sandboxed
+# runs set their own from their num_cpus. A value already in the environment wins.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
+from station.apps.world import Station  # noqa: E402
+from station.core.config import load_config  # noqa: E402
+from station.core.engine import Engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
