@@ -29,7 +29,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..cache import build_once, exclusive
-from .secret import fingerprint, keyed_seed, secret_dir, station_secret
+from .secret import data_root, fingerprint, keyed_seed, secret_dir, station_secret
 
 GENERATOR = "sim-v2"  # v2: batch_hvg from scanpy's seurat_v3
 FILE_LAYOUT = "file2"  # the same change for a user's file (its genes are chosen by seurat_v3 too)
@@ -54,10 +54,6 @@ def _read_solution(path: Path) -> Any:
                 _SOLUTIONS.pop(next(iter(_SOLUTIONS)))
             _SOLUTIONS[key] = ad.read_h5ad(path)
         return _SOLUTIONS[key]
-
-
-def data_root() -> Path:
-    return Path(os.environ.get("STATION_SCRNA_DATA") or Path.home() / ".cache" / "station" / "scrna")
 
 
 class Dataset:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from .dataset import data_root
+from .secret import data_root
 
 
 def jax_programs_folder() -> Path:

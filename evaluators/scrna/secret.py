@@ -23,6 +23,11 @@ SECRET_FILE = "simulation.key"
 KEY_BYTES = 32
 
 
+def data_root() -> Path:
+    """The station's data cache for this task: the datasets, their secret and compiled kernels."""
+    return Path(os.environ.get("STATION_SCRNA_DATA") or Path.home() / ".cache" / "station" / "scrna")
+
+
 def secret_dir(root: Path) -> Path:
     return Path(root) / SECRET_DIR
 

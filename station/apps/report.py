@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from station.apps.world import Station
+from station.core.agents import agent_summaries
 from station.core.model_api import LENGTH
 from station.core.terminal_text import clean, markdown
 
@@ -343,8 +344,6 @@ def agents_table(station: Station, *, include_ended: bool, limit: int = AGENTS_S
     `include_ended`), read inside SQLite, and a last line saying how to see the rest."""
     if limit < 1 or offset < 0:
         raise ValueError("--limit must be at least 1 and --offset at least 0")
-    from station.apps.web.data import agent_summaries
-
     store, tick = station.store, station.ctx.tick
     where = "1" if include_ended else "state='active'"
     total = store.scalar(f"SELECT COUNT(*) FROM agents WHERE {where}")

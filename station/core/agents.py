@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -488,3 +489,32 @@ def softmax_choice(options: list[tuple[str | None, float]], temperature: float, 
 
 def latest_of_lineage(candidates: Iterable[Agent], lineage: str) -> Agent:
     return max((a for a in candidates if a.lineage == lineage), key=lambda a: a.generation or 0)
+
+
+# The headline fields of the lists of agents the apps show (the CLI, the web pages).
+SUMMARY_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "ascended_to", "ascend_tick", "location")
+
+
+def agent_summaries(
+    db: sqlite3.Connection,
+    where: str = "1",
+    params: tuple[Any, ...] = (),
+    *,
+    limit: int = -1,
+    offset: int = 0,
+    newest_first: bool = False,
+    fields: tuple[str, ...] = SUMMARY_FIELDS,
+) -> list[dict[str, Any]]:
+    """Agents' headline fields, read inside SQLite (a long station has tens of thousands of records).
+    The page is chosen on the position index alone (no record is read for the rows skipped), then
+    only its rows are read."""
+    extracted = "".join(f", json_extract(a.data, '$.{f}') AS {f}" for f in fields)
+    way = " DESC" if newest_first else ""
+    cursor = db.execute(
+        f"SELECT a.name, a.session, a.state, a.kind, a.lineage, a.model_name, a.successor{extracted} FROM "
+        f"(SELECT rowid AS id FROM agents WHERE {where} ORDER BY position{way}, name{way} LIMIT ? OFFSET ?) page "
+        f"JOIN agents a ON a.rowid = page.id ORDER BY a.position{way}, a.name{way}",
+        (*params, limit, offset),
+    )
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor]

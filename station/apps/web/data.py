@@ -17,7 +17,7 @@ from rooms.archive import views as archive_views
 from rooms.research import states
 from rooms.research import views as research_views
 from station.apps.web.refs import mentioned
-from station.core.agents import Agent
+from station.core.agents import Agent, agent_summaries
 
 TURNS_PER_PAGE = 20
 AGENTS_PER_PAGE = 100
@@ -77,9 +77,6 @@ def agent(db: sqlite3.Connection, name: str) -> Agent | None:
     return Agent.from_json(row[0]) if row else None
 
 
-AGENT_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "ascended_to", "ascend_tick", "location")
-
-
 AGENT_STATES = ("active", "ascended", "ended")
 AGENT_KINDS = ("guest", "recursive")
 
@@ -109,30 +106,6 @@ def recent_lineages(db: sqlite3.Connection, count: int = 100, among: int = 2_000
             (among, count),
         )
     ]
-
-
-def agent_summaries(
-    db: sqlite3.Connection,
-    where: str = "1",
-    params: tuple = (),
-    *,
-    limit: int = -1,
-    offset: int = 0,
-    newest_first: bool = False,
-    fields: tuple[str, ...] = AGENT_FIELDS,
-) -> list[dict[str, Any]]:
-    """Agents' headline fields, read inside SQLite (a long station has tens of thousands of records).
-    The page is chosen on the position index alone (no record is read for the rows skipped), then
-    only its rows are read."""
-    extracted = "".join(f", json_extract(a.data, '$.{f}') AS {f}" for f in fields)
-    way = " DESC" if newest_first else ""
-    return rows(
-        db,
-        f"SELECT a.name, a.session, a.state, a.kind, a.lineage, a.model_name, a.successor{extracted} FROM "
-        f"(SELECT rowid AS id FROM agents WHERE {where} ORDER BY position{way}, name{way} LIMIT ? OFFSET ?) page "
-        f"JOIN agents a ON a.rowid = page.id ORDER BY a.position{way}, a.name{way}",
-        (*params, limit, offset),
-    )
 
 
 SHOWN_CHARS = 30_000  # of one prompt, reply or thinking on a dialogue page; the whole text is a link away
