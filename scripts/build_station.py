@@ -54,6 +54,7 @@ from rich.table import Table  # noqa: E402
 from evaluators.programs import program  # noqa: E402
 from rooms.research.config import ResearchConfig, TaskConfig  # noqa: E402
 from rooms.research.store import insert_evaluation  # noqa: E402
+from rooms.research.tasks import tasks_of  # noqa: E402
 from station.apps.world import Station  # noqa: E402
 from station.core.agents import Agent  # noqa: E402
 from station.core.config import AgentSpec, StationConfig, load_config  # noqa: E402
@@ -209,7 +210,7 @@ def add_synthetic_evaluations(station: Station, count: int, seed: int) -> dict[s
     authors = _authors(store, last_tick)
     if not authors:
         raise SystemExit("no recursive agents in the station: nobody could have submitted research")
-    task_id = next(iter(station.ctx.tasks), "1")
+    task_id = next(iter(tasks_of(station.ctx)), "1")
     n = int(station.config.section(ResearchConfig).tasks[0].params.get("n", 26)) if station.config.section(ResearchConfig).tasks else 26
     start = min(first for first, _, _ in authors)  # the first ascension: nobody could submit before
     ticks = sorted(rng.randint(start, max(start, last_tick - 2)) for _ in range(count))
@@ -321,7 +322,7 @@ def build_station(out: str | Path, ticks: int = 5000, config_path: str | Path = 
     resumed_at = None
     if Store.exists(out):
         station = Station.open(out)
-        if station.ctx.tasks:
+        if tasks_of(station.ctx):
             station.close()
             raise StoreError(f"{out} holds an unfinished build whose research data was being added; "
                              "delete it and build again")

@@ -4,6 +4,6 @@ stagnation."""
 
 from . import plays  # noqa: F401 - registers the scripted policy's play at this room
 from .room import ResearchCounter
-from .tasks import load_tasks
+from .tasks import load_tasks, tasks_of
 
-__all__ = ["ResearchCounter", "load_tasks"]
+__all__ = ["ResearchCounter", "load_tasks", "tasks_of"]

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rooms.research.config import ResearchConfig
+from rooms.research.tasks import tasks_of
 from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, action
@@ -95,7 +96,7 @@ class Leaderboard:
     def metric_text(self, ctx: Context, task_id: str, name: str, value: Any) -> str:
         if value is None:
             return "—"
-        task = ctx.tasks.get(task_id)
+        task = tasks_of(ctx).get(task_id)
         spec = (getattr(task, "metric_formats", None) or {}).get(name) if task is not None else None
         if spec:
             try:
@@ -176,7 +177,7 @@ class Leaderboard:
             rows = [r for r in rows if r["tag"] != tag]
             mine = ctx.store.all(query.format(extra="AND t.tag = ?"), (*params, tag))
             rows = (list(mine) + rows)[:TAG_STATS_ROWS]
-        precision = max((self.precision(ctx, t) for t in ctx.tasks), default=4)
+        precision = max((self.precision(ctx, t) for t in tasks_of(ctx)), default=4)
         cols = ["Tag", "Submissions", "Last Tick"] + ([] if cfg.no_score else ["Highest Score"])
         lines = ["**Tag Statistics**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in rows:
@@ -184,7 +185,7 @@ class Leaderboard:
             if not cfg.no_score:
                 cells.append("—" if r["best"] is None else f"{r['best']:.{precision}f}")
             lines.append("| " + " | ".join(cells) + " |")
-        if len(ctx.tasks) > 1 and not cfg.no_score:
+        if len(tasks_of(ctx)) > 1 and not cfg.no_score:
             lines += ["", "Highest scores mix tasks; compare them only within one task."]
         return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from rooms.research.config import DebuggerConfig, ResearchConfig
 from rooms.research.events import EvaluationFinished, EvaluationSubmitted
+from rooms.research.tasks import tasks_of
 from station.core.background import apply_ready, recorded
 from station.core.context import Context, Hook, StationPaused, WaitInterrupted
 from station.core.events import OperatorAlert, StationCreated, TickEnding, TurnStarted, on
@@ -99,7 +100,7 @@ class Evaluations(Hook):
     def _ensure_worker(self, ctx: Context) -> None:
         if self.worker is not None and self.worker.is_alive():
             return
-        self.worker = EvaluationWorker(ctx.store.dir, ctx.config, ctx.texts, ctx.tasks, models=ctx.models)
+        self.worker = EvaluationWorker(ctx.store.dir, ctx.config, ctx.texts, tasks_of(ctx), models=ctx.models)
         self.worker.start()
 
     def _pause_on_system_failure(self) -> None:
@@ -176,7 +177,7 @@ def seed_baselines(ctx: Context) -> None:
     for number, entry in enumerate(ctx.config.section(ResearchConfig).tasks, 1):
         if not entry.baselines:
             continue
-        for baseline in ctx.tasks[str(number)].baselines():
+        for baseline in tasks_of(ctx)[str(number)].baselines():
             insert_evaluation(
                 ctx.store,
                 task=str(number),
@@ -260,7 +261,7 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
 
 def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
     texts, cfg = ctx.texts, ctx.config.section(ResearchConfig)
-    task = ctx.tasks.get(row["task"])
+    task = tasks_of(ctx).get(row["task"])
     reported = outcome.reported
     result = reported.result
     parts = [

@@ -23,6 +23,7 @@ from typing import Any
 from evaluators.base import Task
 from rooms.research.config import DebuggerConfig, ResearchConfig, StagnationConfig
 from rooms.research.events import EvaluationSubmitted
+from rooms.research.tasks import tasks_of
 from station.core.agents import Agent
 from station.core.config import StationConfig
 from station.core.context import Context, Hook
@@ -89,10 +90,10 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         )
 
     def task_ids(self, ctx: Context) -> list[str]:
-        return sorted(ctx.tasks, key=lambda t: (len(t), t))
+        return sorted(tasks_of(ctx), key=lambda t: (len(t), t))
 
     def precision(self, ctx: Context, task_id: str) -> int:
-        task = ctx.tasks.get(task_id)
+        task = tasks_of(ctx).get(task_id)
         return int(getattr(task, "display_precision", 4)) if task is not None else 4
 
     def storage_root(self, ctx: Context) -> Any:
@@ -140,7 +141,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         if not ids:
             return "**Research Tasks**\n\nNo research task is set."
         lines = ["**Research Tasks**", "", "| ID | Task |", "|---|---|"]
-        lines += [f"| {tid} | {cell(ctx.tasks[tid].title)} |" for tid in ids]
+        lines += [f"| {tid} | {cell(tasks_of(ctx)[tid].title)} |" for tid in ids]
         lines.append("\n`read <ID>` sends you a task's full description.")
         return "\n".join(lines)
 
@@ -179,7 +180,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 ]
             )
         task_id = self._task_id(text)
-        task = ctx.tasks.get(task_id) if task_id else None
+        task = tasks_of(ctx).get(task_id) if task_id else None
         if task is None:
             return Outcome([f"There is no research task '{text[:40]}'. Tasks: {', '.join(ids) or 'none'}."])
         addenda = ctx.store.all(
@@ -278,7 +279,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         """The task named after `submit` (default: the last one), if the code fits it."""
         ids = self.task_ids(ctx)
         task_id = self._task_id(args) if args and args.strip() else (ids[-1] if ids else None)
-        task = ctx.tasks.get(task_id) if task_id else None
+        task = tasks_of(ctx).get(task_id) if task_id else None
         if task is None or task_id is None:
             shown = (args or "").strip()[:40]
             raise Refused(f"there is no research task '{shown}' (tasks: {', '.join(ids) or 'none'})")
@@ -334,7 +335,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
     def record_text(self, ctx: Context, row: Any) -> str:
         cfg = ctx.config.section(ResearchConfig)
         number = row["id"]
-        task = ctx.tasks.get(row["task"])
+        task = tasks_of(ctx).get(row["task"])
         tags = ", ".join(json_or(row["tags"], [])) or "—"
         lines = [
             f"**Evaluation #{number}: {row['title']}**",
@@ -471,7 +472,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         share = max(1_000, SUMMARY_CHARS // len(ids))
         parts = []
         for tid in ids:
-            task = ctx.tasks[tid]
+            task = tasks_of(ctx)[tid]
             spec = task.spec().strip()
             if len(spec) > share:
                 spec = spec[:share].rstrip() + "\n[... the rest of the description is left out ...]"
@@ -514,7 +515,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         queued_ids = {r[0] for r in ctx.store.all("SELECT id FROM evaluations WHERE status = 'queued'")}
         running = len(queued_ids & running_ids(ctx.store))
         best = {}
-        for task in ctx.tasks:
+        for task in tasks_of(ctx):
             row = self.best(ctx, task)
             if row is not None:
                 best[task] = {

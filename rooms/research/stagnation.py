@@ -60,6 +60,7 @@ from typing import Any
 
 from rooms.research.config import StagnationConfig
 from rooms.research.events import StagnationChanged, StagnationTagProgress
+from rooms.research.tasks import tasks_of
 from station.core.context import Context, Hook
 from station.core.events import TickStarted, on
 from station.core.store import dumps
@@ -191,9 +192,9 @@ class Stagnation(Hook):
 
     @on(TickStarted)
     def watch(self, ctx: Context, agent: str | None, event: TickStarted) -> None:
-        if not ctx.config.section(StagnationConfig).enabled or not ctx.tasks or ctx.room("research") is None:
+        if not ctx.config.section(StagnationConfig).enabled or not tasks_of(ctx) or ctx.room("research") is None:
             return
-        for task in sorted(ctx.tasks, key=_task_order):
+        for task in sorted(tasks_of(ctx), key=_task_order):
             self._check(ctx, task)
         self._sync_station_status(ctx)
 
@@ -286,7 +287,7 @@ class Stagnation(Hook):
         ctx.emit(StagnationChanged(task=state.task, status=status, tag=tag, recipients=len(sent)))
 
     def _sync_station_status(self, ctx: Context) -> None:
-        states = [s for s in (load_state(ctx.store, t) for t in sorted(ctx.tasks, key=_task_order)) if s]
+        states = [s for s in (load_state(ctx.store, t) for t in sorted(tasks_of(ctx), key=_task_order)) if s]
         status = station_status(states)
         if ctx.store.get_meta("station_status") != status:
             ctx.store.set_meta("station_status", status)
@@ -367,9 +368,9 @@ def _remove_addenda(ctx: Context, task: str) -> None:
 
 def _about(ctx: Context, task: str) -> str:
     """Which task a message is about; empty when the station has only one."""
-    if len(ctx.tasks) < 2:
+    if len(tasks_of(ctx)) < 2:
         return ""
-    title = getattr(ctx.tasks[task], "title", "") or getattr(ctx.tasks[task], "kind", "")
+    title = getattr(tasks_of(ctx)[task], "title", "") or getattr(tasks_of(ctx)[task], "kind", "")
     return ctx.texts.render("stagnation_about", task=task, title=title)
 
 

@@ -5,10 +5,20 @@ from __future__ import annotations
 from evaluators.base import Task, create_task
 from rooms.research.config import ResearchConfig
 from station.core.config import ConfigError
+from station.core.context import Context
 
 
-def load_tasks(config: ResearchConfig) -> dict[str, Task]:
-    tasks: dict[str, Task] = {}
+class ResearchTasks(dict[str, Task]):
+    """A station's research tasks by id, attached to its context by the world (`tasks_of`)."""
+
+
+def tasks_of(ctx: Context) -> ResearchTasks:
+    """The station's research tasks (none for a station without research)."""
+    return ctx.part(ResearchTasks) or ResearchTasks()
+
+
+def load_tasks(config: ResearchConfig) -> ResearchTasks:
+    tasks = ResearchTasks()
     for number, entry in enumerate(config.tasks, 1):
         try:
             if entry.folder is not None:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evaluators.base import ScorerFailure
+from evaluators.base import ScorerFailure, Task
 from rooms.research.config import DebuggerConfig, ResearchConfig
 from station.core.agents import AgentRegistry
 from station.core.background import InputWorker, Stopped
@@ -155,7 +155,7 @@ class EvaluationWorker(InputWorker):
         directory: Path,
         config: Any,
         texts: Any,
-        tasks: dict[str, Any],
+        tasks: dict[str, Task],
         executor: Any | None = None,
         models: Any = None,
     ) -> None:

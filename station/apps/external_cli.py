@@ -40,6 +40,7 @@ def add_external_command(sub: Any) -> None:
 def cmd_external(args: argparse.Namespace) -> int:
     from rooms.research.config import ResearchConfig
     from rooms.research.external_evaluation import chosen, evaluate_externally, hidden_paths, record
+    from rooms.research.tasks import tasks_of
     from station.apps.world import Station
     from station.executors import create_executor
 
@@ -47,7 +48,7 @@ def cmd_external(args: argparse.Namespace) -> int:
         raise CliError("--seeds must be at least 1")
     station = Station.open(args.dir)
     try:
-        tasks = station.ctx.tasks
+        tasks = tasks_of(station.ctx)
         if not tasks:
             raise CliError(f"{args.dir} has no research task to evaluate")
         try:

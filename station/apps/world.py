@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rooms import check_known, every_room, load_rooms, recorded_room_set, room_classes
-from rooms.research import load_tasks
+from rooms.research import load_tasks, tasks_of
 from rooms.research.config import ResearchConfig
 from station.core import lifecycle
 from station.core.agents import AgentRegistry
@@ -62,7 +62,7 @@ class Station:
             store, config.tokens.protected_keywords, cache_bytes=config.engine.conversation_cache_mb << 20
         )
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
-        self.ctx.tasks = load_tasks(config.section(ResearchConfig))
+        self.ctx.attach(load_tasks(config.section(ResearchConfig)))
         rooms = self._build_rooms(recorded_room_set(config.rooms.enabled, config.rooms.disabled))
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = load_hooks(config, rooms)
@@ -77,7 +77,7 @@ class Station:
 
     def _build_rooms(self, names: list[str]) -> list[Room]:
         """The named rooms, their tables made; the Research Counter only where there is a task."""
-        rooms = load_rooms([short for short in names if short != "research" or self.ctx.tasks])
+        rooms = load_rooms([short for short in names if short != "research" or tasks_of(self.ctx)])
         for room in rooms:
             self.store.migrate(room.migration_component or f"room:{room.short}", room.migrations)
         return rooms
@@ -100,7 +100,7 @@ class Station:
         that cannot be prepared (a missing file, a bad column) raises ValueError naming it.
         `warm_up`: this process will score (it runs the station), so the scorers pay their
         first-call costs now too."""
-        for number, task in self.ctx.tasks.items():
+        for number, task in tasks_of(self.ctx).items():
             told = lambda step, n=number: say(f"preparing task {n}: {step}")
             try:
                 task.prepare(told)

@@ -10,7 +10,7 @@ import hashlib
 import json
 import random
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from station.core.agents import GUEST, Agent, AgentRegistry
 from station.core.config import StationConfig
@@ -105,6 +105,9 @@ def register_hook(cls: type[Hook]) -> type[Hook]:
 MATURE_ONLY_KINDS = {"termination", "publication", "public_memory"}
 
 
+P = TypeVar("P")
+
+
 def _no_room_opener(before: StationConfig, after: StationConfig) -> None:
     raise ValueError("this station cannot open rooms while it runs")
 
@@ -118,13 +121,23 @@ class Context:
         self.rooms: dict[str, Room] = {}
         self.hooks: list[Hook] = []
         self.models: ModelSource = None  # type: ignore[assignment]  # set by the world: the providers' ModelPool
-        self.tasks: dict[str, Any] = {}  # research tasks by id ("1", ...): evaluators.base.Task
+        self._parts: dict[type[Any], object] = {}  # features' station-wide objects, by type (attach)
         self.replay_source: Store | None = None
         self.replay_strict = False
         self.stop_event: Any = None  # set by the engine: a threading.Event asking the run to stop
         self.on_wait: Callable[[str], None] = lambda text: None  # progress while a unit waits
         # set by the world: opens the rooms a changed config adds (before, after); ValueError if it removes one
         self.open_rooms: Callable[[StationConfig, StationConfig], None] = _no_room_opener
+
+    def attach(self, part: object) -> None:
+        """Keep a feature's station-wide object (the research tasks, ...) for its rooms to find by its
+        type: the engine holds it without knowing what it is."""
+        self._parts[type(part)] = part
+
+    def part(self, kind: type[P]) -> P | None:
+        """The object of exactly this type that a feature attached, if any."""
+        part = self._parts.get(kind)
+        return part if isinstance(part, kind) else None
 
     def report_wait(self, text: str) -> None:
         self.on_wait(text)

@@ -18,6 +18,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from rooms.research.tasks import tasks_of
 from station.apps.web import data, plots, refs, render
 from station.apps.web.access import (
     OneTimeLogin,
@@ -112,7 +113,7 @@ class Site:
 
     def alerts(self) -> dict[str, Any]:
         """What the overview's banners and list of open evaluations show (also live, through /api/live)."""
-        tasks = self.reader.station().ctx.tasks
+        tasks = tasks_of(self.reader.station().ctx)
         watch = data.evaluation_watch(
             self.reader.db(),
             live=self.runner.state().startswith("running"),
