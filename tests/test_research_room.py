@@ -36,6 +36,7 @@ from rooms.research.delivery import Evaluations
 from rooms.research.ids import parse_id_list
 from rooms.research.room import ResearchCounter
 from rooms.research.store import insert_evaluation
+from rooms.research.tasks import ResearchTasks, tasks_of
 from station.apps.world import Station
 from station.core.context import NeedInput
 from station.core.engine import Engine
@@ -926,6 +927,16 @@ def test_task_summary_credits_counts_and_best(tmp_path: Path) -> None:
 def test_the_room_is_absent_without_tasks(tmp_path: Path) -> None:
     st = make_station(tmp_path / "s", [recursive(replay_model(tmp_path / "r.jsonl", []))])
     assert st.ctx.room("research") is None
+    assert tasks_of(st.ctx) == {} and st.ctx.part(ResearchTasks) is not None  # attached, and empty
+
+
+def test_the_tasks_are_the_research_features_own_object_which_the_engine_holds_unknowing(tmp_path: Path) -> None:
+    st = station(tmp_path, {"Spiro I": []})
+    tasks = tasks_of(st.ctx)
+    assert list(tasks) == ["1", "2"] and [t.kind for t in tasks.values()] == [t["evaluator"] for t in TASKS]
+    assert st.ctx.part(ResearchTasks) is tasks and isinstance(tasks["1"], Task)
+    assert st.ctx.part(dict) is None  # found by its own type only: another feature's dict is not mistaken for it
+    assert not hasattr(st.ctx, "tasks")
 
 
 def test_a_replay_shows_the_storage_as_it_was_seen_live(tmp_path: Path) -> None:
