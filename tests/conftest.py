@@ -22,11 +22,13 @@ import pytest
 for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 
+from evaluators.secret import use_key  # noqa: E402
 from station.apps.world import Station  # noqa: E402
 from station.core.config import load_config  # noqa: E402
 from station.core.engine import Engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+TEST_KEY = ROOT / "tests" / "data" / "simulation.key"  # the shared task data's key (shared_task_data)
 T = TypeVar("T")
 
 
@@ -40,8 +42,10 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def shared_task_data(tmp_path_factory: pytest.TempPathFactory, task: str) -> Iterator[Path]:
     """STATION_<TASK>_DATA pointed at one data cache per test run, shared by every module and worker:
     a dataset (and its scoring bounds) is built once, under the cache's own file locks, not once
-    per module. Tests of how a cache is made use a folder of their own."""
+    per module. Tests of how a cache is made use a folder of their own. The simulated data are
+    drawn with a fixed key (tests/data/simulation.key), as a user who shares a key would."""
     folder = run_folder(tmp_path_factory) / "task-data" / task.lower()
+    use_key(folder, TEST_KEY)  # the same data every run: numbers measured on it stay comparable
     patch = pytest.MonkeyPatch()
     patch.setenv(f"STATION_{task.upper()}_DATA", str(folder))
     try:

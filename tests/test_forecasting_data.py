@@ -44,6 +44,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> ForecastDataset:
     return ForecastDataset(tmp_path_factory.mktemp("forecast"), size="small", seed=0).ensure()
 
 
+@pytest.fixture(scope="module")
+def drawn(built: ForecastDataset) -> dict[str, np.ndarray]:
+    """The recording the keyed dataset holds: the simulator, given the seed only the key gives."""
+    return simulate(built.recording_seed, **SMALL)
+
+
 def _brute_force_starts(labels: np.ndarray, length: int) -> list[int]:
     return [s for s in range(len(labels) - length + 1) if len(set(labels[s:s + length].tolist())) == 1]
 
@@ -165,7 +171,7 @@ def test_mae_by_horizon():
 
 
 # -- the dataset on disk ---------------------------------------------------------------------------
-def test_dataset_layout_hides_test(built, sim):
+def test_dataset_layout_hides_test(built, drawn):
     assert sorted(p.name for p in built.input_dir.iterdir()) == sorted(INPUT_FILES)
     assert not any("test" in p.name for p in built.input_dir.rglob("*"))
     assert {"test_data.npy", "test_condition_labels.npy", "dataset.json"} <= {p.name for p in built.private_dir.iterdir()}
@@ -175,21 +181,21 @@ def test_dataset_layout_hides_test(built, sim):
     for key in ARRAYS:
         split = key.split("_")[0]
         folder = built.private_dir if split == "test" else built.input_dir
-        assert np.array_equal(np.load(folder / f"{key}.npy"), sim[key]), key
+        assert np.array_equal(np.load(folder / f"{key}.npy"), drawn[key]), key
     info = built.info()
     assert built.n_neurons == SMALL["n_neurons"]
-    assert built.frames == {s: len(sim[f"{s}_data"]) for s in ("train", "val", "test")}
+    assert built.frames == {s: len(drawn[f"{s}_data"]) for s in ("train", "val", "test")}
     assert info["held_out_conditions"] == [5] and info["conditions"]["train"] == [0, 1, 2, 3, 4]
-    assert info["windows"]["val"] == len(window_starts(sim["val_condition_labels"]))
+    assert info["windows"]["val"] == len(window_starts(drawn["val_condition_labels"]))
     text = built.describe()
     assert f"{SMALL['n_neurons']:,} neurons" in text and f"{info['windows']['train']:,}" in text
 
 
-def test_training_runs_get_a_folder_with_the_training_split_only(built, sim):
+def test_training_runs_get_a_folder_with_the_training_split_only(built, drawn):
     assert sorted(p.name for p in built.train_dir.iterdir()) == sorted(TRAIN_FILES)
     assert built.train_dir.stat().st_mode & 0o777 == 0o755
     for file in TRAIN_FILES:
-        assert np.array_equal(np.load(built.train_dir / file), sim[file.removesuffix(".npy")]), file
+        assert np.array_equal(np.load(built.train_dir / file), drawn[file.removesuffix(".npy")]), file
 
 
 def zapbench_windows(sim, split: str) -> np.ndarray:
@@ -209,7 +215,7 @@ def zapbench_windows(sim, split: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("splits", [("val",), ("val", "test")])
-def test_the_scorer_cuts_the_windows_zapbench_scores(built, sim, splits):
+def test_the_scorer_cuts_the_windows_zapbench_scores(built, drawn, splits):
     """Validation windows take their context from the end of the training split and test windows
     from the end of validation, so every frame of a scored split is a target, its first ones too."""
     folder = built.scored_windows(splits)
@@ -217,12 +223,12 @@ def test_the_scorer_cuts_the_windows_zapbench_scores(built, sim, splits):
     frames, starts, group = (np.load(folder / f"{name}.npy") for name in ("frames", "starts", "group"))
     for index, split in enumerate(splits):
         x, y = gather(frames, starts[group == index])
-        expected = zapbench_windows(sim, split)
+        expected = zapbench_windows(drawn, split)
         assert np.array_equal(np.concatenate([x, y], axis=1), expected), split
-        first = sim[f"{split}_condition_labels"] == sim[f"{split}_condition_labels"][0]
-        assert np.array_equal(y[0, 0], sim[f"{split}_data"][first][0])  # the split's first frame is forecast
+        first = drawn[f"{split}_condition_labels"] == drawn[f"{split}_condition_labels"][0]
+        assert np.array_equal(y[0, 0], drawn[f"{split}_data"][first][0])  # the split's first frame is forecast
     assert built.scored_windows(splits) == folder  # made once
-    assert len(starts) > len(window_starts(sim["val_condition_labels"]))
+    assert len(starts) > len(window_starts(drawn["val_condition_labels"]))
     with pytest.raises(ValueError, match="scores the val and test splits"):
         built.scored_windows(("train",))
 
@@ -243,13 +249,13 @@ def test_data_root_follows_the_environment(monkeypatch, tmp_path):
         ForecastDataset(tmp_path, size="huge")
 
 
-def test_reference_scores(built, sim):
+def test_reference_scores(built, drawn):
     refs = built.references()
     assert json.loads((built.private_dir / REFERENCES_FILE).read_text()) == refs
     scores = refs  # predictor -> {mae, horizons, by_step, windows}
     assert set(scores) == {"persistence", "context_mean", "train_mean"}
     # the chunked computation agrees with a direct one, on the windows ZAPBench scores
-    windows = zapbench_windows(sim, "val")
+    windows = zapbench_windows(drawn, "val")
     x, y = windows[:, :CONTEXT], windows[:, CONTEXT:]
     direct = mae_by_horizon(np.repeat(x[:, -1:], HORIZON, axis=1), y)
     assert np.allclose(scores["persistence"]["by_step"], direct)

@@ -380,7 +380,8 @@ def test_each_trial_is_given_its_dataset_and_the_training_splits_only(cache: Pat
     assert Path(data) == task.data.train_dir
     assert sorted(str(p.relative_to(data)) for p in Path(data).rglob("*.csv")) == sorted(
         f"{d.name}/train.csv" for d in DATASETS)
-    assert task.private_paths() == [task.data.dir]  # val, test and the scorer's inputs: hidden by path too
+    # val, test and the scorer's inputs, and the key of the draw: hidden by path too
+    assert task.private_paths() == [task.data.dir, task.data.secret_dir]
     # nothing handed over: no metric for any dataset, and the details say why for each
     assert not verdict.success and verdict.score is None
     assert verdict.details.startswith("No score: 7 of 7 datasets have no metric (APA, CRI-Off, Modif, CRI-On, PRS")

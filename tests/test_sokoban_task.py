@@ -179,7 +179,7 @@ def test_the_level_set_is_held_out_and_reused(local, tmp_path: Path) -> None:
     # a run's data folder holds the training levels only; the scorer's the held-out ones; both are hidden
     assert sorted(p.name for p in task.data_dir().iterdir()) == ["train_levels.npy"]
     assert sorted(p.name for p in task.scoring_dir(0).iterdir()) == ["eval_levels.npy"]
-    assert task.private_paths() == [levels.dir]
+    assert task.private_paths() == [levels.dir, levels.secret_dir]  # and the key the levels were drawn with
     stamp = (levels.train_dir / "train_levels.npy").stat().st_mtime_ns
     assert create_task("sokoban", TINY).levels.ensure().dir == levels.dir
     assert (levels.train_dir / "train_levels.npy").stat().st_mtime_ns == stamp

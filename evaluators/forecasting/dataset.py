@@ -9,7 +9,10 @@ takes its 4 context frames from the end of that condition in the training (valid
 every frame of a scored split is a forecast target, the first ones included.
 
 The arrays are simulated (`simulate.py`) or taken from a folder of real ZAPBench arrays laid out
-as the reference preprocessing writes them (`--path DIR`).
+as the reference preprocessing writes them (`--path DIR`). A simulated recording is drawn from a
+seed keyed by the data root's secret (evaluators/secret.py): its splits are one recording cut in
+time, so its one seed decides every split, and a run holding the simulator and the training split
+cannot find it. The folder's name is a keyed digest as well: it says nothing of seed or size.
 
     python -m evaluators.forecasting.dataset [--size default|small] [--seed 0] [--path DIR]
 
@@ -39,6 +42,7 @@ from evaluators.jaxtrain.station_jax.windows import (
 )
 
 from ..cache import build_once, exclusive
+from ..secret import folder_name, keyed_seed, secret_dir, station_secret
 from .simulate import SIZES, SPLIT_FRACTIONS, SPLITS, simulate
 
 GENERATOR = "sim-v1"
@@ -63,10 +67,14 @@ class ForecastDataset:
         seed: int = 0,
         path: Path | str | None = None,
         split: str = "default",
+        unkeyed: bool = False,
     ) -> None:
+        """`unkeyed`: draw with the public `seed` directly, as before draws were keyed (for measuring
+        against the old data and for the red-team tests; no task parameter reaches it)."""
         if split not in SPLIT_FRACTIONS:
             raise ValueError(f"forecasting: split must be one of {sorted(SPLIT_FRACTIONS)}, got {split!r}")
         self.size, self.seed, self.split = size, seed, split
+        self.secret_dir: Path | None = None
         if path is not None:
             self.source: Path | None = Path(path).expanduser().resolve()
             if not self.source.is_dir():
@@ -77,9 +85,13 @@ class ForecastDataset:
             if size not in SIZES:
                 raise ValueError(f"forecasting: size must be one of {sorted(SIZES)}, got {size!r}")
             self.source = None
-            key, self.name = f"{GENERATOR}-{size}-seed{seed}", f"Simulated dataset ({size}, seed {seed})"
-            if split != "default":  # the default's key stays as it was, so existing caches are reused
-                key, self.name = f"{key}-{split}", f"Simulated dataset ({size}, seed {seed}, {split} split)"
+            self.name = f"Simulated dataset ({size}{'' if split == 'default' else f', {split} split'})"
+            if unkeyed:
+                self.recording_seed, key = seed, f"unkeyed-{GENERATOR}-{size}-seed{seed}-{split}"
+            else:  # one seed for the whole recording (both ways of cutting it share it), given by the key only
+                secret = station_secret(Path(root))
+                self.recording_seed = keyed_seed(secret, GENERATOR, size, seed, "recording")
+                key, self.secret_dir = folder_name(secret, GENERATOR, size, seed, split), secret_dir(Path(root))
         self.dir = Path(root) / key
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
         self.train_dir = self.dir / "train"
@@ -167,7 +179,7 @@ class ForecastDataset:
         return with_preceding_context(data, labels, [self.load(name) for name in earlier])
 
     def _simulate(self, input_dir: Path, private_dir: Path) -> dict[str, Any]:
-        arrays = simulate(self.seed, **SIZES[self.size], split=self.split)
+        arrays = simulate(self.recording_seed, **SIZES[self.size], split=self.split)
         for split in SPLITS:
             folder = private_dir if split == "test" else input_dir
             np.save(folder / f"{split}_data.npy", arrays[f"{split}_data"])

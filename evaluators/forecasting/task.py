@@ -81,7 +81,8 @@ class Forecasting(TwoStageTask):
         return self.dataset.ensure().train_dir  # the training split only
 
     def private_paths(self) -> list[Path]:
-        return [self.dataset.dir]  # val, test and the scorer's inputs; runs get theirs through mounts
+        # val, test and the scorer's inputs (runs get theirs through mounts), and the key of the draw
+        return [self.dataset.dir, *filter(None, [self.dataset.secret_dir])]
 
     def scored_splits(self) -> tuple[str, ...]:
         """The splits each checkpoint is measured on: validation picks the best epoch; the external

@@ -6,14 +6,18 @@ padded (N, max_seq_len, 4) float32, what the station's scoring sandbox maps the 
 labels), and `private/` each `<dataset>/test.csv` and `dataset.json`.
 
 The source is the seeded synthetic sample (simulate.py, written in BEACON's layout first) or a
-folder of the real BEACON files (`path`); both go through the same reader (real_data.py), and
-the station writes every split again in one plain form: a header `sequence,<label names>`, the
+folder of the real BEACON files (`path`). The sample's seeds are keyed by the data root's secret
+(evaluators/secret.py), a stream per dataset and split, and the folder is named by a keyed digest:
+a run holding the simulator and the training split can neither find the seeds nor read seed or
+size from the folder's name. Both sources go through the same reader (real_data.py), and the
+station writes every split again in one plain form: a header `sequence,<label names>`, the
 sequence in upper case, the labels as numbers.
 
     python -m evaluators.rna.dataset [--size default] [--seed 0] [--path DIR] [--write-sample DIR]
 
 prepares one ahead of time and prints its description and the constant predictor's metrics;
---write-sample writes the synthetic sample in BEACON's layout into DIR instead.
+--write-sample writes the synthetic sample (keyed by this data root's secret) in BEACON's layout
+into DIR instead.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ import numpy as np
 from evaluators.jaxtrain.station_jax.rna import encode, one_hot, read_split
 
 from ..cache import build_once
+from ..secret import folder_name, keyed_seed, secret_dir, station_secret
 from .beacon import BY_NAME, DATASETS, RnaDataset
 from .metrics import constant_metric
 from .real_data import Split, read_dataset
-from .simulate import SIZES, write_beacon_folder
+from .simulate import SIZES, StreamSeeds, write_beacon_folder
 
 GENERATOR = "sim-v1"
 SCORING_CHUNK = 4096  # sequences one-hot encoded at a time, when the scorer's inputs are written
@@ -48,9 +53,19 @@ def data_root() -> Path:
 
 class RnaData:
     def __init__(
-        self, root: Path | str, *, size: str = "default", seed: int = 0, path: Path | str | None = None
+        self,
+        root: Path | str,
+        *,
+        size: str = "default",
+        seed: int = 0,
+        path: Path | str | None = None,
+        unkeyed: bool = False,
     ) -> None:
+        """`unkeyed`: draw with the public `seed` directly, as before draws were keyed (for measuring
+        against the old data and for the red-team tests; no task parameter reaches it)."""
         self.size, self.seed = size, seed
+        self.secret_dir: Path | None = None
+        self._streams: StreamSeeds | None = None
         if path is not None:
             self.source: Path | None = Path(path).expanduser().resolve()
             if not self.source.is_dir():
@@ -60,8 +75,13 @@ class RnaData:
         else:
             if size not in SIZES:
                 raise ValueError(f"rna: size must be one of {sorted(SIZES)}, got {size!r}")
-            self.source = None
-            key, self.name = f"{GENERATOR}-{size}-seed{seed}", f"Synthetic sample ({size}, seed {seed})"
+            self.source, self.name = None, f"Synthetic sample ({size})"
+            if unkeyed:
+                key = f"unkeyed-{GENERATOR}-{size}-seed{seed}"
+            else:
+                secret = station_secret(Path(root))
+                self._streams = keyed_streams(secret, size, seed)
+                key, self.secret_dir = folder_name(secret, GENERATOR, size, seed), secret_dir(Path(root))
         self.dir = Path(root) / key
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
         self.train_dir, self.scoring_root = self.dir / "train", self.dir / "scoring"
@@ -116,7 +136,7 @@ class RnaData:
         return self
 
     def _build(self, building: Path) -> None:
-        source = self.source or write_beacon_folder(building / "beacon", self.seed, self.size)
+        source = self.source or write_beacon_folder(building / "beacon", self.seed, self.size, self._streams)
         info: dict[str, Any] = {
             "source": str(self.source) if self.source else "synthetic",
             "generator": None if self.source else GENERATOR,
@@ -195,6 +215,18 @@ class RnaData:
         return f"**Data**: {kind}.\n\n" + "\n".join(rows)
 
 
+def keyed_streams(secret: bytes, size: str, seed: int) -> StreamSeeds:
+    """The simulator's seeds, keyed: each dataset's parameters by (seed, dataset), shared by every
+    size as in the public draw, and each split's rows by (size, seed, dataset, split)."""
+
+    def stream(folder: str, name: str) -> int:
+        if name == "params":
+            return keyed_seed(secret, GENERATOR, seed, folder, name)
+        return keyed_seed(secret, GENERATOR, size, seed, folder, name)
+
+    return stream
+
+
 def write_split(path: Path, dataset: RnaDataset, split: Split) -> None:
     """One split in the station's plain form (what runs read, and the scorer through read_split)."""
     labels = split.labels.reshape(len(split.labels), -1)
@@ -249,8 +281,9 @@ def main() -> None:
     parser.add_argument("--path", help="a folder of BEACON files instead of the synthetic sample")
     parser.add_argument("--write-sample", metavar="DIR", help="write the synthetic sample in BEACON's layout to DIR")
     args = parser.parse_args()
-    if args.write_sample:
-        print(f"wrote {write_beacon_folder(Path(args.write_sample), args.seed, args.size)}")
+    if args.write_sample:  # keyed by this data root's secret, as the station draws it
+        streams = keyed_streams(station_secret(data_root()), args.size, args.seed)
+        print(f"wrote {write_beacon_folder(Path(args.write_sample), args.seed, args.size, streams)}")
         return
     data = RnaData(data_root(), size=args.size, seed=args.seed, path=args.path)
     print(f"preparing {data.name} in {data.dir} ...", flush=True)

@@ -13,7 +13,9 @@ its own Dirichlet, so composition varies as much between sequences as it does in
 
 The generators and their labels (per dataset, `_apa` ...) are described in data/rna/README.md.
 The same seed gives the same files byte for byte; the model parameters (weight matrices, family
-compositions, motifs) come from their own stream, so every size of one seed shares one task.
+compositions, motifs) come from their own stream, so every size of one seed shares one task. The
+station's datasets give every stream a seed keyed by its secret (dataset.py, evaluators/secret.py),
+each split's rows a stream of its own: the public seed alone draws none of them.
 """
 
 from __future__ import annotations
@@ -253,24 +255,41 @@ GENERATORS: dict[str, Callable[[np.random.Generator, np.random.Generator, int], 
 }
 
 
-def simulate(seed: int = 0, size: str = "default") -> dict[str, tuple[list[str], dict[str, Rows]]]:
-    """BEACON folder name -> (CSV header, rows per split). The same arguments give the same rows."""
+StreamSeeds = Callable[[str, str], int]  # (BEACON folder, "params" or a split) -> that stream's seed
+
+
+def simulate(
+    seed: int = 0, size: str = "default", streams: StreamSeeds | None = None
+) -> dict[str, tuple[list[str], dict[str, Rows]]]:
+    """BEACON folder name -> (CSV header, rows per split). The same arguments give the same rows.
+
+    `streams` gives each dataset's seeds: one for its parameters (the task itself, the same for
+    every size) and one per split, each split's rows drawn from its own stream (the station's
+    keyed seeds: dataset.py). Without it, the public draw: `seed` alone picks the streams, and one
+    stream of rows is cut into the splits."""
     if size not in SIZES:
         raise ValueError(f"rna: size must be one of {sorted(SIZES)}, got {size!r}")
     counts = SIZES[size]
     out = {}
     for index, (folder, generate) in enumerate(GENERATORS.items()):
-        params = np.random.default_rng([seed, index, 1])  # the task itself: the same for every size
-        rows_rng = np.random.default_rng([seed, index, 2])
-        header, rows = generate(params, rows_rng, sum(counts))
-        bounds = np.cumsum((0, *counts))
-        out[folder] = (header, {split: rows[bounds[i] : bounds[i + 1]] for i, split in enumerate(SPLITS)})
+        if streams is None:
+            params = np.random.default_rng([seed, index, 1])  # the task itself: the same for every size
+            rows_rng = np.random.default_rng([seed, index, 2])
+            header, rows = generate(params, rows_rng, sum(counts))
+            bounds = np.cumsum((0, *counts))
+            out[folder] = (header, {split: rows[bounds[i] : bounds[i + 1]] for i, split in enumerate(SPLITS)})
+            continue
+        splits = {}
+        for split, n in zip(SPLITS, counts):  # the parameters' stream is read afresh: one task for every split
+            params, rows_rng = (np.random.default_rng(streams(folder, name)) for name in ("params", split))
+            header, splits[split] = generate(params, rows_rng, n)
+        out[folder] = (header, splits)
     return out
 
 
-def write_beacon_folder(root: Path, seed: int = 0, size: str = "default") -> Path:
+def write_beacon_folder(root: Path, seed: int = 0, size: str = "default", streams: StreamSeeds | None = None) -> Path:
     """The sample as BEACON lays it out: root/<BEACON folder>/{train,val,test}.csv, with a header row."""
-    for folder, (header, splits) in simulate(seed, size).items():
+    for folder, (header, splits) in simulate(seed, size, streams).items():
         (root / folder).mkdir(parents=True, exist_ok=True)
         for split, rows in splits.items():
             with open(root / folder / f"{split}.csv", "w", newline="", encoding="ascii") as handle:

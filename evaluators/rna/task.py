@@ -108,7 +108,8 @@ class RnaModelling(TwoStageTask):
         return self.data.ensure().train_dir  # the training splits only
 
     def private_paths(self) -> list[Path]:
-        return [self.data.dir]  # val, test and the scorer's inputs; runs get theirs through mounts
+        # val, test and the scorer's inputs (runs get theirs through mounts), and the key of the draw
+        return [self.data.dir, *filter(None, [self.data.secret_dir])]
 
     def trial_settings(self) -> dict[str, Any]:
         settings = {"max_epochs": self.max_epochs, "datasets": self.data.trial_datasets()}

@@ -5,7 +5,10 @@
 Levels come from our reverse-play generator (levels.py), so each is solvable by construction.
 Training and evaluation levels are drawn from different seed streams, and any evaluation level
 that also occurs among the training levels is replaced, so the evaluation set is truly held
-out. On disk, in the level set's folder:
+out. The streams' seeds are keyed by the data root's secret (evaluators/secret.py), so a run
+holding the generator and the training levels cannot draw the held-out ones again, and the
+set's folder is named by a keyed digest (nothing of seed, size or generator in its name). On
+disk, in the level set's folder:
 
     train/train_levels.npy     what a training run sees (its data mount), nothing else
     held_out/eval_levels.npy   what the station's scorer sees (its `scoring_data/` mount)
@@ -27,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cache import build_once
+from ..secret import folder_name, keyed_seed, secret_dir, station_secret
 from .boxoban import SPLITS, BoxobanError, boxes_per_level, read_split
 from .levels import make_level_set, replay
 
@@ -40,8 +44,18 @@ def data_root() -> Path:
 
 class LevelSet:
     def __init__(
-        self, root: Path, *, grid: int = 6, boxes: int = 2, train: int = 20_000, eval: int = 500, seed: int = 0
+        self,
+        root: Path,
+        *,
+        grid: int = 6,
+        boxes: int = 2,
+        train: int = 20_000,
+        eval: int = 500,
+        seed: int = 0,
+        unkeyed: bool = False,
     ) -> None:
+        """`unkeyed`: draw with the public `seed` directly, as before draws were keyed (for measuring
+        against the old data and for the red-team tests; no task parameter reaches it)."""
         if not 4 <= grid <= 12:
             raise ValueError("grid must be between 4 and 12")
         if not 1 <= boxes <= 6 or boxes * 4 > grid * grid:
@@ -49,7 +63,16 @@ class LevelSet:
         if train < 1 or eval < 1:
             raise ValueError("train and eval level counts must be positive")
         self.grid, self.boxes, self.n_train, self.n_eval, self.seed = grid, boxes, train, eval, seed
-        self.dir = Path(root) / f"{GENERATOR}-{grid}x{grid}-{boxes}b-seed{seed}-{train}-{eval}"
+        self.secret_dir: Path | None = None
+        made = (GENERATOR, f"{grid}x{grid}", f"{boxes}b", seed)
+        if unkeyed:  # the public streams: 2 seed for training levels, 2 seed + 1 + 1000 k for held-out ones
+            self._stream = lambda name, batch=0: 2 * seed + (0 if name == "train" else 1 + 1000 * batch)
+            self.dir = Path(root) / f"unkeyed-{GENERATOR}-{grid}x{grid}-{boxes}b-seed{seed}-{train}-{eval}"
+        else:  # each split's levels from a stream only the key gives; the folder named by a keyed digest
+            secret = station_secret(Path(root))
+            self._stream = lambda name, batch=0: keyed_seed(secret, *made, name, batch)
+            self.dir = Path(root) / folder_name(secret, *made, train, eval)
+            self.secret_dir = secret_dir(Path(root))
         self._eval: np.ndarray | None = None
 
     @property
@@ -70,7 +93,7 @@ class LevelSet:
     def _build(self, building: Path) -> None:
         began = time.monotonic()
         shape = (self.grid, self.grid, self.boxes)
-        train = make_level_set(self.seed * 2, self.n_train, *shape)
+        train = make_level_set(self._stream("train"), self.n_train, *shape)
         held = self._held_out(train, shape)
         meta = {"generator": GENERATOR, "grid": self.grid, "boxes": self.boxes, "train": self.n_train}
         meta |= {"eval": self.n_eval, "seed": self.seed, "seconds": round(time.monotonic() - began, 1)}
@@ -94,7 +117,7 @@ class LevelSet:
         kept: list[np.ndarray] = []
         batch = 0
         while len(kept) < self.n_eval:  # a second seed stream; duplicates of training levels are dropped
-            for level in make_level_set(self.seed * 2 + 1 + 1000 * batch, self.n_eval, *shape):
+            for level in make_level_set(self._stream("held_out", batch), self.n_eval, *shape):
                 if level.tobytes() not in seen and len(kept) < self.n_eval:
                     seen.add(level.tobytes())
                     kept.append(level)
@@ -102,8 +125,9 @@ class LevelSet:
         return np.stack(kept)
 
     def private_paths(self) -> list[Path]:
-        """What no run may see: the whole set (the held-out levels; runs get their part as mounts)."""
-        return [self.dir]
+        """What no run may see: the whole set (the held-out levels; runs get their part as mounts) and
+        the key its streams were drawn with."""
+        return [self.dir, *filter(None, [self.secret_dir])]
 
     def eval_levels(self) -> np.ndarray:
         if self._eval is None:
