@@ -38,14 +38,20 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # above each worker's own
 
 
+def fixed_key(folder: Path) -> Path:
+    """`folder` as a data root that draws with the tests' fixed key (tests/data/simulation.key), as a
+    user who was given a key would: the same data every run, so numbers measured on it stay comparable."""
+    use_key(folder, TEST_KEY)
+    return folder
+
+
 @contextmanager
 def shared_task_data(tmp_path_factory: pytest.TempPathFactory, task: str) -> Iterator[Path]:
     """STATION_<TASK>_DATA pointed at one data cache per test run, shared by every module and worker:
     a dataset (and its scoring bounds) is built once, under the cache's own file locks, not once
     per module. Tests of how a cache is made use a folder of their own. The simulated data are
     drawn with a fixed key (tests/data/simulation.key), as a user who shares a key would."""
-    folder = run_folder(tmp_path_factory) / "task-data" / task.lower()
-    use_key(folder, TEST_KEY)  # the same data every run: numbers measured on it stay comparable
+    folder = fixed_key(run_folder(tmp_path_factory) / "task-data" / task.lower())
     patch = pytest.MonkeyPatch()
     patch.setenv(f"STATION_{task.upper()}_DATA", str(folder))
     try:

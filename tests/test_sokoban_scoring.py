@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import fixed_key
 from jax import export
 
 from evaluators.base import create_task
@@ -158,7 +159,7 @@ def test_a_state_the_station_cannot_carry_is_a_contract_error(levels: np.ndarray
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SOKOBAN_DATA", str(tmp_path_factory.mktemp("sokoban-scoring")))
+    patch.setenv("STATION_SOKOBAN_DATA", str(fixed_key(tmp_path_factory.mktemp("sokoban-scoring"))))
     task = create_task("sokoban", TINY)
     task.levels.ensure()
     yield task

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_baseline
+from conftest import fixed_key, shared_baseline
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
@@ -42,7 +42,7 @@ def create_network(hparams):
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SOKOBAN_DATA", str(tmp_path_factory.mktemp("sokoban")))
+    patch.setenv("STATION_SOKOBAN_DATA", str(fixed_key(tmp_path_factory.mktemp("sokoban"))))
     executor = create_executor(ExecutorConfig(kind="local"), hide=create_task("sokoban", TINY).private_paths())
     yield executor
     executor.close()
