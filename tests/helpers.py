@@ -11,6 +11,7 @@ import importlib
 import json
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -221,21 +222,50 @@ def read(directory: Path, sql: str) -> list[tuple]:
         db.close()
 
 
-HARNESS = "/station/executors/harness.py"
+HARNESS = "/station/executors/harness.py"  # where a station started the harness before runs saw neutral paths
 OUR_HARNESS = str(ROOT) + HARNESS
 
 
 def sandbox_processes(every_checkout: bool = False, within: Path | None = None) -> list[str]:
     """Processes running under a sandbox uid, except (unless `every_checkout`) the harnesses of
     another checkout's station (another test run, or a station, on this machine shares the uids).
-    `within`: only those of runs in that scratch folder (a run's command line names its folder):
-    the parallel test workers run sandboxes of their own meanwhile."""
-    from station.executors.local import UID_BASE, UID_COUNT
+    Each line ends with `[scratch <host dir>]`: a run sees its folders at neutral paths, so its
+    command line no longer names them; its mount table, read from here, still does.
+    `within`: only those of runs in that scratch folder: the parallel test workers run sandboxes
+    of their own meanwhile."""
+    from station.executors.local import RUN_SCRATCH, UID_BASE, UID_COUNT
 
     out = subprocess.run(["ps", "-ww", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if UID_BASE <= int(line.split()[0]) < UID_BASE + UID_COUNT
-            and (every_checkout or HARNESS not in line or OUR_HARNESS in line)
-            and (within is None or str(within) in line)]
+    found = []
+    for line in out.splitlines():
+        uid, pid, args = (line.split(None, 2) + [""])[:3]
+        if not UID_BASE <= int(uid) < UID_BASE + UID_COUNT:
+            continue
+        ours = "harness.py" not in args or OUR_HARNESS in args or args.split()[0] == sys.executable
+        line = f"{line} [scratch {_bound_at(int(pid), RUN_SCRATCH)}]"
+        if (every_checkout or ours) and (within is None or str(within) in line):
+            found.append(line)
+    return found
+
+
+def _bound_at(pid: int, inside: str) -> str:
+    """The host folder mounted at `inside` in a process's mount namespace ("" if none): its mount
+    table gives the folder within its file system, and ours where that file system is mounted."""
+    try:
+        theirs = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        mine = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    for fields in (line.split() for line in theirs):
+        if fields[4] != inside:
+            continue
+        device, root = fields[2], fields[3]
+        places = [(f[3], f[4]) for f in (line.split() for line in mine)
+                  if f[2] == device and (root == f[3] or root.startswith(f[3].rstrip("/") + "/"))]
+        if places:
+            fs_root, point = max(places, key=lambda p: len(p[0]))
+            return point.rstrip("/") + "/" + root[len(fs_root):].lstrip("/")
+    return ""
 
 
 def sandboxes_alive(marker: str) -> list[str]:

@@ -162,14 +162,16 @@ def test_a_users_file_is_named_nowhere_a_run_can_see(tmp_path: Path, root: Path)
     try:
         baseline = next(b for b in mine.baselines() if b.title == "No Integration Baseline")
         scored = executor.run(mine.run_spec(baseline.code, mounts=[], label="redteam-scrna-h5ad"))
-        probe = HEAD + "def test():\n    print(open('/proc/self/mountinfo').read())\n"
+        probe = HEAD + ("import os\n\ndef test():\n    print(os.path.realpath('task_data/batch_integration'))\n"
+                        "    try:\n        print(open('/proc/self/mountinfo').read())\n"  # closed to the run where Landlock is
+                        "    except OSError as err:\n        print(type(err).__name__)\n")
         looked = executor.run(mine.run_spec(probe, mounts=[], label="redteam-scrna-h5ad"))
     finally:
         executor.close()
     assert scored.status == "ok" and looked.status == "ok", scored.stderr[-2000:] + looked.stderr[-2000:]
     verdict = mine.score(scored)
     assert verdict.success
-    assert "task_data/batch_integration" in looked.stdout  # the probe saw the mounts
+    assert "task_data/batch_integration" in looked.stdout  # the probe saw its input
     for text in (mine.spec(), verdict.details, looked.stdout):
         assert "secret_atlas" not in text and str(tmp_path) not in text, text[:3000]
 

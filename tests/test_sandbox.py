@@ -199,19 +199,20 @@ def test_station_database_is_hidden(executor, station):
 
 
 def expected_root() -> set[str]:
-    """The top-level names of a run's root: the OS, /etc, /dev, /proc, /sys, private tmp, and the
-    first component of each place the interpreter lives (here, e.g., /root for pyenv, /work for
-    the checkout's .venv)."""
+    """The top-level names of a run's root: the OS, /etc, /dev, /proc, /sys, private tmp, /run (the
+    run's own folders and the harness), and the first component of each place the interpreter
+    lives (here, e.g., /root for pyenv, /work for the checkout's .venv)."""
     system = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
-    names = {n for n in system if os.path.lexists(f"/{n}")} | {"etc", "dev", "proc", "sys", "tmp", "var"}
-    for place in (sys.prefix, sys.base_prefix, local.HARNESS):
+    names = {n for n in system if os.path.lexists(f"/{n}")} | {"etc", "dev", "proc", "sys", "tmp", "var", "run"}
+    for place in (sys.prefix, sys.base_prefix):
         names.add(Path(os.path.abspath(place)).parts[1])
     return names
 
 
 def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, station):
     """Walk the run's whole root (not /proc, /sys, the OS's own /usr): the exact top-level names,
-    and outside the OS only the interpreter, the harness file and the run's own folders."""
+    and outside the OS only the interpreter, the harness file and the run's own folders, these
+    three at neutral paths under /run."""
     project = Path(__file__).resolve().parents[1]
     r = run(executor, station, f"""
         import os
@@ -231,7 +232,7 @@ def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, stati
     v = r.value
     assert set(v["top"]) == expected_root(), v["top"]
     assert "allow-list-root" in r.isolation
-    assert v["git"] is False and set(v["project"]) <= {".venv", "station"}  # the checkout: its venv and the harness
+    assert v["git"] is False and set(v["project"]) <= {".venv"}  # the checkout: its venv only
     assert v["etc"] == sorted(n for n in ("alternatives", "group", "hosts", "ld.so.cache", "ld.so.conf",
                                           "ld.so.conf.d", "localtime", "os-release", "passwd")
                               if n in ("group", "hosts", "passwd") or os.path.lexists(f"/etc/{n}"))
@@ -239,9 +240,13 @@ def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, stati
     assert not [p for p in v["paths"] if p.startswith(("/home", "/srv", "/opt", "/mnt", "/var/lib", "/root/."))
                 and ".pyenv" not in p]
     assert not any(str(station) in p for p in v["paths"]) and not any("/.git" in p for p in v["paths"])
-    harness = [p for p in v["paths"] if p.startswith(str(project))]
-    assert all(p == str(project) or p.startswith((sys.prefix, str(project / "station"))) for p in harness), harness
-    assert str(local.HARNESS) in harness and not any(p.endswith("local.py") for p in harness)
+    checkout = [p for p in v["paths"] if p.startswith(str(project))]
+    assert all(p == str(project) or p.startswith(sys.prefix) for p in checkout), checkout
+    own = {p for p in v["paths"] if p.startswith(local.RUN_ROOT + "/")}
+    assert {local.RUN_SCRATCH, local.RUN_OUT, local.RUN_HARNESS} <= own
+    assert own - {os.path.dirname(local.RUN_HARNESS), local.RUN_HARNESS, local.RUN_OUT} == {
+        p for p in own if p.startswith(local.RUN_SCRATCH)}  # nothing else there
+    assert not any(p.endswith("local.py") for p in v["paths"])
 
 
 # -- writes ----------------------------------------------------------------------------------------
@@ -569,12 +574,18 @@ def test_user_namespace_mode(station):
         ex = LocalExecutor(hide=[station], isolation="userns")
     except local.SandboxError as err:
         pytest.skip(str(err))
-    r = ex.run(RunSpec(code="", mode="command", timeout_s=5,
-                       entry=f"env; cat {station}/station.db; touch /etc/userns-marker; grep 'Cap[EP]' /proc/self/status"))
+    capabilities = textwrap.dedent("""
+        import ctypes
+        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # version 3, this process
+        assert ctypes.CDLL(None).capget(header, data) == 0
+        print("CapEff", data[0] | data[3], "CapPrm", data[1] | data[4])
+    """)  # capget(2): /proc/self/status is closed to the run
+    r = ex.run(RunSpec(code=capabilities, mode="command", timeout_s=10,
+                       entry=f"env; cat {station}/station.db; touch /etc/userns-marker; python submission.py"))
     assert r.status == "ok", r
     assert "user-namespace" in r.isolation and "net-namespace" in r.isolation
     assert SECRET_KEY not in r.stdout and DB_TEXT not in r.stdout and not Path("/etc/userns-marker").exists()
-    assert "CapEff:\t0000000000000000" in r.stdout and "CapPrm:\t0000000000000000" in r.stdout
+    assert "CapEff 0 CapPrm 0" in r.stdout
 
 
 def test_process_mode_reports_what_is_missing(station):

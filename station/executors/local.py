@@ -5,10 +5,12 @@ working dir and HOME, with the submission file and the storage mountpoints) and 
 private results channel), both owned by the run's uid. The command line is
 
     setpriv --pdeathsig KILL -- unshare --fork --kill-child --mount-proc --pid --net --mount
-        --ipc --uts [--user --map-root-user] python -I -S sandbox_init.py <run dir>/sandbox.json
+        --ipc --uts [--user --map-root-user] python -I -S /dev/fd/<sandbox_init.py> <sandbox.json's fd>
 
-sandbox_init builds the file-system view, drops privileges and execs the harness (function mode)
-or `sh -c <entry>` (command mode); this side captures the streams (bounded), enforces the wall
+(both files passed as descriptors: PID 1's command line, which the code could read, names no host
+path). sandbox_init builds the file-system view, with the run's folders at neutral paths (RUN_*),
+drops privileges, closes /proc's per-process files and the mount-table system calls to the code
+and execs the harness (function mode) or `sh -c <entry>` (command mode); this side captures the streams (bounded), enforces the wall
 clock and the caps (_Watch: CPU time of the whole process tree, processes, disk) by killing the
 namespace's PID 1 (which ends every process in it), tidies the writable storage (disk.py),
 reads the outcome back as data (results.py) and deletes the run dir.
@@ -50,6 +52,10 @@ INIT, HARNESS = HERE / "sandbox_init.py", HERE / "harness.py"
 UID_BASE, UID_COUNT, SANDBOX_GID = 60001, 1000, 60000  # per-run uids; one group for writable storage
 LOCK_DIR = Path("/run/station-sandbox")  # flock per uid: unique across executors and processes
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")  # fresh writable tmpfs per run
+# Where a run sees its own folders (namespace modes): names that say nothing of the host, the
+# station, the task or its data. The scratch dir is also the working dir and HOME.
+RUN_ROOT = "/run"
+RUN_SCRATCH, RUN_OUT, RUN_HARNESS = f"{RUN_ROOT}/work", f"{RUN_ROOT}/out", f"{RUN_ROOT}/harness/harness.py"
 GPU_DEVICES = re.compile(r"nvidia.*")  # /dev entries a run given GPUs needs (driver, uvm, control)
 NAMESPACE_FLAGS = ("--pid", "--net", "--mount", "--ipc", "--uts")
 NAMESPACES = ["pid-namespace", "net-namespace", "mount-namespace", "ipc-namespace", "uts-namespace"]
@@ -58,10 +64,13 @@ FULL = NAMESPACES + [
     "read-only-root",
     "private-tmp",
     "nosuid-nodev",
+    "neutral-paths",
     "uid",
     "no-capabilities",
     "no-new-privs",
     "rlimits",
+    "landlock-proc",
+    "no-statmount",
 ]
 CAPS = ["cpu-total", "process-count", "disk-quotas", "storage-tidy"]  # enforced from here, in every mode
 STALE_AFTER_S = 60  # an unlocked run dir this old belongs to a dead station
@@ -224,6 +233,7 @@ class LocalExecutor:
             for owned in (scratch, out, scratch / spec.filename):
                 os.chown(owned, uid, SANDBOX_GID)
             run_dir.chmod(0o711)  # process mode reaches work/ through it; the rest stays root's
+        inside = self.inside(run_dir)
         config = {
             "mode": self.mode,
             "uid": uid,
@@ -232,6 +242,9 @@ class LocalExecutor:
             "new_root": str(run_dir / "root"),
             "scratch": str(scratch),
             "out_dir": str(out),
+            "run_root": RUN_ROOT,
+            "inside": inside,
+            "harness": str(HARNESS),
             "tmpfs_mb": spec.max_file_mb,
             "private_tmp": list(PRIVATE_TMP),
             "keep": interpreter_paths(self.hide, self.scratch_base),
@@ -239,7 +252,7 @@ class LocalExecutor:
             "mounts": [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in spec.mounts],
             "rlimits": self._rlimits(spec, uid),
             "argv": (
-                [self.python, "-s", str(HARNESS), spec.entry, spec.filename, str(out)]
+                [self.python, "-s", inside["harness"], spec.entry, spec.filename, inside["out"]]
                 if spec.mode == "function"
                 else ["/bin/sh", "-c", spec.entry]
             ),
@@ -248,6 +261,13 @@ class LocalExecutor:
         with os.fdopen(fd, "w") as f:
             json.dump(config, f)
         return list(storages.values())
+
+    def inside(self, run_dir: Path) -> dict[str, str]:
+        """The paths the run sees for its scratch dir, results dir and harness: neutral ones in the
+        namespace modes; without a mount namespace ("process") the host's own."""
+        if self.mode == "process":
+            return {"scratch": str(run_dir / "work"), "out": str(run_dir / "out"), "harness": str(HARNESS)}
+        return {"scratch": RUN_SCRATCH, "out": RUN_OUT, "harness": RUN_HARNESS}
 
     def _rlimits(self, spec: RunSpec, uid: int | None) -> dict[str, list[int | None]]:
         cpu = cpu_budget(spec)  # per process here; the whole tree's total is watched by _Watch
@@ -263,28 +283,37 @@ class LocalExecutor:
             limits["RLIMIT_NPROC"] = [spec.max_processes + 1] * 2
         return limits
 
-    def _command(self, run_dir: Path) -> list[str]:
+    def _command(self, script: int, config: int) -> list[str]:
+        """The launcher's command line, which becomes PID 1's: the init script and sandbox.json
+        come as inherited descriptors, so it names no host path beyond the interpreter's."""
         prefix = [self.setpriv, "--pdeathsig", "KILL", "--"] if self.setpriv else []
         if self.mode != "process":
             prefix += [cast(str, self.unshare), *self._namespace_flags(self.mode)]  # namespace modes need unshare
-        return [*prefix, self.python, "-I", "-S", str(INIT), str(run_dir / "sandbox.json")]
+        return [*prefix, self.python, "-I", "-S", f"/dev/fd/{script}", str(config)]
 
     def _launch(self, spec: RunSpec, run_dir: Path, watch: _Watch) -> RunResult:
         captures = StreamCapture(spec.max_output_bytes), StreamCapture(spec.max_output_bytes)
         with self._live_lock:
             if self._closed:
                 raise SandboxError("the executor was closed: the station is stopping")
-            env = {**environment(spec, run_dir / "work"), "STATION_PROGRESS": str(run_dir / "out" / PROGRESS_FILE)}
+            inside = self.inside(run_dir)
+            env = {**environment(spec, inside["scratch"]), "STATION_PROGRESS": f"{inside['out']}/{PROGRESS_FILE}"}
             watch.since = time.time()  # what the storage holds from here on may be this run's
-            proc = subprocess.Popen(
-                self._command(run_dir),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=run_dir,
-                start_new_session=True,
-            )
+            with ExitStack() as files:  # ours closed once the launcher has its copies
+                script = os.open(INIT, os.O_RDONLY | os.O_CLOEXEC)
+                files.callback(os.close, script)
+                config = os.open(run_dir / "sandbox.json", os.O_RDONLY | os.O_CLOEXEC)
+                files.callback(os.close, config)
+                proc = subprocess.Popen(
+                    self._command(script, config),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=run_dir,
+                    start_new_session=True,
+                    pass_fds=(script, config),
+                )
             self._live.add(proc)
         readers = [
             threading.Thread(target=pump, args=(stream, capture), daemon=True)
@@ -387,12 +416,12 @@ class LocalExecutor:
         return layers + [f"missing: {x}" for x in FULL if x not in have]
 
 
-def environment(spec: RunSpec, scratch: Path) -> dict[str, str]:
+def environment(spec: RunSpec, scratch: str) -> dict[str, str]:
     """Built from nothing: not one variable of the station's own environment gets through."""
     threads = str(max(1, int(spec.num_cpus)))
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": str(scratch),
+        "HOME": scratch,
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -564,8 +593,8 @@ def _check(spec: RunSpec) -> None:
 
 
 def interpreter_paths(hide: list[Path], scratch_base: Path) -> list[str]:
-    """What the sandboxed interpreter needs, at the paths it has here: its prefixes, the harness
-    (that one file, not the project around it), and every package dir on this process's path (a
+    """What the sandboxed interpreter needs, at the paths it has here: its prefixes and every
+    package dir on this process's path (a
     .pth or PYTHONPATH can add one outside the prefix), except a package dir inside a dir that
     must stay out of runs (the station dir, a task's private data) or holding one, or the scratch
     base. Nothing else of the host goes into a run's root."""
@@ -581,7 +610,7 @@ def interpreter_paths(hide: list[Path], scratch_base: Path) -> list[str]:
         if not any(_inside(p, s) for s in secret) and not any(_inside(s, p) for s in [*secret, str(scratch_base)])
     }
     prefixes = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix)}  # as the interpreter names them
-    kept = sorted(prefixes | packages | {str(HARNESS)})
+    kept = sorted(prefixes | packages)
     return [p for p in kept if not any(p != q and _inside(p, q) for q in kept)]  # one bind covers what is inside it
 
 

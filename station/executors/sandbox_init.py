@@ -1,22 +1,26 @@
 """Trusted set-up inside a run's new namespaces: the first process of the sandbox (its PID 1).
 
-LocalExecutor starts `unshare ... python -I -S sandbox_init.py <run dir>/sandbox.json`. As root
-of the new mount namespace this script builds the code's file system from an allow-list on a
-fresh tmpfs (the OS's programs and libraries, the interpreter, the harness, the run's own folders
-and mounts: nothing else of the host) and pivots into it, then forks the code's process, which
-drops to the run's uid, sets its rlimits and execs the harness (function mode) or `sh -c <entry>`
-(command mode). This process stays behind as PID 1: it reaps orphans, kills whatever is left
+LocalExecutor starts `unshare ... python -I -S /dev/fd/<this script> <descriptor of sandbox.json>`:
+both come as inherited descriptors, so PID 1's command line names no host path. As root of the
+new mount namespace this script builds the code's file system from an allow-list on a fresh tmpfs
+(the OS's programs and libraries, the interpreter, a copy of the harness, the run's own folders and
+mounts: nothing else of the host) and pivots into it, then forks the code's process, which drops
+to the run's uid, sets its rlimits, closes /proc's per-process files and the mount-table system
+calls to itself and its children, and execs the harness (function mode) or `sh -c <entry>` (command
+mode). The run's folders appear at neutral paths (RUN_* in local.py: /run/work, /run/out), never at
+their host paths. This process stays behind as PID 1: it reaps orphans, kills whatever is left
 when the code's process ends, and writes `status.json` (exit code or signal, the isolation in
 force) into the host run dir through a descriptor opened before the pivot, which the code never
 sees.
 
 Stdlib only, no site (`-I -S`): it runs before anything else, in every mode. In "process" mode
-(no namespaces available) it skips the mounts and only forks, limits and execs.
+(no namespaces available) it skips the mounts and only forks, limits, locks /proc and execs.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import resource
@@ -39,6 +43,32 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "os-release", "alternatives")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 ROOT_MB = 8  # the new root's own tmpfs: directories, mountpoints and /etc's few files
+# Landlock (syscall numbers shared by every architecture) and the access rights we handle: reading
+# files, and "refer" (renames and links across folders), which Landlock refuses unless granted.
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
+READ_FILE, REFER = 1 << 2, 1 << 13
+# /proc entries the code may still read: host-wide figures common libraries look at (CPU count and
+# model, memory, load, kernel settings, the NVIDIA driver's files). Every /proc/<pid> stays closed:
+# mountinfo names every bind mount's host source, cmdline and environ the launcher's arguments.
+PROC_READABLE = (
+    "cpuinfo",
+    "meminfo",
+    "stat",
+    "loadavg",
+    "uptime",
+    "version",
+    "filesystems",
+    "cgroups",
+    "devices",
+    "swaps",
+    "vmstat",
+    "sys",
+    "driver",
+)
+# statmount and listmount (same numbers everywhere since 6.8) read the mount table without /proc
+MOUNT_TABLE_SYSCALLS = (457, 458)
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ENOSYS = 22, 2, 38
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -50,6 +80,23 @@ class MountAttr(ctypes.Structure):
         ("propagation", ctypes.c_uint64),
         ("userns_fd", ctypes.c_uint64),
     ]
+
+
+class LandlockRulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]  # the first field is enough: later ones are optional
+
+
+class LandlockPathBeneath(ctypes.Structure):
+    _pack_ = 1  # packed in the kernel's header
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
 
 def _check(result: int, what: str) -> None:
@@ -115,8 +162,10 @@ def set_up_root(cfg: dict) -> list[str]:
     of the host exists there (no home folders, checkouts, .git, data or station folders): an
     allow-list cannot forget a secret the way a deny-list can. All of it is read-only except the
     private tmpfs dirs, the scratch and results dirs and the writable storage mounts, which are
-    nosuid and nodev. Returns the layers now in force."""
-    new = cfg["new_root"]
+    nosuid and nodev. The run's own folders sit at neutral paths (cfg["inside"]), never at their
+    host paths. Returns the layers now in force."""
+    new, inside = cfg["new_root"], cfg["inside"]
+    _check_no_clash(cfg["keep"], cfg["run_root"])
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={ROOT_MB}m,mode=755")
     binds: list[tuple[int, str, bool]] = []  # (descriptor of the host path, target in the new root, writable)
 
@@ -132,22 +181,23 @@ def set_up_root(cfg: dict) -> list[str]:
         add(path)
     for name in ETC_FILES:
         add(f"/etc/{name}")
-    for path in cfg["keep"]:  # the interpreter, its packages, the harness
+    for path in cfg["keep"]:  # the interpreter and its packages
         if not under(path, [d for d in SYSTEM_DIRS if not os.path.islink(d)]):
             add(os.path.realpath(path), at=path)
     add("/proc")
     add("/sys")
     for name in [*DEVICES, *cfg["devices"]]:
         add(f"/dev/{name}")
-    add(cfg["scratch"], writable=True)
-    add(cfg["out_dir"], writable=True)
+    add(cfg["scratch"], writable=True, at=inside["scratch"])
+    add(cfg["out_dir"], writable=True, at=inside["out"])
     for m in cfg["mounts"]:  # their mountpoints were made by the executor in the scratch dir
-        add(m["source"], m["writable"], at=os.path.join(cfg["scratch"], m["target"]))
+        add(m["source"], m["writable"], at=os.path.join(inside["scratch"], m["target"]))
+    copy_harness(cfg["harness"], _within(new, inside["harness"]))
 
     etc = _within(new, "/etc")
     os.makedirs(etc, exist_ok=True)
     uid = cfg["uid"] if cfg["uid"] is not None else 0
-    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{cfg['gid']}::{cfg['scratch']}:/bin/sh\n")
+    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{cfg['gid']}::{inside['scratch']}:/bin/sh\n")
     _write(f"{etc}/group", f"root:x:0:\nsandbox:x:{cfg['gid']}:\n")
     _write(f"{etc}/hosts", "127.0.0.1 localhost\n::1 localhost\n")
     dev = _within(new, "/dev")
@@ -168,7 +218,85 @@ def set_up_root(cfg: dict) -> list[str]:
         set_attr(at, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MOUNT_ATTR_RDONLY, recursive=False)
     pivot_root(new)
     libc.sethostname(b"sandbox", 7)
-    return ["allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev"]
+    return ["allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev", "neutral-paths"]
+
+
+def _check_no_clash(keep: list[str], run_root: str) -> None:
+    clash = [p for p in keep if under(p, [run_root])]
+    if clash:
+        raise OSError(f"the interpreter lives in {clash[0]}, under {run_root}, where a run's own folders go")
+
+
+def copy_harness(source: str, target: str) -> None:
+    """A copy on the new root's own tmpfs, not a bind: not even the mount table names its host folder."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(target, 0o644)
+
+
+def close_proc() -> list[str]:
+    """Landlock on the code's process and everything it starts: reading a file is allowed beneath
+    every top-level entry of its root except /proc, and there only beneath PROC_READABLE. So no
+    /proc/<pid>/mountinfo, mounts, cmdline or environ, whoever asks and however the path is
+    spelled. Landlock also forbids mounting anything. [] where the kernel lacks Landlock ABI 2
+    (ABI 1 would forbid every rename across folders)."""
+    abi = libc.syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_VERSION))
+    if abi < 2:
+        return []
+    attr = LandlockRulesetAttr(READ_FILE | REFER)
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    if ruleset < 0:
+        _check(-1, "landlock_create_ruleset")
+    try:
+        for name in os.listdir("/"):
+            if name != "proc":
+                _allow(ruleset, f"/{name}", READ_FILE | REFER)
+        for name in PROC_READABLE:
+            _allow(ruleset, f"/proc/{name}", READ_FILE)
+        _check(libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return ["landlock-proc"]
+
+
+def _allow(ruleset: int, path: str, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # a dangling link, a /proc entry this kernel does not have
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= READ_FILE  # a rule on a file takes file rights only
+        rule = LandlockPathBeneath(access, fd)
+        _check(
+            libc.syscall(LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0),
+            f"landlock rule for {path}",
+        )
+    finally:
+        os.close(fd)
+
+
+def close_mount_syscalls() -> list[str]:
+    """A seccomp filter on the code's process and its children: statmount and listmount, which
+    read the mount table (with each bind mount's host source) without /proc, fail with ENOSYS,
+    as on an older kernel. Every other system call is allowed. [] without seccomp filters."""
+    load_nr, drop_x32_bit, if_equal, give = 0x20, 0x54, 0x15, 0x06  # BPF: ld [nr], and, jeq, ret
+    first, second = MOUNT_TABLE_SYSCALLS
+    program = [
+        SockFilter(load_nr, 0, 0, 0),
+        SockFilter(drop_x32_bit, 0, 0, 0xBFFFFFFF),
+        SockFilter(if_equal, 2, 0, first),
+        SockFilter(if_equal, 1, 0, second),
+        SockFilter(give, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
+        SockFilter(give, 0, 0, 0x00050000 | ENOSYS),  # SECCOMP_RET_ERRNO
+    ]
+    fprog = SockFprog(len(program), (SockFilter * len(program))(*program))
+    if libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0) != 0:
+        if ctypes.get_errno() == errno.EINVAL:  # a kernel built without seccomp filters
+            return []
+        _check(-1, "seccomp")
+    return ["no-statmount"]
 
 
 def drop_capabilities() -> None:
@@ -177,8 +305,9 @@ def drop_capabilities() -> None:
         libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0)  # EINVAL for caps we lack: fine
 
 
-def start_code(cfg: dict) -> None:
-    """In the forked child: become the unprivileged code process and exec (never returns)."""
+def start_code(cfg: dict, report: int) -> None:
+    """In the forked child: become the unprivileged code process and exec (never returns). The
+    layers it put in force go to PID 1 through `report`, one per line."""
     os.setsid()  # its own session: the executor's process group is out of reach
     if cfg["mode"] != "process":
         drop_capabilities()
@@ -196,7 +325,9 @@ def start_code(cfg: dict) -> None:
         clamp = lambda v: ceiling if v is None or (ceiling != resource.RLIM_INFINITY and v > ceiling) else v  # noqa: B023 - called at once, inside this iteration
         resource.setrlimit(limit, (clamp(soft), clamp(hard)))
     os.umask(0o002)  # files in writable storage stay writable for the other runs' uids (same group)
-    os.chdir(cfg["scratch"])
+    os.chdir(cfg["inside"]["scratch"])
+    for layer in close_proc() + close_mount_syscalls():  # last: both need no-new-privs
+        os.write(report, f"+{layer}\n".encode())
     os.execve(cfg["argv"][0], cfg["argv"], os.environ)
 
 
@@ -217,9 +348,30 @@ def write_status(run_fd: int, record: dict) -> None:
         json.dump(record, f)
 
 
-def main() -> None:
-    with open(sys.argv[1]) as f:
+def read_config() -> dict:
+    """sandbox.json from the descriptor argv[1] names; this script itself came as /dev/fd/N. Both
+    are closed at once: the code's process must not inherit them (they name host paths)."""
+    with os.fdopen(int(sys.argv[1])) as f:
         cfg = json.load(f)
+    folder, name = os.path.split(sys.argv[0])
+    if folder == "/dev/fd" and name.isdigit():
+        os.close(int(name))
+    return cfg
+
+
+def read_report(ready: int) -> tuple[list[str], str]:
+    """The layers the code's process put in force, and why it could not start ("" if it did):
+    its end of the pipe closes on exec, so EOF comes once it runs or fails."""
+    text = b""
+    while chunk := os.read(ready, 4096):
+        text += chunk
+    lines = text.decode(errors="replace").splitlines()
+    failed = "".join(line[1:] for line in lines if line.startswith("!"))
+    return [line[1:] for line in lines if line.startswith("+")], failed
+
+
+def main() -> None:
+    cfg = read_config()
     run_fd = os.open(cfg["run_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # outlives the pivot
     in_namespaces = cfg["mode"] != "process"
     try:
@@ -232,13 +384,13 @@ def main() -> None:
     if pid == 0:
         try:
             os.close(ready_r)
-            start_code(cfg)
+            start_code(cfg, ready_w)
         except BaseException as err:  # noqa: BLE001 - the code never started
-            os.write(ready_w, f"{type(err).__name__}: {err}".encode())
+            os.write(ready_w, f"!{type(err).__name__}: {err}".encode())
         finally:
             os._exit(127)
     os.close(ready_w)
-    failed = os.read(ready_r, 4096).decode(errors="replace")
+    locked, failed = read_report(ready_r)
     status = wait_for(pid, reap_all=in_namespaces)
     try:
         if in_namespaces:
@@ -263,7 +415,7 @@ def main() -> None:
         layers.append(f"uid {cfg['uid']}")
     if in_namespaces or cfg["uid"] is not None:
         layers.append("no-capabilities")
-    record["isolation"] = layers + ["no-new-privs", "rlimits"]
+    record["isolation"] = layers + ["no-new-privs", "rlimits"] + locked
     write_status(run_fd, record)
 
 
