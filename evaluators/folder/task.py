@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pickle
-import shutil
-import stat
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from station.core.run_types import Mount, RunResult, RunSpec
+from station.executors.runfiles import Bounds, Refused, copy_tree, run_folder, work_base, work_folder
 
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
 from .layout import EVOLVE_END, EVOLVE_START, TaskFolder, evolve_frame, read_folder
@@ -166,22 +163,26 @@ class FolderTask(Task):
     def execute(
         self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
     ) -> RunResult:
-        with tempfile.TemporaryDirectory(prefix=f"station-{label}-") as work:
+        with work_folder(work_base(executor), label) as work:
             inputs, outputs, copied = Path(work, "inputs"), Path(work, "outputs"), Path(work, "outputs-copy")
-            for folder in (inputs, outputs, copied):
+            for folder in (inputs, copied):
                 folder.mkdir()
+            run_folder(outputs)  # the executor shares it with the sandbox's group when it mounts it
             (inputs / self.filename).write_text(code, encoding="utf-8")
             if self.folder.runs_program:
                 moved = self._outside_the_blocks(code)
                 if moved:
                     return RunResult(status="ok", value={"rejected": moved})
                 return self._evaluate_program(executor, inputs, copied, label)
-            os.chmod(outputs, 0o777)  # the sandbox's own uid writes here
             writable = Mount(outputs, "outputs", writable=True)
-            ran = executor.run(self.run_spec(code, mounts=[*mounts, writable], label=label, cpu_only=cpu_only))
+            spec = self.run_spec(code, mounts=[*mounts, writable], label=label, cpu_only=cpu_only)
+            ran = executor.run(spec)
             if ran.status != "ok":
                 return ran  # a crash or a timeout is the submission's own outcome
-            _copy_regular_files(outputs, copied)
+            try:
+                copy_tree(outputs, copied, Bounds(spec.max_storage_mb << 20, spec.max_files), "outputs/")
+            except Refused as err:  # what the submission left cannot be handed over: its failure
+                return replace(ran, status="error", value=None, error=f"Outputs refused: {err}")
             with open(inputs / "value.pkl", "wb") as f:
                 pickle.dump(ran.value, f)  # plain data, as the executor decoded it
             self._write_settings(inputs, action="score")
@@ -254,7 +255,7 @@ class FolderTask(Task):
     def check_scorer(self, executor: Any) -> str | None:
         """Import the scorer in its own sandbox, as an evaluation does, and look for its entry points:
         None when it is usable, else what is wrong (for `station task check`)."""
-        with tempfile.TemporaryDirectory(prefix="station-check-") as work:
+        with work_folder(work_base(executor), "check") as work:
             inputs, outputs = Path(work, "inputs"), Path(work, "outputs")
             inputs.mkdir()
             outputs.mkdir()
@@ -293,8 +294,8 @@ class FolderTask(Task):
         mounts.append(Mount(COMPAT, "compat"))
         if self.folder.format == "shinka":  # its main() writes metrics.json and correct.json here
             results = inputs.parent / "results"
-            results.mkdir(exist_ok=True)
-            os.chmod(results, 0o777)  # the sandbox's own uid writes here
+            if not results.is_dir():  # one per evaluation, its stages share it
+                run_folder(results)  # the executor shares it with the sandbox's group when it mounts it
             mounts.append(Mount(results, "results", writable=True))
         return RunSpec(
             code=DRIVER.read_text(encoding="utf-8"),
@@ -448,27 +449,6 @@ def _with_logs(result: RunResult, runs: list[RunResult]) -> RunResult:
         name: "\n".join(text for text in (getattr(r, name) for r in runs) if text) for name in ("stdout", "stderr")
     }
     return replace(result, duration_s=sum(r.duration_s for r in runs), stdout=joined["stdout"], stderr=joined["stderr"])
-
-
-def _copy_regular_files(source: Path, target: Path) -> None:
-    """Copy what the submission left: directories and regular files only, never following a link,
-    so a link planted in outputs/ cannot make the scorer read its own private files as an answer."""
-    for root, dirs, files in os.walk(source, followlinks=False):
-        here = Path(root)
-        into = target / here.relative_to(source)
-        for name in dirs:
-            if not (here / name).is_symlink():
-                (into / name).mkdir(exist_ok=True)
-        for name in files:
-            path = here / name
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue  # a link, a socket, a fifo: not an output
-            with os.fdopen(fd, "rb") as f:
-                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    with open(into / name, "wb") as out:
-                        shutil.copyfileobj(f, out)
 
 
 def _clip(text: str) -> str:

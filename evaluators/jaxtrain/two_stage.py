@@ -14,7 +14,10 @@ station_jax/exchange.py, the scorer's station_jax/scoring.py):
 - the **watcher** (TrialWatch, a thread here in the trusted parent) carries checkpoints from the
   trainer to the scorer as bytes (never through a link, never more than the caps), measures the
   outputs against the station's own targets (the task's `measure`), keeps the best measurement
-  and writes `stop` when patience, the checkpoint limit or its own clock runs out.
+  and writes `stop` when patience, the checkpoint limit or its own clock runs out. It touches what
+  the runs wrote only through station/executors/runfiles.py (no link followed, bounded reads), and
+  writes `stop` into `control/`, a folder of its own the trainer sees read-only: never a path the
+  run controls.
 
 Why this shape. Scoring in a second sandbox keeps the scored inputs out of every process that ran
 the submission's Python, so no hook, monkeypatch or import-time trick can read them. Exporting
@@ -39,10 +42,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 import statistics
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -52,13 +52,16 @@ from typing import Any
 import numpy as np
 
 from station.core.run_types import Mount, RunResult, RunSpec, RunStatus
+from station.executors import runfiles
+from station.executors.runfiles import Refused, present, run_folder, work_base, work_folder
 
 from ..base import Verdict
-from .station_jax.exchange import APPLY_FILE, CHECKPOINT_FILE, STOP_FILE
+from .station_jax.exchange import APPLY_FILE, CHECKPOINT_FILE, CONTROL_DIR, STOP_FILE
 from .station_jax.scoring import DONE_FILE, SETTINGS_FILE, checkpoint_name, outputs_name, refused_name
 from .task import CHECK_TIMEOUT_S, HARNESS_DIR, HARNESS_TARGET, JaxTrainingTask, learning_curves
 
 EXCHANGE_TARGET = "checkpoints"  # the trainer's folder, as the run sees it
+CONTROL_TARGET = CONTROL_DIR  # the station's folder the trainer reads `stop` from (read-only there)
 COMPILE_CACHE_TARGET = "jax_compiled"  # the evaluation's compilation cache, as its runs see it
 POLL_S = 0.05
 MAX_EXPORT_BYTES = 16 << 20  # an export is code: kilobytes, plus at most 1 MiB of constants
@@ -83,8 +86,7 @@ def with_compile_cache(spec: RunSpec, folder: Path) -> RunSpec:
     the evaluation; the scorer, which runs the station's code only, never sees it. Each entry is
     written and read under JAX's file lock (parallel trials write at once), and the cache keeps
     to half the run's storage quota (JAX evicts the least recently used entries)."""
-    folder.mkdir()
-    folder.chmod(0o777)  # the sandbox's own uid writes here
+    run_folder(folder)  # the executor shares it with the sandbox's group when it mounts it
     return replace(
         spec,
         mounts=[*spec.mounts, Mount(folder, COMPILE_CACHE_TARGET, writable=True)],
@@ -97,7 +99,7 @@ def with_compile_cache(spec: RunSpec, folder: Path) -> RunSpec:
     )
 
 
-class Unusable(Exception):
+class Unusable(Refused):
     """A file the trainer or scorer left that the station will not read (one line)."""
 
 
@@ -138,10 +140,13 @@ class TrialWatch:
 
     def __post_init__(self) -> None:
         self.train, self.inbox, self.outbox = self.folder / "train", self.folder / "inbox", self.folder / "outbox"
-        for path in (self.train, self.inbox, self.outbox):
-            path.mkdir(parents=True)
+        self.control = self.folder / "control"  # the trainer reads `stop` here: the station never opens train/stop
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path in (self.inbox, self.control):
+            path.mkdir()
+            path.chmod(0o755)  # the runs read it (the scorer its inbox, the trainer `stop`), none writes
         for path in (self.train, self.outbox):
-            path.chmod(0o777)  # the sandbox's own uid writes here
+            run_folder(path)  # the executor shares it with the sandbox's group when it mounts it
         self.taken = 0
         self.pending: int | None = None  # handed to the scorer, outputs not read yet
         self.deadline: float | None = None
@@ -151,11 +156,11 @@ class TrialWatch:
         """Carry checkpoints until the trial is over; returns what the station measured."""
         try:
             self._loop(trainer, start_scorer)
-        except Unusable as err:
+        except Refused as err:  # what a run left: the trial's failure, charged to the submission
             self.failure = self.failure or str(err)
         finally:
-            _touch(self.train / STOP_FILE)  # an honest trainer still waiting ends now
-            _touch(self.inbox / DONE_FILE)
+            _signal(self.control, STOP_FILE)  # an honest trainer still waiting ends now
+            _signal(self.inbox, DONE_FILE)
         return {
             "checkpoints": self.taken,
             "curve": self.curve,
@@ -170,9 +175,9 @@ class TrialWatch:
         while True:
             now = time.monotonic()
             if self.scorer is None:
-                exported = take(self.train / APPLY_FILE, MAX_EXPORT_BYTES, "the exported apply function")
+                exported = take(self.train, APPLY_FILE, MAX_EXPORT_BYTES, "the exported apply function")
                 if exported is not None:
-                    _write(self.inbox / APPLY_FILE, exported)
+                    runfiles.write(self.inbox, APPLY_FILE, exported)
                     self.deadline = now + self.rule.budget_s
                     self.scorer = start_scorer()
                 elif trainer.done():
@@ -194,7 +199,7 @@ class TrialWatch:
             time.sleep(POLL_S)
 
     def _note_waiting(self, now: float) -> None:
-        if self.seen_at is None and (self.train / CHECKPOINT_FILE).exists():
+        if self.seen_at is None and present(self.train, CHECKPOINT_FILE):
             self.seen_at = now
 
     def _hand_over(self, now: float) -> bool:
@@ -208,12 +213,12 @@ class TrialWatch:
         if self.seen_at > self.deadline + self.rule.late_s:
             self._halt("time-budget")
             return False
-        raw = take(self.train / CHECKPOINT_FILE, self.max_checkpoint_bytes, "the checkpoint")
+        raw = take(self.train, CHECKPOINT_FILE, self.max_checkpoint_bytes, "the checkpoint")
         self.seen_at = None
         if raw is None:
             return False
         self.taken += 1
-        _write(self.inbox / checkpoint_name(self.taken), raw)
+        runfiles.write(self.inbox, checkpoint_name(self.taken), raw)
         self.pending = self.taken
         return True
 
@@ -221,8 +226,8 @@ class TrialWatch:
         """Read the scorer's answer for the pending checkpoint, if it is there, and measure it."""
         k = self.pending
         assert k is not None
-        refused = take(self.outbox / refused_name(k), MAX_REFUSAL_BYTES, "the scorer's answer")
-        outputs = None if refused is not None else take(self.outbox / outputs_name(k), MAX_OUTPUT_BYTES, "outputs")
+        refused = take(self.outbox, refused_name(k), MAX_REFUSAL_BYTES, "the scorer's answer")
+        outputs = None if refused is not None else take(self.outbox, outputs_name(k), MAX_OUTPUT_BYTES, "outputs")
         if refused is None and outputs is None:
             return
         (self.inbox / checkpoint_name(k)).unlink(missing_ok=True)
@@ -246,7 +251,7 @@ class TrialWatch:
     def _halt(self, why: str) -> None:
         """Take no more checkpoints, and tell the trainer (which may ignore it: its time limit holds)."""
         self.stop = why
-        _touch(self.train / STOP_FILE)
+        _signal(self.control, STOP_FILE)
 
     def _scorer_ended(self, result: RunResult) -> None:
         value = result.value if isinstance(result.value, dict) else {}
@@ -259,32 +264,14 @@ class TrialWatch:
             self.failure = f"the station could not run the exported apply function: {result.error or 'it ended early'}"
 
 
-def take(path: Path, limit: int, what: str) -> bytes | None:
-    """The bytes of a file another party wrote, then the file removed; None when absent. Refused
-    (Unusable) unless it is a regular file with one link, under `limit` bytes: a link could point
-    the station at data it holds (the scored split), and a huge file at its memory."""
+def take(folder: Path, name: str, limit: int, what: str) -> bytes | None:
+    """The bytes of a file the trainer or scorer left in `folder`, then the file removed; None when
+    absent; Unusable unless it is a regular file with one link, under `limit` bytes (runfiles.take:
+    a link could point the station at data it holds, a huge file at its memory)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise Unusable(f"{what} is not a regular file ({err.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            raise Unusable(f"{what} is not a regular file of its own")
-        if info.st_size > limit:
-            raise Unusable(f"{what} holds {info.st_size:,} bytes, more than the {limit:,} allowed")
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise Unusable(f"{what} holds more than the {limit:,} bytes allowed")
-    finally:
-        os.close(fd)
-    path.unlink(missing_ok=True)
-    return b"".join(chunks)
+        return runfiles.take(folder, name, limit, what)
+    except Refused as err:
+        raise Unusable(str(err)) from None
 
 
 def load_arrays(raw: bytes | None) -> dict[str, np.ndarray]:
@@ -298,15 +285,10 @@ def load_arrays(raw: bytes | None) -> dict[str, np.ndarray]:
         raise Unusable(f"the scorer's outputs could not be read: {err}") from None
 
 
-def _write(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    partial.replace(path)
-
-
-def _touch(path: Path) -> None:
+def _signal(folder: Path, name: str) -> None:
+    """An empty file `name` in `folder`, a folder of the station's own that the runs only read."""
     try:
-        path.touch()
+        runfiles.write(folder, name, b"")
     except OSError:
         pass  # the folder is gone or full: the run's own time limit ends it
 
@@ -349,12 +331,11 @@ class TwoStageTask(JaxTrainingTask):
             gpus: float | None = 0.0 if cpu_only else self._gpus_per_trial(executor)
         except Exception:  # noqa: BLE001 - e.g. a Ray cluster out of reach: the check run reports it as before
             gpus = None
-        with tempfile.TemporaryDirectory(prefix=f"station-{label}-trials-") as work:
-            Path(work).chmod(0o711)  # the sandbox's uid reaches its own folders through it
+        with work_folder(work_base(executor), f"{label}-trials") as work:  # removed at the end, swept after a kill
             base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
             on_cpu = gpus == 0.0
             if on_cpu:  # the check compiles what the trials run, for the same device: they load it
-                base = with_compile_cache(base, Path(work) / "compiled")
+                base = with_compile_cache(base, work / "compiled")
             check = executor.run(
                 self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s), as_trials=on_cpu)
             )
@@ -367,7 +348,7 @@ class TwoStageTask(JaxTrainingTask):
                 ThreadPoolExecutor(self.trials, thread_name_prefix=f"{label}-watch") as watchers,
             ):
                 futures = [
-                    watchers.submit(self._trial, executor, runs, base, n, gpus, Path(work) / f"trial{n}")
+                    watchers.submit(self._trial, executor, runs, base, n, gpus, work / f"trial{n}")
                     for n in range(self.trials)
                 ]
                 outcomes = [f.result() for f in futures]
@@ -388,9 +369,10 @@ class TwoStageTask(JaxTrainingTask):
             "inputs": [[list(s), d] for s, d in spec.inputs],
             "outputs": [[list(s), d] for s, d in spec.outputs],
         }
-        (watch.inbox / SETTINGS_FILE).write_text(json.dumps(settings), encoding="utf-8")
+        runfiles.write(watch.inbox, SETTINGS_FILE, json.dumps(settings).encode())
         trainer_spec = self._trial_spec(base, "train", n, gpus, self.timeout_s, exchange=EXCHANGE_TARGET)
-        trainer_spec = replace(trainer_spec, mounts=[*trainer_spec.mounts, Mount(watch.train, EXCHANGE_TARGET, True)])
+        exchange = [Mount(watch.train, EXCHANGE_TARGET, True), Mount(watch.control, CONTROL_TARGET)]
+        trainer_spec = replace(trainer_spec, mounts=[*trainer_spec.mounts, *exchange])
         trainer = runs.submit(executor.run, trainer_spec)
         ended: list[float] = []
         trainer.add_done_callback(lambda _: ended.append(time.monotonic()))

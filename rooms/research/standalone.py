@@ -6,14 +6,14 @@ check a submission, or a task's configuration, before a long run.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from evaluators.base import ScorerFailure, Task, create_task, has_real_code
 from rooms.research.config import ResearchConfig
 from station.core.config import ConfigError, load_config
-from station.core.run_types import Mount
+from station.core.run_types import Mount, RunResult
+from station.executors.runfiles import Refused, sweep, work_base, work_folder
 
 from .tasks import load_tasks
 from .worker import run_payload, scorer_failed_payload
@@ -60,8 +60,9 @@ def evaluate(task: Task, code: str, executor: Any, storage: Path | None = None) 
     problem = task.validate_code(code)
     if problem:
         raise ValueError(f"the task refuses this code: {problem}")
-    with tempfile.TemporaryDirectory(prefix="station-evaluate-") as scratch:
-        root = storage or Path(scratch)
+    sweep(work_base(executor))  # what a killed `station evaluate` or station left there
+    with work_folder(work_base(executor), "evaluate") as scratch:
+        root = storage or scratch
         mounts = []
         for area in ("shared", "system", "lineage"):
             (root / area).mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,8 @@ def evaluate(task: Task, code: str, executor: Any, storage: Path | None = None) 
             result = task.execute(executor, code, mounts=mounts, label="evaluate")
         except ScorerFailure as failure:
             return scorer_failed_payload(failure, executor.name)
+        except Refused as err:  # what the submission left could not be handled: its failure
+            result = RunResult(status="error", error=f"Refused: {err}")
     return run_payload(task, result, executor.name)
 
 

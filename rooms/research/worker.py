@@ -35,6 +35,7 @@ from station.core.agents import AgentRegistry
 from station.core.background import InputWorker, Stopped
 from station.core.run_types import Mount, RunResult
 from station.core.store import Store, absolute
+from station.executors.runfiles import Refused, sweep, work_base
 from station.models import ModelPool
 
 from . import debugger
@@ -181,6 +182,9 @@ class EvaluationWorker(InputWorker):
                 hidden = [self.directory, *(p for task in self.tasks.values() for p in task.private_paths())]
                 config = self.config.section(ResearchConfig).executor
                 self.executor = create_executor(config, hide=hidden, scratch_base=config.scratch_dir)
+            left = sweep(work_base(self.executor))  # evaluation folders of a station killed mid-evaluation
+            if left:
+                log.info("removed %d evaluation folders left by an earlier run: %s", len(left), ", ".join(left))
             self.executor.on_progress = self._on_progress
             while not self.stop.is_set():
                 self._schedule(store)
@@ -212,6 +216,12 @@ class EvaluationWorker(InputWorker):
         super().shutdown(timeout)
         if self.executor is not None:
             self.executor.close()
+        # the runs are killed: each evaluation's thread now removes its folder; let it (bounded)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self.inflight.values())
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- one evaluation -------------------------------------------------------------------
     def _evaluate(self, row: dict[str, Any]) -> None:
@@ -281,6 +291,8 @@ class EvaluationWorker(InputWorker):
             )
         except ScorerFailure:
             raise
+        except Refused as err:  # what the submission left (its files, links, depth, names): its failure
+            return RunResult(status="error", error=f"Refused: {err}")
         except Exception as err:  # noqa: BLE001 - the executor broke, not the code
             log.exception("executor failed on evaluation %s", row["id"])
             return RunResult(status="system_error", error=f"Evaluation system error: {err}")

@@ -11,7 +11,9 @@ Files (names shared with the station, two_stage.py):
 - `apply.jaxexport`: the serialized export, written once before training;
 - `checkpoint.npz`: the current parameters as arr_0, arr_1, ... (the export's leading arguments),
   written through a `.partial` file and a rename; the run waits until the station took it;
-- `stop`: written by the station; the run stops training when it sees it.
+- `stop`: written by the station into `control/`, a folder of its own mounted read-only into the
+  run (not into `checkpoints/`: the station never opens a path the run controls); the run stops
+  training when it sees it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 APPLY_FILE, CHECKPOINT_FILE, STOP_FILE = "apply.jaxexport", "checkpoint.npz", "stop"
+CONTROL_DIR = "control"  # where the station writes `stop`, as the run sees it
 POLL_S = 0.02
 
 
@@ -39,10 +42,10 @@ def export_one(
 
 
 class Exchange:
-    """The run's checkpoint folder (the station's `checkpoints/` mount)."""
+    """The run's checkpoint folder (the station's `checkpoints/` mount), and the station's `control/`."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
+    def __init__(self, folder: str, control: str = CONTROL_DIR) -> None:
+        self.folder, self.control = folder, control
         self.waited_s = 0.0  # how long the run waited for the station to take its checkpoints
 
     def _path(self, name: str) -> str:
@@ -58,7 +61,7 @@ class Exchange:
         self._write(APPLY_FILE, lambda f: f.write(exported))
 
     def stopped(self) -> bool:
-        return os.path.exists(self._path(STOP_FILE))
+        return os.path.exists(os.path.join(self.control, STOP_FILE))
 
     def offer(self, leaves: Sequence[Any]) -> bool:
         """Hand over one checkpoint and wait until the station took it (True) or said stop (False)."""
