@@ -67,7 +67,12 @@ POLL_S = 0.05
 MAX_EXPORT_BYTES = 16 << 20  # an export is code: kilobytes, plus at most 1 MiB of constants
 MAX_OUTPUT_BYTES = 256 << 20  # one checkpoint's outputs (forecasting: at most 64 MB)
 MAX_REFUSAL_BYTES = 4000
-SCORER_MARGIN_S = 120.0  # the scorer outlives its trainer by this much at most (its last checkpoint)
+# The scorer lives the trial's own limit plus this, counted from its start (when the export
+# appears): after the trainer's end it has at least this long, and the trial's grace beyond the
+# late allowance, for the last checkpoints (one being scored, one waiting). Its CPU time: the same
+# seconds of one core. An export that spins is stopped there (it was the limit plus 120 s).
+SCORER_MARGIN_S = 10.0
+SCORER_CPUS = 1.0  # the scorer's CPU time: one core's, for as long as it may live
 SCORER_DRIVER = '''"""The station's scorer for a trained JAX task: only the station's code runs here."""
 
 
@@ -386,6 +391,11 @@ class TwoStageTask(JaxTrainingTask):
 
     def _scorer_spec(self, base: RunSpec, n: int, watch: TrialWatch) -> RunSpec:
         timeout = self.timeout_s + SCORER_MARGIN_S
+        # On Ray the trial's reservation (its trainer's num_cpus) covers the scorer: a reservation of
+        # its own is asked for only once the export appears, when the trainers may hold every CPU,
+        # and each trainer then waits for its scorer to take a checkpoint until its own time limit
+        # (measured: a 1-CPU instance, tests/test_redteam_export.py). So Ray is asked for nothing
+        # more; its CPU time is one core's, for the trial's limit plus the margin.
         return RunSpec(
             code=SCORER_DRIVER,
             mode="function",
@@ -398,11 +408,11 @@ class TwoStageTask(JaxTrainingTask):
                 Mount(self.scoring_dir(n), "scoring_data"),
             ],
             timeout_s=timeout,
-            cpu_seconds=math.ceil(timeout),
+            cpu_seconds=math.ceil(timeout * SCORER_CPUS),
             memory_mb=self.memory_mb,
             max_processes=self.max_processes,
             max_storage_mb=max(base.max_storage_mb, 2 * (MAX_OUTPUT_BYTES >> 20)),
-            num_cpus=0.0,  # never queued behind the trials on Ray; its work is small beside theirs
+            num_cpus=0.0,  # within the trial's reservation (above)
             num_gpus=0.0,
             env=self.env(),
             label=f"{base.label}-score{n}",

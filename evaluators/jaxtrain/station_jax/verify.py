@@ -6,10 +6,17 @@ arguments (the parameters and one example), so the station refuses, in one line:
 - host callbacks and any other `custom_call` outside ALLOWED_CUSTOM_CALLS (a callback would run
   code in the scoring process; other targets are native code we have not vetted);
 - host communication and collectives (infeed, outfeed, send, recv, all-reduce, ...);
+- any operation outside ALLOWED_OPS: StableHLO, the func structure and Shardy's sharding markers
+  are all JAX's own exports hold once deserialized (the portable artifact lowers chlo and mhlo).
+  An artifact may also be plain MLIR bytecode, which JAX reads as it is: there, mhlo.custom_call,
+  chlo.constant or sdy.constant would pass a check written for StableHLO, so they are refused;
 - side effects JAX records (ordered or unordered effects), disabled safety checks;
-- more than MAX_EMBEDDED_CONSTANT_BYTES of constants embedded in the module: what a network
+- more than MAX_EMBEDDED_CONSTANT_BYTES of data in the module's attributes: what a network
   learnt belongs in its checkpoint, which the station caps and counts; a big table inside the
-  code is refused rather than argued about;
+  code is refused rather than argued about. Every attribute of every operation counts (a
+  constant's value, a dense_resource blob, dense arrays), whatever the op; a splat (one value
+  broadcast to a shape, as jax.random writes its round constants) counts as the one value it
+  stores, so an honest large random draw inside apply passes;
 - other platforms than the CPU, more than one device, and argument or result shapes other than
   the task's example and output.
 
@@ -26,11 +33,32 @@ Imports jax inside functions only.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 MAX_EMBEDDED_CONSTANT_BYTES = 1 << 20  # 1 MiB over all constants of the module
 SHARDING_MARKERS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
-DIALECTS = frozenset({"stablehlo", "chlo", "func", "sdy", "mhlo", "builtin"})
+# What JAX's own exports hold once deserialized (the portable artifact lowers chlo and mhlo to
+# StableHLO; Shardy keeps its sharding markers): any other operation is refused by name, so that
+# no dialect the parser knows (mhlo.custom_call, chlo.constant, sdy collectives) gets past a check
+# written for StableHLO.
+ALLOWED_OPS = {
+    "stablehlo": None,  # every operation but DENIED_OPS
+    "func": frozenset({"func", "call", "return"}),
+    "builtin": frozenset({"module"}),
+    "sdy": frozenset(
+        {
+            "mesh",
+            "sharding_constraint",
+            "manual_computation",
+            "named_computation",
+            "return",
+            "reshard",
+            "sharding_group",
+        }
+    ),
+}
+CONSTANT_OPS = frozenset({"stablehlo.constant"})  # the only op whose attribute is its result
 DENIED_OPS = frozenset(
     f"stablehlo.{name}"
     for name in (
@@ -94,36 +122,100 @@ def check_exported(
 
 
 def check_module(module: Any) -> None:
-    """Walk every operation of the (StableHLO) module: dialects, denied ops, custom calls, constants."""
-    import numpy as np
+    """Walk every operation of the module: its name (ALLOWED_OPS), custom calls, and the bytes that
+    each of its attributes stores, summed over the module (MAX_EMBEDDED_CONSTANT_BYTES)."""
     from jax._src.lib.mlir import ir
 
     allowed = allowed_custom_calls()
     problems: list[str] = []
-    constant_bytes = 0
+    stored = 0
 
     def visit(op: Any) -> Any:
-        nonlocal constant_bytes
-        name = op.name
-        if name.split(".", 1)[0] not in DIALECTS or name in DENIED_OPS:
-            problems.append(f"it holds the operation {name}, which the station does not run")
-        elif name == "stablehlo.custom_call":
-            target = ir.StringAttr(op.attributes["call_target_name"]).value
-            if target not in allowed:
-                what = "a host callback" if "callback" in target else "a custom call"
-                problems.append(f"it holds {what} ({target}); only plain JAX operations are allowed")
-        elif name == "stablehlo.constant":
-            for result in op.results:
-                kind = ir.ShapedType(result.type)
-                bits = getattr(kind.element_type.maybe_downcast(), "width", 64)  # complex: counted as 64
-                constant_bytes += int(np.prod(kind.shape, dtype=np.int64)) * max(1, bits // 8)
-        return ir.WalkResult.ADVANCE if not problems else ir.WalkResult.INTERRUPT
+        nonlocal stored
+        try:
+            why = refusal(op, allowed)
+            stored += 0 if why else attribute_bytes(op)
+        except Exception as err:  # noqa: BLE001 - nothing may cross MLIR's walk (it aborts), and any odd op is refused
+            why = f"one of its operations could not be read ({type(err).__name__}: {err})"
+        if why:
+            problems.append(why)
+        return ir.WalkResult.INTERRUPT if problems else ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     if problems:
         raise Refused(f"the exported apply function was refused: {problems[0]}")
-    if constant_bytes > MAX_EMBEDDED_CONSTANT_BYTES:
+    if stored > MAX_EMBEDDED_CONSTANT_BYTES:
         raise Refused(
-            f"the exported apply function embeds {constant_bytes:,} bytes of constants, more than "
+            f"the exported apply function embeds {stored:,} bytes of constants, more than "
             f"{MAX_EMBEDDED_CONSTANT_BYTES:,}: learnt values belong in the parameters"
         )
+
+
+def refusal(op: Any, allowed_calls: frozenset[str]) -> str | None:
+    """Why the station does not run this operation, or None."""
+    from jax._src.lib.mlir import ir
+
+    name = op.name
+    dialect, _, short = name.partition(".")
+    known = ALLOWED_OPS.get(dialect, frozenset())
+    if name in DENIED_OPS or (known is not None and short not in known):
+        return f"it holds the operation {name}, which the station does not run"
+    if name == "stablehlo.custom_call":
+        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        if target not in allowed_calls:
+            what = "a host callback" if "callback" in target else "a custom call"
+            return f"it holds {what} ({target}); only plain JAX operations are allowed"
+    return None
+
+
+def attribute_bytes(op: Any) -> int:
+    """What the attributes of `op` store: the data of every elements attribute (a constant's value,
+    a dense_resource blob, one on any other op), a splat counted as its one value, and dense arrays."""
+    from jax._src.lib.mlir import ir
+
+    if op.name in CONSTANT_OPS:
+        kind = ir.ShapedType(op.results[0].type)
+        if isinstance(kind.element_type.maybe_downcast(), ir.ComplexType):
+            # MLIR's Python bindings abort the process on a dense complex array: counted by its type
+            return elements(kind) * element_bytes(kind.element_type)
+    attributes = op.attributes
+    return sum(stored_bytes(attributes[i].attr) for i in range(len(attributes)))
+
+
+def stored_bytes(attribute: Any) -> int:
+    """The bytes of data one attribute stores (nested ones included); 0 for names, flags, types."""
+    from jax._src.lib.mlir import ir
+
+    attribute = attribute.maybe_downcast()
+    if isinstance(attribute, ir.ArrayAttr):
+        return sum(stored_bytes(item) for item in attribute)
+    if isinstance(attribute, ir.DictAttr):
+        return sum(stored_bytes(attribute[i].attr) for i in range(len(attribute)))
+    width = DENSE_ARRAY_BYTES.get(type(attribute).__name__)
+    if width is not None:
+        return len(attribute) * width
+    kind = attribute.type.maybe_downcast()
+    if not isinstance(kind, ir.ShapedType):
+        return 0
+    splat = isinstance(attribute, ir.DenseElementsAttr) and attribute.is_splat
+    return (1 if splat else elements(kind)) * element_bytes(kind.element_type)
+
+
+DENSE_ARRAY_BYTES = {"DenseBoolArrayAttr": 1, "DenseI8ArrayAttr": 1, "DenseI16ArrayAttr": 2, "DenseI32ArrayAttr": 4}
+DENSE_ARRAY_BYTES |= {"DenseI64ArrayAttr": 8, "DenseF32ArrayAttr": 4, "DenseF64ArrayAttr": 8}
+
+
+def elements(kind: Any) -> int:
+    if not kind.has_static_shape:
+        raise Refused("an attribute of the exported apply function has no static shape")
+    return math.prod(kind.shape)  # Python's integers: no shape can wrap the count around
+
+
+def element_bytes(element: Any) -> int:
+    from jax._src.lib.mlir import ir
+
+    element = element.maybe_downcast()
+    if isinstance(element, ir.ComplexType):
+        return 2 * element_bytes(element.element_type)
+    width = getattr(element, "width", None)  # integers and floats; index and others: 8 bytes
+    return 8 if width is None else max(1, (width + 7) // 8)
