@@ -1,7 +1,8 @@
 """Red team: forging a trained JAX task's score (forecasting), through the real sandbox, CPU, tiny
 budgets counted in epochs. Each attack is refused or scores no better than what it honestly
-computes, and the shipped baseline beside it scores exactly as before two-stage scoring (the
-number below was measured with the one-stage harness, same seeds and epochs).
+computes, and the shipped baseline beside it scores exactly as before (the number below: the
+baseline's two-stage score on the tests' keyed data, same seeds and epochs, measured twice alike;
+on the old seed-0 data: -0.26784, one-stage harness, which the two-stage score matched within 0.002).
 
 The attacks: replacing the harness's entry point; a network that looks the validation split up
 (through the documented hooks, or through the host's path); reading scored inputs at import time;
@@ -28,7 +29,7 @@ from station.core.run_types import Mount
 from station.executors import create_executor
 
 TINY = {"size": "small", "trials": 1, "trial_budget_s": 600, "max_epochs": 2, "patience": 2, "grace_s": 120}
-BASELINE_SCORE = -0.26784097895282954  # one-stage harness, size small, 2 trials, 3 epochs (see the test)
+BASELINE_SCORE = -0.2723660774844095  # size small, 2 trials, 3 epochs, on the tests' fixed key (see the test)
 HEAD = '''import json, os
 import numpy as np
 import jax, jax.numpy as jnp

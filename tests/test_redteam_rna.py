@@ -4,8 +4,8 @@ budgets counted in epochs.
 RNA trains one dataset per trial (7 trials, 7 datasets), so one hostile evaluation carries one
 attack per dataset (in the training phase only, so that the check passes) and the seventh
 dataset trains the shipped baseline honestly beside them: every attack is judged from the
-station's verdict on its own dataset, and the honest one must measure what the one-stage harness
-measured (the number below, same seeds and epochs). The attacks:
+station's verdict on its own dataset, and the honest one must measure the number below (the honest
+trial's accuracy on the tests' keyed data, same seeds and epochs). The attacks:
 
 - APA: a network that looks the validation split up (through the documented hooks: it reads
   val.csv in create_network, from the data folder or the host's path, and matches each sequence);
@@ -37,8 +37,9 @@ from station.core.run_types import Mount, RunResult
 from station.executors import create_executor
 
 TINY = {"size": "small", "max_epochs": 3, "patience": 2, "grace_s": 240, "trial_cpus": 0.25}
-# the honest ncRNA trial with the one-stage harness (size small, 3 epochs, patience 2): 15 of 80 right
-HONEST_NCRNA_ACCURACY = 0.1875
+# the honest ncRNA trial (size small, 3 epochs, patience 2) on the tests' keyed data: 17 of 80 right,
+# measured twice alike (on the old seed-0 data the one-stage harness had 15 of 80, 0.1875)
+HONEST_NCRNA_ACCURACY = 0.2125
 ATTACKS = {"APA": "lookup", "CRI-Off": "neighbours", "Modif": "table", "CRI-On": "callback", "PRS": "patch", "MRL": "crash"}
 ATTACKED = [d.name for d in DATASETS if d.name in ATTACKS]
 

@@ -36,8 +36,10 @@ from station.executors import create_executor
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "rna_modelling.yaml"
-# the config's baseline at 2 epochs as the one-stage harness (predictions from the run) scored it
-ONE_STAGE_SCORE = 0.3490891840760297
+# the config's baseline at 2 epochs, scored by the station (two-stage) on the tests' keyed data and
+# measured twice alike; on the old seed-0 data the one-stage harness scored 0.3490891840760297 and the
+# two-stage score matched it within 0.002 (the name stayed: what it checks is unchanged)
+ONE_STAGE_SCORE = 0.36743410132607757
 SMALL = {"size": "small", "max_epochs": 2, "patience": 2, "grace_s": 120}
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from evaluators.jaxtrain.station_jax.rna import encode, one_hot, read_split
 
 from ..cache import build_once
-from ..secret import folder_name, keyed_seed, secret_dir, station_secret
+from ..secret import SECRET_FILE, folder_name, keyed_seed, read_key, secret_dir, station_secret
 from .beacon import BY_NAME, DATASETS, RnaDataset
 from .metrics import constant_metric
 from .real_data import Split, read_dataset
@@ -64,8 +64,7 @@ class RnaData:
         """`unkeyed`: draw with the public `seed` directly, as before draws were keyed (for measuring
         against the old data and for the red-team tests; no task parameter reaches it)."""
         self.size, self.seed = size, seed
-        self.secret_dir: Path | None = None
-        self._streams: StreamSeeds | None = None
+        self.secret_dir: Path | None = None  # the key's folder, when the sample is keyed
         if path is not None:
             self.source: Path | None = Path(path).expanduser().resolve()
             if not self.source.is_dir():
@@ -78,9 +77,8 @@ class RnaData:
             self.source, self.name = None, f"Synthetic sample ({size})"
             if unkeyed:
                 key = f"unkeyed-{GENERATOR}-{size}-seed{seed}"
-            else:
+            else:  # the key is read again when the sample is drawn: this object (pickled to scorers) holds none
                 secret = station_secret(Path(root))
-                self._streams = keyed_streams(secret, size, seed)
                 key, self.secret_dir = folder_name(secret, GENERATOR, size, seed), secret_dir(Path(root))
         self.dir = Path(root) / key
         self.input_dir, self.private_dir = self.dir / "input", self.dir / "private"
@@ -136,7 +134,10 @@ class RnaData:
         return self
 
     def _build(self, building: Path) -> None:
-        source = self.source or write_beacon_folder(building / "beacon", self.seed, self.size, self._streams)
+        streams = (
+            keyed_streams(read_key(self.secret_dir / SECRET_FILE), self.size, self.seed) if self.secret_dir else None
+        )
+        source = self.source or write_beacon_folder(building / "beacon", self.seed, self.size, streams)
         info: dict[str, Any] = {
             "source": str(self.source) if self.source else "synthetic",
             "generator": None if self.source else GENERATOR,

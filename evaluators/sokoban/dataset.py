@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cache import build_once
-from ..secret import folder_name, keyed_seed, secret_dir, station_secret
+from ..secret import SECRET_FILE, folder_name, keyed_seed, read_key, secret_dir, station_secret
 from .boxoban import SPLITS, BoxobanError, boxes_per_level, read_split
 from .levels import make_level_set, replay
 
@@ -43,6 +43,8 @@ def data_root() -> Path:
 
 
 class LevelSet:
+    secret_dir: Path | None = None  # the key's folder, when the levels are keyed (never for Boxoban's files)
+
     def __init__(
         self,
         root: Path,
@@ -63,15 +65,11 @@ class LevelSet:
         if train < 1 or eval < 1:
             raise ValueError("train and eval level counts must be positive")
         self.grid, self.boxes, self.n_train, self.n_eval, self.seed = grid, boxes, train, eval, seed
-        self.secret_dir: Path | None = None
-        made = (GENERATOR, f"{grid}x{grid}", f"{boxes}b", seed)
-        if unkeyed:  # the public streams: 2 seed for training levels, 2 seed + 1 + 1000 k for held-out ones
-            self._stream = lambda name, batch=0: 2 * seed + (0 if name == "train" else 1 + 1000 * batch)
+        if unkeyed:
             self.dir = Path(root) / f"unkeyed-{GENERATOR}-{grid}x{grid}-{boxes}b-seed{seed}-{train}-{eval}"
-        else:  # each split's levels from a stream only the key gives; the folder named by a keyed digest
+        else:  # the folder named by a keyed digest; the key is read again when the levels are drawn
             secret = station_secret(Path(root))
-            self._stream = lambda name, batch=0: keyed_seed(secret, *made, name, batch)
-            self.dir = Path(root) / folder_name(secret, *made, train, eval)
+            self.dir = Path(root) / folder_name(secret, GENERATOR, f"{grid}x{grid}", f"{boxes}b", seed, train, eval)
             self.secret_dir = secret_dir(Path(root))
         self._eval: np.ndarray | None = None
 
@@ -85,6 +83,15 @@ class LevelSet:
 
     def ready(self) -> bool:
         return (self.dir / "meta.json").exists()
+
+    def _stream(self, name: str, batch: int = 0) -> int:
+        """The seed of one stream of levels: the training levels, or a batch of held-out ones. Keyed:
+        by the data root's secret, read here (this object, pickled to scorers, holds no key). The
+        old public rule: 2 seed for the training levels, 2 seed + 1 + 1000 batch for held-out ones."""
+        if self.secret_dir is None:
+            return 2 * self.seed + (0 if name == "train" else 1 + 1000 * batch)
+        made = (GENERATOR, f"{self.grid}x{self.grid}", f"{self.boxes}b", self.seed)
+        return keyed_seed(read_key(self.secret_dir / SECRET_FILE), *made, name, batch)
 
     def ensure(self) -> LevelSet:
         build_once(self.dir, self.ready, self._build)
