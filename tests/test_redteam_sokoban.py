@@ -8,7 +8,7 @@ The attacks: the same BFS lookup (it finds no held-out level; given a leaked cop
 code scores 100%, so the attack is real); a forged export that calls back into Python; a table of
 solutions embedded in the exported code; replacing the harness's entry point; crashing a seed on
 purpose while bragging in the report. Each is refused or scores no better than the honest
-baseline, which scores as it did before (the number below was measured with the one-stage harness).
+baseline, which scores as it did before (the number below: measured on the tests' keyed levels).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from station.core.run_types import Mount
 from station.executors import create_executor
 
 NO_TRAINING = {"env_steps": 128, "trials": 1}  # one update: for attacks that need no learning
-# the one-stage harness, same levels, seeds and budgets: 5 and 5 of 40 held-out levels solved. Each
-# level is one sampled episode, so two runs with other sampling keys differ by a few levels: the
-# bound is two binomial standard deviations of 80 episodes at that rate.
+# the tests' keyed levels, same seeds and budgets: 4 and 6 of 40 held-out levels solved (on the old
+# seed-0 levels the one-stage harness solved 5 and 5: the same 12.5). Each level is one sampled
+# episode, so two runs with other sampling keys differ by a few levels: the bound is two binomial
+# standard deviations of 80 episodes at that rate.
 BEFORE, NOISE = 12.5, 7.5
 HEAD = '''import glob, json, os
 import numpy as np
