@@ -20,6 +20,8 @@ import inspect
 import re
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -305,6 +307,19 @@ def test_a_shared_key_never_replaces_another(tmp_path: Path) -> None:
     (tmp_path / "bad.key").write_text("not a key\n")
     with pytest.raises(ValueError, match="is not a key this station made"):
         secret.use_key(tmp_path / "c", tmp_path / "bad.key")
+    # the documented command: adopt a copy of the key, then say where it is kept and which it is
+    shared = tmp_path / "copy.key"
+    shutil.copyfile(secret.key_path(tmp_path / "a"), shared)
+    told = subprocess.run(
+        [sys.executable, "-m", "evaluators.secret", "--use", str(shared), str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout
+    assert secret.read_key(secret.key_path(tmp_path / "d")) == secret.read_key(shared)
+    assert str(secret.key_path(tmp_path / "d")) in told
+    assert secret.fingerprint(secret.read_key(shared)) in told and shared.read_text().strip() not in told
 
 
 def test_what_agents_read_names_neither_seed_nor_key(forecast_root: Path, rna_root: Path, sokoban_root: Path) -> None:
