@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -38,7 +41,7 @@ from helpers import read
 
 from evaluators.base import create_task
 from rooms.research.standalone import evaluate as evaluate_standalone
-from station.executors import LocalExecutor
+from station.executors import LocalExecutor, runfiles
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"size": "small", "trials": 1, "trial_budget_s": 600, "max_epochs": 1, "patience": 1, "grace_s": 120}
@@ -65,7 +68,8 @@ def attack(ns):
 
 h.main = attack
 '''
-DEEP = 3000
+DEEP = 3000  # the red team's tree
+PAST_RECURSION = 1200  # past Python's recursion limit (1000): what broke rmtree, os.walk and os.fwalk
 
 
 def attack(body: str) -> str:
@@ -325,3 +329,96 @@ def test_kill_9_during_a_two_stage_evaluation_leaves_no_folder_after_the_next_st
     assert read(directory, "SELECT id, status FROM evaluations") == [(1, "failed")]  # charged: no checkpoint
     assert not left.exists()
     assert list(scratch.glob("station-*-trials-*")) == []
+
+
+# -- the helper itself, on layouts a run can make --------------------------------------------------
+def make_deep(folder: Path, depth: int, name: str = "d", leaf: str = "deep.txt") -> None:
+    back = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(folder)
+        for _ in range(depth):
+            os.mkdir(name)
+            os.chdir(name)
+        Path(leaf).write_text("deep\n")
+    finally:
+        os.fchdir(back)
+        os.close(back)
+
+
+def test_take_reads_only_a_regular_file_of_its_own(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"the station's own data")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "link").symlink_to(secret)
+    (folder / "folder").mkdir()
+    os.mkfifo(folder / "fifo")
+    (folder / "big").write_bytes(b"x" * 101)
+    os.link(secret, folder / "hard")
+    (folder / "good").write_bytes(b"checkpoint")
+    for name, why in [("link", "not a regular file (Too many levels of symbolic links)"),
+                      ("folder", "not a regular file of its own"), ("fifo", "not a regular file of its own"),
+                      ("hard", "not a regular file of its own"), ("big", "holds 101 bytes, more than the 100")]:
+        with pytest.raises(runfiles.Refused, match=re.escape(why)):
+            runfiles.take(folder, name, 100, "the checkpoint")
+    assert runfiles.take(folder, "absent", 100, "the checkpoint") is None
+    assert runfiles.take(folder, "good", 100, "the checkpoint") == b"checkpoint"
+    assert not (folder / "good").exists() and secret.read_bytes() == b"the station's own data"
+    runfiles.write(folder, "stop", b"")  # the station's own folder: a file of its own, whole
+    assert (folder / "stop").read_bytes() == b"" and not (folder / "stop.partial").exists()
+
+
+def test_copy_tree_keeps_to_its_bounds_and_leaves_links_out(tmp_path: Path) -> None:
+    source, bounds = tmp_path / "outputs", runfiles.Bounds(max_bytes=1000, max_files=20, max_depth=5, max_path=200)
+    (source / "a" / "b").mkdir(parents=True)
+    (source / "a" / "b" / "result.txt").write_text("42\n")
+    (source / "link").symlink_to("/etc/passwd")
+    os.mkfifo(source / "fifo")
+    target = tmp_path / "copy"
+    target.mkdir()
+    runfiles.copy_tree(source, target, bounds, "outputs/")
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == ["a", "a/b", "a/b/result.txt"]
+    for n, (make, why) in enumerate([
+        (lambda s: (s / "big").write_bytes(b"x" * 1001), "holds more than the 1,000 bytes allowed"),
+        (lambda s: [(s / f"f{i}").touch() for i in range(21)], "holds more than 20 files and folders"),
+        (lambda s: make_deep(s, 6), "nests folders deeper than 5 levels"),
+        (lambda s: make_deep(s, 1, "n" * 201), "holds a path longer than 200 bytes"),
+    ]):
+        hostile = tmp_path / f"hostile{n}"
+        hostile.mkdir()
+        make(hostile)
+        into = tmp_path / f"into{n}"
+        into.mkdir()
+        with pytest.raises(runfiles.Refused, match=f"^outputs/ {re.escape(why)}"):
+            runfiles.copy_tree(hostile, into, bounds, "outputs/")
+
+
+def test_a_work_folder_is_removed_at_its_end_and_swept_only_when_its_station_died(tmp_path: Path) -> None:
+    with runfiles.work_folder(tmp_path, "eval-7-v1-trials") as live:
+        make_deep(runfiles.run_folder(live / "train"), PAST_RECURSION)
+        dead = Path(tempfile.mkdtemp(prefix="station-eval-8-v1-trials-", dir=tmp_path))  # a killed station's
+        (dead / runfiles.WORK_MARKER).touch()
+        make_deep(dead, PAST_RECURSION)
+        unmarked = tmp_path / "station-someone-elses"
+        unmarked.mkdir()
+        assert runfiles.sweep(tmp_path) == [dead.name]  # the live one holds its lock
+        assert live.is_dir() and not dead.exists() and unmarked.is_dir()
+        assert stat.S_IMODE(live.stat().st_mode) == 0o711 and stat.S_IMODE((live / "train").stat().st_mode) == 0o700
+    assert not live.exists()
+
+
+def test_a_deep_tree_in_shared_storage_leaves_its_listing_usable(tmp_path: Path) -> None:
+    """A run nests folders past the recursion limit in storage/shared: every agent's listing of the
+    area used to fail ("it leads through a loop of links": os.fwalk's RecursionError)."""
+    from rooms.research import storage as rs
+
+    rs.ensure_layout(tmp_path)
+    shared = rs.parse_path("shared", None)
+    folder = rs.contained(tmp_path, shared)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "notes.txt").write_text("hello\n")
+    make_deep(folder, PAST_RECURSION)
+    listing = rs.list_files(tmp_path, shared)
+    assert listing is not None and listing.files == [("notes.txt", 6)] and not listing.complete
+    assert rs.area_usage(tmp_path, shared) == (1, 6, False)
+    runfiles.remove_tree(folder)

@@ -32,6 +32,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from station.executors.runfiles import regular_files
+
 SHARED, SYSTEM, LINEAGE = "shared", "system", "lineage"
 LINEAGES_DIR = "lineages"
 LIST_PAGE_SIZE = 500
@@ -309,7 +311,7 @@ def delete_file(root: Path, loc: Location) -> None:
 @dataclass
 class Listing:
     files: list[tuple[str, int]]  # (path relative to the listed folder, size in bytes), sorted
-    complete: bool  # False when the walk stopped at MAX_WALK files
+    complete: bool  # False when the walk stopped at MAX_WALK files or left out folders nested too deep
 
 
 @_filesystem_errors
@@ -336,22 +338,9 @@ def list_files(root: Path, loc: Location) -> Listing | None:
 
 
 def _collect(fd: int) -> tuple[list[tuple[str, int]], bool]:
-    files: list[tuple[str, int]] = []
-    for dirpath, _dirs, names, dfd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-        for name in names:
-            if name.endswith(".pyc"):
-                continue
-            try:
-                info = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except OSError:
-                continue
-            if not stat.S_ISREG(info.st_mode):
-                continue
-            rel = name if dirpath == "." else f"{dirpath[2:]}/{name}"
-            files.append((rel, info.st_size))
-            if len(files) >= MAX_WALK:
-                return files, False
-    return files, True
+    # without recursion and at most 64 folders deep (runfiles): a run's 3000-deep tree made os.fwalk
+    # raise RecursionError, and every agent's listing of the area failed
+    return regular_files(fd, MAX_WALK, keep=lambda name: not name.endswith(".pyc"))
 
 
 @_filesystem_errors

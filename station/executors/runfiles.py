@@ -26,7 +26,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,18 @@ from typing import Any
 
 from station.executors.disk import DIR_FLAGS, FILE_FLAGS, remove_tree
 
-__all__ = ["Bounds", "Refused", "copy_tree", "present", "remove_tree", "run_folder", "sweep", "take", "work_folder"]
+__all__ = [
+    "Bounds",
+    "Refused",
+    "copy_tree",
+    "present",
+    "regular_files",
+    "remove_tree",
+    "run_folder",
+    "sweep",
+    "take",
+    "work_folder",
+]
 
 CHUNK = 1 << 20
 WORK_MARKER = ".station-evaluation"  # written once the folder's lock is held: what `sweep` looks for
@@ -249,6 +260,61 @@ def _copy_file(fd: int, at: int, name: str, total: int, limit: int, what: str) -
                 view = view[os.write(out, view) :]
     finally:
         os.close(out)
+
+
+def regular_files(
+    at: int, max_files: int, max_depth: int = 64, keep: Callable[[str], bool] | None = None
+) -> tuple[list[tuple[str, int]], bool]:
+    """(path relative to the folder `at`, size) of the regular files below it whose name `keep`
+    accepts, links not followed, and whether that is all of them: the walk stops at `max_files`
+    files and does not enter folders deeper than `max_depth` (a descriptor per level, no recursion:
+    os.fwalk recursed, and a run's 3000-deep tree made it fail). `at` stays open."""
+    files: list[tuple[str, int]] = []
+    complete = True
+    first = os.dup(at)
+    stack = [(first, "", os.scandir(first))]
+    try:
+        while stack:
+            fd, path, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                entries.close()
+                os.close(fd)
+                continue
+            name, rel = entry.name, f"{path}/{entry.name}" if path else entry.name
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(info.st_mode) and (keep is None or keep(name)):
+                files.append((rel, info.st_size))
+                if len(files) >= max_files:
+                    return files, False
+            elif stat.S_ISDIR(info.st_mode):
+                if len(stack) > max_depth:
+                    complete = False
+                    continue
+                down = _open_dir_at(fd, name, info)
+                if down is not None:
+                    stack.append((down, rel, os.scandir(down)))
+        return files, complete
+    finally:
+        for fd, _, entries in stack:
+            entries.close()
+            os.close(fd)
+
+
+def _open_dir_at(at: int, name: str, info: os.stat_result) -> int | None:
+    """The folder `name` of `at`, when it is still the one `info` describes (None: gone or swapped)."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=at)
+    except OSError:
+        return None
+    if _same(os.fstat(fd), info):
+        return fd
+    os.close(fd)
+    return None
 
 
 # -- the evaluation's own folders --------------------------------------------------------------------
