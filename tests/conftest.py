@@ -134,11 +134,11 @@ def copy_station(source: Path, target: Path) -> Path:
 SLOW_MODULES = (
     "test_demo", "test_forecasting_task", "test_scrna_task", "test_redteam_sokoban", "test_request_processes",
     "test_cli", "test_sokoban_task", "test_redteam_jax", "test_rna_task", "test_front_door",
-    "test_scrna_oracle", "test_redteam_scrna", "test_remote_station", "test_folder_task", "test_web_browser",
+    "test_scrna_oracle", "test_redteam_scrna", "test_redteam_export", "test_remote_station", "test_folder_task", "test_web_browser",
     "test_redteam_rna", "test_redteam_files", "test_evaluation_faults", "test_crash", "test_eval_crash",
     "test_scrna_metrics",
     "test_web_security", "test_evaluations", "test_sokoban_scoring", "test_sokoban_env", "test_set_model",
-    "test_redteam_folder", "test_external", "test_evolve_play", "test_circle_packing", "test_web", "test_web_links",
+    "test_redteam_folder", "test_redteam_recreate", "test_external", "test_evolve_play", "test_circle_packing", "test_web", "test_web_links",
     "test_web_study", "test_ray_executor", "test_ray_faults",
 )
 # A test that starts Ray (a local instance or a head) says so in its name: its module, function or
