@@ -331,6 +331,31 @@ def test_kill_9_during_a_two_stage_evaluation_leaves_no_folder_after_the_next_st
     assert list(scratch.glob("station-*-trials-*")) == []
 
 
+def test_ctrl_c_during_a_two_stage_evaluation_leaves_no_folder(cache: Path, tmp_path: Path) -> None:
+    """A graceful stop kills the runs, then waits (bounded) for each evaluation to remove its folder:
+    it used to exit while the evaluation's thread was still cleaning up (one stop in ten left one)."""
+    scratch, directory = tmp_path / "scratch", tmp_path / "st"
+    scratch.mkdir()
+    env = {**os.environ, "STATION_FORECAST_DATA": str(cache), "TMPDIR": str(scratch)}
+    run = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(station_config(tmp_path, scratch)),
+                            "--dir", str(directory), "--until-tick", "5"],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not list(scratch.glob("station-eval-1-v1-train0-*")):  # the trial's run: it sleeps
+            assert run.poll() is None, run.stderr.read().decode() if run.stderr else ""
+            assert time.monotonic() < deadline, "the trial never started"
+            time.sleep(0.1)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err.decode()
+    assert list(scratch.glob("station-*-trials-*")) == []
+
+
 # -- the helper itself, on layouts a run can make --------------------------------------------------
 def make_deep(folder: Path, depth: int, name: str = "d", leaf: str = "deep.txt") -> None:
     back = os.open(".", os.O_RDONLY)
