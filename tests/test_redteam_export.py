@@ -106,6 +106,15 @@ def test_two_mib_of_constants_in_any_dialect_are_refused(name: str) -> None:
         check(forged)
 
 
+@pytest.mark.parametrize("junk", ["dense<(1.0,2.0)> : tensor<3xcomplex<f32>>", "[dense<(1.0,2.0)> : tensor<3xcomplex<f32>>]"])
+def test_an_attribute_the_bindings_cannot_read_is_refused_not_fatal(junk: str) -> None:
+    """A dense complex array on an ordinary op: MLIR's Python bindings cannot hand it over (read
+    by position, they abort the process). The check reads by name and refuses it in one line."""
+    text = module_text(f"%c = stablehlo.iota dim = 0 {{station.junk = {junk}}} : tensor<{N}xf32>")
+    with pytest.raises(Refused, match="stablehlo.iota holds an attribute the station cannot read|could not be read"):
+        check(forge(text))
+
+
 def test_constants_spread_over_small_ones_and_loop_bodies_add_up() -> None:
     third = N // 3 + 1
     table = f'dense<"0x{VALUES[:third].tobytes().hex()}"> : tensor<{third}xf32>'

@@ -135,6 +135,8 @@ def check_module(module: Any) -> None:
         try:
             why = refusal(op, allowed)
             stored += 0 if why else attribute_bytes(op)
+        except Refused as err:
+            why = str(err)
         except Exception as err:  # noqa: BLE001 - nothing may cross MLIR's walk (it aborts), and any odd op is refused
             why = f"one of its operations could not be read ({type(err).__name__}: {err})"
         if why:
@@ -173,13 +175,18 @@ def attribute_bytes(op: Any) -> int:
     a dense_resource blob, one on any other op), a splat counted as its one value, and dense arrays."""
     from jax._src.lib.mlir import ir
 
-    if op.name in CONSTANT_OPS:
-        kind = ir.ShapedType(op.results[0].type)
-        if isinstance(kind.element_type.maybe_downcast(), ir.ComplexType):
-            # MLIR's Python bindings abort the process on a dense complex array: counted by its type
-            return elements(kind) * element_bytes(kind.element_type)
     attributes = op.attributes
-    return sum(stored_bytes(attributes[i].attr) for i in range(len(attributes)))
+    total = 0
+    for name in [attributes[i].name for i in range(len(attributes))]:
+        try:
+            attribute = attributes[name]  # by name: read by position, this one aborts the process
+        except TypeError:  # a dense complex array, which MLIR's Python bindings cannot hand over
+            if op.name not in CONSTANT_OPS:
+                raise Refused(f"its operation {op.name} holds an attribute the station cannot read") from None
+            kinds = [ir.ShapedType(result.type) for result in op.results]
+            return sum(elements(kind) * element_bytes(kind.element_type) for kind in kinds)  # by its type
+        total += stored_bytes(attribute)
+    return total
 
 
 def stored_bytes(attribute: Any) -> int:
@@ -207,7 +214,7 @@ DENSE_ARRAY_BYTES |= {"DenseI64ArrayAttr": 8, "DenseF32ArrayAttr": 4, "DenseF64A
 
 def elements(kind: Any) -> int:
     if not kind.has_static_shape:
-        raise Refused("an attribute of the exported apply function has no static shape")
+        raise Refused("one of its attributes has no static shape")
     return math.prod(kind.shape)  # Python's integers: no shape can wrap the count around
 
 
