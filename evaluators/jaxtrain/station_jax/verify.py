@@ -197,7 +197,7 @@ def stored_bytes(attribute: Any) -> int:
     if isinstance(attribute, ir.ArrayAttr):
         return sum(stored_bytes(item) for item in attribute)
     if isinstance(attribute, ir.DictAttr):
-        return sum(stored_bytes(attribute[i].attr) for i in range(len(attribute)))
+        return sum(stored_bytes(attribute[key]) for key in [attribute[i].name for i in range(len(attribute))])
     width = DENSE_ARRAY_BYTES.get(type(attribute).__name__)
     if width is not None:
         return len(attribute) * width
