@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -229,11 +230,11 @@ OUR_HARNESS = str(ROOT) + HARNESS
 def sandbox_processes(every_checkout: bool = False, within: Path | None = None) -> list[str]:
     """Processes running under a sandbox uid, except (unless `every_checkout`) the harnesses of
     another checkout's station (another test run, or a station, on this machine shares the uids).
-    Each line ends with `[scratch <host dir>]`: a run sees its folders at neutral paths, so its
-    command line no longer names them; its mount table, read from here, still does.
+    Each line ends with `[run <host folders>]`: a run sees its folders at neutral paths, so its
+    command line no longer names them; its sandbox's PID 1 holds the host run dir open.
     `within`: only those of runs in that scratch folder: the parallel test workers run sandboxes
     of their own meanwhile."""
-    from station.executors.local import RUN_SCRATCH, UID_BASE, UID_COUNT
+    from station.executors.local import UID_BASE, UID_COUNT
 
     out = subprocess.run(["ps", "-ww", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
     found = []
@@ -242,30 +243,32 @@ def sandbox_processes(every_checkout: bool = False, within: Path | None = None) 
         if not UID_BASE <= int(uid) < UID_BASE + UID_COUNT:
             continue
         ours = "harness.py" not in args or OUR_HARNESS in args or args.split()[0] == sys.executable
-        line = f"{line} [scratch {_bound_at(int(pid), RUN_SCRATCH)}]"
+        line = f"{line} [run {' '.join(_held_by_init(int(pid)))}]"
         if (every_checkout or ours) and (within is None or str(within) in line):
             found.append(line)
     return found
 
 
-def _bound_at(pid: int, inside: str) -> str:
-    """The host folder mounted at `inside` in a process's mount namespace ("" if none): its mount
-    table gives the folder within its file system, and ours where that file system is mounted."""
-    try:
-        theirs = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-        mine = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    for fields in (line.split() for line in theirs):
-        if fields[4] != inside:
-            continue
-        device, root = fields[2], fields[3]
-        places = [(f[3], f[4]) for f in (line.split() for line in mine)
-                  if f[2] == device and (root == f[3] or root.startswith(f[3].rstrip("/") + "/"))]
-        if places:
-            fs_root, point = max(places, key=lambda p: len(p[0]))
-            return point.rstrip("/") + "/" + root[len(fs_root):].lstrip("/")
-    return ""
+def _held_by_init(pid: int) -> list[str]:
+    """What the PID 1 of a process's namespace holds open, as host paths (its run dir among them);
+    every process of a sandbox descends from it, orphans included. [] outside a PID namespace."""
+    for _ in range(100):
+        try:
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        except (OSError, ValueError):
+            return []
+        if status["NSpid"].split()[-1] == "1":
+            held = []
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    held.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    pass
+            return held
+        if len(status["NSpid"].split()) == 1:
+            return []  # the host's own namespace: not a sandbox's
+        pid = int(status["PPid"])
+    return []
 
 
 def sandboxes_alive(marker: str) -> list[str]:

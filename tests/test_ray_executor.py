@@ -24,6 +24,7 @@ from test_ray_faults import Head, free_port
 
 from station.core.config import ExecutorConfig
 from station.executors import LocalExecutor, RunSpec, create_executor, ray_executor
+from station.executors.local import RUN_SCRATCH
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +105,8 @@ def test_eight_concurrent_runs_match_local(ray_ex):
 import numpy as np
 def main():
     rng = np.random.default_rng({seed})
-    return {{"seed": {seed}, "x": rng.random(5), "pid": __import__("os").getpid(), "top": sorted(__import__("os").listdir("/"))}}
+    return {{"seed": {seed}, "x": rng.random(5), "pid": __import__("os").getpid(), "top": sorted(__import__("os").listdir("/")),
+            "cwd": __import__("os").getcwd()}}
 """
     specs = [RunSpec(code=code.format(seed=seed), timeout_s=60, label=f"ray-{seed}") for seed in range(8)]
     with ThreadPoolExecutor(8) as pool:
@@ -117,6 +119,7 @@ def main():
         assert "net-namespace" in r.isolation and any(x.startswith("uid ") for x in r.isolation)
         assert "allow-list-root" in r.isolation and r.value["top"] == l.value["top"]  # the same root as a local run
         assert "home" not in r.value["top"] and "srv" not in r.value["top"]
+        assert r.value["cwd"] == l.value["cwd"] == RUN_SCRATCH and "neutral-paths" in r.isolation  # no host path
     assert ray_ex.init_seconds is not None
 
 

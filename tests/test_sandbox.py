@@ -231,7 +231,10 @@ def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, stati
     assert r.status == "ok", r
     v = r.value
     assert set(v["top"]) == expected_root(), v["top"]
-    assert "allow-list-root" in r.isolation
+    assert [x for x in r.isolation if not x.startswith("uid ")] == [
+        *local.NAMESPACES, "allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev", "neutral-paths",
+        "hidden-mounts", "no-capabilities", "no-new-privs", "rlimits", "no-statmount", "scrubbed-env", "pdeathsig",
+        *local.CAPS]
     assert v["git"] is False and set(v["project"]) <= {".venv"}  # the checkout: its venv only
     assert v["etc"] == sorted(n for n in ("alternatives", "group", "hosts", "ld.so.cache", "ld.so.conf",
                                           "ld.so.conf.d", "localtime", "os-release", "passwd")

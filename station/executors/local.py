@@ -8,12 +8,13 @@ private results channel), both owned by the run's uid. The command line is
         --ipc --uts [--user --map-root-user] python -I -S /dev/fd/<sandbox_init.py> <sandbox.json's fd>
 
 (both files passed as descriptors: PID 1's command line, which the code could read, names no host
-path). sandbox_init builds the file-system view, with the run's folders at neutral paths (RUN_*),
-drops privileges, closes /proc's per-process files and the mount-table system calls to the code
-and execs the harness (function mode) or `sh -c <entry>` (command mode); this side captures the streams (bounded), enforces the wall
-clock and the caps (_Watch: CPU time of the whole process tree, processes, disk) by killing the
-namespace's PID 1 (which ends every process in it), tidies the writable storage (disk.py),
-reads the outcome back as data (results.py) and deletes the run dir.
+path). sandbox_init builds the file-system view, with the run's folders at neutral paths (RUN_*)
+and an empty mount table, drops privileges, closes the mount-table system calls to the code and
+execs the harness (function mode) or `sh -c <entry>` (command mode); this side captures the
+streams (bounded), enforces the wall clock and the caps (_Watch: CPU time of the whole process
+tree, processes, disk) by killing the namespace's PID 1 (which ends every process in it), tidies
+the writable storage (disk.py), reads the outcome back as data (results.py) and deletes the run
+dir.
 
 Modes, chosen once at construction: "namespaces" (root: new namespaces and a per-run uid),
 "userns" (not root: the same namespaces inside a user namespace, capabilities dropped) and
@@ -65,11 +66,11 @@ FULL = NAMESPACES + [
     "private-tmp",
     "nosuid-nodev",
     "neutral-paths",
+    "hidden-mounts",
     "uid",
     "no-capabilities",
     "no-new-privs",
     "rlimits",
-    "landlock-proc",
     "no-statmount",
 ]
 CAPS = ["cpu-total", "process-count", "disk-quotas", "storage-tidy"]  # enforced from here, in every mode

@@ -4,17 +4,18 @@ LocalExecutor starts `unshare ... python -I -S /dev/fd/<this script> <descriptor
 both come as inherited descriptors, so PID 1's command line names no host path. As root of the
 new mount namespace this script builds the code's file system from an allow-list on a fresh tmpfs
 (the OS's programs and libraries, the interpreter, a copy of the harness, the run's own folders and
-mounts: nothing else of the host) and pivots into it, then forks the code's process, which drops
-to the run's uid, sets its rlimits, closes /proc's per-process files and the mount-table system
-calls to itself and its children, and execs the harness (function mode) or `sh -c <entry>` (command
-mode). The run's folders appear at neutral paths (RUN_* in local.py: /run/work, /run/out), never at
-their host paths. This process stays behind as PID 1: it reaps orphans, kills whatever is left
+mounts: nothing else of the host) and pivots into it, with the run's folders at neutral paths
+(RUN_* in local.py: /run/work, /run/out), never at their host paths. It then moves into a detached
+copy of that root, so that every mount table the sandbox can read is empty, and forks the code's
+process, which drops to the run's uid, sets its rlimits, closes the mount-table system calls
+(statmount, listmount) to itself and its children, and execs the harness (function mode) or
+`sh -c <entry>` (command mode). This process stays behind as PID 1: it reaps orphans, kills whatever is left
 when the code's process ends, and writes `status.json` (exit code or signal, the isolation in
 force) into the host run dir through a descriptor opened before the pivot, which the code never
 sees.
 
 Stdlib only, no site (`-I -S`): it runs before anything else, in every mode. In "process" mode
-(no namespaces available) it skips the mounts and only forks, limits, locks /proc and execs.
+(no namespaces available) it skips the mounts and only forks, limits and execs.
 """
 
 from __future__ import annotations
@@ -43,29 +44,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "os-release", "alternatives")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 ROOT_MB = 8  # the new root's own tmpfs: directories, mountpoints and /etc's few files
-# Landlock (syscall numbers shared by every architecture) and the access rights we handle: reading
-# files, and "refer" (renames and links across folders), which Landlock refuses unless granted.
-LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
-LANDLOCK_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
-READ_FILE, REFER = 1 << 2, 1 << 13
-# /proc entries the code may still read: host-wide figures common libraries look at (CPU count and
-# model, memory, load, kernel settings, the NVIDIA driver's files). Every /proc/<pid> stays closed:
-# mountinfo names every bind mount's host source, cmdline and environ the launcher's arguments.
-PROC_READABLE = (
-    "cpuinfo",
-    "meminfo",
-    "stat",
-    "loadavg",
-    "uptime",
-    "version",
-    "filesystems",
-    "cgroups",
-    "devices",
-    "swaps",
-    "vmstat",
-    "sys",
-    "driver",
-)
+OPEN_TREE, OPEN_TREE_CLONE = 428, 0x1  # same number on every architecture
 # statmount and listmount (same numbers everywhere since 6.8) read the mount table without /proc
 MOUNT_TABLE_SYSCALLS = (457, 458)
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ENOSYS = 22, 2, 38
@@ -80,15 +59,6 @@ class MountAttr(ctypes.Structure):
         ("propagation", ctypes.c_uint64),
         ("userns_fd", ctypes.c_uint64),
     ]
-
-
-class LandlockRulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]  # the first field is enough: later ones are optional
-
-
-class LandlockPathBeneath(ctypes.Structure):
-    _pack_ = 1  # packed in the kernel's header
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
 class SockFilter(ctypes.Structure):
@@ -218,7 +188,8 @@ def set_up_root(cfg: dict) -> list[str]:
         set_attr(at, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MOUNT_ATTR_RDONLY, recursive=False)
     pivot_root(new)
     libc.sethostname(b"sandbox", 7)
-    return ["allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev", "neutral-paths"]
+    hide_mount_table()  # its descriptor stays open in PID 1, never inherited (close-on-exec)
+    return ["allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev", "neutral-paths", "hidden-mounts"]
 
 
 def _check_no_clash(keep: list[str], run_root: str) -> None:
@@ -235,46 +206,40 @@ def copy_harness(source: str, target: str) -> None:
     os.chmod(target, 0o644)
 
 
-def close_proc() -> list[str]:
-    """Landlock on the code's process and everything it starts: reading a file is allowed beneath
-    every top-level entry of its root except /proc, and there only beneath PROC_READABLE. So no
-    /proc/<pid>/mountinfo, mounts, cmdline or environ, whoever asks and however the path is
-    spelled. Landlock also forbids mounting anything. [] where the kernel lacks Landlock ABI 2
-    (ABI 1 would forbid every rename across folders)."""
-    abi = libc.syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_VERSION))
-    if abi < 2:
-        return []
-    attr = LandlockRulesetAttr(READ_FILE | REFER)
-    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
-    if ruleset < 0:
-        _check(-1, "landlock_create_ruleset")
-    try:
-        for name in os.listdir("/"):
-            if name != "proc":
-                _allow(ruleset, f"/{name}", READ_FILE | REFER)
-        for name in PROC_READABLE:
-            _allow(ruleset, f"/proc/{name}", READ_FILE)
-        _check(libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
-    finally:
-        os.close(ruleset)
-    return ["landlock-proc"]
+def hide_mount_table() -> int:
+    """Move this process, and so the code it forks, into a detached copy of its root (an anonymous
+    mount namespace), and detach the namespace's own mounts. A process's mount table
+    (/proc/<pid>/mountinfo, mounts, mountstats) lists only the mounts reachable from its root,
+    and none of the namespace's is reachable from the copy: it reads empty, for every process of
+    the sandbox, while every path works as before (the copy keeps the mounts' flags). Without
+    this, each bind mount's "root" column names its source's host path. Every other /proc file
+    stays readable (threadpoolctl reads /proc/self/maps, for one). Returns the descriptor that
+    holds the copy, which PID 1 keeps for the run's life."""
+    flags = ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC)
+    tree = libc.syscall(OPEN_TREE, AT_FDCWD, b"/", flags)
+    if tree < 0:
+        _check(-1, "open_tree")
+    for point in sorted(mount_points(tree), key=lambda p: p.count("/"), reverse=True):
+        if point != "/":
+            libc.umount2(point.encode(), MNT_DETACH)  # EINVAL for one already gone with its parent: fine
+    left = mount_points(tree)  # read through the copy's /proc: the namespace's own is gone
+    if left != ["/"]:
+        raise OSError(f"the sandbox's namespace still holds mounts: {left[:5]}")
+    os.fchdir(tree)
+    os.chroot(".")
+    os.chdir("/")
+    return tree
 
 
-def _allow(ruleset: int, path: str, access: int) -> None:
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return  # a dangling link, a /proc entry this kernel does not have
-    try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            access &= READ_FILE  # a rule on a file takes file rights only
-        rule = LandlockPathBeneath(access, fd)
-        _check(
-            libc.syscall(LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0),
-            f"landlock rule for {path}",
-        )
-    finally:
-        os.close(fd)
+def mount_points(root: int) -> list[str]:
+    """Where this process's mount table has a mount (mountinfo's fifth column, octal escapes undone),
+    read through the /proc of the tree that `root` holds."""
+    with open(os.open("proc/thread-self/mountinfo", os.O_RDONLY | os.O_CLOEXEC, dir_fd=root), "rb") as f:
+        return [_unescape(line.split()[4]) for line in f if line.strip()]
+
+
+def _unescape(field: bytes) -> str:
+    return field.decode("unicode_escape").encode("latin-1").decode("utf-8", errors="surrogateescape")
 
 
 def close_mount_syscalls() -> list[str]:
@@ -326,7 +291,7 @@ def start_code(cfg: dict, report: int) -> None:
         resource.setrlimit(limit, (clamp(soft), clamp(hard)))
     os.umask(0o002)  # files in writable storage stay writable for the other runs' uids (same group)
     os.chdir(cfg["inside"]["scratch"])
-    for layer in close_proc() + close_mount_syscalls():  # last: both need no-new-privs
+    for layer in close_mount_syscalls():  # last: it needs no-new-privs
         os.write(report, f"+{layer}\n".encode())
     os.execve(cfg["argv"][0], cfg["argv"], os.environ)
 
@@ -390,7 +355,7 @@ def main() -> None:
         finally:
             os._exit(127)
     os.close(ready_w)
-    locked, failed = read_report(ready_r)
+    closed, failed = read_report(ready_r)
     status = wait_for(pid, reap_all=in_namespaces)
     try:
         if in_namespaces:
@@ -415,7 +380,7 @@ def main() -> None:
         layers.append(f"uid {cfg['uid']}")
     if in_namespaces or cfg["uid"] is not None:
         layers.append("no-capabilities")
-    record["isolation"] = layers + ["no-new-privs", "rlimits"] + locked
+    record["isolation"] = layers + ["no-new-privs", "rlimits"] + closed
     write_status(run_fd, record)
 
 
