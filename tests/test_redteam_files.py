@@ -224,11 +224,11 @@ def outputs_code(body: str) -> str:
 @pytest.mark.parametrize(
     ("layout", "why"),
     [
-        (nest("outputs", DEEP, "d"), "nests folders deeper than"),
+        (nest("outputs", PAST_RECURSION, "d"), "nests folders deeper than"),
         (nest("outputs", 20, LONG), "holds a path longer than"),
         (nest("outputs", 40, "d") + "open('outputs/' + 'd/' * 40 + 'x', 'w').write('x' * 10)\n", None),
     ],
-    ids=["3000-deep", "long-paths", "40-deep-honest"],
+    ids=["1200-deep", "long-paths", "40-deep-honest"],
 )
 def test_hostile_outputs_of_a_folder_task_are_the_submission_s_failure(tmp_path: Path, layout: str, why) -> None:
     (tmp_path / "task").mkdir()
@@ -250,12 +250,12 @@ def test_hostile_outputs_of_a_folder_task_are_the_submission_s_failure(tmp_path:
 
 
 def test_station_evaluate_on_a_hostile_output_ends_with_a_line_not_a_traceback(tmp_path: Path) -> None:
-    """3000 folders deep in outputs/ and in storage/shared: the command says why the submission
-    failed, exits 1, and leaves nothing in its temporary folder."""
+    """Folders nested past the recursion limit in outputs/ and in storage/shared: the command says
+    why the submission failed, exits 1, and leaves nothing in its temporary folder."""
     (tmp_path / "task").mkdir()
     folder_task(tmp_path / "task")
     submission = tmp_path / "submission.py"
-    submission.write_text(outputs_code(nest("outputs", DEEP, "d") + nest("storage/shared", DEEP, "d")))
+    submission.write_text(outputs_code(nest("outputs", PAST_RECURSION, "d") + nest("storage/shared", PAST_RECURSION, "d")))
     temp = tmp_path / "temp"
     temp.mkdir()
     done = subprocess.run(
