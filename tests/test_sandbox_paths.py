@@ -213,3 +213,21 @@ def test_process_mode_says_what_holds(places):
     assert "missing: neutral-paths" in r.isolation and "missing: hidden-mounts" in r.isolation
     assert "no-statmount" in r.isolation
     assert r.stdout.splitlines()[0].startswith(str(Path(tempfile.gettempdir()).resolve()))
+
+
+@pytest.mark.parametrize("isolation", ["auto", "userns"])
+def test_a_run_cannot_make_namespaces_of_its_own(places, isolation):
+    """The code runs in a detached copy of its root, which the kernel treats as a chroot: no user
+    namespace (so no capabilities in one, and less kernel reached), and without one no other kind."""
+    ex = executor_for(places, isolation)
+    r = ex.run(spec(places, """
+        import ctypes, os
+        def main():
+            libc = ctypes.CDLL(None, use_errno=True)
+            out = {}
+            for name, flag in [("user", 0x10000000), ("mount", 0x20000), ("user+mount", 0x10020000), ("pid", 0x20000000)]:
+                out[name] = "made" if libc.unshare(flag) == 0 else os.strerror(ctypes.get_errno())
+            return out
+    """))
+    assert r.status == "ok", r
+    assert set(r.value.values()) == {"Operation not permitted"}, r.value
