@@ -57,7 +57,12 @@ def look():
                 seen[path] = f.read().decode(errors="replace")
         except OSError as err:
             seen[path] = type(err).__name__
-    for link in ("/proc/self/cwd", "/proc/self/root", "/proc/1/cwd"):
+    links = ["/proc/self/cwd", "/proc/self/root", "/proc/1/cwd", "/proc/1/root", "/proc/1/exe"]
+    try:
+        links += [f"/proc/1/fd/{fd}" for fd in os.listdir("/proc/1/fd")]  # PID 1 holds the host run dir
+    except OSError as err:
+        seen["/proc/1/fd"] = type(err).__name__
+    for link in links:
         try:
             seen[link] = os.readlink(link)
         except OSError as err:
