@@ -168,7 +168,6 @@ def test_an_honest_run_still_works(places):
     r = ex.run(spec(places, """
         import multiprocessing, os, shutil
         import numpy as np
-        from sklearn.neighbors import NearestNeighbors
 
         def square(x):
             return x * x
@@ -184,6 +183,8 @@ def test_an_honest_run_still_works(places):
             shutil.copy("storage/shared/a/b/x.npy", "mine.npy")
             with multiprocessing.get_context("spawn").Pool(2) as pool:
                 squares = pool.map(square, range(4))
+            from sklearn.neighbors import NearestNeighbors   # here: the pool's workers need not import it
+
             points = np.random.default_rng(0).normal(size=(50, 3))
             _, nearest = NearestNeighbors(n_neighbors=2).fit(points).kneighbors(points)
             return {"x": np.load("mine.npy"), "squares": squares, "cwd": os.getcwd(), "home": os.environ["HOME"],
