@@ -213,8 +213,10 @@ def hide_mount_table() -> int:
     and none of the namespace's is reachable from the copy: it reads empty, for every process of
     the sandbox, while every path works as before (the copy keeps the mounts' flags). Without
     this, each bind mount's "root" column names its source's host path. Every other /proc file
-    stays readable (threadpoolctl reads /proc/self/maps, for one). Returns the descriptor that
-    holds the copy, which PID 1 keeps for the run's life."""
+    stays readable (threadpoolctl reads /proc/self/maps, for one). The kernel counts a root that
+    is not its namespace's as a chroot, so the code cannot make user namespaces (nor, without
+    one, any other kind) either. Returns the descriptor that holds the copy, which PID 1 keeps
+    for the run's life."""
     flags = ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC)
     tree = libc.syscall(OPEN_TREE, AT_FDCWD, b"/", flags)
     if tree < 0:
