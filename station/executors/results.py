@@ -94,25 +94,39 @@ def read_status(run_dir: str) -> dict[str, Any] | None:
 
 
 class _ArrayReader:
+    """Loads the arrays a manifest refers to. Every reference counts against the limits, as if it
+    were a file of its own: one file referred to a thousand times is a thousand arrays to whatever
+    reads the value (a scorer's np.asarray stacks them), so it is refused as a thousand would be."""
+
     def __init__(self, dir_fd: int, max_array_bytes: int, max_total_bytes: int) -> None:
         self.dir_fd, self.max_array_bytes, self.max_total_bytes = dir_fd, max_array_bytes, max_total_bytes
-        self.loaded: dict[int, Any] = {}
+        self.loaded: dict[int, tuple[Any, int]] = {}  # index -> (array, its file's size)
+        self.references = 0
         self.total = 0
 
     def get(self, index: Any) -> Any:
         if type(index) is not int or not 0 <= index < MAX_ARRAYS:
             raise ResultRefused(f"bad array reference {index!r}")
+        self.references += 1
+        if self.references > MAX_ARRAYS:
+            raise ResultRefused(f"the manifest refers to arrays more than {MAX_ARRAYS:,} times")
         if index not in self.loaded:
             self.loaded[index] = self._load(f"{index}.npy")
-        return self.loaded[index]
+        array, size = self.loaded[index]
+        self.total += size
+        if self.total > self.max_total_bytes:
+            raise ResultRefused(
+                f"the arrays are too large together: {self.total:,} bytes counted over {self.references:,} "
+                f"references (limit {self.max_total_bytes:,})"
+            )
+        return array
 
-    def _load(self, name: str) -> Any:
+    def _load(self, name: str) -> tuple[Any, int]:
         from numpy.lib import format as npy
 
         f, size = open_regular(self.dir_fd, name, self.max_array_bytes)
         with f:
-            self.total += size
-            if self.total > self.max_total_bytes:
+            if self.total + size > self.max_total_bytes:  # before reading it
                 raise ResultRefused("the arrays are too large together")
             try:
                 version = npy.read_magic(f)
@@ -125,7 +139,7 @@ class _ArrayReader:
                 if math.prod(shape) * dtype.itemsize != size - f.tell():
                     raise ResultRefused(f"{name}: the data does not match the header")
                 f.seek(0)
-                return npy.read_array(f, allow_pickle=False)
+                return npy.read_array(f, allow_pickle=False), size
             except (ValueError, TypeError, OSError, EOFError) as err:
                 raise ResultRefused(f"{name}: {err}") from None
 
