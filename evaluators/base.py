@@ -69,6 +69,26 @@ def figure_number(value: Any, digits: int = 6) -> float | None:
     return float(f"{number:.{digits}g}") if math.isfinite(number) else None
 
 
+def numbers_within(value: Any, limit: int) -> bool:
+    """Whether `value` (a number, an array, or lists and tuples of them) holds at most `limit` numbers
+    in all: counted without building anything, and given up as soon as the count passes `limit`. A
+    scorer asks it before np.asarray, which would build whatever size a result's nesting spells
+    (one array referred to a thousand times is a thousand arrays)."""
+    left = limit
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            if len(item) > left:
+                return False
+            stack.extend(item)
+        else:
+            left -= int(getattr(item, "size", 1))
+            if left < 0:
+                return False
+    return True
+
+
 class ScorerFailure(Exception):
     """The task's own scorer broke (it crashed, hung, or gave no finite score): a fault of the task,
     never of the submission. The station records it as such, alerts the operator, charges nobody.
@@ -120,6 +140,9 @@ class Task:
     max_result_mb: int = RunSpec.max_result_mb
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    # the scoring process's limits (scoring_process.py): what a submission's result may cost the scorer
+    scorer_memory_mb: int = 4096  # its address space (RLIMIT_AS)
+    scorer_timeout_s: float = 300.0  # per result, its first scoring (imports, compilation) included
     display_precision: int = 4
     metric_formats: dict[str, str] = {}  # secondary metric name -> format spec (".3f")
 
@@ -163,8 +186,11 @@ class Task:
         return None
 
     def score(self, result: RunResult) -> Verdict:
-        """Judge a run that ended with status "ok" (the parent handles crashes and timeouts). Any
-        exception raised here counts as a ScorerFailure."""
+        """Judge a run that ended with status "ok" (the parent handles crashes and timeouts). It runs
+        in a scoring process of its own (scoring_process.py), so the task must pickle. Check every
+        type and shape of `result.value` before building anything from it: a malformed or oversized
+        result is an invalid Verdict, the submission's fault; any exception raised here counts as a
+        ScorerFailure, the task's."""
         raise NotImplementedError
 
     def env(self) -> dict[str, str]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from station.core.run_types import RunResult
 
-from .base import SCRIPTED_TYPO_RATE, Baseline, Task, Verdict, figure_number, register
+from .base import SCRIPTED_TYPO_RATE, Baseline, Task, Verdict, figure_number, numbers_within, register
 
 SHOWN_N = re.compile(r"n = (\d+)")  # the instance's title names its n
 
@@ -112,7 +112,7 @@ class CirclePacking(Task):
 
     def score(self, result: RunResult) -> Verdict:
         try:
-            centers, radii = self._arrays(result.value)
+            centers, radii = self._arrays(result.value, self.n)
             self._check_shapes_and_values(centers, radii)
         except PackingError as err:
             return Verdict(False, details=f"Verification failed: {err}")
@@ -134,14 +134,17 @@ class CirclePacking(Task):
         )
 
     @staticmethod
-    def _arrays(value: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(centers, radii) as float64 arrays, from a 2-item tuple or list of numbers."""
+    def _arrays(value: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(centers, radii) as float64 arrays, from a 2-item tuple or list of numbers; refused before
+        anything is built when either holds more numbers than n circles need."""
         if not isinstance(value, (tuple, list)) or len(value) != 2:
             got = "None" if value is None else f"a {type(value).__name__}"
             got += f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""
             raise PackingError(f"construct_packing() must return a pair (centers, radii); got {got}.")
         arrays = []
-        for name, item in zip(("centers", "radii"), value):
+        for name, item, need in zip(("centers", "radii"), value, (2 * n, n)):
+            if not numbers_within(item, 4 * need):  # near misses get the shape check's exact message
+                raise PackingError(f"{name} holds more than {4 * need} numbers; {n} circles need {need}.")
             try:
                 array = np.asarray(item)
             except (ValueError, TypeError) as err:  # ragged nesting, for instance

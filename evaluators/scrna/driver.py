@@ -10,6 +10,7 @@ like the submission itself: scoring happens outside, on the returned arrays only
 """
 
 INPUT_DIR = "task_data/batch_integration"  # where the input is mounted, relative to the run's directory
+MAX_DIMENSIONS = 5000  # an embedding's widest; the station's scorer checks it again (result_check.py)
 
 _TEMPLATE = """
 
@@ -43,8 +44,8 @@ def _station_integrate():
         _emb = _tmp.obsm["X_pca"]
     if _emb is not None:
         _emb = _emb.toarray() if _sp.issparse(_emb) else _np.asarray(_emb)
-        if _emb.ndim != 2 or _emb.shape[0] != len(_ids) or not 1 <= _emb.shape[1] <= 5000:
-            return {"contract_error": "obsm['X_emb'] must be cells x dimensions (1 to 5000), got %%s"
+        if _emb.ndim != 2 or _emb.shape[0] != len(_ids) or not 1 <= _emb.shape[1] <= %(width)d:
+            return {"contract_error": "obsm['X_emb'] must be cells x dimensions (1 to %(width)d), got %%s"
                                       %% (_emb.shape,)}
         _res["X_emb"] = _emb.astype(_np.float32)
     if "connectivities" in _out.obsp and "distances" in _out.obsp:
@@ -79,7 +80,7 @@ def _station_integrate():
 
 def driver(return_counts: bool = False) -> str:
     """The appended source; `return_counts` also returns layers['corrected_counts'] (for HVG overlap)."""
-    return _TEMPLATE % {"input": INPUT_DIR, "counts": repr(bool(return_counts))}
+    return _TEMPLATE % {"input": INPUT_DIR, "counts": repr(bool(return_counts)), "width": MAX_DIMENSIONS}
 
 
 DRIVER = driver()

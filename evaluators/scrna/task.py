@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from .jax_cache import jax_programs_folder
 from .metrics import METRICS
 from .normalisation import choose_normalisation, normalise, openproblems_bounds
 from .play import submission as scripted_play
+from .result_check import problem as result_problem
 
 __all__ = ["LABELS", "METRICS", "BatchIntegration", "normalise"]
 
@@ -85,6 +87,10 @@ class BatchIntegration(Task):
     max_processes = 256
     max_result_mb = 768  # an embedding (up to 5000 float32 dimensions a cell) and a kNN graph's arrays
     num_cpus = 2.0
+    # the scoring process: a default dataset's solution, the metrics' libraries and compiled code, and
+    # a result of up to max_result_mb made float64 (its graphs); its first scoring compiles the metrics
+    scorer_memory_mb = 16384
+    scorer_timeout_s = 900.0
     display_precision = 4
     metric_formats = {label: ".3f" for label in (*LABELS.values(), *EXTRA_LABELS.values())}
 
@@ -122,6 +128,18 @@ class BatchIntegration(Task):
         self.extra_metrics = tuple(dict.fromkeys(extra_metrics))
         self.dataset = Dataset(data_root(), size=size, seed=seed, h5ad=h5ad, batch_key=batch_key, label_key=label_key)
         self.memory_mb = memory_mb
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What the scoring process gets (scoring_process.py): the dataset without its lock or the
+        solution it read, which the process reads for itself."""
+        state = dict(self.__dict__)
+        dataset = state["dataset"] = copy.copy(self.dataset)
+        vars(dataset).update(_lock=None, _solution=None)  # a lock does not pickle; the solution is big
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.dataset._lock = threading.Lock()
 
     def external(self, seeds: int | None = None) -> ExternalPlan:
         """The paper ran its best method on OpenProblems' test datasets; here: the held-out test
@@ -244,10 +262,20 @@ The score is the mean of the ten. Higher is better. The details of each result l
         value: Any = result.value
         if not isinstance(value, dict):
             return Verdict(False, details="The run returned nothing the station could read.")
-        if value.get("test_mode"):
+        if value.get("test_mode") is True:
             return Verdict(False, details="Test mode - no scoring")
-        if value.get("contract_error"):
-            return Verdict(False, details=f"ERROR: {value['contract_error']}")
+        error = value.get("contract_error")
+        if error is not None and not (isinstance(error, str) and not error):
+            shown = (
+                error[:2000]
+                if isinstance(error, str)
+                else f"a contract error that is not text ({type(error).__name__})"
+            )
+            return Verdict(False, details=f"ERROR: {shown}")
+        solution = self.dataset.solution()
+        malformed = result_problem(value, solution.n_obs, solution.n_vars)
+        if malformed:  # checked before anything is built from it: the submission's fault, in one line
+            return Verdict(False, details=f"ERROR: {malformed}")
         try:
             raw, problems = self.dataset.score_arrays(
                 value, extra=self.extra_metrics, graph_rule=self.graph_rule, clustering=self.clustering

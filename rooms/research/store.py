@@ -163,6 +163,11 @@ MIGRATIONS = [
     );
     CREATE INDEX external_evaluations_evaluation ON external_evaluations(evaluation, id);
     """,
+    # v7: scorings of a run that began and never ended (the station died in them), across resumes:
+    # at worker.SCORING_DEATH_LIMIT the result is a charged failure instead of a scoring that kills again.
+    """
+    ALTER TABLE evaluation_runs ADD COLUMN scorings INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evaluators import scoring_process
 from evaluators.base import ScorerFailure, Task
 from rooms.research.config import DebuggerConfig, ResearchConfig
 from station.core.agents import AgentRegistry
@@ -50,20 +51,29 @@ POLL_SECONDS = 0.5
 RUN_LABEL = re.compile(r"eval-(\d+)-v(\d+)(?:-(\w+))?")  # the labels _run gives (a training task adds -train0, ...)
 STREAM_KEEP_CHARS = 100_000  # per stream in a recorded result (head and tail)
 SYSTEM_ERROR_LIMIT = 3  # identical system errors of one run, across resumes, before it is given up
+# scorings of one run that the station died in, across resumes, before its result is a charged failure:
+# one may be an operator's kill -9 landing there; a second is the result's doing
+SCORING_DEATH_LIMIT = 2
+DETAILS_KEEP_CHARS = 20_000  # a verdict's details as recorded (a run's claims may be long)
 
 
 def run_payload(task: Any, result: RunResult, executor: str) -> dict[str, Any]:
-    """A run's recorded result: the sandbox's outcome plus the trusted evaluator's verdict."""
+    """A run's recorded result: the sandbox's outcome plus the trusted evaluator's verdict, judged in
+    a scoring process of the task's (scoring_process.py), never in this one. ScoringUnavailable
+    (no scoring process could be started) passes through: the station's fault."""
     payload = _base_payload(result, executor)
     if result.status != "ok":
         return payload
     try:
-        verdict = task.score(result)
+        verdict = scoring_process.score(task, result)
+    except scoring_process.ScoringUnavailable:
+        raise
     except Exception as err:  # noqa: BLE001 - the task's scorer broke: its fault, not the code's
         failure = err if isinstance(err, ScorerFailure) else ScorerFailure(f"{type(err).__name__}: {err}", result)
         log.error("the scorer of task %s failed: %s", task.kind, failure)
         return scorer_failed_payload(failure, executor)
     payload.update(verdict.to_payload())
+    payload["details"] = clip_log(payload["details"], DETAILS_KEEP_CHARS)
     metrics = payload["metrics"]
     for name, value in list(metrics.items()):  # JSON has no NaN: keep it readable as "nan"
         if isinstance(value, float) and not math.isfinite(value):
@@ -111,6 +121,17 @@ def system_error_signature(error: str) -> str:
     (any word holding a digit: run folders are named after the evaluation) set aside."""
     line = (error.strip().splitlines() or [""])[0]
     return " ".join("#" if any(c.isdigit() for c in word) else word for word in line.split())[:500]
+
+
+def scoring_died_payload(result: RunResult, deaths: int, executor: str | None) -> dict[str, Any]:
+    """A result whose scoring the station died in `deaths` times: a charged failure, not scored again."""
+    payload = _base_payload(result, executor)
+    payload.update(
+        status="invalid",
+        details=f"Not scored: the station stopped {deaths} times while scoring this result, so it is not "
+        "scored again (a result must not cost the scorer more than its limits).",
+    )
+    return payload
 
 
 def refused_payload(problem: str) -> dict[str, Any]:
@@ -216,6 +237,7 @@ class EvaluationWorker(InputWorker):
         super().shutdown(timeout)
         if self.executor is not None:
             self.executor.close()
+        scoring_process.close(self.tasks.values())  # a scoring in flight ends now; its result is not recorded
         # the runs are killed: each evaluation's thread now removes its folder; let it (bounded)
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -272,7 +294,30 @@ class EvaluationWorker(InputWorker):
             return scorer_failed_payload(err, self.executor.name)
         if result.status == "system_error" and not self.stop.is_set():
             return self._system_error(store, row["id"], version, result.error or "the executor failed")
-        return run_payload(task, result, self.executor.name)
+        try:
+            return self._score(store, row["id"], version, task, result)
+        except scoring_process.ScoringUnavailable as err:
+            return self._system_error(store, row["id"], version, f"Evaluation system error: {err}")
+
+    def _score(self, store: Store, evaluation: int, version: int, task: Any, result: RunResult) -> dict[str, Any]:
+        """run_payload, with each scoring counted in `evaluation_runs` before it begins and uncounted
+        when it ends: a count left over says the station died while scoring this result before."""
+        assert self.executor is not None
+        if result.status != "ok":
+            return run_payload(task, result, self.executor.name)
+        key = (evaluation, version)
+        found = store.one("SELECT scorings FROM evaluation_runs WHERE evaluation=? AND version=?", key)
+        deaths = found["scorings"] if found is not None else 0
+        if deaths >= SCORING_DEATH_LIMIT:
+            log.error(
+                "evaluation %s: the station died %s times scoring its result; not scored again", evaluation, deaths
+            )
+            return scoring_died_payload(result, deaths, self.executor.name)
+        store.execute("UPDATE evaluation_runs SET scorings=scorings+1 WHERE evaluation=? AND version=?", key)
+        try:
+            return run_payload(task, result, self.executor.name)
+        finally:
+            store.execute("UPDATE evaluation_runs SET scorings=0 WHERE evaluation=? AND version=?", key)
 
     def _execute(self, store: Store, row: dict[str, Any], task: Any, version: int, code: str) -> RunResult:
         """The sandbox run. What breaks in the machinery around the code (its storage mounts, the
