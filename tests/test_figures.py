@@ -173,7 +173,7 @@ def test_scrna_shows_what_each_metric_adds_to_the_score(data: Path) -> None:
     raw = {name: 0.5 for name in METRICS} | {"kbet": float("nan")}
     # the ten metrics are slow to compute; here the dataset hands back fixed raw values
     task.dataset = SimpleNamespace(name="stub", n_cells=10, score_arrays=lambda value, **options: (raw, {}))
-    verdict = task.score(RunResult(status="ok", value={"n_obs": 10}))
+    verdict = task.score(RunResult(status="ok", value={"n_obs": 10, "X_emb": np.zeros((10, 2), np.float32)}))
     assert verdict.success and verdict.score is not None
     figure = plain_json(verdict.figure)
     assert figure["kind"] == "contributions" and figure["score"] == pytest.approx(verdict.score)

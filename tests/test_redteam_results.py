@@ -327,3 +327,36 @@ def test_a_station_that_dies_while_scoring_does_not_score_that_result_again_on_e
     rows = read(directory, "SELECT status, details FROM evaluations")
     assert len(rows) == 1 and rows[0][0] == "failed", rows
     assert f"the station stopped {SCORING_DEATH_LIMIT} times while scoring this result" in rows[0][1], rows
+
+
+# -- a training run's own words --------------------------------------------------------------------------
+SOKOBAN = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,
+           "unroll": 8, "env_steps": 4000, "trials": 1, "trial_budget_s": 600, "grace_s": 120}
+
+
+@pytest.fixture(scope="module")
+def sokoban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with shared_task_data(tmp_path_factory, "sokoban"):
+        task = create_task("sokoban", SOKOBAN)
+        task.levels.ensure()
+        yield task
+
+
+def test_what_a_training_run_reports_of_itself_cannot_break_or_swell_the_scorer(sokoban):
+    """A trial's `reported` is what the run wrote (it may skip the harness): arrays where numbers
+    belong, a megabyte of text. It is shown as the run's claim; it never fails the scorer."""
+    idle = np.zeros((len(sokoban.levels.ensure().eval_levels()), sokoban.max_steps), np.int8)
+    best = sokoban.measure(0, {"output_0": idle})  # what the station measured of the trial's policy
+    reported = {"seed": np.arange(3), "hparams": {"lr": np.ones(3), "net": object.__name__},
+                "device": np.array([1.0, 2.0]), "epochs": "x" * (1 << 20), "train_curve": np.ones((5, 2)),
+                "contract_error": np.ones(2), "stop": {"deep": [[[[[[[[1]]]]]]]]}}
+    trial = {"trial": 0, "status": "ok", "seed": reported["seed"], "reported": reported,
+             "station": {"checkpoints": 1, "curve": [best["metric"]], "best_checkpoint": 1, "best": best,
+                         "stop": "max-epochs", "failure": None, "notes": []}}
+    payload = run_payload(sokoban, RunResult(status="ok", value={"trials": [trial]}), "test")
+    assert payload["status"] == "ok" and payload["success"], (payload["status"], payload["error"])
+    assert len(payload["details"]) <= 20_100, len(payload["details"])
+    json.dumps(payload, allow_nan=False)  # recorded as plain JSON
+    for forged in ({"test_mode": np.ones(2)}, {"contract_error": np.ones(2)}, {"contract_error": "no " * 10**6}):
+        payload = run_payload(sokoban, RunResult(status="ok", value=forged), "test")
+        assert payload["status"] == "invalid" and len(payload["details"]) < 3000, (forged, payload["status"])

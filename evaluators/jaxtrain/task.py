@@ -23,11 +23,11 @@ from typing import Any
 from station.core.run_types import Mount, RunResult
 
 from ..base import ExternalPlan, Task, Verdict, figure_number
+from .claims import MAX_CURVE_POINTS, claims
 
 HARNESS_DIR = Path(__file__).resolve().parent / "station_jax"
 HARNESS_TARGET = "station_jax"  # `import station_jax` works in the run: its working dir is on sys.path
 CHECK_TIMEOUT_S = 600.0
-MAX_CURVE_POINTS = 2000  # per learning curve in a figure: enough to draw, small in the payload
 
 DRIVER = """
 
@@ -145,10 +145,13 @@ class JaxTrainingTask(Task):
     @staticmethod
     def untrained_verdict(value: dict[str, Any]) -> Verdict | None:
         """The verdict of a run that trained nothing: test mode, or a contract broken at the check."""
-        if value.get("test_mode"):
+        if value.get("test_mode") is True:
             return Verdict(False, details="Test mode - no scoring")
-        if value.get("contract_error"):
-            return Verdict(False, details=f"ERROR: {value['contract_error']}")
+        error = value.get("contract_error")
+        if error is not None and not (isinstance(error, str) and not error):  # the run's words: any type, length
+            kind = type(error).__name__
+            shown = error[:2000] if isinstance(error, str) else f"a contract error that is not text ({kind})"
+            return Verdict(False, details=f"ERROR: {shown}")
         return None
 
     def curve_panels(self) -> list[tuple[str, str, bool]]:
@@ -170,7 +173,7 @@ class JaxTrainingTask(Task):
         trials = value.get("trials")
         if not isinstance(trials, list) or not trials or (count is not None and len(trials) != count):
             return Verdict(False, details="The run returned nothing the station could read.")
-        return value, trials
+        return value, [_with_claims(trial) for trial in trials]
 
     @staticmethod
     def gpu_warning(value: dict[str, Any], trial_values: list[dict[str, Any]]) -> list[str]:
@@ -181,6 +184,15 @@ class JaxTrainingTask(Task):
                 "build where the trials run (pip install -e '.[gpu]')."
             ]
         return []
+
+
+def _with_claims(trial: Any) -> Any:
+    """A trial as the station listed it, with what its run reported made plain and bounded: the run
+    wrote that itself (it may have skipped the harness), so it may hold arrays, long texts, anything."""
+    if not isinstance(trial, dict):
+        return trial
+    reported = claims(trial.get("reported"))
+    return {**trial, "reported": reported, "seed": (reported or {}).get("seed")}
 
 
 def learning_curves(

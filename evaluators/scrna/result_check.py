@@ -11,6 +11,7 @@ indptr) raises ValueError there, also the submission's.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,9 @@ class Malformed(Exception):
     """One field of the result breaks the contract; the message says which and how."""
 
 
-def problem(value: dict[str, Any], n_cells: int, n_genes: int) -> str | None:
-    """Why `value` (the run's returned dict) cannot be scored, or None when its fields are well formed."""
+def problem(value: dict[str, Any], n_cells: int, n_genes: Callable[[], int]) -> str | None:
+    """Why `value` (the run's returned dict) cannot be scored, or None when its fields are well formed.
+    `n_genes()`: the solution's genes, asked only of a result with corrected counts."""
     try:
         _check(value, n_cells, n_genes)
     except Malformed as err:
@@ -36,7 +38,7 @@ def problem(value: dict[str, Any], n_cells: int, n_genes: int) -> str | None:
     return None
 
 
-def _check(value: dict[str, Any], n: int, genes: int) -> None:
+def _check(value: dict[str, Any], n: int, genes: Callable[[], int]) -> None:
     count: Any = value.get("n_obs")
     if not _is_int(count):
         raise Malformed(f"n_obs must be the number of cells, got {_kind(count)}")
@@ -60,14 +62,17 @@ def _check(value: dict[str, Any], n: int, genes: int) -> None:
         raise Malformed("the result has neither obsm['X_emb'] nor both obsp['connectivities'] and obsp['distances']")
 
 
-def _counts(value: dict[str, Any], n: int, genes: int) -> None:
+def _counts(value: dict[str, Any], n: int, n_genes: Callable[[], int]) -> None:
     """layers['corrected_counts'], dense or as CSR parts: cells x at most the solution's genes."""
+    if "corrected_counts" not in value and not any(k.startswith("corrected_counts_") for k in value):
+        return
+    genes = n_genes()
     if "corrected_counts" in value:
         _array(value, "corrected_counts", 2, NUMBERS)
         shape = value["corrected_counts"].shape
         if shape[0] != n or not 1 <= shape[1] <= genes:
             raise Malformed(f"layers['corrected_counts'] must be cells x genes ({n:,} x 1 to {genes:,}), got {shape}")
-    elif any(k.startswith("corrected_counts_") for k in value):
+    else:
         width: Any = value.get("corrected_counts_n_genes")
         if not _is_int(width) or not 1 <= int(width) <= genes:
             raise Malformed(

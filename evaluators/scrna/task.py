@@ -272,8 +272,7 @@ The score is the mean of the ten. Higher is better. The details of each result l
                 else f"a contract error that is not text ({type(error).__name__})"
             )
             return Verdict(False, details=f"ERROR: {shown}")
-        solution = self.dataset.solution()
-        malformed = result_problem(value, solution.n_obs, solution.n_vars)
+        malformed = result_problem(value, self.dataset.n_cells, lambda: int(self.dataset.solution().n_vars))
         if malformed:  # checked before anything is built from it: the submission's fault, in one line
             return Verdict(False, details=f"ERROR: {malformed}")
         try:
