@@ -71,6 +71,17 @@ def test_the_shipped_sample_has_the_papers_shape() -> None:
         assert set(np.isin(levels, (BOX, BOX_ON_TARGET)).sum(axis=(1, 2))) == {4}
 
 
+def test_the_shipped_sample_cannot_be_drawn_again_from_a_public_seed() -> None:
+    """The generator is public: had the sample been drawn with a small seed (the first one used 0),
+    a run holding train/ could find it and draw valid/, the held-out pool, again."""
+    from evaluators.sokoban.levels import make_level_set
+
+    train, valid = read_split(SAMPLE, "train")[0], read_split(SAMPLE, "valid")[0]
+    for seed in range(300):  # write_sample's streams: 2 * seed for train/, 2 * seed + 1 for valid/
+        assert not np.array_equal(make_level_set(2 * seed, 1, 8, 8, 4)[0], train)
+        assert not np.array_equal(make_level_set(2 * seed + 1, 1, 8, 8, 4)[0], valid)
+
+
 def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Path) -> None:
     from rooms.research.tasks import load_tasks
     from station.core.config import load_config

@@ -98,10 +98,18 @@ def boxes_per_level(levels: np.ndarray) -> int:
     return counts.pop()
 
 
-def write_sample(folder: Path, *, train: int, valid: int, seed: int = 0) -> None:
+def write_sample(folder: Path, *, train: int, valid: int, seed: int | None = None) -> None:
     """A Boxoban-format folder of our own generated levels (10 x 10 rooms, 4 boxes, as Boxoban's),
-    for tests and offline runs of the paper's settings: train/000.txt and valid/000.txt."""
+    for tests and offline runs of the paper's settings: train/000.txt and valid/000.txt.
+
+    Without `seed` the draw's seed is random and kept nowhere: the generator is public, so with a
+    known seed a run holding train/ could draw valid/ (the held-out pool) again."""
+    import secrets
+
     from .levels import make_level_set
+
+    if seed is None:
+        seed = secrets.randbits(62)
 
     for split, count, stream in (("train", train, 2 * seed), ("valid", valid, 2 * seed + 1)):
         (folder / split).mkdir(parents=True, exist_ok=True)
