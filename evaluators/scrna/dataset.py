@@ -4,8 +4,9 @@ normalization bounds of the control methods).
 
 Simulated data are drawn with seeds keyed by the data root's secret (secret.py), so the public
 simulator and the `seed` parameter alone cannot draw them again. Nothing a run can see names the
-source of a user's file: the cache folder (whose name a run may read from its mount table) is
-named by a hash of it, and the text agents read calls it "a user-supplied dataset".
+source of a user's file or the seed and size of a simulated one: the cache folder is named by a hash
+of the file (or a keyed digest of the generator, size and seed), and the text agents read calls it
+"a user-supplied dataset" (or names the size only).
 
     python -m evaluators.scrna.dataset [--size default|small] [--seed 0] [--h5ad FILE]
 
@@ -29,7 +30,8 @@ from typing import Any, cast
 import numpy as np
 
 from ..cache import build_once, exclusive
-from .secret import data_root, fingerprint, keyed_seed, secret_dir, station_secret
+from ..secret import folder_name
+from .secret import data_root, keyed_seed, secret_dir, station_secret
 
 GENERATOR = "sim-v2"  # v2: batch_hvg from scanpy's seurat_v3
 FILE_LAYOUT = "file2"  # the same change for a user's file (its genes are chosen by seurat_v3 too)
@@ -81,7 +83,7 @@ class Dataset:
         else:
             self.source = None
             self._key = station_secret(root)
-            key = f"{GENERATOR}-{size}-seed{seed}-key{fingerprint(self._key)}"
+            key = folder_name(self._key, GENERATOR, size, seed)  # names none of them, nor the key
             self.name = f"Simulated dataset ({size})"
         self.dir = Path(root) / key
         self.secret_dir = secret_dir(root)
