@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from station.core.run_types import RunResult
@@ -89,6 +89,18 @@ class ScoringProcess:
         try:
             self._send(("score", result))
             return self._answer(self.timeout_s)
+        except (BrokenPipeError, ConnectionResetError):
+            raise ScoringExhausted(self._death()) from None
+
+    def warm_up(self, say: Callable[[str], None]) -> dict[str, Any]:
+        """The task's warm_up, run in this process (each step it says passed on to `say`)."""
+        try:
+            self._send(("warm", None))
+            answer = self._answer(self.timeout_s)
+            while "say" in answer:
+                say(str(answer["say"]))
+                answer = self._answer(self.timeout_s)
+            return answer
         except (BrokenPipeError, ConnectionResetError):
             raise ScoringExhausted(self._death()) from None
 
@@ -255,6 +267,24 @@ def _verdict(answer: dict[str, Any], result: RunResult) -> Verdict:
     raise ScorerFailure(str(answer.get("scorer_failure", "the scoring process gave no verdict")), result)
 
 
+def warm_up(task: Task, say: Callable[[str], None]) -> None:
+    """Pay the scorer's first-call costs (task.warm_up) in a scoring process, which is then kept for
+    the task's first scoring; ValueError, naming the step, when it fails."""
+    try:
+        proc = POOL.take(task)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, RuntimeError, ScoringExhausted) as err:
+        raise ValueError(f"no scoring process for task {task.kind}: {type(err).__name__}: {err}") from err
+    answer: dict[str, Any] = {}
+    try:
+        answer = proc.warm_up(say)
+    except ScoringExhausted as err:
+        raise ValueError(f"the scorer's warm-up stopped: {err}") from None
+    finally:
+        POOL.give_back(task, proc, keep=answer.get("warmed") is True)
+    if answer.get("warmed") is not True:
+        raise ValueError(f"the scorer's warm-up failed: {answer.get('scorer_failure') or answer.get('exhausted')}")
+
+
 def close(tasks: Iterable[Task] | None = None) -> None:
     """Ends the scoring processes of `tasks` (default: every task's), idle or busy: a scoring in
     flight then ends as exhausted, which a stopping station does not record."""
@@ -305,6 +335,17 @@ def _judge(task: Task, result: RunResult) -> dict[str, Any]:
         return {"scorer_failure": f"{type(err).__name__}: {err}"}
 
 
+def _warm(task: Task, wire_out: IO[bytes]) -> dict[str, Any]:
+    try:
+        task.warm_up(lambda step: _reply(wire_out, {"say": step}))
+        return {"warmed": True}
+    except MemoryError:
+        return {"exhausted": f"it ran out of its memory limit of {int(sys.argv[1]):,} MB"}
+    except Exception as err:  # noqa: BLE001 - the station reports it as the task's
+        traceback.print_exc()
+        return {"scorer_failure": f"{type(err).__name__}: {err}"}
+
+
 def _die_with(parent: int) -> None:
     """SIGKILL this process when the station's process ends (Linux), whatever it is doing then."""
     try:
@@ -339,13 +380,13 @@ def main() -> None:
     _reply(wire_out, {"ready": isinstance(task, Task)})
     while True:
         try:
-            kind, result = _receive_message(wire_in)  # ("score", RunResult)
+            kind, result = _receive_message(wire_in)  # ("score", RunResult) or ("warm", None)
         except EOFError:
             return  # the station closed the pipe: it is done with this process
         except MemoryError:
             _reply(wire_out, {"exhausted": f"its result did not fit in the memory limit of {memory_mb:,} MB"})
             continue
-        _reply(wire_out, _judge(task, result))
+        _reply(wire_out, _warm(task, wire_out) if kind == "warm" else _judge(task, result))
         del result
 
 

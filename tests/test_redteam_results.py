@@ -360,3 +360,25 @@ def test_what_a_training_run_reports_of_itself_cannot_break_or_swell_the_scorer(
     for forged in ({"test_mode": np.ones(2)}, {"contract_error": np.ones(2)}, {"contract_error": "no " * 10**6}):
         payload = run_payload(sokoban, RunResult(status="ok", value=forged), "test")
         assert payload["status"] == "invalid" and len(payload["details"]) < 3000, (forged, payload["status"])
+
+
+class WarmedPacking(CirclePacking):
+    """Circle packing whose warm-up says where it ran."""
+
+    def warm_up(self, say: Any) -> None:
+        say(f"warmed in {os.getpid()}")
+
+
+def test_the_scorer_is_warmed_up_in_its_scoring_process_and_that_process_scores():
+    from evaluators import scoring_process
+
+    task, said = WarmedPacking(n=2), []
+    scoring_process.warm_up(task, said.append)
+    (warmed,) = said
+    assert warmed != f"warmed in {os.getpid()}", "warmed in the station's own process"
+    (kept,) = scoring_process.POOL.idle[task]
+    assert warmed == f"warmed in {kept.proc.pid}"
+    assert run_payload(task, RunResult(status="ok", value=HONEST), "test")["score"] == 0.5
+    assert scoring_process.POOL.idle[task] == [kept]  # the warmed process scored, and is kept
+    scoring_process.close([task])
+    assert kept.proc.poll() is not None

@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluators import scoring_process
 from rooms import check_known, every_room, load_rooms, recorded_room_set, room_classes
 from rooms.research import load_tasks, tasks_of
 from rooms.research.config import ResearchConfig
@@ -104,8 +105,8 @@ class Station:
             told = lambda step, n=number: say(f"preparing task {n}: {step}")
             try:
                 task.prepare(told)
-                if warm_up:
-                    task.warm_up(told)
+                if warm_up:  # where the station scores: in the task's scoring process, kept for it
+                    scoring_process.warm_up(task, told)
             except (ValueError, OSError) as err:
                 raise ValueError(f"research task {number} cannot be prepared: {err}") from err
 
