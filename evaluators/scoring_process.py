@@ -47,6 +47,7 @@ FRAME = struct.Struct("<Q")
 MAX_ANSWER_BYTES = 64 << 20  # a verdict's details and figure; far above any task's
 KEEP_IDLE = 4  # idle scoring processes kept per task (one per evaluation scored at the same time)
 START_TIMEOUT_S = 120.0  # a fresh interpreter and the task's imports, on a busy machine
+PARENT_POLL_S = 1.0  # how soon a scoring process notices that the station's process ended
 CHILD_ENV = {"MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas reserve 64 MB of address space each
 
 
@@ -347,15 +348,16 @@ def _warm(task: Task, wire_out: IO[bytes]) -> dict[str, Any]:
 
 
 def _die_with(parent: int) -> None:
-    """SIGKILL this process when the station's process ends (Linux), whatever it is doing then."""
-    try:
-        import ctypes
+    """End this process when the station's process ends, whatever it is doing then. (Not
+    PR_SET_PDEATHSIG: that follows the thread that started the process, and the station starts them
+    from evaluation threads that end after each evaluation.)"""
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
         os._exit(1)
+
+    threading.Thread(target=watch, name="station-watch", daemon=True).start()
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -378,7 +379,13 @@ def test_the_scorer_is_warmed_up_in_its_scoring_process_and_that_process_scores(
     assert warmed != f"warmed in {os.getpid()}", "warmed in the station's own process"
     (kept,) = scoring_process.POOL.idle[task]
     assert warmed == f"warmed in {kept.proc.pid}"
-    assert run_payload(task, RunResult(status="ok", value=HONEST), "test")["score"] == 0.5
-    assert scoring_process.POOL.idle[task] == [kept]  # the warmed process scored, and is kept
+    # an evaluation thread scores with it and ends: the process outlives that thread, kept warm
+    scored: list[dict[str, Any]] = []
+    thread = threading.Thread(target=lambda: scored.append(run_payload(task, RunResult(status="ok", value=HONEST), "t")))
+    thread.start()
+    thread.join()
+    assert scored[0]["score"] == 0.5
+    time.sleep(0.5)
+    assert scoring_process.POOL.idle[task] == [kept] and kept.alive()
     scoring_process.close([task])
     assert kept.proc.poll() is not None
