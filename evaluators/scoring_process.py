@@ -385,9 +385,9 @@ def main() -> None:
             kind, result = _receive_message(wire_in)  # ("score", RunResult) or ("warm", None)
         except EOFError:
             return  # the station closed the pipe: it is done with this process
-        except MemoryError:
+        except MemoryError:  # the rest of the message is still in the pipe: answer, then end
             _reply(wire_out, {"exhausted": f"its result did not fit in the memory limit of {memory_mb:,} MB"})
-            continue
+            return
         _reply(wire_out, _warm(task, wire_out) if kind == "warm" else _judge(task, result))
         del result
 
