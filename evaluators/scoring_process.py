@@ -49,6 +49,13 @@ KEEP_IDLE = 4  # idle scoring processes kept per task (one per evaluation scored
 START_TIMEOUT_S = 120.0  # a fresh interpreter and the task's imports, on a busy machine
 PARENT_POLL_S = 1.0  # how soon a scoring process notices that the station's process ended
 CHILD_ENV = {"MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas reserve 64 MB of address space each
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")  # variables a scorer never needs
+
+
+def scorer_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The station's environment without its secrets (API keys, the console's token): the scoring
+    process reads what a submission returned, and a bug there must find no key to take."""
+    return {name: value for name, value in environ.items() if not any(w in name.upper() for w in SECRET_WORDS)}
 
 
 class ScoringExhausted(Exception):
@@ -65,7 +72,7 @@ class ScoringProcess:
 
     def __init__(self, task: Task) -> None:
         self.memory_mb, self.timeout_s = task.scorer_memory_mb, task.scorer_timeout_s
-        env = {**os.environ, **CHILD_ENV}
+        env = {**scorer_environment(os.environ), **CHILD_ENV}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "evaluators.scoring_process", str(self.memory_mb), str(os.getpid())],
             stdin=subprocess.PIPE,

@@ -254,6 +254,22 @@ def test_a_scorer_that_exhausts_its_limits_ends_that_evaluation_only(value, why)
     assert before["status"] == after["status"] == "ok" and before["score"] == after["score"] == 0.5
 
 
+class KeyLookingPacking(CirclePacking):
+    """Circle packing whose scorer reports, as its details, the secrets its process can see."""
+
+    def score(self, result: RunResult) -> Verdict:
+        seen = sorted(name for name in os.environ if "KEY" in name or "TOKEN" in name)
+        return Verdict(True, 1.0, details=json.dumps(seen))
+
+
+def test_the_scoring_process_holds_no_api_key_nor_token(monkeypatch):
+    """It reads what a submission returned: a bug there must find no key to take."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-redteam")
+    monkeypatch.setenv("STATION_WEB_TOKEN", "0123456789abcdef0123")
+    payload = run_payload(KeyLookingPacking(n=2), RunResult(status="ok", value=HONEST), "test")
+    assert payload["status"] == "ok" and json.loads(payload["details"]) == [], payload["details"]
+
+
 # -- a station that dies while scoring ---------------------------------------------------------------
 class StationKillingPacking(CirclePacking):
     """Circle packing whose scoring kills the station's process (as the kernel's OOM killer would
@@ -331,8 +347,19 @@ def test_a_station_that_dies_while_scoring_does_not_score_that_result_again_on_e
 
 
 # -- a training run's own words --------------------------------------------------------------------------
-SOKOBAN = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "n_envs": 16,
-           "unroll": 8, "env_steps": 4000, "trials": 1, "trial_budget_s": 600, "grace_s": 120}
+SOKOBAN = {
+    "grid": 5,
+    "boxes": 1,
+    "train_levels": 300,
+    "eval_levels": 40,
+    "max_steps": 30,
+    "n_envs": 16,
+    "unroll": 8,
+    "env_steps": 4000,
+    "trials": 1,
+    "trial_budget_s": 600,
+    "grace_s": 120,
+}
 
 
 @pytest.fixture(scope="module")
@@ -348,12 +375,30 @@ def test_what_a_training_run_reports_of_itself_cannot_break_or_swell_the_scorer(
     belong, a megabyte of text. It is shown as the run's claim; it never fails the scorer."""
     idle = np.zeros((len(sokoban.levels.ensure().eval_levels()), sokoban.max_steps), np.int8)
     best = sokoban.measure(0, {"output_0": idle})  # what the station measured of the trial's policy
-    reported = {"seed": np.arange(3), "hparams": {"lr": np.ones(3), "net": object.__name__},
-                "device": np.array([1.0, 2.0]), "epochs": "x" * (1 << 20), "train_curve": np.ones((5, 2)),
-                "contract_error": np.ones(2), "stop": {"deep": [[[[[[[[1]]]]]]]]}}
-    trial = {"trial": 0, "status": "ok", "seed": reported["seed"], "reported": reported,
-             "station": {"checkpoints": 1, "curve": [best["metric"]], "best_checkpoint": 1, "best": best,
-                         "stop": "max-epochs", "failure": None, "notes": []}}
+    reported = {
+        "seed": np.arange(3),
+        "hparams": {"lr": np.ones(3), "net": object.__name__},
+        "device": np.array([1.0, 2.0]),
+        "epochs": "x" * (1 << 20),
+        "train_curve": np.ones((5, 2)),
+        "contract_error": np.ones(2),
+        "stop": {"deep": [[[[[[[[1]]]]]]]]},
+    }
+    trial = {
+        "trial": 0,
+        "status": "ok",
+        "seed": reported["seed"],
+        "reported": reported,
+        "station": {
+            "checkpoints": 1,
+            "curve": [best["metric"]],
+            "best_checkpoint": 1,
+            "best": best,
+            "stop": "max-epochs",
+            "failure": None,
+            "notes": [],
+        },
+    }
     payload = run_payload(sokoban, RunResult(status="ok", value={"trials": [trial]}), "test")
     assert payload["status"] == "ok" and payload["success"], (payload["status"], payload["error"])
     assert len(payload["details"]) <= 20_100, len(payload["details"])
@@ -381,7 +426,9 @@ def test_the_scorer_is_warmed_up_in_its_scoring_process_and_that_process_scores(
     assert warmed == f"warmed in {kept.proc.pid}"
     # an evaluation thread scores with it and ends: the process outlives that thread, kept warm
     scored: list[dict[str, Any]] = []
-    thread = threading.Thread(target=lambda: scored.append(run_payload(task, RunResult(status="ok", value=HONEST), "t")))
+    thread = threading.Thread(
+        target=lambda: scored.append(run_payload(task, RunResult(status="ok", value=HONEST), "t"))
+    )
     thread.start()
     thread.join()
     assert scored[0]["score"] == 0.5
