@@ -522,6 +522,21 @@ def test_a_killed_station_leaves_no_sandbox_behind(tmp_path, monkeypatch):
     os.close(lock)
 
 
+def test_run_dirs_too_fresh_at_the_start_are_swept_by_a_later_run(tmp_path, monkeypatch):
+    """A station restarted right after a kill finds its predecessor's run dirs too fresh to sweep;
+    a later run sweeps them once they are stale."""
+    executor = LocalExecutor(scratch_base=tmp_path)
+    left = tmp_path / "station-eval-1-v1-train0-abcd1234"
+    (left / "work").mkdir(parents=True)
+    (left / "sandbox.json").write_text("{}")
+    assert executor.run(RunSpec(code="def main():\n    return 1", timeout_s=30)).value == 1
+    assert left.exists()  # fresh: it may be a run just being set up
+    monkeypatch.setattr(local, "STALE_AFTER_S", 0)
+    assert executor.run(RunSpec(code="def main():\n    return 2", timeout_s=30)).value == 2
+    assert not left.exists()
+    executor.close()
+
+
 def test_daemonized_children_do_not_survive(executor, station):
     r = run(executor, station, """
         import os, subprocess

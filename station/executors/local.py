@@ -109,11 +109,15 @@ class LocalExecutor:
         self._live: set[subprocess.Popen] = set()  # runs in flight, killed by close()
         self._live_lock = threading.Lock()
         self._closed = False
+        self._swept_at = 0.0
         self._sweep()
 
     def _sweep(self) -> None:
         """Delete run dirs left by a station killed mid-run, whatever is left in them: unlocked,
-        idle for a while, named and filled like a run dir and ours."""
+        idle for a while, named and filled like a run dir and ours. Called at the start and again by
+        later runs once STALE_AFTER_S has passed: a station restarted right after a kill finds its
+        predecessor's run dirs too fresh at first, and removes them a minute later."""
+        self._swept_at = time.monotonic()
         for path in self.scratch_base.glob("station-*"):
             if not RUN_DIR_NAME.fullmatch(path.name):
                 continue
@@ -191,6 +195,8 @@ class LocalExecutor:
     # -- one run ---------------------------------------------------------------------------------
     def run(self, spec: RunSpec) -> RunResult:
         began = time.monotonic()
+        if began - self._swept_at > STALE_AFTER_S:
+            self._sweep()
         try:
             _check(spec)
             with ExitStack() as stack:
