@@ -244,13 +244,18 @@ def _kill_all(idle: list[ScoringProcess], busy: set[ScoringProcess] | None = Non
 POOL = _Pool()
 
 
+def _take(task: Task) -> ScoringProcess:
+    """An idle scoring process of the task's, or a new one; ScoringUnavailable when none can start."""
+    try:
+        return POOL.take(task)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, RuntimeError, ScoringExhausted) as err:
+        raise ScoringUnavailable(f"no scoring process for task {task.kind}: {type(err).__name__}: {err}") from err
+
+
 def score(task: Task, result: RunResult) -> Verdict:
     """The task's verdict on `result`, judged in a scoring process of the task's. An exhausted
     memory or time limit is an invalid verdict (the submission's); ScorerFailure is the task's."""
-    try:
-        proc = POOL.take(task)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError, RuntimeError, ScoringExhausted) as err:
-        raise ScoringUnavailable(f"no scoring process for task {task.kind}: {type(err).__name__}: {err}") from err
+    proc = _take(task)
     answer: dict[str, Any] = {}
     try:
         answer = proc.score(result)
@@ -279,9 +284,9 @@ def warm_up(task: Task, say: Callable[[str], None]) -> None:
     """Pay the scorer's first-call costs (task.warm_up) in a scoring process, which is then kept for
     the task's first scoring; ValueError, naming the step, when it fails."""
     try:
-        proc = POOL.take(task)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError, RuntimeError, ScoringExhausted) as err:
-        raise ValueError(f"no scoring process for task {task.kind}: {type(err).__name__}: {err}") from err
+        proc = _take(task)
+    except ScoringUnavailable as err:
+        raise ValueError(str(err)) from err
     answer: dict[str, Any] = {}
     try:
         answer = proc.warm_up(say)

@@ -56,7 +56,12 @@ def _plain(value: Any, depth: int, left: list[int]) -> Any:
     return None
 
 
-def _kept(count: int) -> range | list[int]:
-    if count <= MAX_LIST:
-        return range(count)
-    return [round(i * (count - 1) / (MAX_CURVE_POINTS - 1)) for i in range(MAX_CURVE_POINTS)]
+def _kept(count: int) -> list[int]:
+    return list(range(count)) if count <= MAX_LIST else thin_indices(count, MAX_CURVE_POINTS)
+
+
+def thin_indices(count: int, limit: int) -> list[int]:
+    """At most `limit` indices into `count` items, evenly spread, the first and last kept."""
+    if count <= limit:
+        return list(range(count))
+    return [round(i * (count - 1) / (limit - 1)) for i in range(limit)]

@@ -23,7 +23,7 @@ from typing import Any
 from station.core.run_types import Mount, RunResult
 
 from ..base import ExternalPlan, Task, Verdict, figure_number
-from .claims import MAX_CURVE_POINTS, claims
+from .claims import MAX_CURVE_POINTS, claims, thin_indices
 
 HARNESS_DIR = Path(__file__).resolve().parent / "station_jax"
 HARNESS_TARGET = "station_jax"  # `import station_jax` works in the run: its working dir is on sys.path
@@ -236,13 +236,6 @@ def curve_series(label: str, curve: Any) -> dict[str, Any] | None:
     if pairs or len(ys) < len(curve):
         series["x"] = xs
     return series
-
-
-def thin_indices(count: int, limit: int) -> list[int]:
-    """At most `limit` indices into `count` items, evenly spread, the first and last kept."""
-    if count <= limit:
-        return list(range(count))
-    return [round(i * (count - 1) / (limit - 1)) for i in range(limit)]
 
 
 def gpu_device(trial: dict[str, Any]) -> bool:
