@@ -249,6 +249,35 @@ def test_hostile_outputs_of_a_folder_task_are_the_submission_s_failure(tmp_path:
     assert left_in(scratch) == []
 
 
+ODD_ENTRIES = """
+open("outputs/honest", "w").write("1")
+open(b"outputs/not utf-8 \\xff\\nand a newline", "w").write("2")
+os.symlink("/etc/shadow", "outputs/link-to-the-host")  # resolved on the host, it would be the station's
+os.symlink("honest", "outputs/link-inside")
+os.mkfifo("outputs/pipe")  # opened for reading, it would block the station's copy
+os.link("outputs/honest", "outputs/hard-link")
+"""
+
+
+def test_links_pipes_and_odd_names_in_outputs_are_left_out_or_copied_as_bytes(tmp_path: Path) -> None:
+    """Links (to a host secret, inside outputs/), a FIFO, a hard link and a name that is not UTF-8 and
+    holds a newline. The scorer counts what was handed over: the regular files (the honest one, the
+    odd name, the hard link's second name: the run's own bytes), never a link or a pipe."""
+    (tmp_path / "task").mkdir()
+    folder_task(tmp_path / "task")
+    task = create_task("folder", {"path": str(tmp_path / "task")})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    executor = LocalExecutor(scratch_base=scratch, hide=task.private_paths())
+    try:
+        result = evaluate_standalone(task, outputs_code(ODD_ENTRIES), executor)
+    finally:
+        executor.close()
+    assert result["status"] == "ok", result
+    assert result["score"] == 3.0, result  # honest, the odd name, the hard link; no link, no pipe
+    assert left_in(scratch) == []
+
+
 def test_station_evaluate_on_a_hostile_output_ends_with_a_line_not_a_traceback(tmp_path: Path) -> None:
     """Folders nested past the recursion limit in outputs/ and in storage/shared: the command says
     why the submission failed, exits 1, and leaves nothing in its temporary folder."""
