@@ -22,6 +22,24 @@ class Mount:
     writable: bool = False
 
 
+CHANNEL_ENV = "STATION_CHANNEL"  # names, in a run with a companion, the folder both programs share
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A second program in a run's sandbox, kept apart from the main code (docs/sandbox.md,
+    "A program apart from its evaluator"): a root of its own (the OS, the interpreter, its own
+    scratch dir holding `code` and its own `mounts`, none of the main code's), a uid of its own
+    where runs get uids, and one channel folder both programs see, named by the environment
+    variable CHANNEL_ENV in each (the companion may write there, the main code may only read and
+    connect). It starts before the main code, shares its limits and is killed when the main code
+    ends. It runs an OpenEvolve or ShinkaEvolve program apart from the evaluator that scores it."""
+
+    code: str  # a Python script, run as `python -s <filename>` in the companion's scratch dir
+    filename: str = "companion.py"
+    mounts: tuple[Mount, ...] = ()  # relative to the companion's scratch dir
+
+
 @dataclass
 class RunSpec:
     code: str
@@ -45,6 +63,7 @@ class RunSpec:
     num_gpus: float = 0.0  # 0: GPUs are hidden (CUDA_VISIBLE_DEVICES="")
     env: dict[str, str] = field(default_factory=dict)  # trusted extras from the task
     label: str = "run"  # e.g. "eval-17-v1", for logs and scratch names
+    companion: Companion | None = None  # a second program kept apart from this one (see Companion)
 
 
 @dataclass
