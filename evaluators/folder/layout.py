@@ -17,10 +17,12 @@ and a station's start-up both say exactly what to fix.
 from __future__ import annotations
 
 import ast
+import io
 import math
 import os
 import re
 import stat
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -110,6 +112,7 @@ CASCADE_THRESHOLDS = (0.5, 0.75, 0.9)
 # OpenEvolve's config files, by the names its examples use, in the order one is chosen
 CONFIG_NAMES = ("config.yaml", "config_phase_1.yaml")
 EVOLVE_START, EVOLVE_END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
+PYTHON_LINES = re.compile(r"\r\n|\r|\n")  # the only line breaks Python honours
 
 
 @dataclass(frozen=True)
@@ -244,8 +247,11 @@ def _shinka(folder: Path) -> TaskFolder:
     program = folder / "initial.py"
     code = _text(program, MAX_BASELINE_CHARS, required=True)
     frame = evolve_frame(code)
-    if frame is None:
-        raise TaskFolderError(f"{program}: an {EVOLVE_START} marker has no {EVOLVE_END} after it (or the reverse)")
+    if frame is None or (frame and frame_tokens(code) is None):
+        raise TaskFolderError(
+            f"{program}: an {EVOLVE_START} marker has no {EVOLVE_END} after it (or the reverse), or the program "
+            "does not tokenize as Python"
+        )
     statement = _text(folder / "task.md", MAX_STATEMENT_CHARS, required=False) or _evolve_statement(
         folder, program, _docstring(folder / "evaluate.py")
     )
@@ -255,12 +261,13 @@ def _shinka(folder: Path) -> TaskFolder:
 def evolve_frame(code: str) -> str | None:
     """`code` with what lies between each EVOLVE-BLOCK-START and -END line left out (the part a
     program may change); "" when it has no markers (all of it may change); None when the markers
-    do not pair up."""
+    do not pair up. Text, for readers: whether a program kept the frame is decided on what Python
+    runs (frame_tokens)."""
     if EVOLVE_START not in code and EVOLVE_END not in code:
         return ""
     kept: list[str] = []
     inside = False
-    for line in code.splitlines():
+    for line in PYTHON_LINES.split(code):  # not splitlines(): Python breaks lines only at \n and \r
         if EVOLVE_START in line or EVOLVE_END in line:
             if (EVOLVE_START in line) == inside:
                 return None
@@ -269,6 +276,54 @@ def evolve_frame(code: str) -> str | None:
         elif not inside and line.strip():  # blank lines and trailing spaces do not count
             kept.append(line.rstrip())
     return None if inside else "\n".join(kept).strip()
+
+
+Token = tuple[str, str | int]
+
+
+def frame_tokens(code: str) -> tuple[Token, ...] | None:
+    """What Python runs outside the EVOLVE-BLOCKs, as tokens: each logical line's nesting depth and
+    its tokens, with the block markers (comments holding EVOLVE-BLOCK-START / -END) in place;
+    other comments, blank lines and indentation width do not count. None when the code does not
+    tokenize or its markers do not pair up. Two programs with equal frame_tokens run the same
+    code outside their blocks, whatever their text looks like (a frame folded into a comment or
+    a string is not among its tokens)."""
+    text = code.replace("\r\n", "\n").replace("\r", "\n")  # as Python reads a source file
+    kept: list[Token] = []
+    inside, depth, line_start = False, 0, True
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            kind = token.type
+            if kind in (tokenize.INDENT, tokenize.DEDENT):
+                depth += 1 if kind == tokenize.INDENT else -1
+            elif kind == tokenize.COMMENT:
+                marker = _marker(token.string)
+                if marker is not None:
+                    if (marker == EVOLVE_START) == inside:
+                        return None
+                    inside = not inside
+                    kept.append(("marker", marker))
+            elif kind != tokenize.NL:
+                if not inside:
+                    kept.extend(_frame_token(token, depth, line_start))
+                line_start = kind == tokenize.NEWLINE
+    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string, an inconsistent dedent
+        return None
+    return None if inside else tuple(kept)
+
+
+def _marker(comment: str) -> str | None:
+    if EVOLVE_START in comment and EVOLVE_END in comment:
+        return None  # a comment naming both marks no block (the textual view would refuse it)
+    return EVOLVE_START if EVOLVE_START in comment else EVOLVE_END if EVOLVE_END in comment else None
+
+
+def _frame_token(token: tokenize.TokenInfo, depth: int, line_start: bool) -> list[Token]:
+    """A token outside the blocks; a logical line's first token is preceded by its depth, which says
+    which statement it belongs to (where INDENT and DEDENT tokens fall depends on the blocks)."""
+    name = tokenize.tok_name[token.type]
+    shown: Token = (name, "") if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER) else (name, token.string)
+    return [("depth", depth), shown] if line_start and token.type != tokenize.ENDMARKER else [shown]
 
 
 def _initial_baseline(program: Path) -> Baseline:

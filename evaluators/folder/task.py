@@ -35,7 +35,8 @@ from station.core.run_types import Mount, RunResult, RunSpec
 from station.executors.runfiles import Bounds, Refused, copy_tree, run_folder, work_base, work_folder
 
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
-from .layout import EVOLVE_END, EVOLVE_START, TaskFolder, evolve_frame, read_folder
+from ..source_text import unhonoured_line_break
+from .layout import EVOLVE_END, EVOLVE_START, TaskFolder, frame_tokens, read_folder
 from .scorer_driver import READY
 
 DRIVER = Path(__file__).with_name("scorer_driver.py")
@@ -195,9 +196,15 @@ class FolderTask(Task):
         return replace(ran, value=judged.value, duration_s=ran.duration_s + judged.duration_s)
 
     def _outside_the_blocks(self, code: str) -> str:
-        """Why a ShinkaEvolve program is refused before it runs: its code outside the EVOLVE-BLOCKs
-        is not the initial program's ("" when it is, or the task marks no blocks)."""
-        if not self.folder.frame or evolve_frame(code) == self.folder.frame:
+        """Why a ShinkaEvolve program is refused before it runs: it holds a line break Python does not
+        honour, or what Python runs outside its EVOLVE-BLOCKs (its tokens, not its text lines) is not
+        the initial program's ("" when it is, or the task marks no blocks)."""
+        if not self.folder.frame:
+            return ""
+        odd = unhonoured_line_break(code)
+        if odd is not None:
+            return odd
+        if frame_tokens(code) == frame_tokens(self.folder.baselines[0].code):  # baselines[0]: initial.py
             return ""
         return (
             f"the code outside the {EVOLVE_START} / {EVOLVE_END} comments differs from the initial program's; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from evaluators import has_real_code
+from evaluators.source_text import unhonoured_line_break
 from rooms.research.config import ResearchConfig
 
 from .params import BIDI, CONTROL, LINE_BREAK, REQUIRED, SubmitParams, as_text, blank, cut_words, normalise_tags
@@ -90,6 +91,9 @@ def _code(p: SubmitParams, cfg: ResearchConfig) -> str:
         raise Refused("content must be your Python code as text (use a `|` block)")
     if "\x00" in code:
         raise Refused("the code contains NUL characters")
+    odd = unhonoured_line_break(code)  # readers (reviewers, the debugger, frame checks) would see other code
+    if odd is not None:
+        raise Refused(f"the code cannot be run as shown: {odd}")
     if len(code) > cfg.max_code_chars:
         raise Refused(f"the code is {len(code):,} characters long; at most {cfg.max_code_chars:,} are allowed")
     if not has_real_code(code):
