@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 
-from station.core.run_types import RunResult, RunSpec, RunStatus
+from station.core.run_types import CHANNEL_ENV, Mount, RunResult, RunSpec, RunStatus
 from station.executors import disk
 from station.executors.processes import cpu_budget, exit_message, kill_tree, pump, tree_usage
 from station.executors.results import ResultRefused, StreamCapture, load_result, read_status
@@ -57,6 +57,7 @@ PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")  # fresh writable tmpfs per run
 # station, the task or its data. The scratch dir is also the working dir and HOME.
 RUN_ROOT = "/run"
 RUN_SCRATCH, RUN_OUT, RUN_HARNESS = f"{RUN_ROOT}/work", f"{RUN_ROOT}/out", f"{RUN_ROOT}/harness/harness.py"
+RUN_CHANNEL = f"{RUN_ROOT}/channel"  # a run with a companion: the folder both programs see
 GPU_DEVICES = re.compile(r"nvidia.*")  # /dev entries a run given GPUs needs (driver, uvm, control)
 NAMESPACE_FLAGS = ("--pid", "--net", "--mount", "--ipc", "--uts")
 NAMESPACES = ["pid-namespace", "net-namespace", "mount-namespace", "ipc-namespace", "uts-namespace"]
@@ -76,7 +77,8 @@ FULL = NAMESPACES + [
 CAPS = ["cpu-total", "process-count", "disk-quotas", "storage-tidy"]  # enforced from here, in every mode
 STALE_AFTER_S = 60  # an unlocked run dir this old belongs to a dead station
 RUN_DIR_NAME = re.compile(r"station-[A-Za-z0-9_.-]*-[a-z0-9_]{8}")  # mkdtemp(prefix=f"station-{label}-")
-RUN_DIR_ENTRIES = {"work", "out", "root", "sandbox.json", "status.json"}  # what a run dir may hold, or part of it
+# what a run dir may hold, or part of it
+RUN_DIR_ENTRIES = {"work", "out", "root", "companion", "channel", "sandbox.json", "status.json"}
 PIPE_GRACE_S = 2.0  # reading what is left in the pipes after the process ended or was killed
 TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 PROGRESS_FILE, PROGRESS_MAX_BYTES = "progress.txt", 120  # a harness's "epoch 3/120"
@@ -201,21 +203,23 @@ class LocalExecutor:
             _check(spec)
             with ExitStack() as stack:
                 uid = stack.enter_context(_uid_lease()) if self.root and self.mode != "userns" else None
+                # a companion gets a uid of its own: it cannot signal, trace or read the main code
+                apart = stack.enter_context(_uid_lease()) if uid is not None and spec.companion else None
                 run_dir = Path(tempfile.mkdtemp(prefix=f"station-{_safe(spec.label)}-", dir=self.scratch_base))
                 lock = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 stack.callback(os.close, lock)
                 fcntl.flock(lock, fcntl.LOCK_EX)  # "in use", for _sweep
                 stack.callback(disk.remove_tree, run_dir)
-                storages = self._prepare(spec, run_dir, uid)
+                storages = self._prepare(spec, run_dir, uid, apart)
                 result = self._launch(spec, run_dir, _Watch(spec, run_dir, storages, uid, self.mode))
         except (SandboxError, ValueError, OSError) as err:
             result = RunResult(status="system_error", error=f"Sandbox error: {err}")
         result.duration_s = time.monotonic() - began
         return result
 
-    def _prepare(self, spec: RunSpec, run_dir: Path, uid: int | None) -> list[_Storage]:
+    def _prepare(self, spec: RunSpec, run_dir: Path, uid: int | None, apart: int | None = None) -> list[_Storage]:
         """Make the run dir and sandbox.json; tidy and measure the writable storage (the quotas'
-        starting point)."""
+        starting point). `apart`: the companion's uid, if it has one of its own."""
         scratch, out = run_dir / "work", run_dir / "out"
         scratch.mkdir(mode=0o700)
         out.mkdir(mode=0o700)
@@ -256,8 +260,10 @@ class LocalExecutor:
             "private_tmp": list(PRIVATE_TMP),
             "keep": interpreter_paths(self.hide, self.scratch_base),
             "devices": gpu_devices() if spec.num_gpus else [],
-            "mounts": [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in spec.mounts],
+            "mounts": _mount_records(spec.mounts),
             "rlimits": self._rlimits(spec, uid),
+            "channel": str(run_dir / "channel") if spec.companion else None,
+            "companion": self._prepare_companion(spec, run_dir, apart),
             "argv": (
                 [self.python, "-s", inside["harness"], spec.entry, spec.filename, inside["out"]]
                 if spec.mode == "function"
@@ -269,12 +275,52 @@ class LocalExecutor:
             json.dump(config, f)
         return list(storages.values())
 
+    def _prepare_companion(self, spec: RunSpec, run_dir: Path, apart: int | None) -> dict | None:
+        """The companion's scratch dir (`companion/`, holding its script and mountpoints) and the
+        channel (`channel/`), both its own: the channel is writable by it alone and readable by
+        the main code. Returns its entry of sandbox.json (None without a companion)."""
+        comp = spec.companion
+        if comp is None:
+            return None
+        scratch, channel = run_dir / "companion", run_dir / "channel"
+        scratch.mkdir(mode=0o700)
+        channel.mkdir(mode=0o755)
+        (scratch / comp.filename).write_text(comp.code)
+        for m in comp.mounts:
+            if not Path(m.source).is_dir():
+                raise SandboxError(f"companion mount source {m.source} is not a directory")
+            target = scratch / m.target
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if self.mode == "process":
+                target.symlink_to(Path(m.source).resolve())
+            else:
+                target.mkdir(exist_ok=True)
+        if apart is not None:  # a group of its own too: nothing it makes is the main code's by group
+            for owned in (scratch, channel, scratch / comp.filename):
+                os.chown(owned, apart, apart)
+        cwd = str(scratch) if self.mode == "process" else self.inside(run_dir)["scratch"]
+        env = {**environment(spec, cwd), CHANNEL_ENV: self.inside(run_dir)["channel"]}
+        return {
+            "uid": apart,
+            "gid": apart if apart is not None else SANDBOX_GID,
+            "scratch": str(scratch),
+            "mounts": _mount_records(list(comp.mounts)),
+            "argv": [self.python, "-s", comp.filename],
+            "env": env,
+            "cwd": cwd,
+        }
+
     def inside(self, run_dir: Path) -> dict[str, str]:
-        """The paths the run sees for its scratch dir, results dir and harness: neutral ones in the
-        namespace modes; without a mount namespace ("process") the host's own."""
+        """The paths the run sees for its scratch dir, results dir, harness and channel: neutral
+        ones in the namespace modes; without a mount namespace ("process") the host's own."""
         if self.mode == "process":
-            return {"scratch": str(run_dir / "work"), "out": str(run_dir / "out"), "harness": str(HARNESS)}
-        return {"scratch": RUN_SCRATCH, "out": RUN_OUT, "harness": RUN_HARNESS}
+            return {
+                "scratch": str(run_dir / "work"),
+                "out": str(run_dir / "out"),
+                "harness": str(HARNESS),
+                "channel": str(run_dir / "channel"),
+            }
+        return {"scratch": RUN_SCRATCH, "out": RUN_OUT, "harness": RUN_HARNESS, "channel": RUN_CHANNEL}
 
     def _rlimits(self, spec: RunSpec, uid: int | None) -> dict[str, list[int | None]]:
         cpu = cpu_budget(spec)  # per process here; the whole tree's total is watched by _Watch
@@ -305,6 +351,8 @@ class LocalExecutor:
                 raise SandboxError("the executor was closed: the station is stopping")
             inside = self.inside(run_dir)
             env = {**environment(spec, inside["scratch"]), "STATION_PROGRESS": f"{inside['out']}/{PROGRESS_FILE}"}
+            if spec.companion is not None:
+                env[CHANNEL_ENV] = inside["channel"]
             watch.since = time.time()  # what the storage holds from here on may be this run's
             with ExitStack() as files:  # ours closed once the launcher has its copies
                 script = os.open(INIT, os.O_RDONLY | os.O_CLOEXEC)
@@ -591,12 +639,25 @@ def _uid_lease() -> Iterator[int]:
 def _check(spec: RunSpec) -> None:
     if spec.mode not in ("function", "command"):
         raise ValueError(f"unknown mode {spec.mode!r}")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", spec.filename) or spec.filename.startswith(".."):
-        raise ValueError(f"bad file name {spec.filename!r}")
-    for m in spec.mounts:
+    _check_files(spec.filename, spec.mounts, "")
+    if spec.companion is not None:
+        _check_files(spec.companion.filename, spec.companion.mounts, "companion ")
+        for m in spec.companion.mounts:
+            if m.writable:  # its files would escape the storage quotas, charged by the main code's uid
+                raise ValueError(f"companion mount {m.target!r} must be read-only: a companion writes only its dirs")
+
+
+def _check_files(filename: str, mounts: list[Mount] | tuple[Mount, ...], whose: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", filename) or filename.startswith(".."):
+        raise ValueError(f"bad {whose}file name {filename!r}")
+    for m in mounts:
         parts = Path(m.target).parts
         if not parts or m.target.startswith("/") or any(p in ("..", ".") for p in parts):
-            raise ValueError(f"bad mount target {m.target!r}")
+            raise ValueError(f"bad {whose}mount target {m.target!r}")
+
+
+def _mount_records(mounts: list[Mount]) -> list[dict]:
+    return [{"source": str(m.source), "target": m.target, "writable": m.writable} for m in mounts]
 
 
 def interpreter_paths(hide: list[Path], scratch_base: Path) -> list[str]:

@@ -29,7 +29,8 @@ import signal
 import stat
 import sys
 
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x2, 0x4, 0x1000, 0x4000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+CLONE_NEWNS = 0x00020000  # unshare(2): Python 3.11 has no os.unshare
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 AT_RECURSIVE, AT_FDCWD, MNT_DETACH = 0x8000, -100, 2
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers: glibc has no wrapper
@@ -125,16 +126,33 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def set_up_root(cfg: dict) -> list[str]:
-    """Build the code's file system from nothing on a fresh tmpfs and pivot into it: the OS's
-    programs and libraries, the interpreter and its packages, the harness, a few /etc files, a
-    minimal /dev, /proc and /sys, private /tmp, and the run's own folders and mounts. Nothing else
-    of the host exists there (no home folders, checkouts, .git, data or station folders): an
-    allow-list cannot forget a secret the way a deny-list can. All of it is read-only except the
-    private tmpfs dirs, the scratch and results dirs and the writable storage mounts, which are
-    nosuid and nodev. The run's own folders sit at neutral paths (cfg["inside"]), never at their
-    host paths. Returns the layers now in force."""
-    new, inside = cfg["new_root"], cfg["inside"]
+def main_side(cfg: dict) -> dict:
+    """What the main code's root holds of its own: its scratch and results dirs, the harness, the
+    run's mounts, and the channel (read-only: only the companion writes there)."""
+    own = {"scratch": cfg["scratch"], "out": cfg["out_dir"], "harness": True, "mounts": cfg["mounts"]}
+    return {"uid": cfg["uid"], "gid": cfg["gid"], **own, "channel_writable": False}
+
+
+def companion_side(cfg: dict) -> dict:
+    """What the companion's root holds of its own: its scratch dir, its mounts and the channel
+    (writable), none of the main code's folders and no harness."""
+    comp = cfg["companion"]
+    own = {"scratch": comp["scratch"], "out": None, "harness": False, "mounts": comp["mounts"]}
+    return {"uid": comp["uid"], "gid": comp["gid"], **own, "channel_writable": True}
+
+
+def set_up_root(cfg: dict, side: dict) -> list[str]:
+    """Build one program's file system from nothing on a fresh tmpfs and pivot into it: the OS's
+    programs and libraries, the interpreter and its packages, a few /etc files, a minimal /dev,
+    /proc and /sys, private /tmp, and that program's own folders (`side`: main_side or
+    companion_side): its scratch dir and mounts, the results dir and the harness (main code), the
+    channel (a run with a companion). Nothing else of the host exists there (no home folders,
+    checkouts, .git, data or station folders): an allow-list cannot forget a secret the way a
+    deny-list can. All of it is read-only except the private tmpfs dirs, the scratch and results
+    dirs, the writable storage mounts and the companion's channel, which are nosuid and nodev.
+    Its own folders sit at neutral paths (cfg["inside"]), never at their host paths. Returns the
+    layers now in force."""
+    new = cfg["new_root"]
     _check_no_clash(cfg["keep"], cfg["run_root"])
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={ROOT_MB}m,mode=755")
     binds: list[tuple[int, str, bool]] = []  # (descriptor of the host path, target in the new root, writable)
@@ -158,22 +176,8 @@ def set_up_root(cfg: dict) -> list[str]:
     add("/sys")
     for name in [*DEVICES, *cfg["devices"]]:
         add(f"/dev/{name}")
-    add(cfg["scratch"], writable=True, at=inside["scratch"])
-    add(cfg["out_dir"], writable=True, at=inside["out"])
-    for m in cfg["mounts"]:  # their mountpoints were made by the executor in the scratch dir
-        add(m["source"], m["writable"], at=os.path.join(inside["scratch"], m["target"]))
-    copy_harness(cfg["harness"], _within(new, inside["harness"]))
-
-    etc = _within(new, "/etc")
-    os.makedirs(etc, exist_ok=True)
-    uid = cfg["uid"] if cfg["uid"] is not None else 0
-    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{cfg['gid']}::{inside['scratch']}:/bin/sh\n")
-    _write(f"{etc}/group", f"root:x:0:\nsandbox:x:{cfg['gid']}:\n")
-    _write(f"{etc}/hosts", "127.0.0.1 localhost\n::1 localhost\n")
-    dev = _within(new, "/dev")
-    os.makedirs(dev, exist_ok=True)
-    for name, target in (("fd", "self/fd"), ("stdin", "self/fd/0"), ("stdout", "self/fd/1"), ("stderr", "self/fd/2")):
-        os.symlink(f"/proc/{target}", f"{dev}/{name}")
+    _add_own(cfg, side, add)
+    _write_etc_and_dev(cfg, side)
     private = [_within(new, p) for p in cfg["private_tmp"]]  # fresh, writable, size-capped
     for at in private:
         os.makedirs(at, exist_ok=True)
@@ -190,6 +194,35 @@ def set_up_root(cfg: dict) -> list[str]:
     libc.sethostname(b"sandbox", 7)
     hide_mount_table()  # its descriptor stays open in PID 1, never inherited (close-on-exec)
     return ["allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev", "neutral-paths", "hidden-mounts"]
+
+
+def _add_own(cfg: dict, side: dict, add) -> None:  # noqa: ANN001 - set_up_root's add()
+    """One program's own folders, at their neutral paths: its scratch dir and mounts, the channel,
+    and for the main code the results dir and a copy of the harness."""
+    inside = cfg["inside"]
+    add(side["scratch"], writable=True, at=inside["scratch"])
+    if side["out"] is not None:
+        add(side["out"], writable=True, at=inside["out"])
+    if cfg.get("channel") is not None:
+        add(cfg["channel"], writable=side["channel_writable"], at=inside["channel"])
+    for m in side["mounts"]:  # their mountpoints were made by the executor in the scratch dir
+        add(m["source"], m["writable"], at=os.path.join(inside["scratch"], m["target"]))
+    if side["harness"]:
+        copy_harness(cfg["harness"], _within(cfg["new_root"], inside["harness"]))
+
+
+def _write_etc_and_dev(cfg: dict, side: dict) -> None:
+    """/etc's files written for the run (its user, its group, localhost) and /dev's links."""
+    etc = _within(cfg["new_root"], "/etc")
+    os.makedirs(etc, exist_ok=True)
+    uid, gid, home = side["uid"] if side["uid"] is not None else 0, side["gid"], cfg["inside"]["scratch"]
+    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{gid}::{home}:/bin/sh\n")
+    _write(f"{etc}/group", f"root:x:0:\nsandbox:x:{gid}:\n")
+    _write(f"{etc}/hosts", "127.0.0.1 localhost\n::1 localhost\n")
+    dev = _within(cfg["new_root"], "/dev")
+    os.makedirs(dev, exist_ok=True)
+    for name, target in (("fd", "self/fd"), ("stdin", "self/fd/0"), ("stdout", "self/fd/1"), ("stderr", "self/fd/2")):
+        os.symlink(f"/proc/{target}", f"{dev}/{name}")
 
 
 def _check_no_clash(keep: list[str], run_root: str) -> None:
@@ -272,16 +305,24 @@ def drop_capabilities() -> None:
         libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0)  # EINVAL for caps we lack: fine
 
 
-def start_code(cfg: dict, report: int) -> None:
-    """In the forked child: become the unprivileged code process and exec (never returns). The
-    layers it put in force go to PID 1 through `report`, one per line."""
+def main_program(cfg: dict) -> dict:
+    """How the main code starts: the harness or `sh -c`, in its scratch dir, with PID 1's environment."""
+    ids = {"uid": cfg["uid"], "gid": cfg["gid"]}
+    return {**ids, "argv": cfg["argv"], "env": dict(os.environ), "cwd": cfg["inside"]["scratch"]}
+
+
+def start_code(cfg: dict, program: dict, report: int) -> None:
+    """In the forked child: become the unprivileged `program` (main_program, or the companion's
+    entry of sandbox.json) and exec it (never returns). The layers it put in force go to PID 1
+    through `report`, one per line."""
     os.setsid()  # its own session: the executor's process group is out of reach
     if cfg["mode"] != "process":
         drop_capabilities()
-    if cfg["uid"] is not None:
+    uid, gid = program["uid"], program["gid"]
+    if uid is not None:
         os.setgroups([])
-        os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
-        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])  # clears every capability
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)  # clears every capability
     elif cfg["mode"] == "userns":
         prctl(PR_SET_SECUREBITS, SECUREBITS_NO_ROOT)  # uid 0 of the namespace, but no capabilities after exec
     prctl(PR_SET_NO_NEW_PRIVS, 1)
@@ -292,10 +333,10 @@ def start_code(cfg: dict, report: int) -> None:
         clamp = lambda v: ceiling if v is None or (ceiling != resource.RLIM_INFINITY and v > ceiling) else v  # noqa: B023 - called at once, inside this iteration
         resource.setrlimit(limit, (clamp(soft), clamp(hard)))
     os.umask(0o002)  # files in writable storage stay writable for the other runs' uids (same group)
-    os.chdir(cfg["inside"]["scratch"])
+    os.chdir(program["cwd"])
     for layer in close_mount_syscalls():  # last: it needs no-new-privs
         os.write(report, f"+{layer}\n".encode())
-    os.execve(cfg["argv"][0], cfg["argv"], os.environ)
+    os.execve(program["argv"][0], program["argv"], program["env"])
 
 
 def wait_for(pid: int, reap_all: bool) -> int:
@@ -337,12 +378,81 @@ def read_report(ready: int) -> tuple[list[str], str]:
     return [line[1:] for line in lines if line.startswith("+")], failed
 
 
+def start_companion(cfg: dict) -> tuple[int, int]:
+    """Fork the companion before anything else, while the host's file system is still in view:
+    in the namespace modes it takes a mount namespace of its own (so the root it builds, and the
+    pivot, are its alone), builds its root and starts like the main code, at its own uid where runs
+    get uids. PID 1 goes on only once the child is out of its mount namespace: pivot_root moves
+    every process of a namespace that shares the old root. Returns the child's pid and the read
+    end of its report (its layers, "!why" if it could not start). A companion that fails writes
+    why to the run's stderr and ends alone: the main code runs all the same."""
+    apart_r, apart_w = os.pipe()  # closed by the child once it has its own mount namespace
+    ready_r, ready_w = os.pipe()  # close-on-exec, like the main code's
+    pid = os.fork()
+    if pid:
+        os.close(apart_w)
+        os.close(ready_w)
+        os.read(apart_r, 1)  # EOF: the child has left our mount namespace, or ended
+        os.close(apart_r)
+        return pid, ready_r
+    try:
+        os.close(apart_r)
+        os.close(ready_r)
+        layers = []
+        if cfg["mode"] != "process":
+            _check(libc.unshare(CLONE_NEWNS), "unshare the companion's mount namespace")
+            mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing it mounts reaches PID 1's namespace
+            os.close(apart_w)
+            layers = ["own-mount-namespace", *set_up_root(cfg, companion_side(cfg))]
+        else:
+            os.close(apart_w)
+        os.write(ready_w, "".join(f"+{layer}\n" for layer in layers).encode())
+        start_code(cfg, cfg["companion"], ready_w)
+    except BaseException as err:  # noqa: BLE001 - the companion never started; the main code still runs
+        why = f"{type(err).__name__}: {err}"
+        os.write(2, f"companion could not start: {why}\n".encode())
+        os.write(ready_w, f"!{why}".encode())
+    finally:
+        os._exit(127)
+
+
+def end_companion(pid: int, in_namespaces: bool) -> None:
+    """In process mode the companion outlives the main code unless killed: its process group (it
+    called setsid) goes, and it is reaped. The namespace modes kill it with everything else."""
+    if in_namespaces:
+        return
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(pid, 0)
+
+
+def companion_layers(cfg: dict, report: int) -> str:
+    """One isolation entry for the companion: what was in force for it, and what was not."""
+    closed, failed = read_report(report)
+    if failed:
+        return f"companion: could not start: {failed}"
+    uid, mode = cfg["companion"]["uid"], cfg["mode"]
+    layers = closed + ([f"uid {uid}"] if uid is not None else [])
+    if mode != "process" or uid is not None:
+        layers.append("no-capabilities")
+    layers += ["no-new-privs", "rlimits"]
+    if uid is None:
+        layers.append("missing: own uid (the main code's uid)")
+    if mode == "process":
+        layers.append("missing: own root (process mode: it sees the host's files, the main code's included)")
+    return "companion: " + ", ".join(layers)
+
+
 def main() -> None:
     cfg = read_config()
     run_fd = os.open(cfg["run_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # outlives the pivot
     in_namespaces = cfg["mode"] != "process"
+    companion = start_companion(cfg) if cfg.get("companion") else None
     try:
-        layers = set_up_root(cfg) if in_namespaces else []
+        layers = set_up_root(cfg, main_side(cfg)) if in_namespaces else []
     except Exception as err:  # noqa: BLE001 - a system error; the host may be read-only to us by now
         os.write(2, f"sandbox set-up failed: {type(err).__name__}: {err}\n".encode())
         sys.exit(SETUP_FAILED)
@@ -351,7 +461,7 @@ def main() -> None:
     if pid == 0:
         try:
             os.close(ready_r)
-            start_code(cfg, ready_w)
+            start_code(cfg, main_program(cfg), ready_w)
         except BaseException as err:  # noqa: BLE001 - the code never started
             os.write(ready_w, f"!{type(err).__name__}: {err}".encode())
         finally:
@@ -366,6 +476,8 @@ def main() -> None:
             os.killpg(pid, signal.SIGKILL)  # its process group; a child that called setsid escapes
     except ProcessLookupError:
         pass
+    if companion is not None:
+        end_companion(companion[0], in_namespaces)
     if in_namespaces:
         try:
             while True:
@@ -382,7 +494,8 @@ def main() -> None:
         layers.append(f"uid {cfg['uid']}")
     if in_namespaces or cfg["uid"] is not None:
         layers.append("no-capabilities")
-    record["isolation"] = layers + ["no-new-privs", "rlimits"] + closed
+    apart = [companion_layers(cfg, companion[1])] if companion is not None else []
+    record["isolation"] = layers + ["no-new-privs", "rlimits"] + closed + apart
     write_status(run_fd, record)
 
 
