@@ -30,6 +30,8 @@ from station.executors import LocalExecutor, RunSpec, create_executor
 OTHER_UID = 65534  # "nobody": an account that is not the station's
 AS_OTHER = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups"]
 
+pytestmark = pytest.mark.slow  # starts Ray: left out of the quick loop (-m "not slow"), like the other Ray tests
+
 if os.geteuid() != 0 or shutil.which("setpriv") is None:
     pytest.skip("acting as another local account needs root and setpriv", allow_module_level=True)
 if LocalExecutor().mode != "namespaces":

@@ -24,11 +24,16 @@ Ray is imported here only, and only on the first run: the station never needs it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import ipaddress
 import logging
 import os
 import queue
+import secrets
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +54,11 @@ PROBE_EVERY_S = 5.0  # a waiting run checks that the cluster's address still ans
 PROBE_TIMEOUT_S, PROBE_TRIES = 3.0, 3  # one refused connection in a blip is not a lost cluster
 # Ray's GCS client ends the process (not just Ray) when the head is gone this long (Ray's default: 60 s)
 RECONNECT_ENV, RECONNECT_S = "RAY_gcs_rpc_server_reconnect_timeout_s", str(7 * 24 * 3600)
+# A local instance's session files and token go in a new 0700 folder, not /tmp/ray (0777) and ~/.ray
+# Ray's Unix sockets go to <base>/station-ray-XXXXXXXX/r/session_<time>_<pid>/sockets/plasma_store: the
+# base gets what is left of a socket path's ~107 bytes (/tmp does; a longer TMPDIR is not used)
+PRIVATE_PREFIX, PRIVATE_BASE_MAX = "station-ray-", 16
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray's token settings (Ray 2.5x+)
 
 
 class ClusterUnreachable(Exception):
@@ -91,6 +101,64 @@ def _route_ray_logging() -> None:
     ray_log.propagate = True
 
 
+def _private_folder() -> Path:
+    """A new folder only the station's user can enter (mkdtemp makes it 0700) for a local Ray's session
+    files (in its subfolder "r": Ray makes its temp dir 0777) and token."""
+    base = tempfile.gettempdir()
+    return Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=base if len(base) <= PRIVATE_BASE_MAX else "/tmp"))
+
+
+def _write_token(folder: Path) -> Path:
+    """A fresh token for a local instance, in a file only its owner may read (Ray's own goes to
+    ~/.ray/auth_token, mode 0644: readable by every local account where the home folder is)."""
+    path = folder / "auth_token"
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(secrets.token_hex(32))
+    return path
+
+
+def _use_auth(settings: dict[str, str | None]) -> dict[str, str | None]:
+    """Set Ray's token settings (None: unset) for this process and the Ray processes it starts; returns
+    the ones before. Ray caches the mode and the token: both are read again, as Ray's own tests do."""
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # not in its stub
+
+    before = {key: os.environ.get(key) for key in AUTH_ENV}
+    for key, value in settings.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    return before
+
+
+@contextlib.contextmanager
+def _node_on_loopback():
+    """Ray binds its servers (GCS, raylet, workers, agents) to loopback only when the node's address
+    is 127.0.0.1, and ray.init turns a given 127.0.0.1 into the host's outward address unless Ray
+    believes clusters are off (its switch for Windows and macOS). The switch is read while the node is
+    set up; afterwards Ray asks the node for its address, so it is put back at once."""
+    from ray._private import ray_constants
+
+    saved, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+def _check_loopback(ray) -> None:
+    """Fail closed: a local instance that came up on an outward address is not used."""
+    host = ray.get_runtime_context().gcs_address.rpartition(":")[0].strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        loopback = host == "localhost"
+    if not loopback:
+        raise RuntimeError(f"the local Ray instance listens on {host}, not on loopback only (a Ray change?)")
+
+
 class RayExecutor:
     name = "ray"
 
@@ -121,6 +189,8 @@ class RayExecutor:
         self.where = self.address or "the local Ray instance"  # named in errors
         self._endpoint = _endpoint(self.address)  # (host, port) checked for an answer; None: not known yet
         self._unusable: str | None = None  # ray.init never returned: the executor stays failed
+        self._private: Path | None = None  # a local instance's 0700 folder (session files, token)
+        self._auth_before: dict[str, str | None] | None = None  # Ray's token settings before it started
 
     def _ray(self):
         """Ray, initialised once per process (thread-safe), and the remote task."""
@@ -157,8 +227,8 @@ class RayExecutor:
                 common = {"log_to_driver": False, "logging_level": logging.WARNING}
                 if self.address:
                     ray.init(address=self.address, **common)
-                else:  # "local": a new instance, never a cluster Ray finds running (RAY_ADDRESS, `ray start`)
-                    ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, **common)
+                else:
+                    self._start_local(ray, common)
             except BaseException as err:  # noqa: BLE001 - handed to the caller
                 outcome.put(err)
                 return
@@ -178,6 +248,40 @@ class RayExecutor:
             raise ClusterUnreachable(self._unusable) from None
         if err is not None:
             raise err
+
+    def _start_local(self, ray, common: dict[str, Any]) -> None:
+        """A new local instance ("local": never a cluster Ray finds running, RAY_ADDRESS, `ray start`),
+        reachable from this host only, its session files and token in a folder only this user can enter.
+        Another local account can still connect to loopback: the token keeps it out."""
+        self._private = _private_folder()
+        token = _write_token(self._private)
+        self._auth_before = _use_auth(
+            {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": None, "RAY_AUTH_TOKEN_PATH": str(token)}
+        )
+        try:
+            with _node_on_loopback():
+                ray.init(
+                    address="local",
+                    num_cpus=self.num_cpus,
+                    include_dashboard=False,
+                    _temp_dir=str(self._private / "r"),
+                    _node_ip_address="127.0.0.1",
+                    **common,
+                )
+            _check_loopback(ray)
+        except BaseException:
+            ray.shutdown()
+            self._forget_local()
+            raise
+
+    def _forget_local(self) -> None:
+        """After a local instance stopped: Ray's token settings as they were, its folder (token too) gone."""
+        if self._auth_before is not None:
+            _use_auth(self._auth_before)
+            self._auth_before = None
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
 
     def _check_reachable(self) -> None:
         """Raise ClusterUnreachable unless the head's address accepts a TCP connection (a few tries)."""
@@ -321,6 +425,7 @@ class RayExecutor:
                 ray.shutdown()
                 self._release.set()
                 cast(threading.Thread, self._owner).join()  # started whenever _initialized_here
+                self._forget_local()
             self._task, self._initialized_here, self._owner = None, False, None
 
 
