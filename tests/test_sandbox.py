@@ -247,7 +247,8 @@ def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, stati
     assert all(p == str(project) or p.startswith(sys.prefix) for p in checkout), checkout
     own = {p for p in v["paths"] if p.startswith(local.RUN_ROOT + "/")}
     assert {local.RUN_SCRATCH, local.RUN_OUT, local.RUN_HARNESS} <= own
-    assert own - {os.path.dirname(local.RUN_HARNESS), local.RUN_HARNESS, local.RUN_OUT} == {
+    harness = {os.path.dirname(local.RUN_HARNESS), local.RUN_HARNESS, local.RUN_SITE, f"{local.RUN_SITE}/sitecustomize.py"}
+    assert own - {*harness, local.RUN_OUT} == {
         p for p in own if p.startswith(local.RUN_SCRATCH)}  # nothing else there
     assert not any(p.endswith("local.py") for p in v["paths"])
 

@@ -2,7 +2,8 @@
 
     python -s harness.py <entry> <filename> <results dir>
 
-It imports the submission from the working dir (the scratch dir, also sys.path[0], so
+Storage imports .py sources only (harness_site/sitecustomize.py, which every Python process of
+the run imports). It imports the submission from the working dir (the scratch dir, also sys.path[0], so
 `import submission` and relative storage paths work), calls its zero-argument entry function
 and writes the outcome to the run's private results dir: `result.json` plus one `.npy` file per
 numpy array. The submission runs in this same process and could rewrite all of it; that is
@@ -104,6 +105,11 @@ def failure(message: str, err: BaseException | None = None) -> dict:
 
 
 def main(entry: str, filename: str, out_dir: str) -> None:
+    # site imported it at start-up (PYTHONPATH); imported here too so that a run without it fails
+    # loudly rather than read compiled code from research storage
+    import sitecustomize
+
+    sitecustomize.install()
     scratch = os.getcwd()
     sys.path[0] = scratch  # not the harness's folder
     sys.argv = [filename]

@@ -57,6 +57,8 @@ PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")  # fresh writable tmpfs per run
 # station, the task or its data. The scratch dir is also the working dir and HOME.
 RUN_ROOT = "/run"
 RUN_SCRATCH, RUN_OUT, RUN_HARNESS = f"{RUN_ROOT}/work", f"{RUN_ROOT}/out", f"{RUN_ROOT}/harness/harness.py"
+# sitecustomize.py for every Python process of a run: where the sandbox has its copy, and (process mode) ours
+RUN_SITE, HOST_SITE = f"{RUN_ROOT}/harness/site", HERE / "harness_site"
 RUN_CHANNEL = f"{RUN_ROOT}/channel"  # a run with a companion: the folder both programs see
 GPU_DEVICES = re.compile(r"nvidia.*")  # /dev entries a run given GPUs needs (driver, uvm, control)
 NAMESPACE_FLAGS = ("--pid", "--net", "--mount", "--ipc", "--uts")
@@ -488,7 +490,19 @@ def environment(spec: RunSpec, scratch: str) -> dict[str, str]:
     if spec.num_gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(spec.env)
+    # Every Python process of the run imports only .py sources from the folders other runs write
+    # (harness_site/sitecustomize.py): no bytecode or extension module planted there runs.
+    # (namespace modes: the sandbox's copy at a neutral path; process mode: ours, at its host path)
+    site = RUN_SITE if scratch.startswith(RUN_ROOT + "/") else str(HOST_SITE)
+    env["PYTHONPATH"] = ":".join([site, *filter(None, [spec.env.get("PYTHONPATH")])])
+    env["STATION_SOURCE_ONLY"] = ":".join(f"{scratch}/{m.target}" for m in spec.mounts if shared_by_runs(m))
     return env
+
+
+def shared_by_runs(mount: Mount) -> bool:
+    """A folder other runs may have written: research storage (storage/..., also when mounted
+    read-only, e.g. another lineage's) and any writable mount."""
+    return mount.writable or mount.target.split("/")[0] == "storage"
 
 
 def read_progress(path: Path) -> str | None:

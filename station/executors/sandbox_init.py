@@ -232,11 +232,16 @@ def _check_no_clash(keep: list[str], run_root: str) -> None:
 
 
 def copy_harness(source: str, target: str) -> None:
-    """A copy on the new root's own tmpfs, not a bind: not even the mount table names its host folder."""
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        dst.write(src.read())
-    os.chmod(target, 0o644)
+    """A copy on the new root's own tmpfs, not a bind: not even the mount table names its host folder.
+    With it, site/sitecustomize.py (from harness_site/ beside the harness), which every Python
+    process of the run imports (PYTHONPATH): storage imports .py sources only."""
+    site = os.path.join(os.path.dirname(target), "site")
+    os.makedirs(site, exist_ok=True)
+    customize = os.path.join(os.path.dirname(source), "harness_site", "sitecustomize.py")
+    for origin, copy in ((source, target), (customize, os.path.join(site, "sitecustomize.py"))):
+        with open(origin, "rb") as src, open(copy, "wb") as dst:
+            dst.write(src.read())
+        os.chmod(copy, 0o644)
 
 
 def hide_mount_table() -> int:
