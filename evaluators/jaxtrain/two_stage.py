@@ -17,7 +17,10 @@ station_jax/exchange.py, the scorer's station_jax/scoring.py):
   and writes `stop` when patience, the checkpoint limit or its own clock runs out. It touches what
   the runs wrote only through station/executors/runfiles.py (no link followed, bounded reads), and
   writes `stop` into `control/`, a folder of its own the trainer sees read-only: never a path the
-  run controls.
+  run controls. Its hands on the folders are station/executors/trial_folders.py: on this host
+  (LocalFolders), or on Ray (the executor's `trial_place`) on the trial's node, where an actor of
+  the station's own does the same through runfiles and the bytes cross through Ray's object
+  store (station/executors/ray_exchange.py): the nodes need no file system shared with the station.
 
 Why this shape. Scoring in a second sandbox keeps the scored inputs out of every process that ran
 the submission's Python, so no hook, monkeypatch or import-time trick can read them. Exporting
@@ -45,6 +48,7 @@ import math
 import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,8 +56,9 @@ from typing import Any
 import numpy as np
 
 from station.core.run_types import Mount, RunResult, RunSpec, RunStatus
-from station.executors import runfiles
-from station.executors.runfiles import Refused, present, run_folder, work_base, work_folder
+from station.executors.ray_exchange import SiteLost
+from station.executors.runfiles import Refused, run_folder, work_base, work_folder
+from station.executors.trial_folders import CONTROL, INBOX, OUTBOX, TRAIN, LocalFolders
 
 from ..base import Verdict
 from .station_jax.exchange import APPLY_FILE, CHECKPOINT_FILE, CONTROL_DIR, STOP_FILE
@@ -142,16 +147,16 @@ class TrialWatch:
     stop: str | None = None
     failure: str | None = None
     scorer: Future | None = None
+    folders: Any = None  # where the folders are: LocalFolders(folder), or on a Ray trial's node (ray_exchange.py)
 
     def __post_init__(self) -> None:
-        self.train, self.inbox, self.outbox = self.folder / "train", self.folder / "inbox", self.folder / "outbox"
-        self.control = self.folder / "control"  # the trainer reads `stop` here: the station never opens train/stop
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for path in (self.inbox, self.control):
-            path.mkdir()
-            path.chmod(0o755)  # the runs read it (the scorer its inbox, the trainer `stop`), none writes
-        for path in (self.train, self.outbox):
-            run_folder(path)  # the executor shares it with the sandbox's group when it mounts it
+        if self.folders is None:
+            self.folders = LocalFolders(self.folder)
+        # the runs' mount sources, on the runs' host; the trainer reads `stop` in control/: the
+        # station never opens train/stop
+        self.train, self.inbox, self.outbox, self.control = (
+            self.folders.path(w) for w in (TRAIN, INBOX, OUTBOX, CONTROL)
+        )
         self.taken = 0
         self.pending: int | None = None  # handed to the scorer, outputs not read yet
         self.deadline: float | None = None
@@ -164,8 +169,8 @@ class TrialWatch:
         except Refused as err:  # what a run left: the trial's failure, charged to the submission
             self.failure = self.failure or str(err)
         finally:
-            _signal(self.control, STOP_FILE)  # an honest trainer still waiting ends now
-            _signal(self.inbox, DONE_FILE)
+            _signal(self.folders, CONTROL, STOP_FILE)  # an honest trainer still waiting ends now
+            _signal(self.folders, INBOX, DONE_FILE)
         return {
             "checkpoints": self.taken,
             "curve": self.curve,
@@ -180,9 +185,9 @@ class TrialWatch:
         while True:
             now = time.monotonic()
             if self.scorer is None:
-                exported = take(self.train, APPLY_FILE, MAX_EXPORT_BYTES, "the exported apply function")
+                exported = take(self.folders, TRAIN, APPLY_FILE, MAX_EXPORT_BYTES, "the exported apply function")
                 if exported is not None:
-                    runfiles.write(self.inbox, APPLY_FILE, exported)
+                    self.folders.write(INBOX, APPLY_FILE, exported)
                     self.deadline = now + self.rule.budget_s
                     self.scorer = start_scorer()
                 elif trainer.done():
@@ -204,7 +209,7 @@ class TrialWatch:
             time.sleep(POLL_S)
 
     def _note_waiting(self, now: float) -> None:
-        if self.seen_at is None and present(self.train, CHECKPOINT_FILE):
+        if self.seen_at is None and self.folders.present(TRAIN, CHECKPOINT_FILE):
             self.seen_at = now
 
     def _hand_over(self, now: float) -> bool:
@@ -218,12 +223,12 @@ class TrialWatch:
         if self.seen_at > self.deadline + self.rule.late_s:
             self._halt("time-budget")
             return False
-        raw = take(self.train, CHECKPOINT_FILE, self.max_checkpoint_bytes, "the checkpoint")
+        raw = take(self.folders, TRAIN, CHECKPOINT_FILE, self.max_checkpoint_bytes, "the checkpoint")
         self.seen_at = None
         if raw is None:
             return False
         self.taken += 1
-        runfiles.write(self.inbox, checkpoint_name(self.taken), raw)
+        self.folders.write(INBOX, checkpoint_name(self.taken), raw)
         self.pending = self.taken
         return True
 
@@ -231,11 +236,13 @@ class TrialWatch:
         """Read the scorer's answer for the pending checkpoint, if it is there, and measure it."""
         k = self.pending
         assert k is not None
-        refused = take(self.outbox, refused_name(k), MAX_REFUSAL_BYTES, "the scorer's answer")
-        outputs = None if refused is not None else take(self.outbox, outputs_name(k), MAX_OUTPUT_BYTES, "outputs")
+        refused = take(self.folders, OUTBOX, refused_name(k), MAX_REFUSAL_BYTES, "the scorer's answer")
+        outputs = (
+            None if refused is not None else take(self.folders, OUTBOX, outputs_name(k), MAX_OUTPUT_BYTES, "outputs")
+        )
         if refused is None and outputs is None:
             return
-        (self.inbox / checkpoint_name(k)).unlink(missing_ok=True)
+        self.folders.remove(INBOX, checkpoint_name(k))
         self.pending = None
         measured = None
         try:
@@ -256,7 +263,7 @@ class TrialWatch:
     def _halt(self, why: str) -> None:
         """Take no more checkpoints, and tell the trainer (which may ignore it: its time limit holds)."""
         self.stop = why
-        _signal(self.control, STOP_FILE)
+        _signal(self.folders, CONTROL, STOP_FILE)
 
     def _scorer_ended(self, result: RunResult) -> None:
         value = result.value if isinstance(result.value, dict) else {}
@@ -269,12 +276,12 @@ class TrialWatch:
             self.failure = f"the station could not run the exported apply function: {result.error or 'it ended early'}"
 
 
-def take(folder: Path, name: str, limit: int, what: str) -> bytes | None:
-    """The bytes of a file the trainer or scorer left in `folder`, then the file removed; None when
-    absent; Unusable unless it is a regular file with one link, under `limit` bytes (runfiles.take:
-    a link could point the station at data it holds, a huge file at its memory)."""
+def take(folders: Any, where: str, name: str, limit: int, what: str) -> bytes | None:
+    """The bytes of a file the trainer or scorer left in the trial's folder `where`, then the file
+    removed; None when absent; Unusable unless it is a regular file with one link, under `limit`
+    bytes (runfiles.take: a link could point the station at data it holds, a huge file at its memory)."""
     try:
-        return runfiles.take(folder, name, limit, what)
+        return folders.take(where, name, limit, what)
     except Refused as err:
         raise Unusable(str(err)) from None
 
@@ -290,12 +297,12 @@ def load_arrays(raw: bytes | None) -> dict[str, np.ndarray]:
         raise Unusable(f"the scorer's outputs could not be read: {err}") from None
 
 
-def _signal(folder: Path, name: str) -> None:
-    """An empty file `name` in `folder`, a folder of the station's own that the runs only read."""
+def _signal(folders: Any, where: str, name: str) -> None:
+    """An empty file `name` in the trial's folder `where`, the station's own, that the runs only read."""
     try:
-        runfiles.write(folder, name, b"")
+        folders.write(where, name, b"")
     except OSError:
-        pass  # the folder is gone or full: the run's own time limit ends it
+        pass  # the folder is gone or full (or its Ray node lost): the run's own time limit ends it
 
 
 class TwoStageTask(JaxTrainingTask):
@@ -336,13 +343,16 @@ class TwoStageTask(JaxTrainingTask):
             gpus: float | None = 0.0 if cpu_only else self._gpus_per_trial(executor)
         except Exception:  # noqa: BLE001 - e.g. a Ray cluster out of reach: the check run reports it as before
             gpus = None
+        placed = getattr(executor, "trial_place", None)  # Ray: each trial on one node, its exchange through Ray
         with work_folder(work_base(executor), f"{label}-trials") as work:  # removed at the end, swept after a kill
             base = self.run_spec(code, mounts=mounts, label=label, cpu_only=True)
-            on_cpu = gpus == 0.0
-            if on_cpu:  # the check compiles what the trials run, for the same device: they load it
+            # the check compiles what the trials run, for the same device, and they load it: on this
+            # host only (on Ray the trials' nodes are not the check's, and share no folder with it)
+            cached = gpus == 0.0 and placed is None
+            if cached:
                 base = with_compile_cache(base, work / "compiled")
             check = executor.run(
-                self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s), as_trials=on_cpu)
+                self._trial_spec(base, "check", 0, 0.0, min(CHECK_TIMEOUT_S, self.timeout_s), as_trials=cached)
             )
             if check.status != "ok" or not isinstance(check.value, dict) or "checked" not in check.value:
                 return check  # a crash, a timeout, test mode or a contract error: reported as it is
@@ -362,40 +372,55 @@ class TwoStageTask(JaxTrainingTask):
     def _trial(
         self, executor: Any, runs: ThreadPoolExecutor, base: RunSpec, n: int, gpus: float, folder: Path
     ) -> tuple[RunResult, RunResult | None, dict[str, Any]]:
+        """One trial: on this host (its folders in `folder`), or on Ray in a place of its own."""
+        placed = getattr(executor, "trial_place", None)
+        try:
+            with placed(f"{base.label}-trial{n}", base.num_cpus, gpus) if placed else nullcontext() as place:
+                return self._trial_at(place, executor, runs, base, n, gpus, folder)
+        except SiteLost as err:  # Ray failed under the trial: a system error, charged to nobody
+            return RunResult(status="system_error", error=str(err)), None, lost_trial(str(err))
+
+    def _trial_at(
+        self, place: Any, executor: Any, runs: ThreadPoolExecutor, base: RunSpec, n: int, gpus: float, folder: Path
+    ) -> tuple[RunResult, RunResult | None, dict[str, Any]]:
         spec = self.example_spec(n)
+        run = executor.run if place is None else place.run
         watch = TrialWatch(
             folder,
             self.stop_rule(n),
             lambda outputs: self.measure(n, outputs),
             max_checkpoint_bytes=self.max_checkpoint_mb << 20,
+            folders=None if place is None else place.folders,
         )
         settings = {
             **self.scorer_settings(n),
             "inputs": [[list(s), d] for s, d in spec.inputs],
             "outputs": [[list(s), d] for s, d in spec.outputs],
         }
-        runfiles.write(watch.inbox, SETTINGS_FILE, json.dumps(settings).encode())
+        watch.folders.write(INBOX, SETTINGS_FILE, json.dumps(settings).encode())
         trainer_spec = self._trial_spec(base, "train", n, gpus, self.timeout_s, exchange=EXCHANGE_TARGET)
         exchange = [Mount(watch.train, EXCHANGE_TARGET, True), Mount(watch.control, CONTROL_TARGET)]
         trainer_spec = replace(trainer_spec, mounts=[*trainer_spec.mounts, *exchange])
-        trainer = runs.submit(executor.run, trainer_spec)
+        scorer_spec = self._scorer_spec(base, n, watch, watch.folders.provide(self.scoring_dir(n)))
+        trainer = runs.submit(run, trainer_spec)
         ended: list[float] = []
         trainer.add_done_callback(lambda _: ended.append(time.monotonic()))
-        scorer_spec = self._scorer_spec(base, n, watch)
-        measured = watch.follow(trainer, lambda: runs.submit(executor.run, scorer_spec))
+        measured = watch.follow(trainer, lambda: runs.submit(run, scorer_spec))
         scorer = watch.scorer.result() if watch.scorer is not None else None
         result = trainer.result()
         # what two-stage scoring added after the run (its last checkpoint, the scorer's exit): for the bench
         measured["after_run_s"] = round(time.monotonic() - ended[0], 2) if ended else None
         return result, scorer, measured
 
-    def _scorer_spec(self, base: RunSpec, n: int, watch: TrialWatch) -> RunSpec:
+    def _scorer_spec(self, base: RunSpec, n: int, watch: TrialWatch, scoring: Path | None = None) -> RunSpec:
+        """`scoring`: where the scorer's inputs are on its host (default: scoring_dir(n), here)."""
         timeout = self.timeout_s + SCORER_MARGIN_S
         # On Ray the trial's reservation (its trainer's num_cpus) covers the scorer: a reservation of
         # its own is asked for only once the export appears, when the trainers may hold every CPU,
         # and each trainer then waits for its scorer to take a checkpoint until its own time limit
         # (measured: a 1-CPU instance, tests/test_redteam_export.py). So Ray is asked for nothing
-        # more; its CPU time is one core's, for the trial's limit plus the margin.
+        # more; its CPU time is one core's, for the trial's limit plus the margin. Through
+        # trial_place (ray_exchange.py) it runs in the trial's placement group: its trainer's node.
         return RunSpec(
             code=SCORER_DRIVER,
             mode="function",
@@ -405,7 +430,7 @@ class TwoStageTask(JaxTrainingTask):
                 Mount(HARNESS_DIR, HARNESS_TARGET),
                 Mount(watch.inbox, "inbox"),
                 Mount(watch.outbox, "outbox", writable=True),
-                Mount(self.scoring_dir(n), "scoring_data"),
+                Mount(scoring or self.scoring_dir(n), "scoring_data"),
             ],
             timeout_s=timeout,
             cpu_seconds=math.ceil(timeout * SCORER_CPUS),
@@ -486,6 +511,12 @@ class TwoStageTask(JaxTrainingTask):
             ("curve", "validation metric (measured by the station)", False),
             ("train_curve", "training loss (reported by the run)", True),
         ]
+
+
+def lost_trial(why: str) -> dict[str, Any]:
+    """What the station measured of a trial that Ray lost (nothing)."""
+    none = {"checkpoints": 0, "curve": [], "best_checkpoint": None, "best": None, "stop": "run-ended"}
+    return {**none, "failure": why, "notes": []}
 
 
 def curves_reported(reported: dict[str, Any]) -> dict[str, Any]:

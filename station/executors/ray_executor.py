@@ -36,12 +36,14 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 from station.core.run_types import RunResult, RunSpec
 from station.executors.local import LocalExecutor
+from station.executors.ray_exchange import RayTrial, SiteLost, placed_trial
 
 MARGIN_S = 30.0  # beyond the run's own timeout, which the sandbox on the worker enforces itself
 log = logging.getLogger(__name__)
@@ -306,7 +308,39 @@ class RayExecutor:
         where = f"cluster at {self.address}" if self.address else "a local Ray instance"
         return f"ray: sandboxed runs (the local sandbox on each worker) on {where}"
 
-    def run(self, spec: RunSpec) -> RunResult:
+    @contextmanager
+    def trial_place(self, label: str, num_cpus: float, num_gpus: float) -> Iterator[RayTrial]:
+        """A two-stage trial's place on one node: its exchange folders there, its runs placed
+        there (ray_exchange.py); SiteLost when Ray fails under it."""
+        try:
+            ray, _ = self._ray()
+        except Exception as err:  # noqa: BLE001 - unreachable, closed: a system error like a run's
+            raise SiteLost(f"Ray error: {type(err).__name__}: {err}") from None
+        with placed_trial(ray, self, label, num_cpus, num_gpus) as trial:
+            yield trial
+
+    @contextmanager
+    def using_ray(self) -> Iterator[None]:
+        """A Ray call outside run() (a trial's placement, its actor): close() waits for it to leave
+        before shutting Ray down, and none starts once the station is stopping."""
+        with self._users_changed:
+            if self._closing.is_set():
+                raise SiteLost("Ray error: the executor was closed (the station is stopping)")
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._users_changed:
+                self._users -= 1
+                self._users_changed.notify_all()
+
+    def wait_ready(self, ref: Any, timeout: float | None) -> bool:
+        """Wait for `ref` as a run's start is waited for (close-aware, the cluster probed)."""
+        ray, _ = self._ray()
+        return self._wait(ray, ref, timeout)
+
+    def run(self, spec: RunSpec, placement: Any = None) -> RunResult:
+        """The run on any worker, or in bundle 0 of the placement group `placement` (a trial's)."""
         began = time.monotonic()
         with self._users_changed:
             if self._closing.is_set():
@@ -315,7 +349,7 @@ class RayExecutor:
                 )
             self._users += 1  # close() shuts Ray down only when no thread is inside a Ray call
         try:
-            result = self._run_retrying(spec)
+            result = self._run_retrying(spec, placement)
         except ClusterUnreachable as err:
             result = RunResult(status="system_error", error=str(err))
         except Exception as err:  # noqa: BLE001 - Ray itself failed in a way a retry would not mend
@@ -327,7 +361,7 @@ class RayExecutor:
         result.duration_s = time.monotonic() - began
         return result
 
-    def _run_retrying(self, spec: RunSpec) -> RunResult:
+    def _run_retrying(self, spec: RunSpec, placement: Any = None) -> RunResult:
         """The run, again after each infrastructure failure (while the cluster answers), RETRIES times."""
         ray, task = self._ray()
         errors = ray.exceptions
@@ -342,9 +376,9 @@ class RayExecutor:
         for attempt in range(1 + RETRIES):
             if self._closing.is_set():  # a run that close() cancelled is not run again
                 raise RuntimeError("the executor was closed: the station is stopping")
-            runs = task.options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, name=spec.label).remote(
-                spec, self.options
-            )
+            runs = task.options(
+                num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, name=spec.label, **_placed(placement)
+            ).remote(spec, self.options)
             with self._lock:
                 self._inflight.add(runs)
             try:
@@ -427,6 +461,15 @@ class RayExecutor:
                 cast(threading.Thread, self._owner).join()  # started whenever _initialized_here
                 self._forget_local()
             self._task, self._initialized_here, self._owner = None, False, None
+
+
+def _placed(placement: Any) -> dict[str, Any]:
+    """Ray's options that put a run into bundle 0 of a trial's placement group (none: anywhere)."""
+    if placement is None:
+        return {}
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement, placement_group_bundle_index=0)}
 
 
 def _endpoint(address: str | None) -> tuple[str, int] | None:
