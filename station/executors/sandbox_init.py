@@ -135,9 +135,10 @@ def main_side(cfg: dict) -> dict:
 
 def companion_side(cfg: dict) -> dict:
     """What the companion's root holds of its own: its scratch dir, its mounts and the channel
-    (writable), none of the main code's folders and no harness."""
+    (writable), none of the main code's folders. The harness's copy comes too: what sits beside
+    it is imported by every Python process of a run, the companion's included."""
     comp = cfg["companion"]
-    own = {"scratch": comp["scratch"], "out": None, "harness": False, "mounts": comp["mounts"]}
+    own = {"scratch": comp["scratch"], "out": None, "harness": True, "mounts": comp["mounts"]}
     return {"uid": comp["uid"], "gid": comp["gid"], **own, "channel_writable": True}
 
 
@@ -389,8 +390,9 @@ def start_companion(cfg: dict) -> tuple[int, int]:
     pivot, are its alone), builds its root and starts like the main code, at its own uid where runs
     get uids. PID 1 goes on only once the child is out of its mount namespace: pivot_root moves
     every process of a namespace that shares the old root. Returns the child's pid and the read
-    end of its report (its layers, "!why" if it could not start). A companion that fails writes
-    why to the run's stderr and ends alone: the main code runs all the same."""
+    end of its report (its layers, "!why" if it could not start), which ends when it execs. A
+    companion that fails writes why to the run's stderr and ends alone: the main code runs all
+    the same."""
     apart_r, apart_w = os.pipe()  # closed by the child once it has its own mount namespace
     ready_r, ready_w = os.pipe()  # close-on-exec, like the main code's
     pid = os.fork()
@@ -434,9 +436,9 @@ def end_companion(pid: int, in_namespaces: bool) -> None:
     os.waitpid(pid, 0)
 
 
-def companion_layers(cfg: dict, report: int) -> str:
+def companion_layers(cfg: dict, report: tuple[list[str], str]) -> str:
     """One isolation entry for the companion: what was in force for it, and what was not."""
-    closed, failed = read_report(report)
+    closed, failed = report
     if failed:
         return f"companion: could not start: {failed}"
     uid, mode = cfg["companion"]["uid"], cfg["mode"]
@@ -461,6 +463,9 @@ def main() -> None:
     except Exception as err:  # noqa: BLE001 - a system error; the host may be read-only to us by now
         os.write(2, f"sandbox set-up failed: {type(err).__name__}: {err}\n".encode())
         sys.exit(SETUP_FAILED)
+    # The main code starts once the companion runs (or said why it cannot): both roots were built
+    # at the same time, and a companion's failure is on the run's stderr whenever the main code ends.
+    apart = read_report(companion[1]) if companion is not None else None
     ready_r, ready_w = os.pipe()  # close-on-exec: EOF without a message means the exec worked
     pid = os.fork()
     if pid == 0:
@@ -499,8 +504,8 @@ def main() -> None:
         layers.append(f"uid {cfg['uid']}")
     if in_namespaces or cfg["uid"] is not None:
         layers.append("no-capabilities")
-    apart = [companion_layers(cfg, companion[1])] if companion is not None else []
-    record["isolation"] = layers + ["no-new-privs", "rlimits"] + closed + apart
+    entry = [companion_layers(cfg, apart)] if apart is not None else []
+    record["isolation"] = layers + ["no-new-privs", "rlimits"] + closed + entry
     write_status(run_fd, record)
 
 
