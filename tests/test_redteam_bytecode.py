@@ -14,6 +14,7 @@ Needs the namespaces sandbox (root and unshare); elsewhere the module is skipped
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -141,3 +142,80 @@ def test_honest_packages_in_storage_still_import(executor: LocalExecutor, storag
     )
     result = executor.run(spec(code, storage))
     assert result.status == "ok" and result.value == 42, result
+
+
+# -- `station external` runs a submission against the storage it was scored with ------------------
+EXTERNAL_CODE = "import sys\nsys.path.insert(0, 'storage/shared')\nfrom helper import construct_packing\n"
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, float]:
+    """A demo station whose evaluation imports helper.py from storage/shared, scored honestly (the tick waits for it: wait_ticks 2)."""
+    from helpers import ROOT, read, station_cli
+
+    from rooms.research.store import insert_evaluation
+    from station.apps.world import Station
+
+    folder = tmp_path_factory.mktemp("external")
+    done = station_cli("init", str(ROOT / "configs" / "demo.yaml"), "--dir", "st", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    shared = folder / "st" / "files" / "research" / "storage" / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    (shared / "helper.py").write_text((ROOT / "evaluators" / "programs" / "circle_grid.py").read_text())
+    station = Station.open(folder / "st")
+    try:
+        with station.store.transaction():
+            number = insert_evaluation(
+                station.store,
+                task="1",
+                author="System",
+                session=None,
+                lineage=None,
+                tick=1,
+                title="Grid from storage",
+                tags=["grid"],
+                abstract="Imports helper.",
+                code=EXTERNAL_CODE,
+            )
+    finally:
+        station.close()
+    done = station_cli("run", "--dir", "st", "--ticks", "2", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    ((status, score),) = read(folder / "st", f"SELECT status, score FROM evaluations WHERE id={number}")
+    assert status == "finished" and score > 0, status
+    return folder, number, score
+
+
+def test_an_external_run_refuses_storage_changed_since_the_scoring(scored: tuple[Path, int, float]) -> None:
+    from helpers import station_cli
+
+    folder, number, internal = scored
+    helper = folder / "st" / "files" / "research" / "storage" / "shared" / "helper.py"
+    honest = helper.read_text()
+    helper.write_text(honest.replace("(1 - 1e-12)", "(1 - 1e-12) / 2"))  # planted after the scoring
+    try:
+        refused = station_cli("external", "st", "--evaluation", str(number), "--json", cwd=folder)
+        assert refused.returncode != 0 and refused.stdout == "", refused.stdout  # the old command ran it
+        assert f"the storage evaluation #{number} was scored with has changed since" in refused.stderr
+        assert (
+            "1 file differ (storage/shared/helper.py)" in refused.stderr and "--allow-changed-storage" in refused.stderr
+        )
+        forced = station_cli(
+            "external", "st", "--evaluation", str(number), "--json", "--allow-changed-storage", cwd=folder
+        )
+        (shown,) = json.loads(forced.stdout)
+        assert shown["changed_storage"] and "RUN AGAINST CHANGED STORAGE" in shown["protocol"]
+        assert shown["mean"] == pytest.approx(internal / 2)  # it did run the changed code: flagged, not hidden
+        kept = read_protocols(folder / "st")
+        assert "RUN AGAINST CHANGED STORAGE" in kept[-1] and "storage/shared/helper.py" in kept[-1]
+    finally:
+        helper.write_text(honest)
+    again = station_cli("external", "st", "--evaluation", str(number), "--json", cwd=folder)  # as scored: it runs
+    (shown,) = json.loads(again.stdout)
+    assert again.returncode == 0 and shown["mean"] == internal and not shown["changed_storage"]
+
+
+def read_protocols(directory: Path) -> list[str]:
+    from helpers import read
+
+    return [row[0] for row in read(directory, "SELECT protocol FROM external_evaluations ORDER BY id")]

@@ -8,7 +8,10 @@ submission the leaderboard ranks first (or the evaluations named), its reported 
 (local, Ray, GPUs as `research.executor` configures them).
 
 It stands outside the station's world: no agent sees the result, no world state changes, and the
-run reads the author's storage read-only. What is kept is one row of `external_evaluations` per
+run reads the author's storage read-only, and only as it was when the evaluation was scored: the
+station kept content hashes of that storage with the result (fingerprint.py), and a re-run whose
+storage changed since is refused, naming the changed files, unless the caller runs it anyway, and
+then its protocol says so (storage_changes). What is kept is one row of `external_evaluations` per
 evaluation run again: the mean and standard error over the seeds (the paper's ± values), each
 seed's score, the secondary metrics and the evaluator's details; the viewer shows it beside the
 internal score.
@@ -30,8 +33,11 @@ from station.core.run_types import Mount
 from station.core.store import Store
 
 from . import storage as rs
+from .fingerprint import changed_files, storage_hashes
 from .store import best_evaluation
 from .worker import run_payload, scorer_failed_payload
+
+MAX_NAMED = 10  # changed files named in a refusal
 
 
 @dataclass
@@ -112,12 +118,47 @@ def hidden_paths(plans: list[ExternalPlan]) -> list[Path]:
     return list(dict.fromkeys(path for plan in plans for task in plan.runs for path in task.private_paths()))
 
 
+def scored_storage(store: Store, row: Any) -> dict[str, str] | None:
+    """What the storage held when the reported version was scored (fingerprint.py), as its recorded
+    result keeps it; None when it keeps none (scored before the station kept them)."""
+    found = store.one(
+        "SELECT i.payload FROM evaluation_versions v JOIN inputs i ON i.key=v.input_key "
+        "WHERE v.evaluation=? AND v.version=?",
+        (row["id"], row["reported_version"] or 1),
+    )
+    try:
+        kept = json.loads(found["payload"]).get("storage") if found is not None else None
+    except (ValueError, AttributeError):
+        return None
+    return kept if isinstance(kept, dict) else None
+
+
+def storage_changes(store: Store, row: Any) -> str:
+    """Empty when the storage `row`'s re-run would read is the one it was scored with; else one line
+    saying what changed (or that the scoring kept no record of it)."""
+    kept = scored_storage(store, row)
+    if kept is None:
+        return f"evaluation #{row['id']} kept no record of the storage it was scored with (scored by an older station)"
+    changed = changed_files(kept, storage_hashes(store.files, row["lineage"]))
+    if not changed:
+        return ""
+    shown = ", ".join(changed[:MAX_NAMED]) + (
+        f" and {len(changed) - MAX_NAMED} more" if len(changed) > MAX_NAMED else ""
+    )
+    return (
+        f"the storage evaluation #{row['id']} was scored with has changed since: {len(changed)} "
+        f"file{'s' * (len(changed) != 1)} differ ({shown})"
+    )
+
+
 def evaluate_externally(
-    store: Store, plan: ExternalPlan, row: Any, executor: Any, say: Callable[[str], None]
+    store: Store, plan: ExternalPlan, row: Any, executor: Any, say: Callable[[str], None], changed: str = ""
 ) -> ExternalOutcome:
     """Run evaluation `row`'s code as `plan` says (its task's `external`); every run's score is kept.
-    The executor must hide `hidden_paths` of the plan."""
-    outcome = ExternalOutcome(row["id"], row["task"], plan.protocol, executor.name)
+    The executor must hide `hidden_paths` of the plan. `changed` (storage_changes), when the caller
+    runs it anyway, flags the outcome: its protocol says the run read changed storage."""
+    protocol = plan.protocol + (f"; RUN AGAINST CHANGED STORAGE: {changed}" if changed else "")
+    outcome = ExternalOutcome(row["id"], row["task"], protocol, executor.name)
     code, mounts = reported_code(store, row), read_only_storage(store, row["lineage"])
     began = time.monotonic()
     details, metric_runs = [], []

@@ -41,6 +41,7 @@ from station.models import ModelPool
 
 from . import debugger
 from . import storage as rs
+from .fingerprint import storage_hashes
 from .pipeline import Trail, walk
 from .store import open_evaluations
 from .text import clip_log
@@ -295,9 +296,14 @@ class EvaluationWorker(InputWorker):
         if result.status == "system_error" and not self.stop.is_set():
             return self._system_error(store, row["id"], version, result.error or "the executor failed")
         try:
-            return self._score(store, row["id"], version, task, result)
+            payload = self._score(store, row["id"], version, task, result)
         except scoring_process.ScoringUnavailable as err:
             return self._system_error(store, row["id"], version, f"Evaluation system error: {err}")
+        try:  # what the run left in the storage `station external` would mount again: it compares
+            payload["storage"] = storage_hashes(store.files, row["lineage"])
+        except (OSError, ValueError):  # a lineage name its storage refuses: nothing to compare with later
+            log.exception("the storage of evaluation %s could not be hashed", row["id"])
+        return payload
 
     def _score(self, store: Store, evaluation: int, version: int, task: Any, result: RunResult) -> dict[str, Any]:
         """run_payload, with each scoring counted in `evaluation_runs` before it begins and uncounted

@@ -34,12 +34,18 @@ def add_external_command(sub: Any) -> None:
     )
     s.add_argument("--seeds", type=int, help="seeds per submission (default: the paper's count for the task)")
     s.add_argument("--json", action="store_true", help="print the results as JSON")
+    s.add_argument(
+        "--allow-changed-storage",
+        action="store_true",
+        help="run a submission even though the research storage it reads changed since it was scored "
+        "(its result is flagged as run against changed storage)",
+    )
     s.set_defaults(fn=cmd_external)
 
 
 def cmd_external(args: argparse.Namespace) -> int:
     from rooms.research.config import ResearchConfig
-    from rooms.research.external_evaluation import chosen, evaluate_externally, hidden_paths, record
+    from rooms.research.external_evaluation import chosen, evaluate_externally, hidden_paths, record, storage_changes
     from rooms.research.tasks import tasks_of
     from station.apps.world import Station
     from station.executors import create_executor
@@ -57,6 +63,7 @@ def cmd_external(args: argparse.Namespace) -> int:
             plans = [tasks[row["task"]].external(args.seeds) for row in rows]
         except ValueError as err:
             raise CliError(str(err)) from None
+        changes = unchanged_storage(station.store, rows, args.allow_changed_storage)
         config = station.config.section(ResearchConfig).executor
         hidden = [
             station.dir,
@@ -67,7 +74,10 @@ def cmd_external(args: argparse.Namespace) -> int:
         results = []
         try:
             for row, plan in zip(rows, plans):
-                outcome = evaluate_externally(station.store, plan, row, executor, say)
+                outcome = evaluate_externally(station.store, plan, row, executor, say, changes[row["id"]])
+                during = storage_changes(station.store, row)
+                if during and during != changes[row["id"]]:  # written while it ran (a station running beside)
+                    outcome.protocol += f"; STORAGE CHANGED DURING THE RUN: {during}"
                 record(station.store, outcome)
                 results.append(shown_result(row, tasks[row["task"]], outcome))
                 if not args.json:
@@ -79,6 +89,22 @@ def cmd_external(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     return 0 if all(r["status"] == "finished" for r in results) else 1
+
+
+def unchanged_storage(store: Any, rows: list[Any], allowed: bool) -> dict[int, str]:
+    """Each evaluation's storage_changes ("" when its storage is as it was scored). A submission runs
+    only against the storage it was scored with (code planted there since would run as its own),
+    unless `allowed`: then its result is flagged."""
+    from rooms.research.external_evaluation import storage_changes
+
+    changes = {row["id"]: storage_changes(store, row) for row in rows}
+    refused = [line for line in changes.values() if line]
+    if refused and not allowed:
+        raise CliError(
+            "; ".join(refused) + ". Not run: a re-run would read other inputs than its scoring did. Pass "
+            "--allow-changed-storage to run it anyway (the result is flagged as run against changed storage)"
+        )
+    return changes
 
 
 def say(line: str) -> None:
@@ -101,6 +127,7 @@ def shown_result(row: Any, task: Any, outcome: Any) -> dict[str, Any]:
         "failures": outcome.failures,
         "metrics": outcome.metrics,
         "executor": outcome.executor,
+        "changed_storage": "CHANGED STORAGE" in outcome.protocol,
         "duration_s": round(outcome.duration_s, 1),
         "precision": task.display_precision,
     }
