@@ -14,6 +14,13 @@ when the code's process ends, and writes `status.json` (exit code or signal, the
 force) into the host run dir through a descriptor opened before the pivot, which the code never
 sees.
 
+A run with a companion (run_types.Companion) has PID 1 fork that first: the child takes a mount
+namespace of its own (and network and IPC namespaces), builds its own root the same way (its own
+scratch dir at /run/work, its own mounts, the channel writable at /run/channel; none of the main
+code's folders), and starts like the code's process, at a uid of its own where runs get uids;
+the main code sees the channel read-only. Both share the PID namespace, the rlimits and the
+caps, and end together.
+
 Stdlib only, no site (`-I -S`): it runs before anything else, in every mode. In "process" mode
 (no namespaces available) it skips the mounts and only forks, limits and execs.
 """
@@ -30,7 +37,7 @@ import stat
 import sys
 
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
-CLONE_NEWNS = 0x00020000  # unshare(2): Python 3.11 has no os.unshare
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000  # Python 3.11 has no os.unshare
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 AT_RECURSIVE, AT_FDCWD, MNT_DETACH = 0x8000, -100, 2
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers: glibc has no wrapper
@@ -407,10 +414,13 @@ def start_companion(cfg: dict) -> tuple[int, int]:
         os.close(ready_r)
         layers = []
         if cfg["mode"] != "process":
-            _check(libc.unshare(CLONE_NEWNS), "unshare the companion's mount namespace")
+            # its own network and IPC namespaces too: no abstract unix socket, SysV IPC object or
+            # message queue of the main code's is within its reach (a path socket in the channel is)
+            _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC), "unshare the companion's namespaces")
             mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing it mounts reaches PID 1's namespace
             os.close(apart_w)
-            layers = ["own-mount-namespace", *set_up_root(cfg, companion_side(cfg))]
+            own = ["own-mount-namespace", "own-net-namespace", "own-ipc-namespace"]
+            layers = [*own, *set_up_root(cfg, companion_side(cfg))]
         else:
             os.close(apart_w)
         os.write(ready_w, "".join(f"+{layer}\n" for layer in layers).encode())
@@ -449,7 +459,7 @@ def companion_layers(cfg: dict, report: tuple[list[str], str]) -> str:
     if uid is None:
         layers.append("missing: own uid (the main code's uid)")
     if mode == "process":
-        layers.append("missing: own root (process mode: it sees the host's files, the main code's included)")
+        layers.append("missing: own root (process mode: each program sees the host's files, the other's too)")
     return "companion: " + ", ".join(layers)
 
 
