@@ -65,7 +65,9 @@ def main():
         sourceless = tool.RAN
     except ImportError as err:
         sourceless = f"ImportError: {err}"
-    return {"helper": helper.answer(), "helper2": helper2.answer(), "tool": sourceless}
+    from storage.shared import helper as through_package  # the storage folders as namespace packages
+    return {"helper": helper.answer(), "helper2": helper2.answer(), "tool": sourceless,
+            "package": through_package.answer()}
 """
 CHILD = (
     "import sys; sys.path.insert(0, 'storage/shared'); import helper, helper2; print(helper.answer(), helper2.answer())"
@@ -110,6 +112,7 @@ def test_a_later_run_imports_the_honest_sources_only(executor: LocalExecutor, st
     result = executor.run(spec(IMPORTS, storage))
     assert result.status == "ok", result
     assert result.value["helper"] == "honest"  # the old sandbox ran the planted __pycache__ bytecode
+    assert result.value["package"] == "honest"
     assert result.value["tool"].startswith("ImportError: tool: storage holds only compiled code"), result.value
     assert "tool.pyc" in result.value["tool"]
     if planted["gcc"]:  # the sandbox's /usr has gcc: the planted extension module was built
