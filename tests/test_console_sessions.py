@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from test_web_security import JSON, cookie_of, serve
 
 from station.apps.web.app import create_app
+
+pytestmark = pytest.mark.slow  # reads the demo station (built once, slowly), like the other web modules
 
 
 class Clock:

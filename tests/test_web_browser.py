@@ -126,6 +126,21 @@ def test_a_browser_without_a_login_sees_only_the_login_form_and_each_address_wor
         thread.join(10)
 
 
+def test_the_headers_logout_button_ends_the_login(browser, demo60) -> None:
+    app = create_app(demo60)
+    url, server, thread = serve(app)
+    try:
+        log_in(browser, url, app, "/agents/Guest_1")
+        browser.find_element(By.ID, "logout").click()
+        wait_for(lambda: browser.find_element(By.TAG_NAME, "h1").text == "Log in", what="the login page")
+        assert "Logged out" in browser.find_element(By.ID, "notice").text
+        browser.get(url + "/agents/Guest_1")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Log in" and 'id="tick-' not in browser.page_source
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 def test_the_overview_shows_agents_and_the_best_score(browser, site) -> None:
     browser.get(site + "/")
     rows = browser.find_elements(By.CSS_SELECTOR, "#agents tr")

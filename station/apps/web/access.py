@@ -3,6 +3,7 @@ the throttle on wrong guesses (docs/security.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import math
@@ -143,6 +144,83 @@ class OneTimeLogin:
             self._token = secrets.token_urlsafe(32)
         self.announce(self.address())
         return True
+
+
+class Sessions:
+    """The console's logins: each gets a new random value (its cookie), which ends with a logout, after
+    `idle_s` without a request, or `max_s` after the login. Kept in this process only: a restarted
+    server knows none. Values are kept as SHA-256 digests (looked up by digest: no timing on the value).
+    Ended ones are remembered a while, so that their page can say why (bounded, like the live ones)."""
+
+    IDLE_S, MAX_S, KEPT = 12 * 3600.0, 7 * 24 * 3600.0, 1000  # 12 h without a request; a week after login
+
+    def __init__(
+        self, idle_s: float | None = None, max_s: float | None = None, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.idle_s, self.max_s = self.IDLE_S if idle_s is None else idle_s, self.MAX_S if max_s is None else max_s
+        if self.idle_s <= 0 or self.max_s <= 0:
+            raise ValueError(f"session limits must be positive seconds, not idle {self.idle_s}, max {self.max_s}")
+        self.clock, self._lock = clock or time.monotonic, threading.Lock()
+        self._live: dict[bytes, tuple[float, float]] = {}  # digest -> (logged in at, last used at)
+        self._ended: dict[bytes, str] = {}  # digest -> why it ended
+
+    def start(self) -> str:
+        """A new session's value (256 random bits)."""
+        value = secrets.token_urlsafe(32)
+        with self._lock:
+            now = self.clock()
+            self._sweep(now)
+            if len(self._live) >= self.KEPT:  # bounded: the least recently used login ends first
+                oldest = min(self._live, key=lambda d: self._live[d][1])
+                self._end(oldest, "ended (too many logins at once: the least recently used ended first)")
+            self._live[_digest(value)] = (now, now)
+        return value
+
+    def use(self, value: str) -> bool:
+        """Whether `value` is a live session; if so, its idle time starts again."""
+        if not value:
+            return False
+        with self._lock:
+            now, digest = self.clock(), _digest(value)
+            self._sweep(now)
+            if digest not in self._live:
+                return False
+            self._live[digest] = (self._live[digest][0], now)
+            return True
+
+    def end(self, value: str) -> None:
+        """A logout: the value opens nothing from now on."""
+        with self._lock:
+            if _digest(value) in self._live:
+                self._end(_digest(value), "ended by a logout")
+
+    def why_not(self, value: str) -> str:
+        """Why `value` opens nothing, in a sentence for the login page."""
+        with self._lock:
+            self._sweep(self.clock())
+            why = self._ended.get(_digest(value), "is not known to this server (from an earlier one?)")
+        return f"This login session {why}: log in again."
+
+    def _sweep(self, now: float) -> None:
+        for digest, (began, last) in list(self._live.items()):
+            if now - began > self.max_s:
+                self._end(digest, f"expired ({_hours(self.max_s)} after its login)")
+            elif now - last > self.idle_s:
+                self._end(digest, f"expired ({_hours(self.idle_s)} without use)")
+
+    def _end(self, digest: bytes, why: str) -> None:
+        self._live.pop(digest, None)
+        if len(self._ended) >= self.KEPT:
+            self._ended.pop(next(iter(self._ended)))  # the oldest reason goes first
+        self._ended[digest] = why
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds:g} s"
 
 
 class TooManyTries(Exception):

@@ -9,8 +9,10 @@ guard every request passes first.
 Every page and every operator action needs a login, also on loopback (another account on the
 same machine can reach that port too): `station serve` prints a login address holding a one-time
 token; opening it (or typing that token, or the server's own `--token` / STATION_WEB_TOKEN, on
-the login page) sets a session cookie (a separate secret, SameSite=Strict, so other sites cannot
-post with it), and the used address is replaced by a fresh one, printed in turn. Scripts send
+the login page) sets a session cookie (a new secret per login, SameSite=Strict, so other sites
+cannot post with it), and the used address is replaced by a fresh one, printed in turn. A session
+ends with the header's logout button, after a while without a request, or some time after its
+login (access.Sessions); its cookie then opens only the login page, which says why. Scripts send
 the server's token in an X-Station-Token header. With `public_read` anyone may read the pages;
 operating still needs the login.
 
@@ -39,6 +41,7 @@ from station.apps.web.access import (
     SAFE_METHODS,
     SECURITY_HEADERS,
     OneTimeLogin,
+    Sessions,
     TooManyTries,
     allowed_hosts,
     check_token,
@@ -66,12 +69,16 @@ def create_app(
     allow_hosts: Iterable[str] = (),
     public_read: bool = False,
     announce_login: Callable[[str], None] = lambda address: None,
+    session_idle_s: float | None = None,
+    session_max_s: float | None = None,
+    session_clock: Callable[[], float] | None = None,
 ) -> FastAPI:
     """The app. `allow_hosts`: Host names answered besides loopback and `host`; `public_read`: pages
     may be read without a login (operating still needs it); `announce_login`: told the path of the
     next login address each time one is used (`station serve` prints it; the first one is
     `app.state.login.address()`). `static_export` renders pages in-process for `station export`: no
-    login, as no server is listening."""
+    login, as no server is listening. A login session ends after `session_idle_s` without a request
+    or `session_max_s` after the login (None: Sessions.IDLE_S, MAX_S); `session_clock`: for tests."""
     directory = Path(directory)
     if not Store.exists(directory):
         raise ValueError(f"no station at {directory}")
@@ -91,6 +98,7 @@ def create_app(
         token,
         read_locked=not public_read and not static_export,  # research is private, also from other local accounts
         static_export=static_export,
+        sessions=Sessions(session_idle_s, session_max_s, session_clock),
     )
     app = FastAPI(title="Station", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.site = site

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from rooms.research.tasks import tasks_of
 from station.apps.web import data, plots, refs, render
 from station.apps.web.access import (
     OneTimeLogin,
+    Sessions,
     Throttle,
     TooManyTries,
     client_address,
@@ -83,7 +83,7 @@ class Site:
     index: SearchIndex = field(init=False)
     templates: Jinja2Templates = field(init=False)
     throttle: Throttle = field(default_factory=Throttle)
-    session: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # the login cookie: never shown
+    sessions: Sessions = field(default_factory=Sessions)  # one per login: the login cookie's values
 
     def __post_init__(self) -> None:
         self.reader, self.index = Reader(self.directory), SearchIndex(self.directory)
@@ -106,6 +106,7 @@ class Site:
         meta = self.reader.db().execute("SELECT value FROM meta WHERE key='config'").fetchone()
         context.setdefault("station_name", json.loads(meta[0]).get("name", "station") if meta else "station")
         live = self.runner.describe()
+        context.setdefault("logged_in", not self.static_export and self.logged_in(request))  # the logout button
         return self.templates.TemplateResponse(request, name, {"live": live, **context}, status_code=status)
 
     def not_found(self, request: Request, what: str) -> HTMLResponse:
@@ -129,10 +130,10 @@ class Site:
 
     # -- who may do what ------------------------------------------------------------------------
     def logged_in(self, request: Request) -> bool:
-        """The request carries this server's session cookie. Not throttled: 256 random bits cannot be
-        guessed, and a stale cookie of an earlier server (a tab polling /api/live) must not lock out
-        its address."""
-        return same_secret(request.cookies.get(cookie_name(request), ""), self.session)
+        """The request carries a live session of this server (its idle time starts again). Not
+        throttled: 256 random bits cannot be guessed, and an ended session's cookie (a tab polling
+        /api/live) must not lock out its address."""
+        return self.sessions.use(request.cookies.get(cookie_name(request), ""))
 
     def knows_token(self, request: Request) -> bool:
         """Logged in or holding the server's token (not counted: for choosing which page to show)."""
@@ -163,14 +164,35 @@ class Site:
         return self.login.redeem(given) or self.tried(request, given)
 
     def go_on(self, request: Request, then: str) -> Response:
-        """After a login: on to the page asked for, with the session cookie and no token in the address."""
+        """After a login: on to the page asked for, with a new session's cookie and no token in the address."""
         response = RedirectResponse(local_path(then), status_code=303)
-        response.set_cookie(cookie_name(request), self.session, httponly=True, samesite="strict")
+        response.set_cookie(
+            cookie_name(request),
+            self.sessions.start(),
+            max_age=int(self.sessions.max_s),  # the browser forgets it when the server would refuse it
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    def log_out(self, request: Request) -> Response:
+        """End the request's session (if any): the login page, saying so, and the cookie deleted."""
+        self.sessions.end(request.cookies.get(cookie_name(request), ""))
+        if wants_json(request):
+            response: Response = JSONResponse({"ok": True, "message": "logged out"})
+        else:
+            context = {"error": None, "notice": "Logged out: log in again to go on.", "next": "/"}
+            response = self.templates.TemplateResponse(request, "login.html", context)
+        response.delete_cookie(cookie_name(request))
         return response
 
     def login_page(self, request: Request, status: int, error: str | None = None, then: str | None = None) -> Response:
         """All that someone without a login sees of a private station; `then`: the page to go to after
         logging in (default: the one asked for)."""
+        held = request.cookies.get(cookie_name(request), "")
+        stale = bool(held) and not self.sessions.use(held)  # an ended session (or an earlier server's)
+        if error is None and stale:
+            error = self.sessions.why_not(held)
         if wants_json(request):
             response: Response = JSONResponse(
                 {"error": error or "this station's pages need a login: open the login address `station serve` printed"},
@@ -180,7 +202,7 @@ class Site:
             asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             context = {"error": error, "next": local_path(then if then is not None else asked)}
             response = self.templates.TemplateResponse(request, "login.html", context, status_code=status)
-        if request.cookies.get(cookie_name(request)):  # an earlier server's session: of no use any more
+        if stale:  # of no use any more
             response.delete_cookie(cookie_name(request))
         return response
 

@@ -1,4 +1,4 @@
-"""Logging in: the printed one-time address, and the form for the server's token."""
+"""Logging in (the printed one-time address, and the form for the server's token) and out."""
 
 from __future__ import annotations
 
@@ -34,3 +34,9 @@ def login_form(request: Request, token: str = Form(""), next: str = Form("/")) -
     if site.read_locked and not wants_json(request):
         return site.login_page(request, 403, "Wrong token: not logged in.", then=next)
     return refuse(request, 403, "Wrong token: not logged in.")
+
+
+@router.post("/logout")
+def log_out(request: Request) -> Response:
+    """The header's logout button (a post from another site's page is refused before it gets here)."""
+    return site_of(request).log_out(request)
