@@ -136,6 +136,10 @@ def test_the_headers_logout_button_ends_the_login(browser, demo60) -> None:
         assert "Logged out" in browser.find_element(By.ID, "notice").text
         browser.get(url + "/agents/Guest_1")
         assert browser.find_element(By.TAG_NAME, "h1").text == "Log in" and 'id="tick-' not in browser.page_source
+        # A login that ends while its page is open (expired, or logged out in another tab): the page says so
+        log_in(browser, url, app, "/agents/Guest_1")
+        app.state.site.sessions.end(browser.get_cookie(f"station_session_{url.rsplit(':', 1)[1]}")["value"])
+        wait_for(lambda: "log in again" in browser.find_element(By.ID, "live-state").text, what="the ended login shown")
     finally:
         server.should_exit = True
         thread.join(10)

@@ -31,6 +31,10 @@
   async function poll() {
     try {
       const answer = await fetch("/api/live?after=" + lastEvent + everything + wanted, {headers: {accept: "application/json"}});
+      if (answer.status === 401) {  // the login ended (logged out elsewhere, or expired): say so, stop asking
+        set("state", "logged out: reload the page to log in again");
+        return;
+      }
       if (answer.ok) {
         const live = await answer.json();
         set("state", live.state);
