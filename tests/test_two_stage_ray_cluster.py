@@ -85,6 +85,66 @@ print(json.dumps({
 }))
 """
 
+PLANT = "ln -s /etc/passwd checkpoint.npz; head -c 5000 /dev/zero > big; echo x > one; ln one hard; printf ok > fine"
+PROBE = r"""
+import json, subprocess, sys, tempfile, threading
+from pathlib import Path
+import ray
+from station.executors.ray_exchange import SiteLost
+from station.core.config import ExecutorConfig
+from station.core.run_types import Mount, RunSpec
+from station.executors import create_executor, runfiles
+from station.executors.trial_folders import TRAIN, LocalFolders
+
+address, plant = sys.argv[1], sys.argv[2]
+CASES = [("checkpoint.npz", 1 << 20), ("big", 1000), ("hard", 1000), ("fine", 1000), ("absent", 1000)]
+
+
+def takes(folders):
+    found = {}
+    for name, limit in CASES:
+        try:
+            found[name] = repr(folders.take(TRAIN, name, limit, "the checkpoint"))
+        except runfiles.Refused as err:
+            found[name] = f"Refused: {err}"
+    return found
+
+
+executor = create_executor(ExecutorConfig(kind="ray", ray_address=address))
+try:
+    with executor.trial_place("probe", 1.0, 0.0) as trial:
+        train = trial.folders.path(TRAIN)
+        spec = RunSpec(code="", mode="command", entry="cd checkpoints && " + plant, mounts=[Mount(train, "checkpoints", writable=True)],
+                       timeout_s=60, label="probe-plant")
+        planted = trial.run(spec)
+        remote = takes(trial.folders)
+    # Ray loses a trial's actor while its run waits: the station's next call is a SiteLost, and the
+    # run ends with the placement instead of being run again into a placement that is gone
+    with executor.trial_place("lost", 1.0, 0.0) as trial:
+        spec = RunSpec(code="", mode="command", entry="touch checkpoints/started && sleep 600", timeout_s=900,
+                       mounts=[Mount(trial.folders.path(TRAIN), "checkpoints", writable=True)], label="probe-wait")
+        ended = {}
+        waiting = threading.Thread(target=lambda: ended.update(result=trial.run(spec)))
+        waiting.start()
+        while not trial.folders.present(TRAIN, "started"):
+            waiting.join(0.1)
+        ray.kill(trial.folders._actor)
+        try:
+            trial.folders.take(TRAIN, "started", 10, "a file")
+            lost = "no error"
+        except SiteLost as err:
+            lost = str(err)
+    waiting.join(600)
+    waited = ended["result"]
+finally:
+    executor.close()
+here = LocalFolders(Path(tempfile.mkdtemp()) / "trial")
+subprocess.run(["sh", "-c", plant], cwd=here.path(TRAIN), check=True, capture_output=True)
+print(json.dumps({"planted": [planted.status, planted.error, planted.stderr], "node": str(train),
+                  "remote": remote, "local": takes(here), "lost": lost,
+                  "waited": [waited.status, waited.error, waited.duration_s]}))
+"""
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -170,17 +230,19 @@ def test_two_stage_scoring_on_two_ray_nodes_scores_as_on_one(cluster, tmp_path_f
             result = create_task("forecasting", TINY).execute(local, code, mounts=[], label="test-forecast")
             return task, result, (task.score(result) if result.status == "ok" else None)
 
+        began = time.monotonic()
         try:
             one_result, one = shared_baseline(tmp_path_factory, "forecasting", TINY, evaluate)
         finally:
             local.close()
+        local_s, began = time.monotonic() - began, time.monotonic()
         driver = subprocess.run([sys.executable, "-c", DRIVER, address, base, json.dumps(TINY)], cwd=ROOT,
                                 env={**env, **{k: v for k, v in os.environ.items() if k.startswith("STATION_")}},
                                 capture_output=True, text=True, timeout=1200)
     assert driver.returncode == 0, driver.stderr[-4000:]
     two = json.loads(driver.stdout.strip().splitlines()[-1])
     assert two["status"] == "ok" and two["score"] is not None, two
-    print(f"two nodes: {two['score']!r}, one node: {one.score!r}; runs: {two['runs']}")
+    print(f"two nodes: {two['score']!r} in {time.monotonic() - began:.0f} s; one node: {one.score!r} in {local_s:.0f} s")
     assert one.success and two["score"] == pytest.approx(one.score, rel=1e-4, abs=1e-6), (two["details"], one.details)
     for mine, theirs in zip(two["trials"], one_result.value["trials"], strict=True):
         assert mine["station"]["stop"] == theirs["station"]["stop"] == "max-epochs"
@@ -200,3 +262,30 @@ def test_two_stage_scoring_on_two_ray_nodes_scores_as_on_one(cluster, tmp_path_f
     assert two["touched"] == []  # the station's process opened nothing there...
     assert os.listdir(base) == []  # ...and could not have: in its namespace the folder is empty
     assert not [name for name in node_view(tag, base, base) if name.startswith("station-")]  # the node's folders removed
+
+
+def test_what_a_run_plants_on_its_node_is_refused_there_and_a_lost_actor_ends_the_trial(cluster) -> None:
+    """A run on the worker node plants a link, an oversized file and a hard link where the station
+    takes checkpoints: the actor refuses each with the one line the station gives on its own host
+    (runfiles.take), and the honest file crosses as bytes. Then Ray loses a trial's actor while
+    its run waits: the station's next call fails with one line (a system error, SiteLost), and
+    the run ends with the trial's placement (not run again into a placement that is gone, where
+    Ray would keep it waiting until its limit)."""
+    address, base, env, tag = cluster
+    driver = subprocess.run([sys.executable, "-c", PROBE, address, PLANT], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert driver.returncode == 0, driver.stderr[-4000:]
+    found = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert found["planted"][0] == "ok", found["planted"]
+    assert found["node"].startswith(base + "/station-probe-")
+    remote = found["remote"]
+    assert remote == found["local"], found
+    assert remote["checkpoint.npz"].startswith("Refused: the checkpoint is not a regular file (")
+    assert remote["big"] == "Refused: the checkpoint holds 5,000 bytes, more than the 1,000 allowed"
+    assert remote["hard"] == "Refused: the checkpoint is not a regular file of its own"
+    assert remote["fine"] == "b'ok'" and remote["absent"] == "None"
+    assert found["lost"].startswith("Ray error in trial lost's exchange: "), found["lost"]
+    status, error, seconds = found["waited"]
+    assert status == "system_error" and error.startswith("Ray error"), error
+    assert seconds < 600  # ended with its placement, long before its own sleep or limit
+

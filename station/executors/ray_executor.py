@@ -3,7 +3,9 @@
 Each run is one Ray task with the run's `num_cpus` / `num_gpus` that calls LocalExecutor().run on
 whichever worker Ray picks, so the isolation is exactly the local one, on that host. Mount
 sources are host paths and must exist on the worker's host: a multi-node cluster needs the
-storage on a shared file system at the same path (and this package installed there).
+storage on a shared file system at the same path (and this package installed there). Two-stage
+trials are the exception for what the station exchanges with them: `trial_place` puts a trial's
+runs on one node with an actor that keeps its exchange folders there (ray_exchange.py).
 
 The task is a streaming generator that first yields "started": the wall clock (`timeout_s` plus
 a margin for the sandbox's own kill) counts from then, so a run queued behind others is not
@@ -373,7 +375,10 @@ class RayExecutor:
             errors.OutOfMemoryError,
             errors.RaySystemError,
         )
-        for attempt in range(1 + RETRIES):
+        # a trial's run is not run again: its node's exchange (an actor, not restarted) went with it,
+        # and a run submitted to a placement group removed meanwhile would wait forever
+        attempts = 1 + (RETRIES if placement is None else 0)
+        for attempt in range(attempts):
             if self._closing.is_set():  # a run that close() cancelled is not run again
                 raise RuntimeError("the executor was closed: the station is stopping")
             runs = task.options(
@@ -392,7 +397,7 @@ class RayExecutor:
                     self._inflight.discard(runs)
         return RunResult(
             status="system_error",
-            error=f"Ray error: the run failed on Ray's side {1 + RETRIES} times; the last: {failure}",
+            error=f"Ray error: the run failed on Ray's side {attempts} times; the last: {failure}",
         )
 
     def _wait(self, ray, runs, timeout: float | None) -> bool:
