@@ -59,9 +59,9 @@ PROBE_TIMEOUT_S, PROBE_TRIES = 3.0, 3  # one refused connection in a blip is not
 # Ray's GCS client ends the process (not just Ray) when the head is gone this long (Ray's default: 60 s)
 RECONNECT_ENV, RECONNECT_S = "RAY_gcs_rpc_server_reconnect_timeout_s", str(7 * 24 * 3600)
 # A local instance's session files and token go in a new 0700 folder, not /tmp/ray (0777) and ~/.ray
-# Ray's Unix sockets go to <base>/station-ray-XXXXXXXX/r/session_<time>_<pid>/sockets/plasma_store: the
+# Ray's Unix sockets go to <base>/ray-station-XXXXXXXX/r/session_<time>_<pid>/sockets/plasma_store: the
 # base gets what is left of a socket path's ~107 bytes (/tmp does; a longer TMPDIR is not used)
-PRIVATE_PREFIX, PRIVATE_BASE_MAX = "station-ray-", 16
+PRIVATE_PREFIX, PRIVATE_BASE_MAX = "ray-station-", 16  # not "station-*": run dirs are named so (local.py)
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray's token settings (Ray 2.5x+)
 
 
