@@ -33,8 +33,8 @@ from station.executors import runfiles
 from station.executors.disk import DIR_FLAGS, FILE_FLAGS
 from station.executors.trial_folders import SCORING, LocalFolders
 
-CALL_TIMEOUT_S = 120.0  # one call to the trial's actor (the largest: a 400 MB checkpoint)
-MAX_SCORING_BYTES = 1 << 30  # the scorer's inputs sent to a node (forecasting's small split: a few MB)
+CALL_TIMEOUT_S = 300.0  # one call to the trial's actor (the largest: a 400 MB checkpoint, a scored file)
+MAX_SCORING_BYTES = 2 << 30  # the scorer's inputs sent to a node (forecasting's full val split: ~0.3 GB)
 MAX_SCORING_FILES = 10_000
 
 
@@ -75,34 +75,29 @@ class NodeFolders:
     def remove(self, where: str, name: str) -> None:
         self.folders.remove(where, name)
 
-    def receive(self, files: list[tuple[str, bytes]]) -> str:
-        """Write the scorer's inputs (relative path, bytes) into scoring_data/; its path on the node."""
-        top = self.folders.path(SCORING)
-        for rel, data in files:
-            folder = top
-            for part in Path(rel).parts[:-1]:
-                folder = folder / part
-                folder.mkdir(mode=0o755, exist_ok=True)
-            runfiles.write(folder, Path(rel).name, data)
-        return str(top)
+    def receive(self, rel: str, data: bytes) -> None:
+        """Write one of the scorer's inputs (its path relative to scoring_data/) there."""
+        folder = self.folders.path(SCORING)
+        for part in Path(rel).parts[:-1]:
+            folder = folder / part
+            folder.mkdir(mode=0o755, exist_ok=True)
+        runfiles.write(folder, Path(rel).name, data)
 
     def close(self) -> None:
         self._stack.close()
 
 
-def scorer_inputs(source: Path) -> list[tuple[str, bytes]]:
-    """The regular files below `source` (the station's own folder), bounded: what a node is sent."""
+def scorer_inputs(source: Path) -> Iterator[tuple[str, bytes]]:
+    """The regular files below `source` (the station's own folder), one at a time, bounded: what
+    a node is sent for the scorer."""
     fd = os.open(source, DIR_FLAGS)
     try:
         found, complete = runfiles.regular_files(fd, MAX_SCORING_FILES)
         if not complete or sum(size for _, size in found) > MAX_SCORING_BYTES:
             raise ValueError(f"the scorer's inputs in {source} exceed what is sent to a Ray node")
-        files = []
         for rel, _ in found:
-            one = os.open(rel, FILE_FLAGS, dir_fd=fd)
-            with os.fdopen(one, "rb") as f:
-                files.append((rel, f.read(MAX_SCORING_BYTES + 1)))
-        return files
+            with os.fdopen(os.open(rel, FILE_FLAGS, dir_fd=fd), "rb") as f:
+                yield rel, f.read(MAX_SCORING_BYTES + 1)
     finally:
         os.close(fd)
 
@@ -146,8 +141,10 @@ class RemoteFolders:
         self._call("remove", where, name)
 
     def provide(self, source: Path) -> Path:
-        """Send the scorer's inputs to the trial's node; where the scorer finds them there."""
-        return Path(self._call("receive", scorer_inputs(source)))
+        """Send the scorer's inputs to the trial's node, a file per call; where the scorer finds them there."""
+        for rel, data in scorer_inputs(source):
+            self._call("receive", rel, data)
+        return self.path(SCORING)
 
 
 class RayTrial:
