@@ -184,7 +184,8 @@ def start(command: list[str], env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """(head address, the worker node's scratch base, the drivers' environment)."""
+    """(head address, the worker node's scratch base, the drivers' environment (TMPDIR: the
+    station's scratch base, which the node sees empty), the marker of the cluster's processes)."""
     tag = secrets.token_hex(8)
     env = {**os.environ, MARK: tag, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32)}
