@@ -13,7 +13,12 @@ here as the formats' own frameworks call them, for the honest scores.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +119,259 @@ def test_a_shinka_program_cannot_rewrite_its_evaluator_s_validation(
     attacked = run_task(VALIDATOR, in_block(VALIDATOR, "initial.py", ALWAYS_VALID))
     assert attacked["score"] is None or attacked["score"] <= 1.0, attacked
     assert attacked["status"] == "invalid" and "more than 1" in attacked["details"], attacked
+
+
+# -- what crosses, and how: one evaluator that tries every way of loading and calling the program ----------
+PROBE_EVALUATOR = """
+import contextlib, importlib, importlib.machinery, importlib.util, io, os, random, runpy, signal, subprocess, sys
+
+import numpy as np
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location("program", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _try(call):
+    try:
+        return repr(call())
+    except BaseException as err:
+        return f"{type(err).__name__}: {err}"
+
+
+def _draws():
+    return [random.random(), float(np.random.rand())]
+
+
+def _timed_out(signum, frame):
+    raise TimeoutError("took too long")
+
+
+def evaluate(program_path):
+    m = _load(program_path)
+    facts = m.facts()
+    seen = {"combined_score": 0.5, "evaluator_uid": os.getuid(), **{f"program_{k}": v for k, v in facts.items()}}
+    seen["generator"] = _try(m.numbers_lazily)
+    seen["object_in"] = _try(lambda: m.echo(object()))
+    try:
+        m.fails()
+    except ValueError as err:  # the program's ValueError, as a ValueError with its arguments
+        seen["value_error"] = repr(err.args)
+    seen["own_error"] = _try(m.fails_own)
+    sent = {"a": [1, 2.5, float("inf"), -0.0], "t": (None, True, b"x", "é"), 3: np.arange(4, dtype=np.int32)}
+    back = m.echo(sent)
+    seen["echo_same"] = float(back["a"] == sent["a"] and back["t"] == sent["t"] and back[3].dtype == np.int32
+                              and back[3].tolist() == [0, 1, 2, 3] and back["nan"] != back["nan"])
+    random.seed(3); np.random.seed(3)
+    theirs, after = m.draw(), _draws()
+    random.seed(3); np.random.seed(3)
+    seen["random_carried"] = float(list(theirs) == _draws() and after == _draws())
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        m.shout()
+    seen["prints_caught"] = float("PROGRAM-PRINTS" in printed.getvalue())
+    signal.signal(signal.SIGALRM, _timed_out)
+    signal.alarm(1)
+    seen["timeout"] = _try(m.sleep_long)
+    signal.alarm(0)
+    seen["sleeper_killed"] = float(m.sleeper_gone())
+    ran = subprocess.run([sys.executable, program_path, "x"], capture_output=True, text=True, timeout=60)
+    seen["as_main"] = f"{ran.returncode} {ran.stdout.strip()!r}"
+    seen["run_path_uid"] = runpy.run_path(program_path)["facts"]()["uid"]
+    seen["loader_uid"] = importlib.machinery.SourceFileLoader("p2", program_path).load_module().facts()["uid"]
+    sys.path.insert(0, os.path.dirname(program_path))
+    seen["import_uid"] = importlib.import_module(os.path.basename(program_path)[:-3]).facts()["uid"]
+    seen["text_read"] = float("def facts" in open(program_path).read())
+    return seen
+"""
+
+PROBE_PROGRAM = """
+import os, random, sys, time
+
+import numpy as np
+
+
+def facts():
+    try:
+        open("task/evaluator.py").read()
+        task = 1.0
+    except OSError:
+        task = 0.0
+    return {"uid": os.getuid(), "task_file": task, "apart_env": float("STATION_APART_PROGRAM" in os.environ),
+            "evaluator_module": float(any("evaluator" in name for name in sys.modules))}
+
+
+def numbers_lazily():
+    return (i for i in range(3))
+
+
+def echo(value):
+    return {**value, "nan": float("nan")} if isinstance(value, dict) else value
+
+
+def fails():
+    raise ValueError("bad input", 7)
+
+
+def fails_own():
+    class OwnError(Exception):
+        pass
+    raise OwnError("mine")
+
+
+def draw():
+    return random.random(), np.random.rand()
+
+
+def shout():
+    print("PROGRAM-PRINTS")
+
+
+def sleep_long():
+    with open(os.path.join(os.environ["STATION_CHANNEL"], "sleeper"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+
+
+def sleeper_gone():
+    with open(os.path.join(os.environ["STATION_CHANNEL"], "sleeper")) as f:
+        pid = int(f.read())
+    for _ in range(200):
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        time.sleep(0.025)
+    return False
+
+
+if __name__ == "__main__":
+    print("MAIN", sys.argv[1:])
+    sys.exit(5)
+"""
+
+
+@pytest.fixture()
+def probe() -> Iterator[Path]:
+    """The probe folder, where a sandbox uid can read it (like any task folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="station-probe-", dir="/srv" if os.access("/srv", os.W_OK) else None))
+    (folder / "evaluator.py").write_text(PROBE_EVALUATOR)
+    (folder / "initial_program.py").write_text(PROBE_PROGRAM)
+    (folder / "config.yaml").write_text("evaluator: {timeout: 120}\n")
+    for path in (folder, *folder.iterdir()):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data_crosses(probe: Path) -> None:
+    executor = LocalExecutor(hide=[probe])
+    if executor.mode != "namespaces":
+        executor.close()
+        pytest.skip(f"the sandbox runs in {executor.mode!r} mode here (needs root and unshare)")
+    try:
+        result = evaluate(create_task("folder", {"path": str(probe)}), PROBE_PROGRAM, executor)
+    finally:
+        executor.close()
+    assert result["status"] == "ok", result
+    seen, details = result["metrics"], result["details"]
+    # apart: another uid, no task folder, no evaluator module, no stand-in variables
+    assert seen["program_uid"] != seen["evaluator_uid"], seen
+    assert seen["program_task_file"] == 0 and seen["program_evaluator_module"] == 0 and seen["program_apart_env"] == 0
+    # what crosses: plain data both ways, refused otherwise with the function and the type named
+    assert (
+        "generator: TypeError: numbers_lazily() returned a generator: only plain data crosses from the program"
+        in details
+    )
+    assert "object_in: TypeError: echo() was given an object (argument [0])" in details, details
+    assert "value_error: ('bad input', 7)" in details and "own_error: RuntimeError: OwnError: mine" in details
+    assert seen["echo_same"] == 1 and seen["random_carried"] == 1 and seen["prints_caught"] == 1
+    # a timeout's signal ends the call; the host kills the worker left running
+    assert "timeout: TimeoutError: took too long" in details and seen["sleeper_killed"] == 1
+    # `python program.py`, runpy, SourceFileLoader and import all reach the program's own process
+    assert "as_main: 5 \"MAIN ['x']\"" in details, details
+    assert seen["run_path_uid"] == seen["loader_uid"] == seen["import_uid"] == seen["program_uid"]
+    assert seen["text_read"] == 1  # reading the program's text reads the real file
+
+
+# -- the codec: what each side builds from the other's bytes ---------------------------------------------
+def _codec() -> Any:
+    path = ROOT / "evaluators" / "folder" / "apart" / "apart_codec.py"
+    spec = importlib.util.spec_from_file_location("apart_codec_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_codec_carries_plain_data_exactly_and_refuses_the_rest_by_type() -> None:
+    np = pytest.importorskip("numpy")
+    codec = _codec()
+    value = {
+        "ints": [0, -1, 2**200, -(2**70)],
+        "floats": (1.5, -0.0, float("inf"), float("-inf")),
+        ("a", 1): None,
+        b"raw": "text é \udc80",
+        "arrays": [np.arange(6, dtype=np.int16).reshape(2, 3), np.array([True, False]), np.zeros((0, 4))],
+        "scalars": [np.float32(0.25), np.uint64(2**63)],
+        "flags": [True, False],
+    }
+    back = codec.decode(codec.encode(value))
+    assert back.keys() == value.keys() and back["ints"] == value["ints"] and back["floats"] == value["floats"]
+    assert isinstance(back["floats"], tuple) and back[("a", 1)] is None and back[b"raw"] == value[b"raw"]
+    assert [a.dtype for a in back["arrays"]] == [np.int16, np.bool_, np.float64] and back["arrays"][0].shape == (2, 3)
+    assert (back["arrays"][0] == value["arrays"][0]).all() and back["arrays"][2].shape == (0, 4)
+    assert type(back["scalars"][0]) is np.float32 and back["scalars"][1] == 2**63 and back["flags"] == [True, False]
+    nan = codec.decode(codec.encode(float("nan")))
+    assert nan != nan
+    for other, named in [
+        ((i for i in ()), "a generator"),
+        ([1, {"k": object()}], "an object (at value[1]['k'])"),
+        (np.array(["x"], dtype=object), "a numpy array of dtype object"),
+        ({1, 2}, "a set"),
+        (lambda: 0, "a function"),
+    ]:
+        with pytest.raises(codec.NotData) as refused:
+            codec.encode(other)
+        assert str(refused.value) == named
+
+
+def test_the_codec_refuses_bytes_that_are_not_a_message_it_sent() -> None:
+    pytest.importorskip("numpy")
+    codec = _codec()
+    good = codec.encode([1, "two"])
+    for raw in [
+        b"X",  # an unknown tag
+        good[:-1],  # cut short
+        good + b"N",  # bytes after the value
+        b"A" + (3).to_bytes(4, "little") + b"|O8",  # an object array: never built
+        b"A" + (5).to_bytes(4, "little") + b"|Q8__",  # a dtype numpy does not know
+        b"S" + (1).to_bytes(4, "little") + b"\xff",  # text that is not UTF-8
+        b"L" + (1).to_bytes(4, "little") + b"L" * 300,  # nested past MAX_DEPTH
+        b"M" + (1).to_bytes(4, "little") + b"L" + (0).to_bytes(4, "little") + b"N",  # a list as a dict key
+    ]:
+        with pytest.raises(codec.Broken):
+            codec.decode(raw)
+
+
+# -- the task option, and what `station task check` and the contract say ----------------------------------
+def test_task_check_and_the_contract_say_whether_the_program_runs_apart(tmp_path: Path) -> None:
+    apart = create_task("folder", {"path": str(VALIDATOR)})
+    shutil.copytree(VALIDATOR, tmp_path / "shared")
+    (tmp_path / "shared" / "task.yaml").write_text("program_process: shared\n")
+    shared = create_task("folder", {"path": str(tmp_path / "shared")})
+    assert "runs apart from its evaluator" in apart.program_isolation()  # type: ignore[attr-defined]
+    assert "program_process: shared" in shared.program_isolation()  # type: ignore[attr-defined]
+    assert "apart from the evaluator" in apart.spec() and "not isolated" not in apart.spec()
+    assert "the score is not isolated from your program" in shared.spec()
+    checked = subprocess.run(
+        [sys.executable, "-m", "station.apps.cli", "task", "check", str(VALIDATOR), "--no-baselines"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert checked.returncode == 0 and "\nprogram: runs apart from its evaluator" in checked.stderr, checked.stderr
+    (tmp_path / "shared" / "task.yaml").write_text("program_process: together\n")
+    with pytest.raises(ValueError, match="program_process"):
+        create_task("folder", {"path": str(tmp_path / "shared")})

@@ -167,17 +167,15 @@ PATCHES = {
 
 @pytest.mark.parametrize("patched", sorted(PATCHES))
 def test_patching_the_scorer_or_the_evaluator_does_not_lead_the_board(patched: str) -> None:
-    """The program used to replace station_scorer._score and lead the board with 1e9. The station now
-    computes the score from the metrics, outside the run, so that patch changes nothing; metrics the
-    program forges instead are refused outside the task's declared score_range."""
+    """The program used to replace station_scorer._score and lead the board with 1e9; the station
+    then computed the score outside the run, and refused metrics forged outside the task's
+    score_range. Now the program runs apart from its evaluator (tests/test_redteam_evolve.py):
+    neither module is in its process, and the evaluator reports the program's KeyError."""
     forged = run_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(textwrap.dedent(PATCHES[patched])))
     honest = run_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(""))
     assert honest["status"] == "ok" and math.isclose(honest["score"], 1.0, abs_tol=1e-6)
     assert forged["score"] is None or forged["score"] <= honest["score"], forged
-    if patched == "the scorer's score":
-        assert forged["status"] == "ok" and forged["score"] == honest["score"]
-    else:
-        assert forged["status"] == "invalid" and "outside the range [0, 1]" in forged["details"], forged
+    assert forged["status"] == "invalid" and "KeyError" in forged["details"], forged
 
 
 @pytest.mark.parametrize("ending", [
@@ -187,13 +185,14 @@ def test_patching_the_scorer_or_the_evaluator_does_not_lead_the_board(patched: s
 ])
 def test_an_openevolve_program_cannot_end_the_evaluator_for_a_free_scorer_failure(ending: str) -> None:
     """Once the evaluator holds the program, whatever ends its run is the program's doing: a crash
-    of the program (charged, debuggable), never 'the task's failure, nothing counts against you'."""
+    of the program (charged, debuggable), never 'the task's failure, nothing counts against you'.
+    Run apart, an exit ends only the program's own process: the evaluator is told so."""
     result = run_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(ending))
     assert result["status"] != "scorer_error", result
     if "KeyError" in ending:  # the example's evaluator turns any exception into an `error` metric
         assert result["status"] == "invalid" and "the evaluator broke" in result["details"], result
     else:
-        assert result["status"] == "error" and "counts as the program's" in result["error"], result
+        assert result["status"] == "invalid" and "the program's process ended" in result["details"], result
 
 
 def test_an_evaluator_that_fails_before_it_has_the_program_is_still_the_task_s_failure(place: Path) -> None:
@@ -203,11 +202,10 @@ def test_an_evaluator_that_fails_before_it_has_the_program_is_still_the_task_s_f
     assert result["status"] == "scorer_error", result
 
 
-def test_an_openevolve_contract_says_what_is_not_isolated() -> None:
+def test_an_openevolve_contract_says_what_is_isolated() -> None:
     spec = create_task("folder", {"path": str(EXAMPLES / "openevolve_function_minimization")}).spec()
     assert "separate sandbox" not in spec and "printing a score changes nothing" not in spec
-    for words in ("not from the evaluator", "could change what the evaluator measures",
-                  "computes the score itself", "count against your program",
+    for words in ("apart from the evaluator", "cross as plain data only", "counts against your program",
                   "`evaluate_stage1`, then `evaluate_stage2`"):
         assert words in spec, words
 
@@ -312,11 +310,14 @@ SHINKA = ROOT / "tests" / "data" / "evolve_formats" / "shinka_unit_vector"
 COMPAT = ROOT / "evaluators" / "folder" / "compat"
 
 
-def test_a_shinka_program_cannot_poison_the_stand_ins_the_task_or_the_next_run() -> None:
-    """A program shares the evaluator's sandbox, so it tries what lasts beyond its own run: rewrite
-    the `shinka.core` stand-in every evaluator imports, write into the task folder, and leave a
-    perfect metrics.json where the next run's results go. All of it is read-only or its own."""
-    before = {p: p.read_bytes() for p in [*COMPAT.rglob("*.py"), *SHINKA.rglob("*")] if p.is_file()}
+def test_a_shinka_program_cannot_poison_the_stand_ins_the_task_or_the_next_run(place: Path) -> None:
+    """A program that shares the evaluator's process (task.yaml `program_process: shared`) shares its
+    sandbox, so it tries what lasts beyond its own run: rewrite the `shinka.core` stand-in every
+    evaluator imports, write into the task folder, and leave a perfect metrics.json where the next
+    run's results go. All of it is read-only or its own. (Run apart, it sees none of them.)"""
+    shutil.copytree(SHINKA, place / "shinka", dirs_exist_ok=True)
+    folder = write(place / "shinka", {"task.yaml": "program_process: shared\n"})
+    before = {p: p.read_bytes() for p in [*COMPAT.rglob("*.py"), *folder.rglob("*")] if p.is_file()}
     attack = (SHINKA / "initial.py").read_text().replace(
         '    return [math.pi * i / n for i in range(n)]',
         textwrap.indent(textwrap.dedent('''\
@@ -336,8 +337,8 @@ def test_a_shinka_program_cannot_poison_the_stand_ins_the_task_or_the_next_run()
             assert not hits, hits
             return [math.pi * i / n for i in range(n)]'''), "    "),
     )
-    attacked = run_task(SHINKA, attack)
+    attacked = run_task(folder, attack)
     assert attacked["success"] and attacked["score"] == pytest.approx(0.5217, abs=1e-3)  # not 1e9
     assert {p: p.read_bytes() for p in before} == before  # nothing on the host changed
-    honest = run_task(SHINKA, (SHINKA / "initial.py").read_text())
+    honest = run_task(folder, (SHINKA / "initial.py").read_text())
     assert honest["score"] == attacked["score"]

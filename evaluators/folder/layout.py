@@ -88,6 +88,11 @@ class TaskSettings(_Strict):
     metrics: dict[str, str] = Field(default_factory=dict, description="secondary metric -> format, e.g. '.3f'")
     score_range: tuple[float, float] | None = Field(None, description="[low, high]: where every valid score lies")
     config: str = Field("", description="openevolve: which of the folder's config*.yaml files to read")
+    program_process: Literal["apart", "shared"] = Field(
+        "apart",
+        description="openevolve, shinka: 'shared' runs the program in its evaluator's own process, for an "
+        "evaluator that hands it objects, not plain data (the score is then not isolated from the program)",
+    )
 
     @field_validator("score_range")
     @classmethod
@@ -148,6 +153,12 @@ class TaskFolder:
     def runs_program(self) -> bool:
         """The evaluator runs the program itself (OpenEvolve, ShinkaEvolve): the two share a sandbox."""
         return self.format != "native"
+
+    @property
+    def program_apart(self) -> bool:
+        """The program runs in a process of its own, apart from its evaluator (unless task.yaml says
+        `program_process: shared`): the evaluator's loading of it gives a stand-in module."""
+        return self.runs_program and self.settings.program_process == "apart"
 
     @property
     def data_dir(self) -> Path | None:

@@ -8,6 +8,7 @@ This file is the program the scorer's sandbox runs, called through the function-
     inputs/   scorer.json (how to call the scorer), value.pkl (what the submission returned,
               written by the station from plain data), and the submission's source file
     compat/   stand-ins for `openevolve.evaluation_result` and `shinka.core` (evaluators/folder/compat)
+    apart/    OpenEvolve and ShinkaEvolve: the stand-in that runs the program apart (evaluators/folder/apart)
     results/  ShinkaEvolve only: empty and writable, the `results_dir` its main() writes into
 
 It returns plain data. Native scorer: {"outcome": "scored", "score", "metrics", "details"} or
@@ -20,8 +21,16 @@ OpenEvolve evaluator: one function (`evaluate`, or one stage of a cascade) calle
 and {"outcome": "metrics", "metrics", "artifacts"} back, numbers and short texts only; the station
 decides the cascade and computes the score itself. ShinkaEvolve evaluator: main(program_path,
 "results"), then its metrics.json and correct.json read back the same way, with "correct",
-"error" and "feedback" (its text_feedback); its "private" metrics stay here. The program runs in this process, so nothing here is
-trusted once it is handed over: READY goes to stderr just before, and the station counts any
+"error" and "feedback" (its text_feedback); its "private" metrics stay here.
+
+The program runs apart (scorer.json's "apart"): in a process of its own, the run's companion
+(evaluators/folder/apart/apart_host.py, reached through the channel folder), and before the
+evaluator is imported its ways of loading the program give it a stand-in module whose functions
+call there, plain data crossing (apart_standin.py); this process is made non-dumpable. An
+executor that runs no companion leaves no channel: then this process starts the host itself, a
+process of its own in this sandbox. A task may declare that its evaluator needs the program in
+its own process (task.yaml `program_process: shared`): then nothing here is trusted once the
+program is handed over. Either way READY goes to stderr just before, and the station counts any
 failure of the run after that line as the program's.
 
 `scorer.json`'s "action" is "score", or "check" (import the scorer and look for its entry points,
@@ -30,15 +39,21 @@ for `station task check`: {"outcome": "checked", "missing": [names]}).
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
 import pickle
+import signal
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 SETTINGS = os.path.join("inputs", "scorer.json")
+APART = "apart"  # the stand-in and the program host (evaluators/folder/apart), mounted beside compat/
+CHANNEL_ENV = "STATION_CHANNEL"  # station.core.run_types.CHANNEL_ENV (this file runs without the station)
 READY = "station: the evaluator is loaded; handing it the program"
 TEXT_MAX_CHARS = 2000
 
@@ -50,6 +65,8 @@ def run_scorer() -> dict[str, Any]:
     sys.path.insert(0, str(task_dir))  # the scorer may import its own helper modules
     if Path("compat").is_dir():
         sys.path.append(str(Path("compat").resolve()))  # after the installed packages
+    if settings.get("apart") and settings.get("action") == "score":
+        _run_apart(Path("inputs", settings["filename"]).resolve())
     module = _load(task_dir / settings["scorer_file"])
     if settings.get("action") == "check":
         names = settings["entry_points"]
@@ -81,6 +98,26 @@ def _load(path: Path) -> Any:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def _run_apart(program: Path) -> None:
+    """Before the evaluator is imported: its loading of the program gives it a stand-in whose
+    functions run in the program's own process."""
+    standin = _load(Path(APART, "apart_standin.py").resolve())
+    channel = os.environ.get(CHANNEL_ENV) or _start_host(program)
+    standin.install(str(program), channel)
+
+
+def _start_host(program: Path) -> str:
+    """No companion (an executor that runs none): the program host as a process of our own."""
+    channel = tempfile.mkdtemp(prefix="station-channel-")
+    host = subprocess.Popen(
+        [sys.executable, "-s", str(Path(APART, "apart_host.py").resolve()), str(program)],
+        env={**os.environ, CHANNEL_ENV: channel},
+        start_new_session=True,
+    )
+    atexit.register(lambda: os.killpg(host.pid, signal.SIGKILL))
+    return channel
 
 
 def _native(module: Any, settings: dict[str, Any], task_dir: Path, submission: Path) -> dict[str, Any]:

@@ -17,9 +17,13 @@ station records a scorer failure, alerts the operator and charges the agent noth
 OpenEvolve and ShinkaEvolve folders: the evaluator runs the program itself, so the two share a
 run. Each evaluator function (evaluate, one cascade stage, or ShinkaEvolve's main) is a run of its
 own that hands back plain metrics; the station decides the cascade and computes the score here,
-where the program cannot reach. What
-the evaluator hands back once it has the program is the program's doing as much as the
-evaluator's: a failure from then on counts as the program's (scorer_driver.READY marks the point).
+where the program cannot reach. Within that run the program runs apart from its evaluator: in the
+run's companion (a root and a uid of its own), the evaluator's loading of the program giving it a
+stand-in module whose functions call there, plain data crossing (evaluators/folder/apart). A task
+whose evaluator hands the program objects declares `program_process: shared` in task.yaml: then
+the program runs in the evaluator's own process, and the agents' contract says the score is not
+isolated. What the evaluator hands back once it has the program is the program's doing as much as
+the evaluator's: a failure from then on counts as the program's (scorer_driver.READY marks the point).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from station.core.run_types import Mount, RunResult, RunSpec
+from station.core.run_types import Companion, Mount, RunResult, RunSpec
 from station.executors.runfiles import Bounds, Refused, copy_tree, run_folder, work_base, work_folder
 
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
@@ -41,6 +45,7 @@ from .scorer_driver import READY
 
 DRIVER = Path(__file__).with_name("scorer_driver.py")
 COMPAT = Path(__file__).with_name("compat")  # openevolve.evaluation_result and shinka.core, for the scorer
+APART = Path(__file__).with_name("apart")  # the program host (the companion) and the evaluator's stand-in
 DETAILS_MAX_CHARS = 4000
 METRICS_MAX = 50
 
@@ -122,16 +127,49 @@ class FolderTask(Task):
             f"calls {calls} on it, each call in a fresh sandbox, and hands back its metrics. The station computes "
             f"the score from them, outside that sandbox: the score is the `{s.scorer.metric}` metric ({better}); "
             f"a program without it is rejected.{self._range_text()} {self._rejections()}{self._frame_rule()}\n\n"
+            f"{self._isolation_text()}\n\n"
+            f"Limits: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
+        )
+
+    def _isolation_text(self) -> str:
+        if self.folder.program_apart:
+            return (
+                "What is isolated: your program runs in a process of its own, apart from the evaluator (its own "
+                "file system view and user; it does not see the task folder). The evaluator calls your program's "
+                "functions through a stand-in: arguments and results cross as plain data only (None, numbers, "
+                "strings, bytes, lists, tuples, dicts, NumPy arrays of numbers); any other value (a generator, an "
+                "object of your own class) is refused with an error naming its type. What your program prints is "
+                "passed on; Python's and NumPy's global random generators are handed to your program with each "
+                "call and back with the answer. A run that fails in any way after the evaluator was handed your "
+                "program counts against your program, and your program's source is stored with its evaluation."
+            )
+        return (
             "What is isolated and what is not: the sandbox keeps your program from the station, other runs, the "
             "network and API keys, but not from the evaluator. Your program runs inside the evaluator's sandbox, "
-            "usually inside the evaluator's own process, so code in it could change what the evaluator measures "
-            "or hands back, and the station cannot tell such metrics from honest ones. What the station does: it "
+            "inside the evaluator's own process (this task declares that its evaluator needs it there), so code in "
+            "it could change what the evaluator measures or hands back, and the station cannot tell such metrics "
+            "from honest ones: the score is not isolated from your program. What the station does: it "
             "computes the score itself, so nothing in the sandbox sets the score directly; only numbers count; a "
             "metric that is not a finite number, and a run that fails in any way after the evaluator was handed "
             "your program (an exception, an exit, a killed process), count against your program; and your "
             "program's source is stored with its evaluation, where it can be read. Changing the evaluator's "
-            "measurements is cheating, not research.\n\n"
-            f"Limits: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
+            "measurements is cheating, not research."
+        )
+
+    def program_isolation(self) -> str:
+        """For `station task check`: whether an evolve program runs apart from its evaluator, and why
+        ("" for a native folder, whose submission never shares the scorer's run)."""
+        if not self.folder.runs_program:
+            return ""
+        if self.folder.program_apart:
+            return (
+                "runs apart from its evaluator, in a process of its own (the run's companion: its own root, "
+                "and its own uid where the sandbox gives runs uids); the evaluator's loading of it gives a "
+                "stand-in module, and only plain data crosses between them"
+            )
+        return (
+            "shares its evaluator's process (task.yaml says program_process: shared): it can change what the "
+            "evaluator measures, so the score is not isolated from the program"
         )
 
     def _rejections(self) -> str:
@@ -220,9 +258,10 @@ class FolderTask(Task):
         logs: list[RunResult] = []
         thresholds = self.folder.cascade.thresholds
         stages = self.folder.entry_points
+        program = self._program_folder(inputs)
         for stage, function in enumerate(stages, 1):
             self._write_settings(inputs, action="score", function=function)
-            judged = executor.run(self._scorer_spec(inputs, outputs, f"{label}-{function}"))
+            judged = executor.run(self._scorer_spec(inputs, outputs, f"{label}-{function}", program))
             logs.append(judged)
             outcome = self._stage_outcome(judged, function)
             if outcome is not None:
@@ -235,6 +274,16 @@ class FolderTask(Task):
             if _threshold_score(found, self.folder.settings.scorer.metric) < thresholds[stage - 1]:
                 break
         return _with_logs(RunResult(status="ok", value={"metrics": metrics, "notes": notes}), logs)
+
+    def _program_folder(self, inputs: Path) -> Path | None:
+        """The program alone in a folder of its own: what the companion that runs it mounts (None
+        when the program shares its evaluator's process)."""
+        if not self.folder.program_apart:
+            return None
+        folder = inputs.parent / "program"
+        folder.mkdir(exist_ok=True)
+        (folder / self.filename).write_bytes((inputs / self.filename).read_bytes())
+        return folder
 
     @staticmethod
     def _stage_outcome(judged: RunResult, function: str) -> RunResult | None:
@@ -289,16 +338,19 @@ class FolderTask(Task):
             "filename": self.filename,
             "mode": self.mode,
             "function": function,
+            "apart": folder.program_apart,
         }
         (inputs / "scorer.json").write_text(json.dumps(settings), encoding="utf-8")
 
-    def _scorer_spec(self, inputs: Path, outputs: Path, label: str) -> RunSpec:
+    def _scorer_spec(self, inputs: Path, outputs: Path, label: str, program: Path | None = None) -> RunSpec:
         scorer = self.folder.settings.scorer
         # an OpenEvolve evaluator runs the program too: its run has the task's limit (a config may override it)
         runs_program = self.folder.runs_program
         timeout = self.timeout_s if runs_program else scorer.timeout_s
         mounts = [Mount(self.folder.path, "task"), Mount(outputs, "outputs"), Mount(inputs, "inputs")]
         mounts.append(Mount(COMPAT, "compat"))
+        if self.folder.program_apart:
+            mounts.append(Mount(APART, "apart"))
         if self.folder.format == "shinka":  # its main() writes metrics.json and correct.json here
             results = inputs.parent / "results"
             if not results.is_dir():  # one per evaluation, its stages share it
@@ -315,6 +367,7 @@ class FolderTask(Task):
             memory_mb=scorer.memory_mb,
             num_cpus=self.num_cpus if runs_program else 1.0,
             label=label,
+            companion=_program_host(program) if program is not None else None,
         )
 
     # -- the scorer's answer -------------------------------------------------------------------
@@ -393,6 +446,15 @@ class FolderTask(Task):
         return f"of {value:g}, outside the range [{bounds[0]:g}, {bounds[1]:g}] the task declares (score_range)"
 
 
+def _program_host(program: Path) -> Companion:
+    """The run's companion that runs an evolve program apart from its evaluator (apart/apart_host.py)."""
+    return Companion(
+        code=(APART / "apart_host.py").read_text(encoding="utf-8"),
+        filename="program_host.py",
+        mounts=(Mount(APART, "apart"), Mount(program, "program")),
+    )
+
+
 def _program_score(metrics: dict[str, Any], metric: str) -> float | str:
     """The named metric (`scorer.metric`, by default OpenEvolve's combined_score); a string says why
     there is no usable score. Never a mean of the others: unlike numbers (a count, a time) would
@@ -451,11 +513,18 @@ def _error_of(metrics: dict[str, Any]) -> str:
 
 
 def _with_logs(result: RunResult, runs: list[RunResult]) -> RunResult:
-    """`result` with the output and the time of every run that led to it."""
+    """`result` with the output and the time of every run that led to it, and their sandbox's layers."""
     joined = {
         name: "\n".join(text for text in (getattr(r, name) for r in runs) if text) for name in ("stdout", "stderr")
     }
-    return replace(result, duration_s=sum(r.duration_s for r in runs), stdout=joined["stdout"], stderr=joined["stderr"])
+    isolation = next((r.isolation for r in reversed(runs) if r.isolation), result.isolation)
+    return replace(
+        result,
+        duration_s=sum(r.duration_s for r in runs),
+        stdout=joined["stdout"],
+        stderr=joined["stderr"],
+        isolation=isolation,
+    )
 
 
 def _clip(text: str) -> str:

@@ -503,6 +503,9 @@ def cmd_task_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         failed += problem is not None
+        isolation = getattr(task, "program_isolation", lambda: "")()
+        if isolation:  # an OpenEvolve or ShinkaEvolve program: what keeps it from its evaluator
+            print(clean(f"program: {isolation}"), file=sys.stderr)
         if problem is None and not args.no_baselines and task.baselines():
             with elapsed_line("evaluating baselines"):
                 results = evaluate_baselines(task, executor)
