@@ -123,7 +123,8 @@ def test_a_shinka_program_cannot_rewrite_its_evaluator_s_validation(
 
 # -- what crosses, and how: one evaluator that tries every way of loading and calling the program ----------
 PROBE_EVALUATOR = """
-import contextlib, importlib, importlib.machinery, importlib.util, io, os, random, runpy, signal, subprocess, sys
+import contextlib, importlib, importlib.machinery, importlib.util, io, multiprocessing, os, random, runpy, signal
+import subprocess, sys
 
 import numpy as np
 
@@ -184,7 +185,20 @@ def evaluate(program_path):
     sys.path.insert(0, os.path.dirname(program_path))
     seen["import_uid"] = importlib.import_module(os.path.basename(program_path)[:-3]).facts()["uid"]
     seen["text_read"] = float("def facts" in open(program_path).read())
+    child = multiprocessing.get_context("fork")
+    queue = child.Queue()
+    forked = child.Process(target=_facts_into, args=(m, queue))
+    forked.start()
+    seen["forked_uid"], seen["parent_still_calls"] = queue.get(timeout=60)["uid"], m.facts()["uid"]
+    forked.join()
+    for _ in range(100):  # loads dropped at once: their workers end with them
+        _load(program_path).facts()
+    seen["after_100_loads"] = _load(program_path).facts()["uid"]
     return seen
+
+
+def _facts_into(m, queue):
+    queue.put(m.facts())
 """
 
 PROBE_PROGRAM = """
@@ -292,6 +306,8 @@ def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data
     assert "as_main: 5 \"MAIN ['x']\"" in details, details
     assert seen["run_path_uid"] == seen["loader_uid"] == seen["import_uid"] == seen["program_uid"]
     assert seen["text_read"] == 1  # reading the program's text reads the real file
+    # a forked child of the evaluator calls on a connection of its own; a hundred loads come and go
+    assert seen["forked_uid"] == seen["parent_still_calls"] == seen["after_100_loads"] == seen["program_uid"]
 
 
 # -- the codec: what each side builds from the other's bytes ---------------------------------------------

@@ -26,11 +26,11 @@ decides the cascade and computes the score itself. ShinkaEvolve evaluator: main(
 The program runs apart (scorer.json's "apart"): in a process of its own, the run's companion
 (evaluators/folder/apart/apart_host.py, reached through the channel folder), and before the
 evaluator is imported its ways of loading the program give it a stand-in module whose functions
-call there, plain data crossing (apart_standin.py); this process is made non-dumpable. An
-executor that runs no companion leaves no channel: then this process starts the host itself, a
-process of its own in this sandbox. A task may declare that its evaluator needs the program in
-its own process (task.yaml `program_process: shared`): then nothing here is trusted once the
-program is handed over. Either way READY goes to stderr just before, and the station counts any
+call there, plain data crossing (apart_standin.py); this process is made non-dumpable. Without
+a channel (an executor that runs no companion) the evaluation fails before the program is handed
+over: the station's failure, never a silent return to one process. A task may declare that its
+evaluator needs the program in its own process (task.yaml `program_process: shared`): then
+nothing here is trusted once the program is handed over. Either way READY goes to stderr just before, and the station counts any
 failure of the run after that line as the program's.
 
 `scorer.json`'s "action" is "score", or "check" (import the scorer and look for its entry points,
@@ -39,15 +39,11 @@ for `station task check`: {"outcome": "checked", "missing": [names]}).
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import json
 import os
 import pickle
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -102,22 +98,12 @@ def _load(path: Path) -> Any:
 
 def _run_apart(program: Path) -> None:
     """Before the evaluator is imported: its loading of the program gives it a stand-in whose
-    functions run in the program's own process."""
+    functions run in the program's own process, the run's companion."""
+    channel = os.environ.get(CHANNEL_ENV)
+    if not channel:  # never a silent fallback to the evaluator's own process
+        raise RuntimeError(f"the executor ran no companion ({CHANNEL_ENV} is unset): the program cannot run apart")
     standin = _load(Path(APART, "apart_standin.py").resolve())
-    channel = os.environ.get(CHANNEL_ENV) or _start_host(program)
     standin.install(str(program), channel)
-
-
-def _start_host(program: Path) -> str:
-    """No companion (an executor that runs none): the program host as a process of our own."""
-    channel = tempfile.mkdtemp(prefix="station-channel-")
-    host = subprocess.Popen(
-        [sys.executable, "-s", str(Path(APART, "apart_host.py").resolve()), str(program)],
-        env={**os.environ, CHANNEL_ENV: channel},
-        start_new_session=True,
-    )
-    atexit.register(lambda: os.killpg(host.pid, signal.SIGKILL))
-    return channel
 
 
 def _native(module: Any, settings: dict[str, Any], task_dir: Path, submission: Path) -> dict[str, Any]:

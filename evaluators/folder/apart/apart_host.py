@@ -86,7 +86,11 @@ def _serve(listener: socket.socket, program: str) -> None:
         for fd, _ in poller.poll():
             if fd == listener.fileno():
                 conn, _ = listener.accept()
-                workers[conn.fileno()] = (conn, _start(conn, program, listener, workers))
+                try:
+                    workers[conn.fileno()] = (conn, _start(conn, program, listener, workers))
+                except OSError:  # at the run's process cap: this load fails, the evaluator is told
+                    conn.close()
+                    continue
                 poller.register(conn, select.POLLRDHUP)  # never POLLIN: the worker reads the requests
             elif fd == woken:
                 os.read(woken, 4096)

@@ -206,9 +206,12 @@ class Program:
         return call
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with self.lock:
-            conn = self.idle.pop() if self.idle else None
-        if conn is None:  # another thread's call is running (or was abandoned): a fresh load
+        with self.lock:  # a forked child (multiprocessing) must not share its parent's stream
+            mine = [c for c in self.idle if c.pid == os.getpid()]
+            conn = mine[-1] if mine else None
+            if conn is not None:
+                self.idle.remove(conn)
+        if conn is None:  # another thread's call is running (or was abandoned), or a child calls: a fresh load
             conn = Connection()
             conn.load(self.run_name)
         try:
@@ -223,6 +226,7 @@ class Connection:
     def __init__(self) -> None:
         self.sock = _connect()
         self.closed = False
+        self.pid = os.getpid()
 
     def close(self) -> None:
         self.closed = True

@@ -3,7 +3,12 @@ results_dir): load the program, call its experiment function `num_runs` times (w
 `get_experiment_kwargs(run)`), check each result (`validate_fn`), combine the valid ones
 (`aggregate_metrics_fn`), and write metrics.json and correct.json into `results_dir`.
 Returns (metrics, correct, error). Options of the real loop that concern its own machinery
-(parallel runs, early stopping, plotting) are accepted and do nothing here."""
+(parallel runs, early stopping, plotting) are accepted and do nothing here.
+
+load_program goes through importlib.util.spec_from_file_location, looked up when it is called:
+where the program runs apart from its evaluator (evaluators/folder/apart), that gives the
+stand-in module, so each experiment runs in the program's own process and only its result, as
+plain data, reaches validate_fn and aggregate_metrics_fn here."""
 
 from __future__ import annotations
 
