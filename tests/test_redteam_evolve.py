@@ -214,7 +214,24 @@ def facts():
     except OSError:
         task = 0.0
     return {"uid": os.getuid(), "task_file": task, "apart_env": float("STATION_APART_PROGRAM" in os.environ),
-            "evaluator_module": float(any("evaluator" in name for name in sys.modules))}
+            "evaluator_module": float(any("evaluator" in name for name in sys.modules)),
+            "others_read": others_read()}
+
+
+def others_read():
+    # what of another process it reads: its memory, environment, or the task folder through its root
+    read = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        for part in ("mem", "environ", "root/task/evaluator.py", "cwd/task/evaluator.py"):
+            try:
+                with open(f"/proc/{pid}/{part}", "rb") as f:
+                    if part == "mem":
+                        f.seek(0x400000)
+                    f.read(16)
+                read += os.stat(f"/proc/{pid}").st_uid != os.getuid() or part.endswith(".py")
+            except OSError:
+                pass
+    return read
 
 
 def numbers_lazily():
@@ -288,10 +305,12 @@ def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data
     finally:
         executor.close()
     assert result["status"] == "ok", result
+    assert any(layer.startswith("companion") for layer in result["isolation"]), result["isolation"]  # not "none"
     seen, details = result["metrics"], result["details"]
     # apart: another uid, no task folder, no evaluator module, no stand-in variables
     assert seen["program_uid"] != seen["evaluator_uid"], seen
     assert seen["program_task_file"] == 0 and seen["program_evaluator_module"] == 0 and seen["program_apart_env"] == 0
+    assert seen["program_others_read"] == 0  # neither the evaluator's memory nor its environment nor its files
     # what crosses: plain data both ways, refused otherwise with the function and the type named
     assert (
         "generator: TypeError: numbers_lazily() returned a generator: only plain data crosses from the program"
