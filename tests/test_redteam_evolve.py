@@ -123,8 +123,8 @@ def test_a_shinka_program_cannot_rewrite_its_evaluator_s_validation(
 
 # -- what crosses, and how: one evaluator that tries every way of loading and calling the program ----------
 PROBE_EVALUATOR = """
-import contextlib, importlib, importlib.machinery, importlib.util, io, multiprocessing, os, random, runpy, signal
-import subprocess, sys
+import contextlib, ctypes, importlib, importlib.machinery, importlib.util, io, multiprocessing, os, random, runpy, signal
+import subprocess, sys, tempfile
 
 import numpy as np
 
@@ -155,6 +155,7 @@ def evaluate(program_path):
     m = _load(program_path)
     facts = m.facts()
     seen = {"combined_score": 0.5, "evaluator_uid": os.getuid(), **{f"program_{k}": v for k, v in facts.items()}}
+    seen["evaluator_dumpable"] = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
     seen["generator"] = _try(m.numbers_lazily)
     seen["object_in"] = _try(lambda: m.echo(object()))
     try:
@@ -180,6 +181,12 @@ def evaluate(program_path):
     seen["sleeper_killed"] = float(m.sleeper_gone())
     ran = subprocess.run([sys.executable, program_path, "x"], capture_output=True, text=True, timeout=60)
     seen["as_main"] = f"{ran.returncode} {ran.stdout.strip()!r}"
+    script = os.path.join(tempfile.mkdtemp(), "child.py")  # as upstream evaluators run a program with a timeout
+    with open(script, "w") as f:
+        f.write(f"import importlib.util\\nspec = importlib.util.spec_from_file_location('p', {program_path!r})\\n"
+                "m = importlib.util.module_from_spec(spec)\\nspec.loader.exec_module(m)\\nprint(m.facts()['uid'])\\n")
+    ran = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=60)
+    seen["child_uid"] = int(ran.stdout.split()[-1])
     seen["run_path_uid"] = runpy.run_path(program_path)["facts"]()["uid"]
     seen["loader_uid"] = importlib.machinery.SourceFileLoader("p2", program_path).load_module().facts()["uid"]
     sys.path.insert(0, os.path.dirname(program_path))
@@ -311,6 +318,7 @@ def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data
     assert seen["program_uid"] != seen["evaluator_uid"], seen
     assert seen["program_task_file"] == 0 and seen["program_evaluator_module"] == 0 and seen["program_apart_env"] == 0
     assert seen["program_others_read"] == 0  # neither the evaluator's memory nor its environment nor its files
+    assert seen["evaluator_dumpable"] == 0  # nor by the same uid, where a sandbox gives runs none of their own
     # what crosses: plain data both ways, refused otherwise with the function and the type named
     assert (
         "generator: TypeError: numbers_lazily() returned a generator: only plain data crosses from the program"
@@ -324,6 +332,7 @@ def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data
     # `python program.py`, runpy, SourceFileLoader and import all reach the program's own process
     assert "as_main: 5 \"MAIN ['x']\"" in details, details
     assert seen["run_path_uid"] == seen["loader_uid"] == seen["import_uid"] == seen["program_uid"]
+    assert seen["child_uid"] == seen["program_uid"]  # a child interpreter's loading too
     assert seen["text_read"] == 1  # reading the program's text reads the real file
     # a forked child of the evaluator calls on a connection of its own; a hundred loads come and go
     assert seen["forked_uid"] == seen["parent_still_calls"] == seen["after_100_loads"] == seen["program_uid"]
