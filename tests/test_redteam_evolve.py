@@ -13,6 +13,7 @@ here as the formats' own frameworks call them, for the honest scores.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -419,3 +420,42 @@ def test_task_check_and_the_contract_say_whether_the_program_runs_apart(tmp_path
     (tmp_path / "shared" / "task.yaml").write_text("program_process: together\n")
     with pytest.raises(ValueError, match="program_process"):
         create_task("folder", {"path": str(tmp_path / "shared")})
+
+
+def test_the_stand_in_and_the_host_work_the_same_without_a_sandbox(tmp_path: Path) -> None:
+    """The crossing itself, where no sandbox runs (no root, no unshare): the host as a plain process,
+    the evaluator in another with the stand-in installed; every crossing as in the sandbox."""
+    pytest.importorskip("numpy")
+    apart, channel = ROOT / "evaluators" / "folder" / "apart", tmp_path / "channel"
+    channel.mkdir()
+    (tmp_path / "program.py").write_text(PROBE_PROGRAM)
+    (tmp_path / "evaluator.py").write_text(PROBE_EVALUATOR)
+    (tmp_path / "run.py").write_text(
+        "import importlib.util, json, sys\n"
+        f"sys.path.insert(0, {str(apart)!r})\n"
+        "import apart_standin\n"
+        f"apart_standin.install({str(tmp_path / 'program.py')!r}, {str(channel)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('evaluator', {str(tmp_path / 'evaluator.py')!r})\n"
+        "evaluator = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(evaluator)\n"
+        f"print(json.dumps(evaluator.evaluate({str(tmp_path / 'program.py')!r})))\n"
+    )
+    env = {**os.environ, "STATION_CHANNEL": str(channel)}
+    host = subprocess.Popen([sys.executable, "-s", str(apart / "apart_host.py"), str(tmp_path / "program.py")], env=env)
+    try:
+        ran = subprocess.run(
+            [sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+    finally:
+        host.kill()
+        host.wait()
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout.splitlines()[-1])
+    assert seen["generator"].startswith("TypeError: numbers_lazily() returned a generator: only plain data")
+    assert seen["object_in"].startswith("TypeError: echo() was given an object (argument [0])")
+    assert seen["value_error"] == "('bad input', 7)" and seen["own_error"] == "RuntimeError: OwnError: mine"
+    assert seen["echo_same"] == seen["random_carried"] == seen["prints_caught"] == seen["sleeper_killed"] == 1
+    assert seen["timeout"] == "TimeoutError: took too long" and seen["as_main"] == "5 \"MAIN ['x']\""
+    assert seen["evaluator_dumpable"] == 0 and seen["program_evaluator_module"] == 0
+    uids = {seen[k] for k in ("program_uid", "run_path_uid", "loader_uid", "import_uid", "child_uid", "forked_uid")}
+    assert uids == {os.getuid()} and seen["after_100_loads"] == os.getuid()

@@ -178,7 +178,7 @@ class Kept:
         return f"<the program's {self._kind} {self._name}, kept in the program's process>"
 
     def __getattr__(self, attribute: str) -> Any:
-        raise TypeError(
+        raise AttributeError(
             f"the program's {self._name} is a {self._kind}, which stays in the program's own process: "
             f"only its functions and plain data reach the evaluator{SHARED_HINT}"
         )
