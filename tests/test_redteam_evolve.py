@@ -125,7 +125,7 @@ def test_a_shinka_program_cannot_rewrite_its_evaluator_s_validation(
 # -- what crosses, and how: one evaluator that tries every way of loading and calling the program ----------
 PROBE_EVALUATOR = """
 import contextlib, ctypes, importlib, importlib.machinery, importlib.util, io, multiprocessing, os, random, runpy, signal
-import subprocess, sys, tempfile
+import subprocess, sys, tempfile, threading
 
 import numpy as np
 
@@ -180,6 +180,10 @@ def evaluate(program_path):
     seen["timeout"] = _try(m.sleep_long)
     signal.alarm(0)
     seen["sleeper_killed"] = float(m.sleeper_gone())
+    waiting = threading.Thread(target=m.sleep_long, daemon=True)  # a thread's call left running, as on a timeout
+    waiting.start()
+    waiting.join(1)
+    seen["beside_a_running_call"] = m.facts()["uid"]
     ran = subprocess.run([sys.executable, program_path, "x"], capture_output=True, text=True, timeout=60)
     seen["as_main"] = f"{ran.returncode} {ran.stdout.strip()!r}"
     script = os.path.join(tempfile.mkdtemp(), "child.py")  # as upstream evaluators run a program with a timeout
@@ -334,6 +338,7 @@ def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data
     assert "as_main: 5 \"MAIN ['x']\"" in details, details
     assert seen["run_path_uid"] == seen["loader_uid"] == seen["import_uid"] == seen["program_uid"]
     assert seen["child_uid"] == seen["program_uid"]  # a child interpreter's loading too
+    assert seen["beside_a_running_call"] == seen["program_uid"]  # a fresh load beside a call still running
     assert seen["text_read"] == 1  # reading the program's text reads the real file
     # a forked child of the evaluator calls on a connection of its own; a hundred loads come and go
     assert seen["forked_uid"] == seen["parent_still_calls"] == seen["after_100_loads"] == seen["program_uid"]
