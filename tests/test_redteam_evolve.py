@@ -186,6 +186,8 @@ def evaluate(program_path):
     seen["beside_a_running_call"] = m.facts()["uid"]
     ran = subprocess.run([sys.executable, program_path, "x"], capture_output=True, text=True, timeout=60)
     seen["as_main"] = f"{ran.returncode} {ran.stdout.strip()!r}"
+    seen["main_timeout"] = _try(lambda: subprocess.run([sys.executable, program_path, "sleep"], timeout=1))
+    seen["main_sleeper_killed"] = float(m.sleeper_gone("main-sleeper"))
     script = os.path.join(tempfile.mkdtemp(), "child.py")  # as upstream evaluators run a program with a timeout
     with open(script, "w") as f:
         f.write(f"import importlib.util\\nspec = importlib.util.spec_from_file_location('p', {program_path!r})\\n"
@@ -272,14 +274,14 @@ def shout():
     print("PROGRAM-PRINTS")
 
 
-def sleep_long():
-    with open(os.path.join(os.environ["STATION_CHANNEL"], "sleeper"), "w") as f:
+def sleep_long(name="sleeper"):
+    with open(os.path.join(os.environ["STATION_CHANNEL"], name), "w") as f:
         f.write(str(os.getpid()))
     time.sleep(120)
 
 
-def sleeper_gone():
-    with open(os.path.join(os.environ["STATION_CHANNEL"], "sleeper")) as f:
+def sleeper_gone(name="sleeper"):
+    with open(os.path.join(os.environ["STATION_CHANNEL"], name)) as f:
         pid = int(f.read())
     for _ in range(200):
         if not os.path.exists(f"/proc/{pid}"):
@@ -289,6 +291,8 @@ def sleeper_gone():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["sleep"]:
+        sleep_long("main-sleeper")
     print("MAIN", sys.argv[1:])
     sys.exit(5)
 """
@@ -338,6 +342,7 @@ def test_the_program_runs_as_another_user_in_its_own_process_and_only_plain_data
     assert "as_main: 5 \"MAIN ['x']\"" in details, details
     assert seen["run_path_uid"] == seen["loader_uid"] == seen["import_uid"] == seen["program_uid"]
     assert seen["child_uid"] == seen["program_uid"]  # a child interpreter's loading too
+    assert "main_timeout: TimeoutExpired" in details and seen["main_sleeper_killed"] == 1  # the worker killed
     assert seen["beside_a_running_call"] == seen["program_uid"]  # a fresh load beside a call still running
     assert seen["text_read"] == 1  # reading the program's text reads the real file
     # a forked child of the evaluator calls on a connection of its own; a hundred loads come and go
@@ -461,6 +466,7 @@ def test_the_stand_in_and_the_host_work_the_same_without_a_sandbox(tmp_path: Pat
     assert seen["value_error"] == "('bad input', 7)" and seen["own_error"] == "RuntimeError: OwnError: mine"
     assert seen["echo_same"] == seen["random_carried"] == seen["prints_caught"] == seen["sleeper_killed"] == 1
     assert seen["timeout"] == "TimeoutError: took too long" and seen["as_main"] == "5 \"MAIN ['x']\""
+    assert seen["main_timeout"].startswith("TimeoutExpired") and seen["main_sleeper_killed"] == 1
     assert seen["evaluator_dumpable"] == 0 and seen["program_evaluator_module"] == 0
     uids = {seen[k] for k in ("program_uid", "run_path_uid", "loader_uid", "import_uid", "child_uid", "forked_uid")}
     assert uids == {os.getuid()} and seen["after_100_loads"] == os.getuid()
