@@ -41,6 +41,7 @@ from station.apps.world import Station
 from station.core.context import NeedInput
 from station.core.engine import Engine
 from station.core.room import validate_params
+from station.executors.shares import Ledger
 
 
 @register("research_room_toy")
@@ -690,6 +691,8 @@ def test_storage_write_read_list_delete(tmp_path: Path) -> None:
                                         reply(act("storage delete shared/lib/util.py"),
                                               act("storage delete shared/lib"),
                                               act("storage delete shared/lib/util.py"))]})
+    rs.ensure_layout(storage_dir(st))  # the ledger as runs' ends leave it (tests/test_redteam_storage_share.py)
+    Ledger(storage_dir(st) / ".shares", "shared").write({(1, 2): ("spiro", 3 << 20), (1, 3): ("praxis", 1 << 20)})
     Engine(st).run(ticks=3)
     assert turn_lines(st, "Spiro I", 1)[1:] == [
         "Created shared/lib/util.py (6 B).", "Created spiro/notes.md (5 B).", "Overwrote spiro/notes.md (5 B).",
@@ -701,6 +704,8 @@ def test_storage_write_read_list_delete(tmp_path: Path) -> None:
     assert "**Storage Information**" in out and "| shared | `storage/shared` | 1 | 6 B | list, read, write, delete |" \
         in out
     assert "| spiro (your lineage) | `storage/spiro` or `storage/lineage` | 1 | 5 B |" in out
+    assert ("Shared storage held by your lineage's runs: 3.0 MB, of a share of 25% of a task's storage limit "
+            "(256.0 MB for most tasks).") in out
     assert 'sys.path.append("storage/lineage")' in out
     assert "**File Listings**\n\n`shared/` (page 1 of 1): 1 file(s), 6 B in all\n- lib/util.py (6 B)" in out
     assert "**Read Contents**\n\n`shared/lib/util.py` (6 B):\n```\nX = 1\n```" in out

@@ -70,6 +70,14 @@ class ResearchConfig(Section):
     log_max_chars: int = Field(15_000, ge=200, description="logs shown in result messages (head and tail)")
     storage_read_max_chars: int = Field(40_000, ge=100)
     storage_write_max_chars: int = Field(1_000_000, ge=100)
+    storage_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="each lineage's share of storage/shared, as a fraction of a task's storage limit "
+        "(max_storage_mb, 1,024 MB by default: 256 MB); a run that pushes its lineage past it fails "
+        "and what it wrote there is removed",
+    )
 
     @model_validator(mode="after")
     def _on_time_needs_a_wait(self) -> ResearchConfig:

@@ -6,6 +6,8 @@ On disk (under the station's files/):
     research/storage/system/              task files: read-only for agents and code
     research/storage/lineages/<lineage>/  one per lineage (lower case): its own agents write,
                                           other lineages may read when the station allows it
+    research/storage/.shares/             the station's ledger of who holds what in shared/
+                                          (station/executors/shares.py); no run or agent sees it
 
 Agents name files as `<area>/<path>`: a leading `/storage/`, `storage/` or `/` is dropped, the
 first segment is the area (`shared`, `system`, `lineage` for the agent's own lineage, or a
@@ -29,10 +31,15 @@ import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from station.core.run_types import RunResult, RunSpec
 from station.executors.runfiles import regular_files
+from station.executors.shares import LEDGER_DIR
 
 SHARED, SYSTEM, LINEAGE = "shared", "system", "lineage"
 LINEAGES_DIR = "lineages"
@@ -79,6 +86,10 @@ def storage_root(files: Path) -> Path:
 def ensure_layout(root: Path) -> None:
     for part in (SHARED, SYSTEM, LINEAGES_DIR):
         _make_dir(root / part)
+    ledger = root / LEDGER_DIR
+    if not ledger.is_dir():
+        ledger.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(ledger, 0o700)  # the station's alone: the executor refuses a ledger others could write
 
 
 def _make_dir(path: Path) -> None:
@@ -398,3 +409,53 @@ def code_areas(root: Path, lineage: str | None, cross_lineage: bool) -> list[tup
             if name != own and name not in (SHARED, SYSTEM, LINEAGE):
                 areas.append((root / LINEAGES_DIR / name, f"storage/{name}", False))
     return areas
+
+
+# -- who a run's writes are charged to ---------------------------------------------------------------
+class Charged:
+    """An executor whose runs charge their writes to shared/ to `owner` (a lineage, or an agent
+    without one): each owner may hold `share` (a fraction) of a run's storage limit there, and a
+    run that pushes its owner past that fails and its writes are undone (station/executors/shares.py).
+    Everything else is the wrapped executor's."""
+
+    def __init__(self, executor: Any, owner: str, share: float) -> None:
+        self.executor, self.owner, self.share = executor, owner, share
+
+    def charge(self, spec: RunSpec) -> RunSpec:
+        return replace(spec, storage_share=(self.owner, max(1, int(spec.max_storage_mb * self.share))))
+
+    def run(self, spec: RunSpec) -> RunResult:
+        return self.executor.run(self.charge(spec))
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.executor, name)
+        if name == "trial_place":  # Ray's two-stage trials run through a place of their own: charged alike
+            return self._placed(found)
+        return found
+
+    def _placed(self, place: Callable[..., Any]) -> Callable[..., Any]:
+        @contextmanager
+        def placed(*args: Any, **kwargs: Any) -> Iterator[_ChargedPlace]:
+            with place(*args, **kwargs) as trial:
+                yield _ChargedPlace(trial, self)
+
+        return placed
+
+
+class _ChargedPlace:
+    """A trial's place whose runs are charged like the executor's (its folders and the rest as they are)."""
+
+    def __init__(self, trial: Any, charged: Charged) -> None:
+        self.trial, self.charged = trial, charged
+
+    def run(self, spec: RunSpec) -> RunResult:
+        return self.trial.run(self.charged.charge(spec))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.trial, name)
+
+
+def share_owner(lineage: str | None, author: str) -> str:
+    """Who an author's writes to shared/ are charged to: the lineage, whose successors inherit its
+    files (and can delete them), or the author when it has none (System baselines)."""
+    return lineage.lower() if lineage else author

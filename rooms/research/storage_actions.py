@@ -9,6 +9,8 @@ from rooms.research.config import ResearchConfig
 from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Outcome, action
+from station.core.run_types import RunSpec
+from station.executors.shares import held as held_in
 
 from . import storage as rs
 from .params import StorageParams
@@ -216,9 +218,23 @@ class StorageActions:
         for label, loc, path, rights in areas:
             count, size, complete = rs.area_usage(root, loc)
             lines.append(f"| {label} | {path} | {count}{'' if complete else '+'} | {rs.human_size(size)} | {rights} |")
+        lines += ["", self._share_line(ctx, agent)]
         rules = f"research_storage_rules_{self._others_stand(ctx, agent)}"
         lines += ["", ctx.texts.render(rules), "", ctx.texts.render("research_storage_code_example")]
         return "\n".join(lines)
+
+    def _share_line(self, ctx: Context, agent: Agent) -> str:
+        """What the agent's runs hold in shared/ (the station's ledger, as the last run's end left it)
+        and how much they may: a run that pushes past the share fails and its writes are removed."""
+        owner = rs.share_owner(agent.lineage, agent.name)
+        held = held_in(self.storage_root(ctx) / rs.SHARED).get(owner, 0)
+        share = ctx.config.section(ResearchConfig).storage_share
+        whose = "your lineage's" if agent.lineage else "your"
+        return (
+            f"Shared storage held by {whose} runs: {rs.human_size(held)}, of a share of {share:.0%} of a task's "
+            f"storage limit ({rs.human_size(int(share * (RunSpec.max_storage_mb << 20)))} for most tasks). A run "
+            "that writes past the share fails, and what it wrote to shared/ is removed."
+        )
 
     def _storage_listing(self, ctx: Context, agent: Agent, path: str, page: int) -> str:
         root = self.storage_root(ctx)

@@ -336,9 +336,11 @@ class EvaluationWorker(InputWorker):
             log.exception("the storage of evaluation %s could not be mounted", row["id"])
             return RunResult(status="system_error", error=f"Evaluation system error: {type(err).__name__}: {err}")
         self._mark(store, row["id"], version, "running")
+        share = self.config.section(ResearchConfig).storage_share
+        executor = rs.Charged(self.executor, rs.share_owner(row["lineage"], row["author"]), share)
         try:
             return task.execute(
-                self.executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"])
+                executor, code, mounts=mounts, label=f"eval-{row['id']}-v{version}", cpu_only=bool(row["cpu_only"])
             )
         except ScorerFailure:
             raise

@@ -64,6 +64,9 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)  # trusted extras from the task
     label: str = "run"  # e.g. "eval-17-v1", for logs and scratch names
     companion: Companion | None = None  # a second program kept apart from this one (see Companion)
+    # (who this run's writes to shared storage are charged to, their share in MB): in a writable
+    # storage dir whose station keeps a ledger beside it (docs/sandbox.md, "Shares of storage")
+    storage_share: tuple[str, int] | None = None
 
 
 @dataclass

@@ -31,7 +31,6 @@ class Moved(Exception):
 class Usage:
     bytes: int = 0  # sizes of the regular files (apparent size: a sparse file counts in full)
     files: int = 0  # entries of every kind below the root, directories and links included
-    wrote: bool = False  # holds an entry owned by `owner` and created or changed since `since`
     partial: bool = False  # the walk stopped early: the numbers are lower bounds
 
     def over(self, max_bytes: int, max_files: int) -> bool:
@@ -145,18 +144,20 @@ def scan(
     *,
     tidy: bool = False,
     gid: int | None = None,
-    owner: int | None = None,
-    since: float = 0.0,
     enough: Callable[[Usage], bool] | None = None,
+    seen: Callable[[int, str, os.stat_result | None], None] | None = None,
 ) -> Usage:
     """Count what `root` holds, stopping early once `enough(usage)` is true.
 
     With `tidy`: clear set-id bits on every regular file, remove FIFOs, sockets and device
     files, and with `gid` also share every entry with that group (what later runs' uids need).
-    `owner`/`since` set Usage.wrote."""
+    `seen(dir fd, name, lstat)` is called for every entry counted (shares.py tells whose it is),
+    and `seen(-1, "", None)` before each walk: a directory moved under it starts the walk again."""
     usage = Usage()
     for _ in range(WALK_TRIES):
         usage = Usage()
+        if seen is not None:
+            seen(-1, "", None)
         try:
             if tidy:
                 fd = os.open(root, DIR_FLAGS)
@@ -170,10 +171,10 @@ def scan(
                 if tidy and not _tidy(dir_fd, name, info, gid):
                     continue
                 usage.files += 1
+                if seen is not None:
+                    seen(dir_fd, name, info)
                 if stat.S_ISREG(info.st_mode):
                     usage.bytes += info.st_size
-                if owner is not None and info.st_uid == owner and info.st_ctime >= since:
-                    usage.wrote = True
                 if enough is not None and enough(usage):
                     usage.partial = True
                     return usage

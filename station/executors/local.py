@@ -24,6 +24,7 @@ environment only). RunResult.isolation says what was in force and what was missi
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import math
@@ -39,12 +40,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
 from station.core.run_types import CHANNEL_ENV, Mount, RunResult, RunSpec, RunStatus
-from station.executors import disk
+from station.executors import disk, shares
 from station.executors.processes import cpu_budget, exit_message, kill_tree, pump, tree_usage
 from station.executors.results import ResultRefused, StreamCapture, load_result, read_status
 
@@ -241,7 +242,7 @@ class LocalExecutor:
             if m.writable and (path := os.path.realpath(m.source)) not in storages:
                 storages[path] = _Storage(m.target, Path(path))
         for s in storages.values():
-            s.before = disk.scan(s.path, tidy=True, gid=SANDBOX_GID if uid is not None else None)
+            s.account = _account(spec, s, uid)
         if uid is not None:
             for owned in (scratch, out, scratch / spec.filename):
                 os.chown(owned, uid, SANDBOX_GID)
@@ -301,7 +302,9 @@ class LocalExecutor:
             for owned in (scratch, channel, scratch / comp.filename):
                 os.chown(owned, apart, apart)
         cwd = str(scratch) if self.mode == "process" else self.inside(run_dir)["scratch"]
-        env = {**environment(spec, cwd), CHANNEL_ENV: self.inside(run_dir)["channel"]}
+        # its own mounts, not the main code's, are what its imports must take as source only
+        own = environment(dataclasses.replace(spec, mounts=list(comp.mounts)), cwd)
+        env = {**own, CHANNEL_ENV: self.inside(run_dir)["channel"]}
         return {
             "uid": apart,
             "gid": apart if apart is not None else SANDBOX_GID,
@@ -530,6 +533,10 @@ def _size(usage: disk.Usage) -> str:
     return ("at least " if usage.partial else "") + text
 
 
+def _share_bytes(share: tuple[str, int] | None) -> tuple[str, int] | None:
+    return (share[0], share[1] << 20) if share is not None else None
+
+
 def _count(usage: disk.Usage) -> str:
     return ("at least " if usage.partial else "") + f"{usage.files:,} files"
 
@@ -538,7 +545,17 @@ def _count(usage: disk.Usage) -> str:
 class _Storage:
     target: str  # where the code sees it, e.g. "storage/shared"
     path: Path  # the host dir
-    before: disk.Usage = field(default_factory=disk.Usage)  # what it held when the run started
+    account: shares.Account | None = None  # what it held when the run started, who holds what (shares.py)
+
+
+def _account(spec: RunSpec, s: _Storage, uid: int | None) -> shares.Account:
+    """Tidy and measure a writable storage before the run (the quotas' starting point), with the
+    station's ledger when the run names who its writes are charged to (spec.storage_share)."""
+    ledger = None
+    if spec.storage_share is not None:
+        mounts = [*spec.mounts, *(spec.companion.mounts if spec.companion else ())]
+        ledger = shares.Ledger.beside(s.path, [Path(m.source) for m in mounts])
+    return shares.Account(s.path, s.target, ledger, uid, SANDBOX_GID if uid is not None else None)
 
 
 class _Watch:
@@ -548,9 +565,7 @@ class _Watch:
 
     def __init__(self, spec: RunSpec, run_dir: Path, storages: list[_Storage], uid: int | None, mode: str) -> None:
         self.spec, self.run_dir, self.storages, self.mode = spec, run_dir, storages, mode
-        # Files a run writes carry its uid, which no other live run has: what lets us charge a
-        # full storage to the runs that wrote into it, not to runs that merely ran meanwhile.
-        self.owner = uid
+        # the run's uid (no other live run has it) went to each storage's account: what it made there
         self.since = time.time()
         self.init: int | None = None
         self.next_disk = time.monotonic() + DISK_POLL_S
@@ -608,26 +623,18 @@ class _Watch:
         for s in self.storages:
             if broken and not final:
                 break
-            # Charged: over the limit, above what it held when the run started, and (where runs
-            # have uids of their own) written by this run, not only by others running meanwhile.
-            max_bytes = max(spec.max_storage_mb << 20, s.before.bytes)
-            max_files = max(spec.max_files, s.before.files)
-
-            def charged(u: disk.Usage) -> bool:
-                return u.over(max_bytes, max_files) and (u.wrote or self.owner is None)  # noqa: B023 - called at once, inside this iteration
-
-            if final:
-                gid = SANDBOX_GID if self.owner is not None else None
-                now = disk.scan(s.path, tidy=True, gid=gid, owner=self.owner, since=self.since)
-            else:
-                now = disk.scan(s.path, owner=self.owner, since=self.since, enough=charged)
-            if charged(now):
-                held, limit = (
-                    (_size(now), f"{spec.max_storage_mb:,} MB")
-                    if now.bytes > max_bytes
-                    else (_count(now), f"{spec.max_files:,} files")
-                )
-                broken.append(f"Storage quota exceeded: {s.target} holds {held}, the limit is {limit}")
+            if s.account is None:  # never measured: the run did not start
+                continue
+            # Charged: what this run wrote (its uid's new entries, where runs have uids of their
+            # own, and the files it grew) breaks the limit or its owner's share; at the end what
+            # it wrote there is then undone (shares.py).
+            s.account.since = self.since
+            limits = shares.Limits(
+                spec.max_storage_mb << 20, spec.max_files, spec.max_storage_mb, _share_bytes(spec.storage_share)
+            )
+            why = s.account.settle(limits) if final else s.account.check(limits)
+            if why is not None:
+                broken.append(why)
         return broken[0] if broken else None
 
 
