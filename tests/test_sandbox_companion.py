@@ -524,6 +524,29 @@ def test_process_mode_runs_the_companion_as_a_child_and_kills_it_at_the_end(plac
     assert not Path(f"/proc/{got['pid']}").exists()  # killed and reaped before the run ended
 
 
+def test_the_companion_imports_only_sources_from_its_storage_mounts(executor, places):
+    """Like every Python process of a run, the companion imports the run's sitecustomize, told its
+    own storage mounts (not the main code's) are source only (tests/test_redteam_bytecode.py)."""
+    comp = Companion(
+        code=SERVE
+        + textwrap.dedent("""
+        import sys
+        serve(lambda m: [os.environ["STATION_SOURCE_ONLY"], "sitecustomize" in sys.modules])
+    """),
+        mounts=(Mount(places / "lib", "storage/lib"),),
+    )
+    r = executor.run(
+        RunSpec(
+            code=ASK + "def main():\n    return ask({})\n",
+            companion=comp,
+            timeout_s=30,
+            mounts=[Mount(places / "data", "storage/data")],
+        )
+    )
+    assert r.status == "ok", r
+    assert r.value == ["/run/work/storage/lib", True]
+
+
 def test_the_companion_reaches_no_abstract_socket_or_ipc_object_of_the_main_code(executor, places):
     """Abstract unix sockets belong to a network namespace, SysV IPC objects to an IPC namespace,
     and neither checks who connects or (at mode 0666) who opens: the companion has namespaces of
