@@ -28,9 +28,27 @@ from station.executors.local import RUN_CHANNEL, SandboxError
 MAIN_SECRET = "main-code-mount-secret"
 COMPANION_LIB = "companion-library-text"
 
+# Both sides probe the same way: an action done, or the OSError it met.
+PROBES = """
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as err:
+        return type(err).__name__
+def reads(path):
+    def read():
+        with open(path, "rb") as f:
+            f.read(64)
+    return attempt(read)
+"""
+
+
 # The companion's side: bind the channel's socket, opened to the main code's uid only once
 # chmod'ed, and answer one JSON message with probe(message).
-SERVE = """
+SERVE = (
+    PROBES
+    + """
 import json, os, signal, socket
 def serve(probe, mode=0o666):
     path = os.path.join(os.environ["STATION_CHANNEL"], "sock")
@@ -45,21 +63,13 @@ def serve(probe, mode=0o666):
         data += chunk
     conn.sendall(json.dumps(probe(json.loads(data))).encode())
     conn.close()
-def attempt(action):
-    try:
-        action()
-        return "done"
-    except OSError as err:
-        return type(err).__name__
-def reads(path):
-    def read():
-        with open(path, "rb") as f:
-            f.read(64)
-    return attempt(read)
 """
+)
 
 # The main code's side: wait for the socket, send one message, return the answer.
-ASK = """
+ASK = (
+    PROBES
+    + """
 import json, os, signal, socket, time
 def ask(message, name="sock"):
     path = wait_for(name)
@@ -78,18 +88,8 @@ def wait_for(name):
             break
         time.sleep(0.01)
     return path
-def attempt(action):
-    try:
-        action()
-        return "done"
-    except OSError as err:
-        return type(err).__name__
-def reads(path):
-    def read():
-        with open(path, "rb") as f:
-            f.read(64)
-    return attempt(read)
 """
+)
 
 
 @pytest.fixture(scope="module")
