@@ -350,6 +350,9 @@ def test_infinite_loop_is_killed_quickly(executor, station):
     r = run(executor, station, "def main():\n    while True:\n        pass\n", timeout_s=1.5)
     assert (r.status, r.error) == ("timeout", "Execution timed out after 1.5 seconds")
     assert time.monotonic() - began < 4 and sandbox_processes(within=executor.scratch_base) == []
+    # the layers in force are reported although the sandbox was killed (they were all "missing")
+    assert not [x for x in r.isolation if x.startswith("missing:")], r.isolation
+    assert "allow-list-root" in r.isolation and any(x.startswith("uid ") for x in r.isolation)
 
 
 def test_cpu_limit_applies_even_before_the_wall_clock(executor, station):

@@ -423,6 +423,8 @@ class LocalExecutor:
     ) -> RunResult:
         status = read_status(str(run_dir))
         result.isolation = self._isolation(status)
+        if status is not None and not {"exit", "signal", "setup_error"} & status.keys():
+            status = None  # PID 1 was stopped before the code ended: it wrote only the layers in force
         if stop is not None:  # a timeout or a cap: the code's doing
             result.status, result.error = stop
             return result

@@ -463,6 +463,17 @@ def companion_layers(cfg: dict, report: tuple[list[str], str]) -> str:
     return "companion: " + ", ".join(layers)
 
 
+def isolation_layers(cfg: dict, layers: list[str], closed: list[str], apart: tuple[list[str], str] | None) -> list[str]:
+    """What was in force around the code: the root's layers, its process's own, the companion's."""
+    found = list(layers)
+    if cfg["uid"] is not None:
+        found.append(f"uid {cfg['uid']}")
+    if cfg["mode"] != "process" or cfg["uid"] is not None:
+        found.append("no-capabilities")
+    entry = [companion_layers(cfg, apart)] if apart is not None else []
+    return found + ["no-new-privs", "rlimits"] + closed + entry
+
+
 def main() -> None:
     cfg = read_config()
     run_fd = os.open(cfg["run_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # outlives the pivot
@@ -488,6 +499,9 @@ def main() -> None:
             os._exit(127)
     os.close(ready_w)
     closed, failed = read_report(ready_r)
+    if not failed:  # written now too: a run stopped from outside (a timeout, a cap) ends with us unheard
+        isolation = isolation_layers(cfg, layers, closed, apart)
+        write_status(run_fd, {"isolation": isolation})
     status = wait_for(pid, reap_all=in_namespaces)
     try:
         if in_namespaces:
@@ -510,13 +524,7 @@ def main() -> None:
     record: dict[str, object] = (
         {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
     )
-    if cfg["uid"] is not None:
-        layers.append(f"uid {cfg['uid']}")
-    if in_namespaces or cfg["uid"] is not None:
-        layers.append("no-capabilities")
-    entry = [companion_layers(cfg, apart)] if apart is not None else []
-    record["isolation"] = layers + ["no-new-privs", "rlimits"] + closed + entry
-    write_status(run_fd, record)
+    write_status(run_fd, {**record, "isolation": isolation})
 
 
 if __name__ == "__main__":
