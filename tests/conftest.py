@@ -120,6 +120,31 @@ def demo60(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared_world(tmp_path_factory, "demo60", build)
 
 
+@pytest.fixture(scope="module")
+def sandbox_executor() -> Any:
+    """A LocalExecutor in the full namespaces mode; the module's tests skip where it cannot run."""
+    from station.executors import LocalExecutor
+
+    ex = LocalExecutor()
+    if ex.mode != "namespaces":
+        pytest.skip(f"the sandbox runs in {ex.mode!r} mode here (needs root and unshare)")
+    return ex
+
+
+def run_folder_task(folder: Path, code: str) -> dict[str, Any]:
+    """`code` evaluated on the task folder `folder` as `station evaluate` does, in a fresh local sandbox."""
+    from evaluators.base import create_task
+    from rooms.research.standalone import evaluate
+    from station.executors import LocalExecutor
+
+    task = create_task("folder", {"path": str(folder)})
+    executor = LocalExecutor(hide=task.private_paths())
+    try:
+        return evaluate(task, code, executor)
+    finally:
+        executor.close()
+
+
 def copy_station(source: Path, target: Path) -> Path:
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("run.lock"))
     return target

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_folder_task
 
 from evaluators.base import create_task
 from rooms.research.standalone import evaluate
@@ -34,15 +35,6 @@ FOLDERS = ROOT / "tests" / "data" / "evolve_redteam"
 COMPAT = ROOT / "evaluators" / "folder" / "compat"
 MODULE_STATE = FOLDERS / "openevolve_module_state"
 VALIDATOR = FOLDERS / "shinka_validator"
-
-
-def run_task(folder: Path, code: str) -> dict[str, Any]:
-    task = create_task("folder", {"path": str(folder)})
-    executor = LocalExecutor(hide=task.private_paths())
-    try:
-        return evaluate(task, code, executor)
-    finally:
-        executor.close()
 
 
 def in_block(folder: Path, initial: str, block: str) -> str:
@@ -82,12 +74,12 @@ def test_an_openevolve_program_cannot_read_its_evaluator_s_module_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It used to read `_HIDDEN` from the evaluator's module and score 1.0 (honest: 0.6396)."""
-    honest = run_task(MODULE_STATE, (MODULE_STATE / "initial_program.py").read_text())
+    honest = run_folder_task(MODULE_STATE, (MODULE_STATE / "initial_program.py").read_text())
     program = tmp_path / "initial.py"
     program.write_text((MODULE_STATE / "initial_program.py").read_text())
     expected = oracle(MODULE_STATE / "evaluator.py", monkeypatch).evaluate(str(program))["combined_score"]
     assert honest["status"] == "ok" and honest["score"] == expected, honest
-    attacked = run_task(MODULE_STATE, in_block(MODULE_STATE, "initial_program.py", READ_THE_ANSWER))
+    attacked = run_folder_task(MODULE_STATE, in_block(MODULE_STATE, "initial_program.py", READ_THE_ANSWER))
     assert attacked["status"] == "ok", attacked
     assert attacked["score"] == honest["score"], attacked  # the guess fell back to the honest one
 
@@ -112,12 +104,12 @@ def test_a_shinka_program_cannot_rewrite_its_evaluator_s_validation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It used to make validate_fn "always valid" and score 2.99 where 1 is the honest maximum."""
-    honest = run_task(VALIDATOR, (VALIDATOR / "initial.py").read_text())
+    honest = run_folder_task(VALIDATOR, (VALIDATOR / "initial.py").read_text())
     program = tmp_path / "initial.py"
     program.write_text((VALIDATOR / "initial.py").read_text())
     metrics, correct, _ = oracle(VALIDATOR / "evaluate.py", monkeypatch).main(str(program), str(tmp_path / "out"))
     assert correct and honest["status"] == "ok" and honest["score"] == metrics["combined_score"], honest
-    attacked = run_task(VALIDATOR, in_block(VALIDATOR, "initial.py", ALWAYS_VALID))
+    attacked = run_folder_task(VALIDATOR, in_block(VALIDATOR, "initial.py", ALWAYS_VALID))
     assert attacked["score"] is None or attacked["score"] <= 1.0, attacked
     assert attacked["status"] == "invalid" and "more than 1" in attacked["details"], attacked
 

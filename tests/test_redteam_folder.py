@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_folder_task
 
 from evaluators.base import create_task
-from rooms.research.standalone import evaluate
-from station.executors import LocalExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -56,15 +55,6 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def run_task(folder: Path, code: str) -> dict[str, Any]:
-    task = create_task("folder", {"path": str(folder)})
-    executor = LocalExecutor(hide=task.private_paths())
-    try:
-        return evaluate(task, code, executor)
-    finally:
-        executor.close()
-
-
 def task_check(folder: Path, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", str(folder), *more],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -75,7 +65,7 @@ def task_check(folder: Path, *more: str) -> subprocess.CompletedProcess[str]:
 def test_huge_predictions_are_rejected_not_a_free_scorer_failure(returned: str) -> None:
     """The README's line_fit scorer used to overflow on [1e200, 1e200]: a scorer failure that
     charged nobody. Now the submission is rejected, and that counts against it."""
-    result = run_task(EXAMPLES / "line_fit", f"def predict():\n    return {returned}\n")
+    result = run_folder_task(EXAMPLES / "line_fit", f"def predict():\n    return {returned}\n")
     assert result["status"] == "invalid", result
     assert "Rejected by the task's scorer" in result["details"] and "between -1e+06 and 1e+06" in result["details"]
 
@@ -95,11 +85,11 @@ def test_arithmetic_overflow_while_scoring_is_the_submission_s_fault(place: Path
     come from the values being scored, so the driver rejects the submission even when the scorer
     forgot to check them. Honest values still score."""
     folder = write(place, {"task.md": "# Squares\n", "evaluate.py": NAIVE_SCORERS[kind]})
-    result = run_task(folder, "def main():\n    return [1e200, 3.0]\n" if kind == "python floats"
-                      else "def main():\n    return [1000.0, 1.0]\n")
+    result = run_folder_task(folder, "def main():\n    return [1e200, 3.0]\n" if kind == "python floats"
+                             else "def main():\n    return [1000.0, 1.0]\n")
     assert result["status"] == "invalid", result
     assert "could not compute with the values given" in result["details"]
-    assert run_task(folder, "def main():\n    return [1.0, 2.0]\n")["status"] == "ok"
+    assert run_folder_task(folder, "def main():\n    return [1.0, 2.0]\n")["status"] == "ok"
 
 
 def _example_scorer(name: str) -> Any:
@@ -171,8 +161,8 @@ def test_patching_the_scorer_or_the_evaluator_does_not_lead_the_board(patched: s
     then computed the score outside the run, and refused metrics forged outside the task's
     score_range. Now the program runs apart from its evaluator (tests/test_redteam_evolve.py):
     neither module is in its process, and the evaluator reports the program's KeyError."""
-    forged = run_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(textwrap.dedent(PATCHES[patched])))
-    honest = run_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(""))
+    forged = run_folder_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(textwrap.dedent(PATCHES[patched])))
+    honest = run_folder_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(""))
     assert honest["status"] == "ok" and math.isclose(honest["score"], 1.0, abs_tol=1e-6)
     assert forged["score"] is None or forged["score"] <= honest["score"], forged
     assert forged["status"] == "invalid" and "KeyError" in forged["details"], forged
@@ -187,7 +177,7 @@ def test_an_openevolve_program_cannot_end_the_evaluator_for_a_free_scorer_failur
     """Once the evaluator holds the program, whatever ends its run is the program's doing: a crash
     of the program (charged, debuggable), never 'the task's failure, nothing counts against you'.
     Run apart, an exit ends only the program's own process: the evaluator is told so."""
-    result = run_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(ending))
+    result = run_folder_task(EXAMPLES / "openevolve_function_minimization", openevolve_program(ending))
     assert result["status"] != "scorer_error", result
     if "KeyError" in ending:  # the example's evaluator turns any exception into an `error` metric
         assert result["status"] == "invalid" and "the evaluator broke" in result["details"], result
@@ -198,7 +188,7 @@ def test_an_openevolve_program_cannot_end_the_evaluator_for_a_free_scorer_failur
 def test_an_evaluator_that_fails_before_it_has_the_program_is_still_the_task_s_failure(place: Path) -> None:
     folder = write(place, {"initial_program.py": "def run():\n    return 1\n",
                            "evaluator.py": "import not_a_module_anywhere\n\ndef evaluate(path):\n    return {}\n"})
-    result = run_task(folder, "def run():\n    return 1\n")
+    result = run_folder_task(folder, "def run():\n    return 1\n")
     assert result["status"] == "scorer_error", result
 
 
@@ -249,7 +239,7 @@ def test_a_symlinked_private_folder_is_warned_of_and_unreachable_from_a_submissi
     assert checked.returncode == 0, checked.stderr
     assert "warning: private is a symbolic link" in checked.stderr and "Replace the link" in checked.stderr
     code = READ_ANYWHERE.format(targets=[str(answers / "answer.txt"), str(folder / "private" / "answer.txt")])
-    result = run_task(folder, code)
+    result = run_folder_task(folder, code)
     assert result["status"] == "ok", result
     assert result["details"].startswith("['FileNotFoundError', 'FileNotFoundError'") and SECRET not in str(result)
 
@@ -271,7 +261,7 @@ def test_a_folder_in_a_git_repository_is_warned_of_and_its_objects_are_unreachab
     checked = task_check(folder, "--no-baselines")
     assert checked.returncode == 0, checked.stderr
     assert f"inside the git repository {repository}" in checked.stderr and ".gitignore" in checked.stderr
-    result = run_task(folder, READ_ANYWHERE.format(targets=[str(folder / "private" / "answer.txt")]))
+    result = run_folder_task(folder, READ_ANYWHERE.format(targets=[str(folder / "private" / "answer.txt")]))
     assert result["status"] == "ok", result
     assert result["details"] == "['FileNotFoundError']" and SECRET not in str(result)
     # the object store really holds the answer: the attack would find it on a host that shows it
@@ -337,8 +327,8 @@ def test_a_shinka_program_cannot_poison_the_stand_ins_the_task_or_the_next_run(p
             assert not hits, hits
             return [math.pi * i / n for i in range(n)]'''), "    "),
     )
-    attacked = run_task(folder, attack)
+    attacked = run_folder_task(folder, attack)
     assert attacked["success"] and attacked["score"] == pytest.approx(0.5217, abs=1e-3)  # not 1e9
     assert {p: p.read_bytes() for p in before} == before  # nothing on the host changed
-    honest = run_task(folder, (SHINKA / "initial.py").read_text())
+    honest = run_folder_task(folder, (SHINKA / "initial.py").read_text())
     assert honest["score"] == attacked["score"]

@@ -32,7 +32,7 @@ from helpers import act, read, reply, station_cli, yaml_block
 
 from rooms.research import storage as rs
 from rooms.research.worker import storage_mounts
-from station.executors import LocalExecutor, Mount, RunSpec, shares
+from station.executors import Mount, RunSpec, shares
 
 MB = 1 << 20
 
@@ -65,11 +65,8 @@ def main():
 
 
 @pytest.fixture(scope="module")
-def executor():
-    ex = LocalExecutor()
-    if ex.mode != "namespaces":
-        pytest.skip(f"the sandbox runs in {ex.mode!r} mode here (needs root and unshare)")
-    return ex
+def executor(sandbox_executor):
+    return sandbox_executor
 
 
 @pytest.fixture

@@ -34,11 +34,8 @@ def main():
 
 
 @pytest.fixture(scope="module")
-def executor():
-    ex = LocalExecutor()
-    if ex.mode != "namespaces":
-        pytest.skip(f"the sandbox runs in {ex.mode!r} mode here (needs root and unshare)")
-    return ex
+def executor(sandbox_executor):
+    return sandbox_executor
 
 
 @pytest.fixture
