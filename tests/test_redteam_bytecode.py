@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from rooms.research import storage as rs
+from rooms.research.fingerprint import storage_hashes
 from station.executors import LocalExecutor, Mount, RunSpec
 
 HONEST = 'def answer():\n    return "honest"\n'
@@ -222,3 +224,31 @@ def read_protocols(directory: Path) -> list[str]:
     from helpers import read
 
     return [row[0] for row in read(directory, "SELECT protocol FROM external_evaluations ORDER BY id")]
+
+
+def test_what_a_run_leaves_in_storage_cannot_stop_or_steer_the_storage_fingerprint(tmp_path: Path) -> None:
+    """The station hashes storage after every evaluation (for `station external`), walking folders
+    runs write. A 3000-deep folder tree used to raise RecursionError out of os.walk, outside the
+    worker's error handling, for every later evaluation; a link to / or a FIFO must not be followed
+    or waited on. Now: the deep tree is marked incomplete, the link named, the FIFO skipped, and the
+    honest file hashed."""
+    files = tmp_path / "files"
+    root = rs.storage_root(files)
+    rs.ensure_layout(root)
+    shared = root / "shared"
+    (shared / "helper.py").write_text("VALUE = 1\n")
+    (shared / "escape").symlink_to("/")
+    os.mkfifo(shared / "pipe")
+    fd = os.open(shared, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):  # relative to a descriptor: the path would pass PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        down = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = down
+    os.close(fd)
+    found = storage_hashes(files, None)
+    assert found["storage/shared/helper.py"].startswith("sha256:")
+    assert found["storage/shared/escape"] == "link:/"
+    assert not any(path.startswith("storage/shared/escape/") for path in found)
+    assert "storage/shared/pipe" not in found
+    assert found["storage/shared/..."].startswith("incomplete")

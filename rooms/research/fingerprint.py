@@ -16,6 +16,9 @@ import stat
 import threading
 from pathlib import Path
 
+from station.executors.disk import DIR_FLAGS
+from station.executors.runfiles import entries, open_same
+
 from . import storage as rs
 
 CHUNK = 1 << 20
@@ -43,31 +46,38 @@ def changed_files(kept: dict[str, str], now: dict[str, str]) -> list[str]:
 
 
 def _area(folder: Path, target: str) -> dict[str, str]:
+    """What one area holds, walked as the station walks what runs wrote (runfiles.entries: no link
+    followed, no recursion, 64 folders deep at most)."""
     found: dict[str, str] = {}
-    for root, dirs, names in os.walk(folder):  # links to folders are listed, never followed
-        for name in [*dirs, *names]:
-            path = os.path.join(root, name)
-            entry = _entry(path)
-            if entry is not None:
-                found[f"{target}/{os.path.relpath(path, folder)}"] = entry
+    try:
+        top = os.open(folder, DIR_FLAGS)
+    except FileNotFoundError:
+        return found
+    try:
+        for at, name, rel, info in entries(top):
+            if info is None:
+                found[f"{target}/..."] = "incomplete: folders deeper than the walk goes"
+            elif (entry := _entry(at, name, info)) is not None:
+                found[f"{target}/{rel}"] = entry
+    finally:
+        os.close(top)
     return found
 
 
-def _entry(path: str) -> str | None:
+def _entry(at: int, name: str, info: os.stat_result) -> str | None:
     """A link's target, a regular file's content hash, None for a folder (what it holds is listed)."""
     try:
-        info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode):
-            return f"link:{os.readlink(path)}"
+            return f"link:{os.readlink(name, dir_fd=at)}"
         if not stat.S_ISREG(info.st_mode):
             return None
-        return _content(path)
+        fd = open_same(at, name, info)
+        return _content(fd) if fd is not None else "unreadable: changed while hashed"
     except OSError as err:
         return f"unreadable:{err.strerror}"
 
 
-def _content(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _content(fd: int) -> str:
     try:
         info = os.fstat(fd)
         key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)

@@ -267,19 +267,33 @@ def regular_files(
 ) -> tuple[list[tuple[str, int]], bool]:
     """(path relative to the folder `at`, size) of the regular files below it whose name `keep`
     accepts, links not followed, and whether that is all of them: the walk stops at `max_files`
-    files and does not enter folders deeper than `max_depth` (a descriptor per level, no recursion:
-    os.fwalk recursed, and a run's 3000-deep tree made it fail). `at` stays open."""
+    files and does not enter folders deeper than `max_depth`. `at` stays open."""
     files: list[tuple[str, int]] = []
-    complete = True
+    for _, name, rel, info in entries(at, max_depth):
+        if info is None:
+            return files, False
+        if stat.S_ISREG(info.st_mode) and (keep is None or keep(name)):
+            files.append((rel, info.st_size))
+            if len(files) >= max_files:
+                return files, False
+    return files, True
+
+
+def entries(at: int, max_depth: int = 64) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
+    """(descriptor of its folder, name, path relative to the folder `at`, lstat) of every entry below
+    it, links not followed, a descriptor per level and no recursion (os.fwalk recursed, and a run's
+    3000-deep tree made it fail). A folder deeper than `max_depth` is not entered: then one last
+    (-1, "", "", None) says the walk was not complete. `at` stays open."""
     first = os.dup(at)
     stack = [(first, "", os.scandir(first))]
+    cut = False
     try:
         while stack:
-            fd, path, entries = stack[-1]
-            entry = next(entries, None)
+            fd, path, found = stack[-1]
+            entry = next(found, None)
             if entry is None:
                 stack.pop()
-                entries.close()
+                found.close()
                 os.close(fd)
                 continue
             name, rel = entry.name, f"{path}/{entry.name}" if path else entry.name
@@ -287,22 +301,33 @@ def regular_files(
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue  # gone meanwhile
-            if stat.S_ISREG(info.st_mode) and (keep is None or keep(name)):
-                files.append((rel, info.st_size))
-                if len(files) >= max_files:
-                    return files, False
-            elif stat.S_ISDIR(info.st_mode):
+            yield fd, name, rel, info
+            if stat.S_ISDIR(info.st_mode):
                 if len(stack) > max_depth:
-                    complete = False
+                    cut = True
                     continue
                 down = _open_dir_at(fd, name, info)
                 if down is not None:
                     stack.append((down, rel, os.scandir(down)))
-        return files, complete
     finally:
-        for fd, _, entries in stack:
-            entries.close()
+        for fd, _, found in stack:
+            found.close()
             os.close(fd)
+    if cut:
+        yield -1, "", "", None
+
+
+def open_same(at: int, name: str, info: os.stat_result) -> int | None:
+    """The regular file `name` of the folder `at`, opened for reading when it is still the one
+    `info` describes (None: gone or swapped); never follows a link, never blocks on a FIFO."""
+    try:
+        fd = os.open(name, FILE_FLAGS, dir_fd=at)
+    except OSError:
+        return None
+    if _same(os.fstat(fd), info):
+        return fd
+    os.close(fd)
+    return None
 
 
 def _open_dir_at(at: int, name: str, info: os.stat_result) -> int | None:
