@@ -214,7 +214,7 @@ class LocalExecutor:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # "in use", for _sweep
                 stack.callback(disk.remove_tree, run_dir)
                 storages = self._prepare(spec, run_dir, uid, apart)
-                result = self._launch(spec, run_dir, _Watch(spec, run_dir, storages, uid, self.mode))
+                result = self._launch(spec, run_dir, _Watch(spec, run_dir, storages, self.mode))
         except (SandboxError, ValueError, OSError) as err:
             result = RunResult(status="system_error", error=f"Sandbox error: {err}")
         result.duration_s = time.monotonic() - began
@@ -565,9 +565,8 @@ class _Watch:
     of its whole process tree, every few seconds (walks of bounded cost) its disk use, and at
     its end the disk use again, after tidying the storage it could write."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, storages: list[_Storage], uid: int | None, mode: str) -> None:
+    def __init__(self, spec: RunSpec, run_dir: Path, storages: list[_Storage], mode: str) -> None:
         self.spec, self.run_dir, self.storages, self.mode = spec, run_dir, storages, mode
-        # the run's uid (no other live run has it) went to each storage's account: what it made there
         self.since = time.time()
         self.init: int | None = None
         self.next_disk = time.monotonic() + DISK_POLL_S
