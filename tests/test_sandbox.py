@@ -630,9 +630,13 @@ class Boom:
         return (os.system, (f"touch {self.canary}",))
 
 
-def test_training_progress_is_reported_as_plain_short_text(executor, station):
+def test_training_progress_is_reported_as_plain_short_text(executor, station, monkeypatch):
     """What a harness writes to STATION_PROGRESS reaches the status displays, cleaned and capped; a
-    link planted in its place is not followed."""
+    link planted in its place is not followed. The executor looks every 0.2 s here (POLL_S, 1 s in a
+    station): each state lasts seven looks."""
+    from station.executors import local
+
+    monkeypatch.setattr(local, "POLL_S", 0.2)
     seen: list[tuple[str, str]] = []
     executor.on_progress = lambda label, text: seen.append((label, text))
     try:
@@ -643,10 +647,10 @@ def test_training_progress_is_reported_as_plain_short_text(executor, station):
                 for text in ["epoch 1/3", "epoch 2/3\\x1b]52;c;evil\\x07" + "x" * 500]:
                     open(path + ".new", "w").write(text)
                     os.replace(path + ".new", path)
-                    time.sleep(2.5)
+                    time.sleep(1.5)
                 os.remove(path)
                 os.symlink("/etc/passwd", path)
-                time.sleep(2.5)
+                time.sleep(1.5)
                 return 1
         """, timeout_s=30, label="eval-7-v1-train0")
     finally:
