@@ -70,6 +70,7 @@ class Head:
     def __init__(self, port: int, env: dict[str, str]) -> None:
         self.port, self.address = port, f"127.0.0.1:{port}"
         self.tag = secrets.token_hex(8)
+        self.driver_env = env  # for its drivers: without the marker, so that kill() spares them
         self.env = {**env, MARK: self.tag}
         self.temp = tempfile.mkdtemp(prefix="rf", dir="/tmp")  # short: Ray's socket paths have a limit
 
@@ -114,11 +115,33 @@ class Head:
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
-@pytest.fixture
-def ray_env() -> dict[str, str]:
+def token_env() -> dict[str, str]:
     """Ray >= 2.5x clusters want a token; a driver given an explicit address needs the mode said."""
     return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
+@pytest.fixture
+def ray_env() -> dict[str, str]:
+    return token_env()
+
+
+@pytest.fixture(scope="module")
+def module_head():
+    """One head for the tests that need a live head and only end it themselves (a killed worker, then a
+    killed head): a Ray start less. Started when first asked for; see live_head."""
+    h = Head(free_port(), token_env())
+    yield h
+    h.remove()
+    assert h.processes() == {}
+
+
+@pytest.fixture
+def live_head(module_head: Head) -> Head:
+    """The module's head, (re)started if it is not running: a test before may have killed it."""
+    if not module_head.processes():
+        module_head.start()
+    return module_head
 
 
 @pytest.fixture
@@ -144,36 +167,58 @@ def main():
         time.sleep(600)
     return n
 """
+# One executor in one process runs each (label, folder, sleepy) given at once, each from its own
+# thread as the station's evaluations do, and prints "RESULT <label> <json>" for each.
 DRIVER = """
-import json, sys, time
+import json, sys, threading, time
 from pathlib import Path
 from station.core.config import ExecutorConfig
 from station.executors import Mount, RunSpec
 from station.executors.ray_executor import RayExecutor
-address, label, folder, sleepy, linger = json.loads(sys.argv[1])
+address, runs, linger = json.loads(sys.argv[1])
 ex = RayExecutor(ExecutorConfig(kind="ray", ray_address=address))
-spec = RunSpec(code=%r.replace("SLEEPY", str(sleepy)), timeout_s=300, label=label,
-               mounts=[Mount(Path(folder), "storage/shared", writable=True)])
-r = ex.run(spec)
-print("RESULT", json.dumps({"status": r.status, "value": r.value, "error": r.error}), flush=True)
+
+def run(label, folder, sleepy):
+    spec = RunSpec(code=%r.replace("SLEEPY", str(sleepy)), timeout_s=300, label=label,
+                   mounts=[Mount(Path(folder), "storage/shared", writable=True)])
+    r = ex.run(spec)
+    print("RESULT", label, json.dumps({"status": r.status, "value": r.value, "error": r.error}), flush=True)
+
+threads = [threading.Thread(target=run, args=tuple(each)) for each in runs]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
 time.sleep(linger)  # Ray still initialised here
 ex.close()
 print("closed", flush=True)
 """ % CODE
 
 
-def driver(env: dict[str, str], address: str, label: str, folder: Path, sleepy: int, linger: float = 0):
-    folder.mkdir(mode=0o777)
-    folder.chmod(0o777)  # the sandbox's uid writes there
-    return subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps([address, label, str(folder), sleepy, linger])],
+def driver(env: dict[str, str], address: str, runs: list[tuple[str, Path, int]], linger: float = 0):
+    """A driver process running `runs` (label, folder it counts its attempts in, attempts that sleep) at once."""
+    for _, folder, _ in runs:
+        folder.mkdir(mode=0o777)
+        folder.chmod(0o777)  # the sandbox's uid writes there
+    plain = [[label, str(folder), sleepy] for label, folder, sleepy in runs]
+    return subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps([address, plain, linger])],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def outcome(proc: subprocess.Popen, seconds: float = 300) -> tuple[dict, str]:
+def outcomes(proc: subprocess.Popen, seconds: float = 300) -> tuple[dict[str, dict], bool]:
+    """({label: its result}, whether the driver closed its executor and ended cleanly)."""
     out, err = proc.communicate(timeout=seconds)
     assert proc.returncode == 0, f"the driver died ({proc.returncode}): {err[-3000:]}"
     lines = out.strip().splitlines()  # Ray prints notes of its own there too
-    return json.loads(next(line for line in lines if line.startswith("RESULT "))[7:]), "closed" in lines
+    found = dict(line[7:].split(" ", 1) for line in lines if line.startswith("RESULT "))
+    return {label: json.loads(text) for label, text in found.items()}, "closed" in lines
+
+
+def outcome(proc: subprocess.Popen, seconds: float = 300) -> tuple[dict, bool]:
+    """The result of a driver's one run, and whether it closed cleanly."""
+    results, closed = outcomes(proc, seconds)
+    (result,) = results.values()
+    return result, closed
 
 
 def kill_worker(h: Head, label: str, folder: Path, attempt: int, proc: subprocess.Popen) -> None:
@@ -181,26 +226,29 @@ def kill_worker(h: Head, label: str, folder: Path, attempt: int, proc: subproces
     os.kill(wait_for(f"the worker of attempt {attempt}", lambda: h.worker_running(label), proc=proc), signal.SIGKILL)
 
 
-def test_a_killed_ray_worker_is_retried_and_the_run_scored(tmp_path, head, ray_env):
-    h = head()
-    once = driver(ray_env, h.address, "faults-once", tmp_path / "once", sleepy=1)
-    kill_worker(h, "faults-once", tmp_path / "once", 1, once)
-    result, closed = outcome(once)
-    assert result == {"status": "ok", "value": 2, "error": None} and closed
-
-    always = driver(ray_env, h.address, "faults-always", tmp_path / "always", sleepy=99)
+def test_a_killed_ray_worker_is_retried_and_the_run_scored(tmp_path, live_head):
+    """Two runs side by side in one driver (the head has two CPUs): one whose worker is killed once,
+    one whose worker is killed at every attempt."""
+    h = live_head
+    both = driver(h.driver_env, h.address, [("faults-once", tmp_path / "once", 1),
+                                            ("faults-always", tmp_path / "always", 99)])
+    kill_worker(h, "faults-once", tmp_path / "once", 1, both)
     for attempt in range(1, RETRIES + 2):
-        kill_worker(h, "faults-always", tmp_path / "always", attempt, always)
-    result, _ = outcome(always)
+        kill_worker(h, "faults-always", tmp_path / "always", attempt, both)
+    results, closed = outcomes(both)
+    assert results["faults-once"] == {"status": "ok", "value": 2, "error": None} and closed
+
+    result = results["faults-always"]
     assert result["status"] == "system_error" and f"failed on Ray's side {RETRIES + 1} times" in result["error"]
     assert "WorkerCrashedError" in result["error"]
     assert sorted(p.name for p in (tmp_path / "always").iterdir()) == [f"attempt-{n}" for n in range(1, RETRIES + 2)]
+    assert sorted(p.name for p in (tmp_path / "once").iterdir()) == ["attempt-1", "attempt-2"]
 
 
-def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_path, head, ray_env):
-    h = head()
-    short = {**ray_env, "RAY_gcs_rpc_server_reconnect_timeout_s": str(SHORT_RECONNECT_S)}
-    run = driver(short, h.address, "faults-head", tmp_path / "head", sleepy=1, linger=LINGER_S)
+def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_path, live_head):
+    h = live_head  # killed here: a later test that wants it starts it again
+    short = {**h.driver_env, "RAY_gcs_rpc_server_reconnect_timeout_s": str(SHORT_RECONNECT_S)}
+    run = driver(short, h.address, [("faults-head", tmp_path / "head", 1)], linger=LINGER_S)
     wait_for("the run start", lambda: (tmp_path / "head" / "attempt-1").exists(), proc=run)
     h.kill()
     result, closed = outcome(run)
@@ -211,7 +259,7 @@ def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_
 
 def test_an_address_nothing_answers_on_is_a_system_error_not_a_hang(tmp_path, ray_env):
     address = f"127.0.0.1:{free_port()}"
-    run = driver(ray_env, address, "faults-nothing", tmp_path / "nothing", sleepy=0)
+    run = driver(ray_env, address, [("faults-nothing", tmp_path / "nothing", 0)])
     result, closed = outcome(run, seconds=120)
     assert result["status"] == "system_error" and result["error"].startswith(f"Ray cluster at {address} unreachable")
     assert closed
