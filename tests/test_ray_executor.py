@@ -1,9 +1,12 @@
 """RayExecutor with real Ray: the same sandbox on a Ray worker, timeouts, cancellation, and
 joining an existing cluster.
 
-The first test starts its own Ray head (`ray start --head`) and kills that head's processes by
-PID (test_ray_faults.Head): `ray stop --force` would wait 7 s in stages, and stop every Ray
-process on this host. Needs root and unshare like tests/test_sandbox.py.
+The module starts a Ray head (`ray start --head`) and kills that head's processes by PID
+(test_ray_faults.Head): `ray stop --force` would wait 7 s in stages, and stop every Ray process on
+this host. While that cluster is up, the module's executor (no ray_address) starts the local
+instance the other tests use, from a thread that ends at once: one Ray start serves both the test
+that it is a new instance and the tests that run on it. Needs root and unshare like
+tests/test_sandbox.py.
 """
 from __future__ import annotations
 
@@ -34,22 +37,55 @@ if LocalExecutor().mode != "namespaces":
 
 
 @pytest.fixture(scope="module")
-def ray_ex():
-    ex = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2))
-    yield ex
-    ex.close()
-
-
-def test_ray_address_joins_an_existing_cluster():
-    """Runs first, in a subprocess: one process can be connected to one Ray cluster only."""
-    # Ray 2.5x+ clusters want a token; a driver given an explicit address needs the mode said out loud
+def cluster():
+    """A Ray head of two CPUs on this host (Ray 2.5x+ clusters want a token; a driver given an explicit
+    address needs the mode said out loud): its environment for drivers, and the head."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     head = Head(free_port(), env)
-    port = head.port
     try:
         head.start()
-        script = f"""
+        yield env, head
+    finally:
+        head.remove()
+
+
+@pytest.fixture(scope="module")
+def started(cluster):
+    """The module's executor, given no address, and what its first run saw: (executor, that run's
+    result, the GCS address and CPUs of the instance it started). It starts Ray while `cluster` is up
+    (Ray alone would join that), in the cluster's environment (its token too), from a thread that ends
+    at once, as an evaluation's thread does."""
+    import ray
+
+    env, _ = cluster
+    with pytest.MonkeyPatch.context() as patch:  # undone after close(), which puts back what it found
+        for key in ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+            patch.setenv(key, env[key])
+        ex = create_executor(ExecutorConfig(kind="ray", ray_num_cpus=2))
+        try:
+            first: list = []
+            spec = RunSpec(code="def main():\n    return 7\n", timeout_s=30)
+            starter = threading.Thread(target=lambda: first.append(
+                (ex.run(spec), ray.get_runtime_context().gcs_address, ray.cluster_resources().get("CPU"))))
+            starter.start()
+            starter.join()
+            assert first, "the first run raised"
+            yield (ex, *first[0])
+        finally:
+            ex.close()
+
+
+@pytest.fixture(scope="module")
+def ray_ex(started):
+    return started[0]
+
+
+def test_ray_address_joins_an_existing_cluster(cluster, started):
+    """The driver runs in a subprocess: one process can be connected to one Ray cluster only."""
+    env, head = cluster
+    port = head.port
+    script = f"""
 import json, ray
 from station.core.config import ExecutorConfig
 from station.executors import RunSpec, create_executor
@@ -60,23 +96,21 @@ print(json.dumps({{"status": r.status, "value": r.value, "gcs": context.gcs_addr
                    "cpus": ray.cluster_resources().get("CPU")}}))
 ex.close()
 """
-        joined = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-        assert joined.returncode == 0, joined.stderr
-        seen = json.loads(joined.stdout.strip().splitlines()[-1])
-        assert seen["status"] == "ok" and seen["value"] == 42
-        assert seen["gcs"].endswith(f":{port}") and seen["cpus"] == 2.0
-        # close() disconnected the driver; the cluster it joined is still up
-        status = subprocess.run([BIN / "ray", "status", f"--address=127.0.0.1:{port}"], capture_output=True,
-                                text=True, env=env, timeout=60)
-        assert status.returncode == 0, status.stderr
-        # with that cluster up, a station given no address starts its own instance (Ray alone would join it)
-        alone = script.replace(f'ray_address="127.0.0.1:{port}"', "ray_num_cpus=1")
-        own = subprocess.run([sys.executable, "-c", alone], capture_output=True, text=True, env=env, timeout=120)
-        assert own.returncode == 0, own.stderr
-        seen = json.loads(own.stdout.strip().splitlines()[-1])
-        assert seen["status"] == "ok" and not seen["gcs"].endswith(f":{port}") and seen["cpus"] == 1.0, seen
-    finally:
-        head.remove()
+    joined = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert joined.returncode == 0, joined.stderr
+    seen = json.loads(joined.stdout.strip().splitlines()[-1])
+    assert seen["status"] == "ok" and seen["value"] == 42
+    assert seen["gcs"].endswith(f":{port}") and seen["cpus"] == 2.0
+    # close() disconnected the driver; the cluster it joined is still up
+    status = subprocess.run([BIN / "ray", "status", f"--address=127.0.0.1:{port}"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert status.returncode == 0, status.stderr
+    # with that cluster up, the module's executor, given no address, started its own instance (Ray alone
+    # would have joined it): another GCS, on loopback, with the two CPUs it asked for
+    _, first, gcs, cpus = started
+    assert first.status == "ok" and first.value == 7, first
+    assert gcs.startswith("127.0.0.1:") and not gcs.endswith(f":{port}") and cpus == 2.0, (gcs, cpus)
+    head.remove()  # not needed any more: the other tests use the module's own instance
 
 
 def test_station_code_does_not_import_ray():
@@ -86,13 +120,12 @@ def test_station_code_does_not_import_ray():
     assert done.returncode == 0, done.stderr
 
 
-def test_ray_outlives_the_thread_that_started_it(ray_ex):
-    """Ray's processes die with the *thread* that called ray.init: evaluation threads end."""
-    results = []
+def test_ray_outlives_the_thread_that_started_it(started):
+    """Ray's processes die with the *thread* that called ray.init: evaluation threads end. The
+    module's executor started Ray from a thread that ended at once (`started`)."""
+    ray_ex, first = started[:2]
+    results = [first]
     spec = RunSpec(code="def main():\n    return 7\n", timeout_s=30)
-    first = threading.Thread(target=lambda: results.append(ray_ex.run(spec)))
-    first.start()
-    first.join()
     time.sleep(1)  # a killed GCS would be noticed by now
     second = threading.Thread(target=lambda: results.append(ray_ex.run(spec)), daemon=True)
     second.start()
