@@ -107,29 +107,25 @@ def test_the_baseline_trains_and_the_station_scores_its_checkpoints(tmp_path_fac
     assert panels == ["validation MAE (measured by the station)", "training loss (reported by the run)"]
 
 
-def test_early_stopping_is_the_station_s(local) -> None:
-    """A network that never changes (learning rate 0): no checkpoint after the first is better,
-    so the station stops the run after `patience` more, whatever its own epoch limit."""
-    code = HEAD + '''
+def test_the_station_measures_the_score_from_the_predictions_and_stops_early_itself(local) -> None:
+    """A network that copies the last frame scores exactly the persistence predictor's MAE,
+    which the dataset computes independently, whatever the trial itself claims. It never changes
+    (learning rate 0, and its one parameter is unused): no checkpoint after the first is better,
+    so the station stops the run after `patience` more, whatever the run's own epoch limit.
+    (One evaluation for both facts: each was one evaluation of a network that never changes.)"""
+    code = PERSISTENCE + '''
 
 def create_optimizer(learning_rate):
     import optax
     return optax.sgd(0.0)
 '''
-    _, result, verdict = evaluate(local, code, trials=1, max_epochs=10, patience=2)
-    assert verdict is not None and verdict.success, result.stderr[-3000:]
-    trial = result.value["trials"][0]
-    assert trial["station"]["stop"] == "early-stopping" and trial["station"]["checkpoints"] == 3
-    assert trial["station"]["best_checkpoint"] == 1 and trial["reported"]["stop"] == "station"
-
-
-def test_the_score_is_measured_by_the_station_from_the_predictions(local) -> None:
-    """A network that copies the last frame scores exactly the persistence predictor's MAE,
-    which the dataset computes independently, whatever the trial itself claims."""
-    task, result, verdict = evaluate(local, PERSISTENCE, trials=1)
+    task, result, verdict = evaluate(local, code, trials=1, max_epochs=10, patience=2)
     assert verdict is not None and verdict.success, result.stderr[-3000:]
     persistence = task.dataset.references()["persistence"]
     assert -verdict.score == pytest.approx(persistence["mae"], rel=1e-5)
+    trial = result.value["trials"][0]
+    assert trial["station"]["stop"] == "early-stopping" and trial["station"]["checkpoints"] == 3
+    assert trial["station"]["best_checkpoint"] == 1 and trial["reported"]["stop"] == "station"
 
 
 def test_the_external_evaluation_scores_the_test_split_at_the_epoch_validation_picked(local) -> None:

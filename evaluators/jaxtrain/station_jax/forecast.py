@@ -62,8 +62,8 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     model = Model(hooks.create_network(hparams))
     key = jax.random.PRNGKey(seed)
     x0, y0 = data.batch(data.train_starts[:2])
-    variables = model.init(key, x0)
-    out, _ = model.apply(variables, x0, training=False)
+    variables = model.init(key, x0, jit=True)
+    out = output_of(model, variables, x0)
     if getattr(out, "shape", None) != y0.shape:
         raise ContractError(
             f"the network must map (batch, {CONTEXT}, {data.n_neurons}) to "
@@ -94,6 +94,18 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     exchange = Exchange(cfg["exchange"])
     exchange.publish(exported)
     return {**report, **train(cfg, hooks, data, model, trainer, trained, rest, opt_state, key, exchange)}
+
+
+def output_of(model: Model, variables: Any, x: Any) -> Any:
+    """The network's output on `x` in inference mode, as its shape and dtype only (traced, not
+    compiled: the shape is all the check needs); a network that cannot be traced is called as before."""
+    import jax
+
+    try:
+        return jax.eval_shape(lambda v, inputs: model.apply(v, inputs, training=False)[0], variables, x)
+    except Exception:  # noqa: BLE001 - called below, where it fails (or not) as it always did
+        out, _ = model.apply(variables, x, training=False)
+        return out
 
 
 def batch_size(hooks, data: Data) -> int:

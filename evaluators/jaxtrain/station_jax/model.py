@@ -26,12 +26,24 @@ class Model:
         self.mutable: list[str] = list(getattr(network, "mutable", None) or [])
         self.needs_rng = bool(getattr(network, "needs_rng", False)) or self.flax
 
-    def init(self, key, *inputs) -> Any:
+    def init(self, key, *inputs, jit: bool = False) -> Any:
+        """The network's variables. `jit`: a Flax network is initialised as one compiled
+        computation (the same values; one compilation instead of one per operation, which is most
+        of a small network's initialisation on the CPU); one that cannot be traced is initialised
+        operation by operation as before, with its own error if it has one."""
         import jax
 
         if self.flax:
             params_key, dropout_key = jax.random.split(key)
-            variables = self.network.init({"params": params_key, "dropout": dropout_key}, *inputs)
+            rngs = {"params": params_key, "dropout": dropout_key}
+            variables = None
+            if jit:
+                try:
+                    variables = jax.jit(self.network.init)(rngs, *inputs)
+                except Exception:  # noqa: BLE001 - run again below, eagerly, where it fails as it always did
+                    variables = None
+            if variables is None:
+                variables = self.network.init(rngs, *inputs)
         else:
             variables = self.network.init(key, *inputs)
         if self.flax_layout(variables) and not self.mutable:
