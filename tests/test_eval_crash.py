@@ -32,7 +32,8 @@ def submission(title: str, seconds: float) -> str:
 def write_config(tmp_path: Path) -> Path:
     agents = []
     for name in ("Spiro", "Veritas"):
-        replies = [submission(f"{name} first", 3), submission(f"{name} second", 3)] + ["Waiting."] * 60
+        # the one running at the kill is the first evaluation (three wait behind it), a "first": 3 s
+        replies = [submission(f"{name} first", 3), submission(f"{name} second", 1)] + ["Waiting."] * 60
         path = tmp_path / f"{name}.jsonl"
         path.write_text("".join(json.dumps({"text": t}) + "\n" for t in replies))
         agents.append({"count": 1, "kind": "recursive", "lineage": name,
