@@ -63,7 +63,10 @@ def agent_requests(server: ProviderServer) -> list[str]:
 
 
 # -- acceptance 2: kill -9 and resume ------------------------------------------------------
-def test_a_killed_station_resumes_sending_the_conversations_an_uninterrupted_one_sends(server, tmp_path):
+def test_a_killed_station_resumes_sending_the_conversations_an_uninterrupted_one_sends(server, tmp_path, capsys):
+    """The station killed (SIGKILL) is a process of its own; the uninterrupted run and the resumed
+    one are the same `station run`, here in this process (each process of its own loaded the three
+    SDKs again: 5 CPU-s)."""
     config = tmp_path / "remote.yaml"
     config.write_text(yaml.safe_dump(remote_config(server)))
     env = {**os.environ, **KEY_ENV}
@@ -73,8 +76,12 @@ def test_a_killed_station_resumes_sending_the_conversations_an_uninterrupted_one
                                  "--until-tick", "10"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
 
-    whole = station_run(tmp_path / "whole")
-    assert whole.wait(timeout=300) == 0, whole.stderr.read()
+    def station_run_here(directory: Path) -> int:
+        code = cli.main(["run", str(config), "--dir", str(directory), "--until-tick", "10"])
+        capsys.readouterr()
+        return code
+
+    assert station_run_here(tmp_path / "whole") == 0
     uninterrupted = agent_requests(server)
     assert len(uninterrupted) >= 50  # five agents, ten ticks, plus exchange steps
     assert any(r.model == "grader-station-test" for r in server.requests)  # tests graded through a provider
@@ -91,8 +98,7 @@ def test_a_killed_station_resumes_sending_the_conversations_an_uninterrupted_one
     assert len(before) < len(uninterrupted), "the kill came too late to test anything"
 
     server.requests.clear()
-    resumed = station_run(tmp_path / "killed")
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert station_run_here(tmp_path / "killed") == 0
     after = agent_requests(server)
     # What is sent after the restart is exactly the rest of the uninterrupted run's requests
     # (starting with any whose reply was not recorded before the kill).

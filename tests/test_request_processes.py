@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from provider_server import Fault, ProviderServer
@@ -56,6 +57,17 @@ def run(directory, until: int) -> str:
         station.close()
 
 
+@contextlib.contextmanager
+def opened(directory) -> Iterator[Station]:
+    """The station at `directory`, open for several runs: its request workers start once (at its
+    first call) and serve every run, as in a station run on and on, until it closes."""
+    station = Station.open(directory)
+    try:
+        yield station
+    finally:
+        station.close()
+
+
 def world(directory) -> list[tuple]:
     """What the agents saw and said, turn by turn, and what it cost."""
     station = Station.open(directory)
@@ -67,7 +79,10 @@ def world(directory) -> list[tuple]:
         station.close()
 
 
-def test_a_station_with_request_processes_records_the_world_one_without_them_does(server, tmp_path):
+def test_a_station_with_request_processes_records_the_world_one_without_them_does_and_replays_to_it(server, tmp_path):
+    """One station with request processes (every SDK), checked from two sides: it records the
+    world a station without them records, and a replay of it records the same world again without
+    a single call (each side once cost a station of its own with two workers loading every SDK)."""
     create(tmp_path / "here", server, 0, every_sdk=True).close()
     assert run(tmp_path / "here", TICKS) == f"finished tick {TICKS}"
     create(tmp_path / "workers", server, 2, every_sdk=True).close()
@@ -75,6 +90,14 @@ def test_a_station_with_request_processes_records_the_world_one_without_them_doe
     here, workers = world(tmp_path / "here"), world(tmp_path / "workers")
     assert len(here) == 5 * TICKS + 1 and here[-1][1] > 0
     assert workers == here
+    # the replay: the replies come from the recorded station, none from the provider
+    source = Store(tmp_path / "workers")
+    copy = Station.create(tmp_path / "copy", parse_config(source.get_meta("config")))
+    server.requests.clear()
+    Engine(copy, replay_source=source).run(until_tick=TICKS)
+    copy.close()
+    assert not [r for r in server.requests if r.method == "POST"]  # the replies came from the source
+    assert by_key(canonical_dump(Store(tmp_path / "copy"))) == by_key(canonical_dump(source))
 
 
 def test_the_workers_retry_transient_failures_and_book_the_retries(server, tmp_path):
@@ -99,9 +122,10 @@ def test_a_refused_key_pauses_the_station_with_the_providers_reason(server, tmp_
 
 def test_a_context_too_long_answer_still_ends_the_session(server, tmp_path):
     create(tmp_path / "st", server, 1).close()  # one worker: the outcome does not depend on how many
-    assert run(tmp_path / "st", 1) == "finished tick 1"
-    server.fail_next("context_too_long")
-    assert run(tmp_path / "st", 2) == "finished tick 2"
+    with opened(tmp_path / "st") as station:
+        assert Engine(station).run(until_tick=1) == "finished tick 1"
+        server.fail_next("context_too_long")
+        assert Engine(station).run(until_tick=2) == "finished tick 2"
     station = Station.open(tmp_path / "st")
     ended = [a for a in station.ctx.agents.all() if a.state == "ended"]
     assert [a.exit_reason for a in ended] == ["context window overflow"]
@@ -118,11 +142,11 @@ def test_the_workers_together_keep_an_endpoints_bound(server, tmp_path):
     assert flight["most"] == 2
 
 
-def test_a_killed_worker_costs_a_retry_not_the_turn(server, tmp_path):
+def test_a_killed_worker_costs_a_retry_not_the_turn_and_the_workers_end_with_the_station(server, tmp_path):
     station = create(tmp_path / "st", server, 2)
     station.close()
     station = Station.open(tmp_path / "st")
-    answer, killed = server.responder, []
+    answer, killed, workers = server.responder, [], []
 
     def kill_a_worker_once(request):
         if not killed:
@@ -135,8 +159,13 @@ def test_a_killed_worker_costs_a_retry_not_the_turn(server, tmp_path):
     server.responder = kill_a_worker_once
     try:
         assert Engine(station).run(until_tick=2) == "finished tick 2"
+        # the workers (but the one killed) live on with the station
+        workers = [w.process for w in station.ctx.models.processes._workers
+                   if w is not None and w.process.pid not in killed]
+        assert workers and all(p.poll() is None for p in workers)
     finally:
         station.close()
+    assert all(p.poll() is not None for p in workers)  # and end with it
     assert killed
     station = Station.open(tmp_path / "st")
     assert station.store.scalar("SELECT COUNT(*) FROM turns") == 10
@@ -144,21 +173,11 @@ def test_a_killed_worker_costs_a_retry_not_the_turn(server, tmp_path):
     station.close()
 
 
-def test_the_workers_end_with_the_station(server, tmp_path):
-    station = create(tmp_path / "st", server, 2)
-    station.close()
-    station = Station.open(tmp_path / "st")
-    Engine(station).run(until_tick=1)
-    workers = [w.process for w in station.ctx.models.processes._workers if w is not None]
-    assert workers and all(p.poll() is None for p in workers)
-    station.close()
-    assert all(p.poll() is not None for p in workers)
-
-
 def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path):
     """Guest_1 acts as soon as its own reply is in, not once the whole tick's replies are."""
     create(tmp_path / "st", server, 2).close()
-    assert run(tmp_path / "st", 1) == "finished tick 1"
+    station = Station.open(tmp_path / "st")
+    assert Engine(station).run(until_tick=1) == "finished tick 1"
     answer, seen = server.responder, []
     db = tmp_path / "st" / "station.db"
 
@@ -173,7 +192,10 @@ def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path
         return answer(request)
 
     server.responder = last_agent_waits_for_the_first_turn
-    assert run(tmp_path / "st", 2) == "finished tick 2"
+    try:
+        assert Engine(station).run(until_tick=2) == "finished tick 2"
+    finally:
+        station.close()
     assert seen == [True]
 
 
@@ -182,7 +204,8 @@ def test_the_first_calls_go_out_while_later_prompts_are_still_being_built(server
     commits: Guest_5's prompt is made only once Guest_1's call has reached the provider. Sent after
     the whole prompt pass, as before, it would wait here for the 30 s and fail."""
     create(tmp_path / "st", server, 2).close()
-    assert run(tmp_path / "st", 1) == "finished tick 1"
+    station = Station.open(tmp_path / "st")
+    assert Engine(station).run(until_tick=1) == "finished tick 1"
     monkeypatch.setattr(engine_module, "PROMPT_BATCH", 1)
     answer, first_call = server.responder, threading.Event()
     compose, waited = engine_module.compose, []
@@ -199,20 +222,11 @@ def test_the_first_calls_go_out_while_later_prompts_are_still_being_built(server
 
     server.responder = note_the_first_call
     monkeypatch.setattr(engine_module, "compose", last_prompt_waits_for_the_first_call)
-    assert run(tmp_path / "st", 2) == "finished tick 2"
+    try:
+        assert Engine(station).run(until_tick=2) == "finished tick 2"
+    finally:
+        station.close()
     assert waited == [True]
-
-
-def test_a_station_with_request_processes_replays_to_the_same_world(server, tmp_path):
-    create(tmp_path / "live", server, 2, every_sdk=True).close()
-    assert run(tmp_path / "live", 4) == "finished tick 4"
-    source = Store(tmp_path / "live")
-    copy = Station.create(tmp_path / "copy", parse_config(source.get_meta("config")))
-    server.requests.clear()
-    Engine(copy, replay_source=source).run(until_tick=4)
-    copy.close()
-    assert not [r for r in server.requests if r.method == "POST"]  # the replies came from the source
-    assert by_key(canonical_dump(Store(tmp_path / "copy"))) == by_key(canonical_dump(source))
 
 
 def by_key(dump: dict) -> dict:
@@ -225,8 +239,8 @@ def by_key(dump: dict) -> dict:
 
 def test_a_station_stopped_mid_tick_keeps_the_replies_already_asked_for(server, tmp_path):
     create(tmp_path / "st", server, 2).close()
-    assert run(tmp_path / "st", 1) == "finished tick 1"
     station = Station.open(tmp_path / "st")
+    assert Engine(station).run(until_tick=1) == "finished tick 1"
     engine, answer = Engine(station), server.responder
 
     def stop_when_the_last_agent_asks(request):
