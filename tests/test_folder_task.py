@@ -413,9 +413,8 @@ def test_task_check_prints_baseline_scores_and_what_agents_read(tmp_path: Path) 
         done = subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", f"examples/tasks/{example}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "baselines:" in done.stderr, done.stderr
-    assert "Mean of the training y: -36.8031" in subprocess.run(
-        [sys.executable, "-m", "station.apps.cli", "task", "check", "examples/tasks/line_fit"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300).stderr
+        if example == "line_fit":
+            assert "Mean of the training y: -36.8031" in done.stderr
     broken = tmp_path / "broken"
     write_folder(broken, {"task.md": "# T\n", "task.yaml": "resources: {cpu: 2}\n", "evaluate.py": "x = 1\n"})
     done = subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", str(broken)],
