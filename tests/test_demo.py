@@ -11,7 +11,7 @@ import pytest
 from conftest import copy_station
 
 ROOT = Path(__file__).resolve().parents[1]
-TICKS = 90  # the README's run goes to 100; by 90 an heir has read a first generation's note (at tick 88)
+TICKS = 112  # beyond the README's 100: by 112 an heir has read a first generation's note (at tick 110)
 
 
 def station(*args: str) -> subprocess.CompletedProcess:
@@ -21,7 +21,7 @@ def station(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory, demo60: Path) -> Path:
-    """The demo run on to tick 90 with `station run`, from a copy of the shared one at tick 60
+    """The demo run on to tick 112 with `station run`, from a copy of the shared one at tick 60
     (a resumed run is the same world: test_replay and test_crash hold it to that)."""
     d = copy_station(demo60, tmp_path_factory.mktemp("demo") / "demo")
     run = station("run", "--dir", str(d), "--until-tick", str(TICKS))
