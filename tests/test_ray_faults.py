@@ -9,7 +9,9 @@
   again at once while the head is down, and scores the evaluation once a head is back on the port.
 
 Each head runs with a marker in its environment, which every process it starts inherits: those
-are the processes killed, and none may be left behind. The executor runs in a subprocess (one
+are the processes killed, and none may be left behind. One head serves the tests that need a live
+one (module_head), in an order where each kill is followed by a restart or is its last use (a
+Ray start costs seconds of CPU). The executor runs in a subprocess (one
 process joins one cluster only, and a Ray bug there must not take pytest down). Needs root and
 unshare like tests/test_sandbox.py. Timeouts here are safety nets, not measurements.
 """
@@ -130,8 +132,9 @@ def ray_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def module_head():
-    """One head for the tests that need a live head and only end it themselves (a killed worker, then a
-    killed head): a Ray start less. Started when first asked for; see live_head."""
+    """One head for the tests that need a live head (a killed worker, a station that loses its cluster and
+    gets it back, a killed head), which end it themselves if at all: two Ray starts less. Started when
+    first asked for; see live_head."""
     h = Head(free_port(), token_env())
     yield h
     h.remove()
@@ -144,20 +147,6 @@ def live_head(module_head: Head) -> Head:
     if not module_head.processes():
         module_head.start()
     return module_head
-
-
-@pytest.fixture
-def head(ray_env):
-    made: list[Head] = []
-
-    def make(port: int | None = None) -> Head:
-        made.append(Head(port or free_port(), ray_env))
-        made[-1].start()
-        return made[-1]
-    yield make
-    for h in made:
-        h.remove()
-    assert [h.processes() for h in made] == [{} for _ in made]
 
 
 # The submission counts its attempts in a writable mount; the first `sleepy` attempts sleep (to be killed).
@@ -247,18 +236,6 @@ def test_a_killed_ray_worker_is_retried_and_the_run_scored(tmp_path, live_head):
     assert sorted(p.name for p in (tmp_path / "once").iterdir()) == ["attempt-1", "attempt-2"]
 
 
-def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_path, live_head):
-    h = live_head  # killed here: a later test that wants it starts it again
-    short = {**h.driver_env, "RAY_gcs_rpc_server_reconnect_timeout_s": str(SHORT_RECONNECT_S)}
-    run = driver(short, h.address, [("faults-head", tmp_path / "head", 1)], linger=LINGER_S)
-    wait_for("the run start", lambda: (tmp_path / "head" / "attempt-1").exists(), proc=run)
-    h.kill()
-    result, closed = outcome(run)
-    assert result["status"] == "system_error", result
-    assert result["error"].startswith(f"Ray cluster at {h.address} unreachable: "), result
-    assert closed  # alive LINGER_S later with Ray still initialised, and it closed cleanly
-
-
 def test_an_address_nothing_answers_on_is_a_system_error_not_a_hang(tmp_path, ray_env):
     address = f"127.0.0.1:{free_port()}"
     run = driver(ray_env, address, [("faults-nothing", tmp_path / "nothing", 0)])
@@ -289,9 +266,9 @@ def test_a_trained_task_on_a_ray_cluster_out_of_reach_is_a_system_error(tmp_path
 
 # -- the station --------------------------------------------------------------------------------------
 def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_when_it_is_back(
-        tmp_path, head, ray_env):
-    h = head()
-    directory = tmp_path / "st"
+        tmp_path, live_head):
+    h = live_head  # killed here and started again on its port: the killed-head test after it takes it
+    directory, ray_env = tmp_path / "st", live_head.driver_env
 
     def station(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, env=ray_env,
@@ -327,3 +304,16 @@ def test_a_station_pauses_when_its_cluster_is_lost_and_scores_the_evaluation_whe
     assert read(directory, "SELECT id, status, score FROM evaluations") == [(1, "finished", 0.5)]
     messages = [m[0] for m in read(directory, "SELECT text FROM messages WHERE kind='evaluation'")]
     assert len(messages) == 1 and "Evaluation #1 has a result" in messages[0]
+
+
+# After the station's test: it ends the module's head for good (a test after it would start it again).
+def test_a_killed_head_is_a_system_error_naming_it_and_the_process_survives(tmp_path, live_head):
+    h = live_head  # killed here: a later test that wants it starts it again
+    short = {**h.driver_env, "RAY_gcs_rpc_server_reconnect_timeout_s": str(SHORT_RECONNECT_S)}
+    run = driver(short, h.address, [("faults-head", tmp_path / "head", 1)], linger=LINGER_S)
+    wait_for("the run start", lambda: (tmp_path / "head" / "attempt-1").exists(), proc=run)
+    h.kill()
+    result, closed = outcome(run)
+    assert result["status"] == "system_error", result
+    assert result["error"].startswith(f"Ray cluster at {h.address} unreachable: "), result
+    assert closed  # alive LINGER_S later with Ray still initialised, and it closed cleanly
