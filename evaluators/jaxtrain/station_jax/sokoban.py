@@ -68,6 +68,31 @@ def call_network(network, params, obs, starts, rnn_state):
     return (out[0], out[1], out[2] if len(out) == 3 else None)
 
 
+def compiled(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) as one compiled computation, the same values as operation by operation: on the
+    CPU each operation run outside jit is compiled on its own, and a trial's setup (the first
+    observations, the network's init, the optimizer's state, the first rollout's start) was over a
+    hundred small compilations, most of a short trial's CPU. What cannot be traced (the
+    submission's init or apply may do anything) runs operation by operation as before, where it
+    fails, if it fails, with the error it always had."""
+    import jax
+
+    try:
+        return jax.jit(fn)(*args)
+    except ContractError:
+        raise
+    except Exception:  # noqa: BLE001 - run again below, eagerly, where it fails as it always did
+        return fn(*args)
+
+
+def first_observations(levels, max_steps: int):
+    """The observations of a batch of levels, reset."""
+    import jax
+
+    states = jax.vmap(env.reset)(levels)
+    return jax.vmap(lambda s: env.observe(s, max_steps))(states)
+
+
 def gae(rewards, values, dones, final_values, gamma, lam):
     """Generalised advantage estimates and returns, batch-major (B, T)."""
     import jax
@@ -165,11 +190,10 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     network = hooks.create_network(hparams)
     key = jax.random.PRNGKey(seed)
     key, init_key = jax.random.split(key)
-    states = jax.vmap(env.reset)(jnp.asarray(levels.train[:2]))
-    obs = jax.vmap(lambda s: env.observe(s, max_steps))(states)
+    obs = compiled(lambda lv: first_observations(lv, max_steps), jnp.asarray(levels.train[:2]))
     starts = jnp.ones(obs.shape[0], bool)
-    params = network.init(init_key, obs, starts)
-    logits, value, rnn = call_network(network, params, obs, starts, None)
+    params = compiled(network.init, init_key, obs, starts)
+    logits, value, rnn = compiled(lambda p, o, s: call_network(network, p, o, s, None), params, obs, starts)
     if getattr(logits, "shape", None) != (obs.shape[0], 4) or getattr(value, "shape", None) != (obs.shape[0],):
         raise ContractError(
             f"apply must return logits of shape (batch, 4) and value of shape (batch,); got "
@@ -178,7 +202,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     memory = int(cfg["memory_size"])  # the task's memory_size: the station's scorer expects exactly this
     exported = export_policy(network, params, tuple(obs.shape[1:]), rnn, obs.shape[0], memory)
     optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
-    opt_state = optimizer.init(params)
+    opt_state = compiled(optimizer.init, params)
     report = {
         "trial": int(cfg["trial"]),
         "seed": seed,
@@ -264,6 +288,9 @@ class Learner:
         self._update: Callable[..., Any] | None = None
 
     def start(self, key, params):
+        return compiled(self._start, key, params)
+
+    def _start(self, key, params):
         import jax
         import jax.numpy as jnp
 
@@ -371,8 +398,7 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key, exchange: Exchan
                 stop = "time-budget"
                 break
     seconds = time.monotonic() - began
-    check = jax.tree_util.tree_leaves(params)
-    if not all(bool(jax.numpy.isfinite(leaf).all()) for leaf in check if hasattr(leaf, "dtype")):
+    if not finite(params):
         raise ContractError("the parameters became NaN or infinite: training diverged")
     if not exchange.offer(jax.tree_util.tree_leaves(params)):
         stop = "station"  # the station stopped the trial before it took these parameters
@@ -387,3 +413,14 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key, exchange: Exchan
         "train_curve": curve,  # [env steps, share of training episodes solved], every 100 updates
         "handover_s": round(exchange.waited_s, 2),  # after `seconds`: handing the parameters to the station
     }
+
+
+def finite(params) -> bool:
+    """Whether every array of `params` is finite: one compiled check, not one per array shape."""
+    import jax
+    import jax.numpy as jnp
+
+    def every(leaves):
+        return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in leaves] or [jnp.bool_(True)]))
+
+    return bool(jax.jit(every)([leaf for leaf in jax.tree_util.tree_leaves(params) if hasattr(leaf, "dtype")]))
