@@ -70,13 +70,24 @@ def levels() -> np.ndarray:
     return make_level_set(3, 12, 5, 5, 1)
 
 
+# The batched side compiled, as training runs it (inside jit): one compilation each instead of one
+# per operation, most of these tests' CPU.
+reset_all = jax.jit(jax.vmap(env.reset))
+observe_all = jax.jit(jax.vmap(lambda s: env.observe(s, STEPS)))
+step_all = jax.jit(jax.vmap(lambda s, a: env.step(s, a, STEPS)))
+
+
+def batched(network: nn.Module):
+    """The network called on a batch as the harness calls it, compiled."""
+    return jax.jit(lambda params, obs, starts, rnn: harness.call_network(network, params, obs, starts, rnn))
+
+
 def setting(network: nn.Module, levels: np.ndarray):
     """(params, the exported policy, its rnn state for a batch of 2) as the harness makes them."""
-    states = jax.vmap(env.reset)(jnp.asarray(levels[:2]))
-    obs = jax.vmap(lambda s: env.observe(s, STEPS))(states)
+    obs = observe_all(reset_all(jnp.asarray(levels[:2])))
     starts = jnp.ones(2, bool)
-    params = network.init(jax.random.PRNGKey(0), obs, starts)
-    _, _, rnn = harness.call_network(network, params, obs, starts, None)
+    params = jax.jit(network.init)(jax.random.PRNGKey(0), obs, starts)
+    _, _, rnn = batched(network)(params, obs, starts, None)
     raw = harness.export_policy(network, params, (5, 5, 8), rnn, 2, MEMORY)
     exported = export.deserialize(bytearray(raw))
     check_exported(exported, *spec())
@@ -92,20 +103,21 @@ def test_the_exported_step_acts_as_the_network_does_in_a_batch(levels: np.ndarra
     params, exported = setting(network, levels)
     leaves = jax.tree_util.tree_leaves(params)
     batch = jnp.asarray(levels[:3])
-    states = jax.vmap(env.reset)(batch)
-    obs = jax.vmap(lambda s: env.observe(s, STEPS))(states)
+    states = reset_all(batch)
+    obs = observe_all(states)
     starts = jnp.ones(3, bool)
     # the batched play as training and the one-stage evaluation did it: the state made from None first
-    _, _, rnn = harness.call_network(network, params, obs, starts, None)
+    call = batched(network)
+    _, _, rnn = call(params, obs, starts, None)
     memories = [jnp.zeros(MEMORY, jnp.float32)] * 3
     for t in range(6):
-        logits, _, rnn = harness.call_network(network, params, obs, starts, rnn)
+        logits, _, rnn = call(params, obs, starts, rnn)
         for i in range(3):
             one, memories[i] = exported.call(*leaves, obs[i], starts[i], memories[i])
             np.testing.assert_allclose(np.asarray(one), np.asarray(logits[i]), rtol=1e-5, atol=1e-5)
         actions = jnp.asarray([(t + i) % 4 for i in range(3)])
-        states, _, _ = jax.vmap(lambda s, a: env.step(s, a, STEPS))(states, actions)
-        obs = jax.vmap(lambda s: env.observe(s, STEPS))(states)
+        states, _, _ = step_all(states, actions)
+        obs = observe_all(states)
         starts = jnp.zeros(3, bool).at[1].set(t == 3)  # env 1 starts over: its state resets as in training
     assert np.asarray(memories[0])[16:].tolist() == [0.0] * (MEMORY - 16)  # the state, then zero padding
 
@@ -150,8 +162,8 @@ def test_a_state_the_station_cannot_carry_is_a_contract_error(levels: np.ndarray
             return logits, logits[:, 0], state(obs.shape[0]) if rnn_state is None else rnn_state
 
     network = Odd()
-    obs = jax.vmap(lambda s: env.observe(s, STEPS))(jax.vmap(env.reset)(jnp.asarray(levels[:2])))
-    params = network.init(jax.random.PRNGKey(0), obs, jnp.ones(2, bool))
+    obs = observe_all(reset_all(jnp.asarray(levels[:2])))
+    params = jax.jit(network.init)(jax.random.PRNGKey(0), obs, jnp.ones(2, bool))
     with pytest.raises(ContractError, match=words.replace("(", r"\(").replace(")", r"\)")):
         harness.export_policy(network, params, (5, 5, 8), state(2), 2, MEMORY)
 
