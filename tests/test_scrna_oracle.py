@@ -103,7 +103,13 @@ def case(request, solution) -> dict:
     result.layers["corrected_counts"] = counts
     genes = human_cell_cycle_genes()
     values, problems = compute_metrics(result, solution, cell_cycle_genes=genes, extra=EXTRA_METRICS)
-    return {"name": request.param, "emb": emb, "counts": counts, "ours": values, "problems": problems}
+    return {"name": request.param, "emb": emb, "counts": counts, "ours": values, "problems": problems,
+            "integrated": integrated(solution, emb)}
+
+
+def integrated_case(case: dict) -> ad.AnnData:
+    """`integrated(solution, case["emb"])`, built once per case: a fresh copy for each scib call."""
+    return case["integrated"].copy()
 
 
 def integrated(solution: ad.AnnData, emb: np.ndarray) -> ad.AnnData:
@@ -133,13 +139,13 @@ def r_kbet_test(neighbourhoods: np.ndarray, batch: np.ndarray, alpha: float = 0.
     batch frequencies x row length, chi² with df = batches - 1; True where rejected."""
     levels, codes = np.unique(batch, return_inverse=True)
     freq = np.bincount(codes) / len(codes)
-    rejected = []
-    for row in neighbourhoods:
-        present = row[~np.isnan(row)].astype(int) - 1
-        observed = np.bincount(codes[present], minlength=len(levels))
-        expected = freq * len(row)
-        rejected.append(1 - chi2.cdf(np.sum((observed - expected) ** 2 / expected), len(levels) - 1) < alpha)
-    return np.asarray(rejected)
+    rows = np.atleast_2d(np.asarray(neighbourhoods, dtype=float))
+    present = ~np.isnan(rows)
+    members = np.where(present, codes[np.where(present, rows, 1).astype(int) - 1], -1)  # -1: no neighbour
+    observed = np.stack([(members == level).sum(axis=1) for level in range(len(levels))], axis=1)
+    expected = freq * rows.shape[1]
+    statistic = np.sum((observed - expected) ** 2 / expected, axis=1)
+    return 1 - chi2.cdf(statistic, len(levels) - 1) < alpha  # every row at once (R tests them one by one)
 
 
 def neighbourhoods(knn: np.ndarray, k0: int, cells: np.ndarray) -> np.ndarray:
@@ -254,7 +260,7 @@ def test_every_metric_was_computed(case):
 
 
 def test_silhouettes_match_scib(case, solution):
-    adata = integrated(solution, case["emb"])
+    adata = integrated_case(case)
     asw_batch = quietly(scib.me.silhouette_batch, adata, "batch", "cell_type", "X_emb", verbose=False)
     asw_label = quietly(scib.me.silhouette, adata, "cell_type", "X_emb")
     assert case["ours"]["asw_batch"] == pytest.approx(asw_batch, abs=TOLERANCE)
@@ -268,7 +274,7 @@ def test_ari_and_nmi_match_scibs_optimal_leiden_clustering(case, solution, rule)
     from evaluators.scrna.graph_metrics import ari_nmi
     from evaluators.scrna.metric_inputs import prepare
 
-    adata = integrated(solution, case["emb"])
+    adata = integrated_case(case)
     flavour = {"flavor": "igraph", "n_iterations": 2, "directed": False} if rule == "paper" else {}
     quietly(
         scib.me.cluster_optimal_resolution,
@@ -291,13 +297,13 @@ def test_ari_and_nmi_match_scibs_optimal_leiden_clustering(case, solution, rule)
 
 
 def test_graph_connectivity_matches_scib(case, solution):
-    adata = integrated(solution, case["emb"])
+    adata = integrated_case(case)
     expected = quietly(scib.me.graph_connectivity, adata, "cell_type")
     assert case["ours"]["graph_connectivity"] == pytest.approx(expected, abs=TOLERANCE)
 
 
 def test_lisi_matches_scib(case, solution, scib_lisi):
-    adata = integrated(solution, case["emb"])
+    adata = integrated_case(case)
     ilisi = quietly(scib_lisi.me.ilisi_graph, adata, "batch", "knn", n_cores=1)
     clisi = quietly(scib_lisi.me.clisi_graph, adata, "cell_type", "knn", n_cores=1)
     assert case["ours"]["ilisi"] == pytest.approx(ilisi, abs=TOLERANCE)
@@ -308,7 +314,7 @@ def test_pcr_matches_scib(case, solution):
     before = solution[:, solution.var["batch_hvg"].to_numpy()].copy()
     before.X = before.layers["normalized"]
     expected = quietly(
-        scib.me.pcr_comparison, before, integrated(solution, case["emb"]), covariate="batch", embed="X_emb"
+        scib.me.pcr_comparison, before, integrated_case(case), covariate="batch", embed="X_emb"
     )
     assert case["ours"]["pcr"] == pytest.approx(expected, abs=TOLERANCE)
 
@@ -317,19 +323,19 @@ def test_cell_cycle_conservation_matches_scib(case, solution):
     before = solution.copy()
     before.X = before.layers["normalized"]
     expected = quietly(
-        scib.me.cell_cycle, before, integrated(solution, case["emb"]), "batch", embed="X_emb", organism="human"
+        scib.me.cell_cycle, before, integrated_case(case), "batch", embed="X_emb", organism="human"
     )
     assert case["ours"]["cell_cycle_conservation"] == pytest.approx(expected, abs=TOLERANCE)
 
 
 def test_kbet_matches_scib_with_every_cell_tested(case, solution, scib_kbet):
-    expected = scib_kbet(integrated(solution, case["emb"]), r_kbet_all_cells)
+    expected = scib_kbet(integrated_case(case), r_kbet_all_cells)
     assert case["ours"]["kbet"] == pytest.approx(expected, abs=TOLERANCE)
 
 
 def test_kbet_is_within_r_kbets_sampling_noise(case, solution, scib_kbet):
     """R kBET's estimate varies with its random samples; ours is its expectation."""
-    adata = integrated(solution, case["emb"])
+    adata = integrated_case(case)
     sampled = np.array([scib_kbet(adata, r_kbet_sampled(seed)) for seed in range(5)])
     spread = max(sampled.std(ddof=1), 1e-3)
     assert abs(case["ours"]["kbet"] - sampled.mean()) < 4 * spread + TOLERANCE, sampled
@@ -397,7 +403,7 @@ def test_hvg_overlap_matches_scib(case, solution):
 
 
 def test_isolated_label_metrics_match_scib(case, solution):
-    adata = integrated(solution, case["emb"])
+    adata = integrated_case(case)
     f1 = quietly(scib.me.isolated_labels_f1, adata.copy(), "cell_type", "batch", embed=None, verbose=False)
     asw = quietly(scib.me.isolated_labels_asw, adata.copy(), "cell_type", "batch", "X_emb", verbose=False)
     assert math.isfinite(f1) and math.isfinite(asw)  # the data has isolated cell types
