@@ -93,7 +93,10 @@ def test_a_gpu_that_jax_did_not_use_is_pointed_out(local, gpus: float, devices: 
     assert ("JAX saw only the CPU" in verdict.details) is warned, verdict.details
 
 
-def test_a_custom_training_step_and_a_recurrent_network_are_used(local) -> None:
+def test_a_custom_training_step_and_a_recurrent_network_are_used_and_a_diverging_trial_counts_as_0(local) -> None:
+    """One evaluation for both (each evaluation is a check and its trials): trial 0 trains a
+    recurrent network with its own training_step, which the harness uses; the same step makes
+    trial 1 diverge, which is reported and counts as 0 solved, while trial 0 counts."""
     code = HEAD + '''
 
 class Recurrent(nn.Module):
@@ -114,28 +117,17 @@ def create_network(hparams):
 def training_step(network, optimizer, params, opt_state, batch, hparams):
     from station_jax.sokoban import default_training_step
     print("CUSTOM STEP", batch["observations"].shape, batch["initial_rnn_states"].shape)
-    return default_training_step(network, optimizer, params, opt_state, batch, hparams)
-'''
-    _, result, verdict = evaluate(local, code, trials=1)
-    assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
-    assert "CUSTOM STEP (16, 8, 5, 5, 8) (16, 16)" in result.stdout
-    trial = result.value["trials"][0]
-    assert trial["reported"]["recurrent"] is True and trial["station"]["best"] is not None
-
-
-def test_a_diverging_trial_is_reported_and_the_other_counts(local) -> None:
-    code = HEAD + '''
-
-def training_step(network, optimizer, params, opt_state, batch, hparams):
-    from station_jax.sokoban import default_training_step
     params, opt_state = default_training_step(network, optimizer, params, opt_state, batch, hparams)
     if TRAINING and TRIAL == 1:
         params = jax.tree_util.tree_map(lambda p: p * jnp.nan, params)
     return params, opt_state
 '''
     _, result, verdict = evaluate(local, code)
-    assert verdict is not None and verdict.success
-    kept = result.value["trials"][0]["station"]["best"]["score"]
+    assert verdict is not None and verdict.success, (result.error, result.stderr[-3000:])
+    assert "CUSTOM STEP (16, 8, 5, 5, 8) (16, 16)" in result.stdout
+    trial = result.value["trials"][0]
+    assert trial["reported"]["recurrent"] is True and trial["station"]["best"] is not None
+    kept = trial["station"]["best"]["score"]
     assert verdict.score == pytest.approx(round(kept / 2, 1))  # the diverged seed counts as 0 solved
     assert "(1 failed, counted as 0.0)" in verdict.details
     assert "Trial 1: no measured checkpoint" in verdict.details and "diverged" in verdict.details
