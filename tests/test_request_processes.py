@@ -146,7 +146,7 @@ def test_a_killed_worker_costs_a_retry_not_the_turn_and_the_workers_end_with_the
     station = create(tmp_path / "st", server, 2)
     station.close()
     station = Station.open(tmp_path / "st")
-    answer, killed, workers = server.responder, [], []
+    answer, killed, alive = server.responder, [], []
 
     def kill_a_worker_once(request):
         if not killed:
@@ -160,12 +160,12 @@ def test_a_killed_worker_costs_a_retry_not_the_turn_and_the_workers_end_with_the
     try:
         assert Engine(station).run(until_tick=2) == "finished tick 2"
         # the workers (but the one killed) live on with the station
-        workers = [w.process for w in station.ctx.models.processes._workers
-                   if w is not None and w.process.pid not in killed]
-        assert workers and all(p.poll() is None for p in workers)
+        alive = [w.process for w in station.ctx.models.processes._workers
+                 if w is not None and w.process.pid not in killed]
+        assert alive and all(p.poll() is None for p in alive)
     finally:
         station.close()
-    assert all(p.poll() is not None for p in workers)  # and end with it
+    assert all(p.poll() is not None for p in alive)  # and end with it
     assert killed
     station = Station.open(tmp_path / "st")
     assert station.store.scalar("SELECT COUNT(*) FROM turns") == 10
@@ -176,8 +176,6 @@ def test_a_killed_worker_costs_a_retry_not_the_turn_and_the_workers_end_with_the
 def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path):
     """Guest_1 acts as soon as its own reply is in, not once the whole tick's replies are."""
     create(tmp_path / "st", server, 2).close()
-    station = Station.open(tmp_path / "st")
-    assert Engine(station).run(until_tick=1) == "finished tick 1"
     answer, seen = server.responder, []
     db = tmp_path / "st" / "station.db"
 
@@ -191,11 +189,10 @@ def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path
                 seen.append(bool(con.execute("SELECT 1 FROM turns WHERE tick=2 AND agent='Guest_1'").fetchone()))
         return answer(request)
 
-    server.responder = last_agent_waits_for_the_first_turn
-    try:
+    with opened(tmp_path / "st") as station:
+        assert Engine(station).run(until_tick=1) == "finished tick 1"
+        server.responder = last_agent_waits_for_the_first_turn
         assert Engine(station).run(until_tick=2) == "finished tick 2"
-    finally:
-        station.close()
     assert seen == [True]
 
 
@@ -204,9 +201,6 @@ def test_the_first_calls_go_out_while_later_prompts_are_still_being_built(server
     commits: Guest_5's prompt is made only once Guest_1's call has reached the provider. Sent after
     the whole prompt pass, as before, it would wait here for the 30 s and fail."""
     create(tmp_path / "st", server, 2).close()
-    station = Station.open(tmp_path / "st")
-    assert Engine(station).run(until_tick=1) == "finished tick 1"
-    monkeypatch.setattr(engine_module, "PROMPT_BATCH", 1)
     answer, first_call = server.responder, threading.Event()
     compose, waited = engine_module.compose, []
 
@@ -220,12 +214,12 @@ def test_the_first_calls_go_out_while_later_prompts_are_still_being_built(server
             waited.append(first_call.wait(30))
         return compose(ctx, agent)
 
-    server.responder = note_the_first_call
-    monkeypatch.setattr(engine_module, "compose", last_prompt_waits_for_the_first_call)
-    try:
+    with opened(tmp_path / "st") as station:
+        assert Engine(station).run(until_tick=1) == "finished tick 1"
+        monkeypatch.setattr(engine_module, "PROMPT_BATCH", 1)
+        server.responder = note_the_first_call
+        monkeypatch.setattr(engine_module, "compose", last_prompt_waits_for_the_first_call)
         assert Engine(station).run(until_tick=2) == "finished tick 2"
-    finally:
-        station.close()
     assert waited == [True]
 
 
@@ -239,22 +233,20 @@ def by_key(dump: dict) -> dict:
 
 def test_a_station_stopped_mid_tick_keeps_the_replies_already_asked_for(server, tmp_path):
     create(tmp_path / "st", server, 2).close()
-    station = Station.open(tmp_path / "st")
-    assert Engine(station).run(until_tick=1) == "finished tick 1"
-    engine, answer = Engine(station), server.responder
+    answer = server.responder
 
     def stop_when_the_last_agent_asks(request):
         if request.model == "gemini-flash-station-test":  # Guest_5's, the tick's last call
             engine.stop.set()
         return answer(request)
 
-    server.responder = stop_when_the_last_agent_asks
-    try:
+    with opened(tmp_path / "st") as station:
+        assert Engine(station).run(until_tick=1) == "finished tick 1"
+        engine = Engine(station)
+        server.responder = stop_when_the_last_agent_asks
         assert engine.run(until_tick=2) == "stopped"
         acted = station.store.scalar("SELECT COUNT(*) FROM turns WHERE tick=2")
         asked = station.store.scalar("SELECT COUNT(*) FROM inputs WHERE tick=2 AND key LIKE 'reply/2/%/0'")
-    finally:
-        station.close()
     assert acted < 5 and asked == 5  # every reply paid for is kept for the turns still to come
     server.responder, before, seen = answer, set(bodies(server.requests)), len(server.requests)
     assert run(tmp_path / "st", 2) == "finished tick 2"
