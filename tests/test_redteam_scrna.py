@@ -17,14 +17,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_task_data
+from conftest import shared_baseline, shared_task_data
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
 from station.executors import create_executor
 
 SIZE, SEED = "small", 0
+# OpenProblems' fixed bounds: the scores need no control methods' runs on this data (minutes). The same
+# task as test_scrna_task's: the honest control is its first baseline's run (shared_baseline)
+PARAMS = {"size": SIZE, "seed": SEED, "memory_mb": 8192, "normalisation": "openproblems"}
 HEAD = "import numpy as np\n\n"
+NUMPY_PCA = HEAD + (  # the No Integration baseline's PCA in numpy alone: no scanpy import (3 CPU-s) in the run
+    "def eliminate_batch_effect_fn(adata):\n"
+    "    x = adata.layers['normalized'].toarray()\n"
+    "    u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)\n"
+    "    adata.obsm['X_emb'] = (u[:, :30] * s[:30]).astype(np.float32)\n"
+    "    return adata\n")
 
 
 @pytest.fixture(scope="module")
@@ -35,29 +44,40 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def task(root: Path):
-    # OpenProblems' fixed bounds: the scores need no control methods' runs on this data (minutes)
-    made = create_task("batch_integration", {"size": SIZE, "seed": SEED, "memory_mb": 8192,
-                                             "normalisation": "openproblems"})
+    made = create_task("batch_integration", PARAMS)
     made.dataset.ensure()
     return made
 
 
 @pytest.fixture(scope="module")
-def run(task):
-    executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+def executor(task):
+    made = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+    yield made
+    made.close()
 
+
+@pytest.fixture(scope="module")
+def run(task, executor):
     def evaluate(code: str):
         result = executor.run(task.run_spec(code, mounts=[], label="redteam-scrna"))
         assert result.status == "ok", result.stderr[-2000:]
         return task.score(result)
 
-    yield evaluate
-    executor.close()
+    return evaluate
 
 
 @pytest.fixture(scope="module")
-def honest(task, run):
-    return run(next(b.code for b in task.baselines() if b.title == "No Integration Baseline"))
+def honest(task, executor, tmp_path_factory):
+    """The No Integration baseline's verdict, run once per test run (test_scrna_task scores it too)."""
+    assert task.baselines()[0].title == "No Integration Baseline"
+
+    def evaluate(code: str):
+        result = executor.run(task.run_spec(code, mounts=[], label="redteam-scrna"))
+        return task, result, (task.score(result) if result.status == "ok" else None)
+
+    result, verdict = shared_baseline(tmp_path_factory, "batch_integration", PARAMS, evaluate)
+    assert result.status == "ok", result.stderr[-2000:]
+    return verdict
 
 
 def redrawn_labels(input_file: Path, seed: int) -> list[str]:
@@ -160,8 +180,7 @@ def test_a_users_file_is_named_nowhere_a_run_can_see(tmp_path: Path, root: Path)
     mine = create_task("batch_integration", {"h5ad": str(source), "memory_mb": 8192})
     executor = create_executor(ExecutorConfig(kind="local"), hide=mine.private_paths())
     try:
-        baseline = next(b for b in mine.baselines() if b.title == "No Integration Baseline")
-        scored = executor.run(mine.run_spec(baseline.code, mounts=[], label="redteam-scrna-h5ad"))
+        scored = executor.run(mine.run_spec(NUMPY_PCA, mounts=[], label="redteam-scrna-h5ad"))
         probe = HEAD + ("import os\n\ndef test():\n    print(os.path.realpath('task_data/batch_integration'))\n"
                         "    try:\n        print(open('/proc/self/mountinfo').read())\n"  # closed to the run where Landlock is
                         "    except OSError as err:\n        print(type(err).__name__)\n")
