@@ -28,7 +28,7 @@ from .hooks import (
     require_finite,
     run_trial,
 )
-from .model import Model, count_parameters
+from .model import Model, compiled, count_parameters, shape_of
 from .windows import CONTEXT, HORIZON, gather, window_starts
 
 DEFAULT_BATCH = 32  # the reference code's default (its spec says 8); a task's `batch_size` replaces it
@@ -63,7 +63,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     key = jax.random.PRNGKey(seed)
     x0, y0 = data.batch(data.train_starts[:2])
     variables = model.init(key, x0, jit=True)
-    out = output_of(model, variables, x0)
+    out = shape_of(lambda v, inputs: model.apply(v, inputs, training=False)[0], variables, x0)
     if getattr(out, "shape", None) != y0.shape:
         raise ContractError(
             f"the network must map (batch, {CONTEXT}, {data.n_neurons}) to "
@@ -73,7 +73,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     optimizer = hooks.create_optimizer(learning_rate)
     trainer = Trainer(model, optimizer, hooks.extra["compute_loss"])
     trained, rest = model.split(variables)
-    opt_state = optimizer.init(trained)
+    opt_state = compiled(optimizer.init, trained)
     exported = export_apply(model, variables, data.n_neurons)
     report = {
         "trial": int(cfg["trial"]),
@@ -94,18 +94,6 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     exchange = Exchange(cfg["exchange"])
     exchange.publish(exported)
     return {**report, **train(cfg, hooks, data, model, trainer, trained, rest, opt_state, key, exchange)}
-
-
-def output_of(model: Model, variables: Any, x: Any) -> Any:
-    """The network's output on `x` in inference mode, as its shape and dtype only (traced, not
-    compiled: the shape is all the check needs); a network that cannot be traced is called as before."""
-    import jax
-
-    try:
-        return jax.eval_shape(lambda v, inputs: model.apply(v, inputs, training=False)[0], variables, x)
-    except Exception:  # noqa: BLE001 - called below, where it fails (or not) as it always did
-        out, _ = model.apply(variables, x, training=False)
-        return out
 
 
 def batch_size(hooks, data: Data) -> int:

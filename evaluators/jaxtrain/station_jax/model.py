@@ -9,6 +9,7 @@ A network may also say so itself with the attributes `mutable` (list of collecti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .hooks import ContractError
@@ -27,25 +28,16 @@ class Model:
         self.needs_rng = bool(getattr(network, "needs_rng", False)) or self.flax
 
     def init(self, key, *inputs, jit: bool = False) -> Any:
-        """The network's variables. `jit`: a Flax network is initialised as one compiled
-        computation (the same values; one compilation instead of one per operation, which is most
-        of a small network's initialisation on the CPU); one that cannot be traced is initialised
-        operation by operation as before, with its own error if it has one."""
+        """The network's variables. `jit`: initialised as one compiled computation (`compiled`:
+        the same values, one compilation instead of one per operation)."""
         import jax
 
+        init = compiled if jit else (lambda fn, *args: fn(*args))
         if self.flax:
             params_key, dropout_key = jax.random.split(key)
-            rngs = {"params": params_key, "dropout": dropout_key}
-            variables = None
-            if jit:
-                try:
-                    variables = jax.jit(self.network.init)(rngs, *inputs)
-                except Exception:  # noqa: BLE001 - run again below, eagerly, where it fails as it always did
-                    variables = None
-            if variables is None:
-                variables = self.network.init(rngs, *inputs)
+            variables = init(self.network.init, {"params": params_key, "dropout": dropout_key}, *inputs)
         else:
-            variables = self.network.init(key, *inputs)
+            variables = init(self.network.init, key, *inputs)
         if self.flax_layout(variables) and not self.mutable:
             self.mutable = sorted(k for k in variables if k != "params")
         return variables
@@ -75,6 +67,36 @@ class Model:
             out, updates = self.network.apply(variables, *inputs, mutable=self.mutable, **extra)
             return out, dict(updates)
         return self.network.apply(variables, *inputs, **extra), None
+
+
+def compiled(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) as one compiled computation, the same values as operation by operation: on the
+    CPU each operation run outside jit is compiled on its own, and a trial's setup (a network's
+    init, an optimizer's state, a first call) was tens to hundreds of small compilations, most of
+    a short trial's CPU. What cannot be traced (the submission's code may do anything) runs
+    operation by operation as before, where it fails, if it fails, with the error it always had;
+    its Python side effects may then run twice."""
+    import jax
+
+    try:
+        return jax.jit(fn)(*args)
+    except ContractError:
+        raise
+    except Exception:  # noqa: BLE001 - run again below, eagerly, where it fails as it always did
+        return fn(*args)
+
+
+def shape_of(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args)'s shape and dtype (traced, not compiled or run: a check that needs only the shape
+    of an output); what cannot be traced is called as before."""
+    import jax
+
+    try:
+        return jax.eval_shape(fn, *args)
+    except ContractError:
+        raise
+    except Exception:  # noqa: BLE001 - called below, where it fails (or not) as it always did
+        return fn(*args)
 
 
 def _is_flax(network: Any) -> bool:

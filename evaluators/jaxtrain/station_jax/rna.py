@@ -42,7 +42,7 @@ from .hooks import (
     require_finite,
     run_trial,
 )
-from .model import Model, count_parameters
+from .model import Model, compiled, count_parameters, shape_of
 
 DEFAULT_BATCH = 64
 DEFAULT_HPARAMS = {"learning_rate": 1e-3, "hidden_dim": 512, "dropout": 0.1}
@@ -252,8 +252,8 @@ def check(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
     model = build(hooks.create_network, hparams)
     key = jax.random.PRNGKey(seed)
     x, y, weight = batch_of(split.codes, split.labels, np.arange(split.size), split.size)
-    variables = model.init(key, x)
-    out, _ = forward(model, variables, x, train=False)
+    variables = model.init(key, x, jit=True)
+    out = shape_of(lambda v, inputs: forward(model, v, inputs, train=False)[0], variables, x)
     allowed, wanted = output_shapes(dataset, split.size)
     if getattr(out, "shape", None) not in allowed:
         got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
@@ -265,7 +265,7 @@ def check(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
     optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
     trainer = Trainer(model, optimizer, dataset["task_type"])
     trained, rest = model.split(variables)
-    opt_state = optimizer.init(trained)
+    opt_state = compiled(optimizer.init, trained)
     trained, rest, opt_state, loss = trainer.step(trained, rest, opt_state, x, y, weight, key)
     require_finite(float(loss), f"the loss of one training step on {dataset['name']}")
     export_apply(model, model.join(trained, rest), dataset)  # an export that fails is an ordinary crash here
@@ -305,11 +305,11 @@ def train(cfg: dict[str, Any], hooks, dataset: dict[str, Any]) -> dict[str, Any]
     key = jax.random.PRNGKey(seed)
     batch = min(hooks.batch_size, train_split.size)
     x0, _, _ = batch_of(train_split.codes, train_split.labels, np.arange(batch), batch)
-    variables = model.init(key, x0)
+    variables = model.init(key, x0, jit=True)
     optimizer = hooks.create_optimizer(float(hparams["learning_rate"]))
     trainer = Trainer(model, optimizer, task_type)
     trained, rest = model.split(variables)
-    opt_state = optimizer.init(trained)
+    opt_state = compiled(optimizer.init, trained)
     exchange = Exchange(cfg["exchange"])
     exchange.publish(export_apply(model, model.join(trained, rest), dataset))
     report: dict[str, Any] = {

@@ -42,7 +42,7 @@ from .hooks import (
     require_finite,
     run_trial,
 )
-from .model import count_parameters
+from .model import compiled, count_parameters
 
 DEFAULTS = {"learning_rate": 4e-4, "entropy_coef": 0.01, "value_coef": 0.5, "gamma": 0.97, "gae_lambda": 0.97}
 
@@ -66,23 +66,6 @@ def call_network(network, params, obs, starts, rnn_state):
             f"(logits, value, rnn_state), got {type(out).__name__}"
         )
     return (out[0], out[1], out[2] if len(out) == 3 else None)
-
-
-def compiled(fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) as one compiled computation, the same values as operation by operation: on the
-    CPU each operation run outside jit is compiled on its own, and a trial's setup (the first
-    observations, the network's init, the optimizer's state, the first rollout's start) was over a
-    hundred small compilations, most of a short trial's CPU. What cannot be traced (the
-    submission's init or apply may do anything) runs operation by operation as before, where it
-    fails, if it fails, with the error it always had."""
-    import jax
-
-    try:
-        return jax.jit(fn)(*args)
-    except ContractError:
-        raise
-    except Exception:  # noqa: BLE001 - run again below, eagerly, where it fails as it always did
-        return fn(*args)
 
 
 def first_observations(levels, max_steps: int):
