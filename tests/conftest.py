@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-# Set before anything imports numpy (the station's modules below do): two test workers share two
+# Set before anything imports numpy (the station's modules below do): three test workers share two
 # cores, so a worker's BLAS threads (OpenBLAS spins while it waits) only take CPU from the other
-# worker. 10% less CPU for the scRNA and circle-packing tests. Subprocesses inherit it; sandboxed
+# workers. 10% less CPU for the scRNA and circle-packing tests. Subprocesses inherit it; sandboxed
 # runs set their own from their num_cpus. A value already in the environment wins.
 for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
@@ -153,7 +153,7 @@ def copy_station(source: Path, target: Path) -> Path:
 # Modules whose tests are slow on a 2-core machine (a real training or scoring, a whole station run,
 # Ray, a browser, kill -9 loops, or the shared demo station), about the heaviest first: 70 to 130 s for the
 # first few, 10 s for the last, run alone. `pytest -m "not slow"` leaves them out (the quick loop while
-# editing, README "Tests"); `make test` runs everything on two workers, which take whole modules in
+# editing, README "Tests"); `make test` runs everything on three workers, which take whole modules in
 # this order, so the longest start first and no long one is left for the end. test_demo comes first:
 # it builds the shared demo60 station, which test_cli and the test_web modules would otherwise wait for.
 SLOW_MODULES = (
@@ -189,7 +189,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Whole modules per worker, the Ray group as one unit, in collection order (-n 2 in make test)."""
+    """Whole modules per worker, the Ray group as one unit, in collection order (-n 3 in make test)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModulesAndRay(LoadScopeScheduling):
