@@ -18,23 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import shared_baseline, shared_task_data
+from test_scrna_task import HEAD, NUMPY_PCA, PARAMS
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
 from station.executors import create_executor
 
-SIZE, SEED = "small", 0
-# OpenProblems' fixed bounds: the scores need no control methods' runs on this data (minutes). The same
-# task as test_scrna_task's: the honest control is its first baseline's run (shared_baseline)
-PARAMS = {"size": SIZE, "seed": SEED, "memory_mb": 8192, "normalisation": "openproblems"}
-HEAD = "import numpy as np\n\n"
-NUMPY_PCA = HEAD + (  # the No Integration baseline's PCA in numpy alone: no scanpy import (3 CPU-s) in the run
-    "def eliminate_batch_effect_fn(adata):\n"
-    "    x = adata.layers['normalized'].toarray()\n"
-    "    u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)\n"
-    "    adata.obsm['X_emb'] = (u[:, :30] * s[:30]).astype(np.float32)\n"
-    "    return adata\n")
-
+# The same task as test_scrna_task's (small data, seed 0, OpenProblems' fixed bounds: no control methods'
+# runs, which take minutes): the honest control is its first baseline's run (shared_baseline)
+SIZE, SEED = PARAMS["size"], PARAMS["seed"]
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
