@@ -26,10 +26,8 @@ def station(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("cli") / "demo"
-    began = time.monotonic()
-    done = station("run", str(DEMO), "--dir", str(d), "--until-tick", "60")
+    done = station("run", str(DEMO), "--dir", str(d), "--until-tick", "60", timeout=600)  # speed: bench_turns.py
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - began < 120
     assert "finished tick 60" in done.stdout
     assert "tick    60 | tick 60 finished" in done.stderr  # the progress line, one per tick off a terminal
     return d
