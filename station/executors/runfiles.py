@@ -320,20 +320,17 @@ def entries(at: int, max_depth: int = 64) -> Iterator[tuple[int, str, str, os.st
 def open_same(at: int, name: str, info: os.stat_result) -> int | None:
     """The regular file `name` of the folder `at`, opened for reading when it is still the one
     `info` describes (None: gone or swapped); never follows a link, never blocks on a FIFO."""
-    try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=at)
-    except OSError:
-        return None
-    if _same(os.fstat(fd), info):
-        return fd
-    os.close(fd)
-    return None
+    return _open_if_same(at, name, info, FILE_FLAGS)
 
 
 def _open_dir_at(at: int, name: str, info: os.stat_result) -> int | None:
     """The folder `name` of `at`, when it is still the one `info` describes (None: gone or swapped)."""
+    return _open_if_same(at, name, info, DIR_FLAGS)
+
+
+def _open_if_same(at: int, name: str, info: os.stat_result, flags: int) -> int | None:
     try:
-        fd = os.open(name, DIR_FLAGS, dir_fd=at)
+        fd = os.open(name, flags, dir_fd=at)
     except OSError:
         return None
     if _same(os.fstat(fd), info):
