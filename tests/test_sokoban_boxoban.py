@@ -1,5 +1,5 @@
 """Boxoban-format levels (the paper's Sokoban setting): files read and written, bad files refused
-with the file and line, and the task built from a level folder named in a config."""
+with the file and line, the task built from a level folder named in a config, and its held-out draws."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -111,14 +111,54 @@ def test_the_task_text_states_the_random_policys_solve_rate() -> None:
     assert f"a uniformly random policy solves {rate:.1f}% of these held-out levels" in task.spec()
 
 
-def test_held_out_levels_are_drawn_as_the_papers_evaluator_drew_them_unless_asked_otherwise() -> None:
-    """The paper's evaluator: numpy's RandomState(999).choice(n, 1000), with replacement, in draw order.
-    `eval_draw: distinct` keeps the earlier draw: different levels, in file order."""
+@pytest.fixture(scope="module")
+def boxoban_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Boxoban-format folder as the reference reads it: train/, valid/ in two files (its levels are
+    numbered file after file, in name order) and test/."""
+    folder = tmp_path_factory.mktemp("boxoban")
     valid = read_split(SAMPLE, "valid")
-    params = {"levels": str(SAMPLE), "seed": 999, "eval_levels": 1000}
-    paper = create_task("sokoban", params).levels.eval_levels()
-    assert np.array_equal(paper, valid[np.random.RandomState(999).choice(len(valid), 1000)])
+    for split, name, levels in (("train", "000", read_split(SAMPLE, "train")[:20]), ("valid", "001", valid[150:300]),
+                                ("valid", "000", valid[:150]), ("test", "000", valid[300:450])):
+        (folder / split).mkdir(exist_ok=True)
+        write_file(folder / split / f"{name}.txt", levels)
+    return folder
+
+
+def test_held_out_levels_are_drawn_as_the_reference_station_draws_them(boxoban_folder: Path) -> None:
+    """The reference's create_valid_env: RandomState(999).choice(100000, 1000, replace=False), sorted,
+    over Boxoban's unfiltered valid/ (100,000 levels); create_test_env, for the external evaluation:
+    RandomState(42).choice(len(test), 1000, replace=False), sorted, over test/. Here the same rule on
+    300 and 150 levels, computed with numpy directly."""
+    from evaluators.sokoban.dataset import draw_indices
+
+    valid, test = read_split(boxoban_folder, "valid"), read_split(boxoban_folder, "test")
+    assert np.array_equal(valid[:150], read_file(boxoban_folder / "valid" / "000.txt"))  # 000.txt first
+    params = {"levels": str(boxoban_folder), "seed": 999, "eval_levels": 100, "eval_draw": "reference"}
+    task = create_task("sokoban", params)
+    picks = np.sort(np.random.RandomState(999).choice(300, size=100, replace=False))
+    assert np.array_equal(task.levels.eval_levels(), valid[picks])
+    plan = task.external()
+    (twin,) = plan.runs
+    picks = np.sort(np.random.RandomState(42).choice(150, size=100, replace=False))
+    assert np.array_equal(twin.levels.eval_levels(), test[picks])
+    train = [np.load(t.data_dir() / "train_levels.npy") for t in (task, twin)]  # runs train on the same levels
+    assert np.array_equal(*train) and len(train[0]) == 20
+    assert "on 100 levels of test/ (seed 42" in plan.protocol
+    assert list(draw_indices("reference", 42, 40, 1000)) == list(range(40))  # a smaller pool: all of it, in order
+
+
+def test_the_earlier_draws_keep_their_meaning_and_an_unnamed_draw_is_the_paper_rule(boxoban_folder: Path) -> None:
+    """A station made before the draws had names stored no `eval_draw`: it keeps drawing by the rule
+    it drew with (`paper`), and so does its external evaluation (the same held-out levels)."""
+    valid = read_split(boxoban_folder, "valid")
+    params = {"levels": str(boxoban_folder), "seed": 999, "eval_levels": 100}
+    unnamed = create_task("sokoban", params)
+    assert np.array_equal(unnamed.levels.eval_levels(), valid[np.random.RandomState(999).choice(300, 100)])
+    plan = unnamed.external()
+    assert plan.runs[0].levels is unnamed.levels and "on the same held-out levels" in plan.protocol
     distinct = create_task("sokoban", {**params, "eval_draw": "distinct"}).levels.eval_levels()
-    assert len({level.tobytes() for level in distinct}) == 1000 > len({level.tobytes() for level in paper})
-    with pytest.raises(BoxobanError, match="eval_draw must be one of paper, distinct"):
+    assert np.array_equal(distinct, valid[np.sort(np.random.default_rng(999).choice(300, 100, replace=False))])
+    no_test = create_task("sokoban", {"levels": str(SAMPLE), "eval_levels": 50, "eval_draw": "reference"})
+    assert "the level folder has no test/" in no_test.external().protocol
+    with pytest.raises(BoxobanError, match="eval_draw must be one of reference, paper, distinct; got 'shuffled'"):
         create_task("sokoban", {**params, "eval_draw": "shuffled"})

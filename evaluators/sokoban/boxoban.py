@@ -7,7 +7,9 @@ and a blank line. The room's outer ring is wall; our levels are the inner grid (
 is implicit), so a 10 x 10 Boxoban room is an 8 x 8 level here, as in the paper's environment.
 
 A level folder holds `train/` and `valid/` (Boxoban's `unfiltered/`, `medium/` or `hard/`
-folders do), each with any number of `*.txt` files read in name order.
+folders do), each with any number of `*.txt` files read in name order, and may hold `test/`
+(Boxoban's `unfiltered/` does: the external evaluation's levels). A split's levels are numbered
+in that order: file after file, each file's levels as they come.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import numpy as np
 
 from .levels import BOX, BOX_ON_TARGET, parse_rows, render, validate
 
-SPLITS = ("train", "valid")
 MAX_LEVELS_PER_SPLIT = 2_000_000
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..cache import build_once
 from ..secret import SECRET_FILE, folder_name, keyed_seed, read_key, secret_dir, station_secret
-from .boxoban import SPLITS, BoxobanError, boxes_per_level, read_split
+from .boxoban import BoxobanError, boxes_per_level, read_split
 from .levels import make_level_set, replay
 
 GENERATOR = "reverse-play-v1"
@@ -171,39 +171,74 @@ class LevelSet:
         )
 
 
-EVAL_DRAWS = ("paper", "distinct")  # how held-out Boxoban levels are drawn (BoxobanLevelSet)
+# How held-out Boxoban levels are drawn (BoxobanLevelSet). A station's stored config keeps the name it
+# was made with, and a name keeps its meaning: a new rule gets a new name.
+EVAL_DRAWS = ("reference", "paper", "distinct")
+TEST_SEED = 42  # the reference's draw of the external evaluation's levels from test/ (create_test_env)
+
+
+def draw_indices(draw: str, seed: int, pool: int, count: int) -> np.ndarray:
+    """Which of `pool` levels (in file order) a draw picks. ``reference``: as the reference station's
+    code draws (create_valid_env, create_test_env): RandomState(seed).choice(pool, count,
+    replace=False), sorted; all of them when the pool is smaller. On Boxoban's unfiltered valid/
+    (100,000 levels) that is its choice(100000, 1000) with seed 999. ``paper``: the rule an earlier
+    issue gave, RandomState(seed).choice(pool, count), with replacement, in draw order (a level
+    drawn twice counts twice). ``distinct``: our first rule, default_rng(seed), different levels,
+    in file order."""
+    if draw == "reference":
+        return np.sort(np.random.RandomState(seed).choice(pool, min(count, pool), replace=False))
+    if draw == "paper":
+        return np.random.RandomState(seed).choice(pool, count)
+    return np.sort(np.random.default_rng(seed).choice(pool, count, replace=False))
 
 
 class BoxobanLevelSet(LevelSet):
-    """Levels from a Boxoban-format folder (boxoban.py): all of `train/` for training, and
-    `eval` levels of `valid/` drawn with `seed` (the reference drew 1000 with seed 999). `draw`:
-    ``paper`` draws as the paper's evaluator did, numpy's RandomState(seed).choice(len(valid), eval),
-    with replacement and in draw order (a level drawn twice counts twice); ``distinct`` draws
-    `eval` different levels (default_rng(seed), without replacement), in file order."""
+    """Levels from a Boxoban-format folder (boxoban.py): all of `train/` for training, and `eval`
+    held-out levels drawn with `seed` (`draw_indices`) from `valid/`, or from `test/` for the
+    external evaluation (`test_set`)."""
 
     def __init__(
-        self, root: Path, folder: str | Path, *, eval: int = 1000, seed: int = 999, draw: str = "paper"
+        self,
+        root: Path,
+        folder: str | Path,
+        *,
+        eval: int = 1000,
+        seed: int = 999,
+        draw: str = "paper",
+        split: str = "valid",
     ) -> None:
+        """`draw`: ``paper`` when not named, the meaning a station made before the draw had a name
+        keeps (a new station records its draw; evaluators/sokoban/task.py)."""
         if draw not in EVAL_DRAWS:
             raise BoxobanError(f"sokoban: eval_draw must be one of {', '.join(EVAL_DRAWS)}; got {draw!r}")
         self.folder = Path(folder).expanduser().resolve()
         if not self.folder.is_dir():
             raise BoxobanError(f"sokoban: level folder {self.folder} does not exist")
-        self.n_eval, self.seed, self.draw = eval, seed, draw
+        self.n_eval, self.seed, self.draw, self.split = eval, seed, draw, split
         stamp = hashlib.sha256(
             "".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in self._files()).encode()
         ).hexdigest()[:12]
-        self.dir = Path(root) / f"boxoban-{stamp}-eval{eval}-seed{seed}-{draw}"
+        held = "" if split == "valid" else f"-{split}"  # valid/'s sets keep the names they were cached under
+        self.dir = Path(root) / f"boxoban-{stamp}-eval{eval}-seed{seed}-{draw}{held}"
         self._eval = None
         self.ensure()  # read once (and cached): the room's size and box count come from the files
 
+    def test_set(self) -> BoxobanLevelSet | None:
+        """The external evaluation's levels, as the reference draws them: `eval` of `test/` (all when
+        it holds fewer) with seed 42, distinct, in file order; None when the folder has no test/."""
+        if not any((self.folder / "test").glob("*.txt")):
+            return None
+        return BoxobanLevelSet(
+            self.dir.parent, self.folder, eval=self.n_eval, seed=TEST_SEED, draw="reference", split="test"
+        )
+
     def private_paths(self) -> list[Path]:
-        return [self.dir, self.folder]  # the source's valid/ holds the held-out levels too
+        return [self.dir, self.folder]  # the source's valid/ and test/ hold the held-out levels too
 
     def _files(self) -> list[Path]:
-        files = [f for split in SPLITS for f in sorted((self.folder / split).glob("*.txt"))]
+        files = [f for split in ("train", self.split) for f in sorted((self.folder / split).glob("*.txt"))]
         if not files:
-            raise BoxobanError(f"sokoban: {self.folder} holds no train/*.txt or valid/*.txt level file")
+            raise BoxobanError(f"sokoban: {self.folder} holds no train/*.txt or {self.split}/*.txt level file")
         return files
 
     @staticmethod
@@ -215,23 +250,20 @@ class BoxobanLevelSet(LevelSet):
 
     def _read_meta(self) -> None:
         meta = json.loads((self.dir / "meta.json").read_text())
-        self.grid, self.boxes, self.n_train = meta["grid"], meta["boxes"], meta["train"]
+        self.grid, self.boxes, self.n_train, self.n_eval = meta["grid"], meta["boxes"], meta["train"], meta["eval"]
 
     def _build(self, building: Path) -> None:
-        train, valid = read_split(self.folder, "train"), read_split(self.folder, "valid")
-        if len(valid) < self.n_eval:
+        train, pool = read_split(self.folder, "train"), read_split(self.folder, self.split)
+        if self.split == "valid" and len(pool) < self.n_eval:
             raise BoxobanError(
-                f"sokoban: {self.folder / 'valid'} has {len(valid)} levels, fewer than eval={self.n_eval}"
+                f"sokoban: {self.folder / 'valid'} has {len(pool)} levels, fewer than eval={self.n_eval}"
             )
-        self.grid, self.boxes = self._shape(np.concatenate([train, valid]))
-        if self.draw == "paper":
-            picks = np.random.RandomState(self.seed).choice(len(valid), self.n_eval)
-        else:
-            picks = np.sort(np.random.default_rng(self.seed).choice(len(valid), self.n_eval, replace=False))
-        held = valid[picks]
-        self.n_train = len(train)
+        self.grid, self.boxes = self._shape(np.concatenate([train, pool]))
+        held = pool[draw_indices(self.draw, self.seed, len(pool), self.n_eval)]
+        self.n_train, self.n_eval = len(train), len(held)
         meta = {"source": str(self.folder), "grid": self.grid, "boxes": self.boxes, "train": len(train)}
-        self._place(building, train, held, {**meta, "eval": self.n_eval, "seed": self.seed, "draw": self.draw})
+        meta |= {"eval": self.n_eval, "seed": self.seed, "draw": self.draw, "split": self.split}
+        self._place(building, train, held, meta)
 
     def ensure(self) -> LevelSet:
         super().ensure()

@@ -64,11 +64,13 @@ class Sokoban(TwoStageTask):
         memory_size: int = DEFAULT_MEMORY,
         eval_draw: str = "paper",
     ) -> None:
-        """`levels`: a Boxoban-format level folder (train/, valid/; docs in evaluators/sokoban/boxoban.py)
-        instead of generated levels; grid and boxes then come from its files, `eval_levels` are drawn
-        from valid/ with `seed`, as the paper drew them (`eval_draw: paper`) or all different
-        (`eval_draw: distinct`). `memory_size`: how many numbers of recurrent state the exported
-        policy may carry from one step of a level to the next."""
+        """`levels`: a Boxoban-format level folder (train/, valid/, test/; docs in evaluators/sokoban/
+        boxoban.py) instead of generated levels; grid and boxes then come from its files, and
+        `eval_levels` are drawn from valid/ with `seed` by the rule `eval_draw` names (dataset.py
+        `draw_indices`): `reference`, as the reference station's code draws, or an earlier rule,
+        `paper` (what a station made without naming one draws) or `distinct`.
+        `memory_size`: how many numbers of recurrent state the exported policy may carry from one
+        step of a level to the next."""
         super().__init__(
             trials=trials,
             trial_budget_s=trial_budget_s,
@@ -110,10 +112,20 @@ class Sokoban(TwoStageTask):
 
     def external_changes(self) -> str:
         """The paper: batch size 32 instead of 64 and no 45-minute limit (here: twice the budget,
-        since every run needs one), on the same held-out levels."""
+        since every run needs one). The levels: with the reference's draw, test/'s as the reference
+        draws them (`BoxobanLevelSet.test_set`); otherwise, or without a test/, the same held-out ones."""
         self.n_envs, self.trial_budget_s = 32, 2 * self.trial_budget_s
         self.timeout_s = self.trial_budget_s + self.grace_s
-        return f"32 environments per batch, {self.trial_budget_s / 60:g} minutes per trial (twice the internal budget)"
+        changes = (
+            f"32 environments per batch, {self.trial_budget_s / 60:g} minutes per trial (twice the internal budget)"
+        )
+        if not isinstance(self.levels, BoxobanLevelSet) or self.levels.draw != "reference":
+            return f"{changes}, on the same held-out levels"
+        test = self.levels.test_set()
+        if test is None:
+            return f"{changes}, on the same held-out levels (the level folder has no test/)"
+        self.levels = test
+        return f"{changes}, on {test.n_eval:,} levels of test/ (seed {test.seed}, as the reference draws them)"
 
     # -- two-stage scoring -----------------------------------------------------------------------------------
     def scoring_dir(self, trial: int) -> Path:
