@@ -103,7 +103,7 @@ def test_function_mode_returns_data_exactly(executor, station):
     assert v["a"].dtype == np.float64 and np.array_equal(v["a"], np.arange(7.0) / 3)  # bit-exact
     assert v["m"].dtype == bool and v["m"].tolist() == [[True, False], [False, True]]
     assert v["i"] == 7 and type(v["i"]) is int and v["f"] == 0.5
-    assert v["l"] == [1, 2.5, "x", None, True] and v["t"] == [1, [2, 3]]  # tuples come back as lists
+    assert v["l"] == [1, 2.5, "x", None, True] and v["t"] == (1, (2, 3)) and type(v["t"][1]) is tuple  # tuples stay
     assert v["nested"]["k"][0].dtype == np.int32
     assert r.exit_code == 0 and any(x.startswith("uid ") for x in r.isolation)
 

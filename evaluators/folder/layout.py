@@ -9,6 +9,8 @@ Three formats are recognised:
                 prompt sections are read), task.md and task.yaml
     shinka      ShinkaEvolve's evaluate.py (main(program_path, results_dir), writing metrics.json
                 and correct.json) and initial.py, optionally task.md and task.yaml
+    reference   the reference station's own: research/research_task.md or research_tasks.yaml, its
+                evaluator under research/evaluators/, System baselines in a .yamll file (reference/)
 
 Every problem is a TaskFolderError naming the file and what is wrong, so `station task check`
 and a station's start-up both say exactly what to fix.
@@ -31,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..base import Baseline
+from .reference.folder import ReferenceFolderError, ReferenceTask, is_reference, read_reference
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FILENAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.py$")
@@ -131,7 +134,7 @@ class Cascade:
 @dataclass(frozen=True)
 class TaskFolder:
     path: Path  # absolute
-    format: Literal["native", "openevolve", "shinka"]
+    format: Literal["native", "openevolve", "shinka", "reference"]
     settings: TaskSettings
     statement: str  # task.md, or what the OpenEvolve or ShinkaEvolve folder offers instead
     baselines: tuple[Baseline, ...]
@@ -139,20 +142,24 @@ class TaskFolder:
     stages: tuple[str, ...] = ()  # openevolve: the evaluator's functions, in the order they may run
     config_file: str = ""  # openevolve: the config read ("" when there is none)
     frame: str = ""  # shinka: the initial program with its EVOLVE-BLOCKs emptied, which a program must keep
+    reference: ReferenceTask | None = None  # reference: the folder as the reference station reads it
 
     @property
     def scorer_file(self) -> str:
+        if self.reference is not None:
+            return self.reference.evaluator_file
         return "evaluator.py" if self.format == "openevolve" else "evaluate.py"
 
     @property
     def entry_points(self) -> tuple[str, ...]:
         """The functions the scorer must define."""
-        return {"native": ("evaluate",), "shinka": ("main",)}.get(self.format, self.stages)
+        fixed = {"native": ("evaluate",), "shinka": ("main",), "reference": ("evaluate_submission",)}
+        return fixed.get(self.format, self.stages)
 
     @property
     def runs_program(self) -> bool:
         """The evaluator runs the program itself (OpenEvolve, ShinkaEvolve): the two share a sandbox."""
-        return self.format != "native"
+        return self.format in ("openevolve", "shinka")
 
     @property
     def program_apart(self) -> bool:
@@ -177,6 +184,9 @@ def read_folder(path: str | Path) -> TaskFolder:
     if not folder.is_dir():
         raise TaskFolderError(f"task folder {folder} does not exist or is not a folder")
     folder = folder.resolve()
+    if is_reference(folder):
+        _check_readable(folder)
+        return _reference(folder)
     if not (folder / "evaluate.py").is_file() and not (folder / "evaluator.py").is_file():
         raise TaskFolderError(
             f"{folder} holds neither evaluate.py (a Station or ShinkaEvolve task) nor evaluator.py (an "
@@ -224,6 +234,35 @@ def _native(folder: Path) -> TaskFolder:
         settings = settings.model_copy(update={"title": _first_heading(statement) or folder.name})
     baselines = tuple(_baseline(file) for file in sorted((folder / "baselines").glob("*.py")))
     return TaskFolder(folder, "native", settings, statement, baselines)
+
+
+def _reference(folder: Path) -> TaskFolder:
+    """A folder in the reference station's format (reference/folder.py), its settings from what its
+    evaluator asks and its constant_config.yaml."""
+    from .reference.judging import metric_formats
+
+    try:
+        found = read_reference(folder)
+    except ReferenceFolderError as err:
+        raise TaskFolderError(str(err)) from None
+    contract = found.contract
+    entry = contract.function if contract.mode == "function" else contract.command
+    data: dict[str, Any] = {
+        "title": found.title[:200],
+        "submission": {"mode": contract.mode, "entry": entry, "filename": contract.filename},
+        "metrics": metric_formats(contract.metric_formats),
+    }
+    for path, value in found.applied.items():
+        section, _, key = path.rpartition(".")
+        (data.setdefault(section, {}) if section else data)[key] = value
+    try:
+        settings = TaskSettings.model_validate(data)
+    except ValidationError as err:
+        where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise TaskFolderError(
+            f"{folder / 'constant_config.yaml'} gives a setting this station refuses: {where}"
+        ) from None
+    return TaskFolder(folder, "reference", settings, found.statement, found.baselines, reference=found)
 
 
 def _openevolve(folder: Path) -> TaskFolder:

@@ -9,6 +9,7 @@ This file is the program the scorer's sandbox runs, called through the function-
               written by the station from plain data), and the submission's source file
     compat/   stand-ins for `openevolve.evaluation_result` and `shinka.core` (evaluators/folder/compat)
     apart/    OpenEvolve and ShinkaEvolve: the stand-in that runs the program apart (evaluators/folder/apart)
+    reference/  reference-format tasks: their runner and the stand-in `station` (evaluators/folder/reference)
     results/  ShinkaEvolve only: empty and writable, the `results_dir` its main() writes into
 
 It returns plain data. Native scorer: {"outcome": "scored", "score", "metrics", "details"} or
@@ -61,6 +62,8 @@ def run_scorer() -> dict[str, Any]:
     sys.path.insert(0, str(task_dir))  # the scorer may import its own helper modules
     if Path("compat").is_dir():
         sys.path.append(str(Path("compat").resolve()))  # after the installed packages
+    if settings["format"] == "reference":  # its evaluator imports the reference's `station`: a stand-in here
+        return _load(Path("reference", "reference_scorer.py").resolve()).run(settings, task_dir)
     if settings.get("apart") and settings.get("action") == "score":
         _run_apart(Path("inputs", settings["filename"]).resolve())
     module = _load(task_dir / settings["scorer_file"])

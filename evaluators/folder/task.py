@@ -41,11 +41,13 @@ from station.executors.runfiles import Bounds, Refused, copy_tree, run_folder, w
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
 from ..source_text import unhonoured_line_break
 from .layout import EVOLVE_END, EVOLVE_START, TaskFolder, frame_tokens, read_folder
+from .reference import judging as reference
 from .scorer_driver import READY
 
 DRIVER = Path(__file__).with_name("scorer_driver.py")
 COMPAT = Path(__file__).with_name("compat")  # openevolve.evaluation_result and shinka.core, for the scorer
 APART = Path(__file__).with_name("apart")  # the program host (the companion) and the evaluator's stand-in
+REFERENCE = Path(__file__).with_name("reference")  # a reference-format evaluator's runner and stand-in `station`
 DETAILS_MAX_CHARS = 4000
 METRICS_MAX = 50
 
@@ -78,6 +80,8 @@ class FolderTask(Task):
     def _contract(self) -> str:
         s = self.folder.settings
         better = "higher is better" if s.higher_is_better else "lower is better"
+        if self.folder.reference is not None:
+            return reference.contract(self)
         if self.folder.runs_program:
             return self._evolve_contract(better)
         if self.mode == "function":
@@ -202,6 +206,8 @@ class FolderTask(Task):
     def execute(
         self, executor: Any, code: str, *, mounts: list[Mount], label: str, cpu_only: bool = False
     ) -> RunResult:
+        if self.folder.reference is not None:
+            return reference.execute(self, executor, code, mounts=mounts, label=label, cpu_only=cpu_only)
         with work_folder(work_base(executor), label) as work:
             inputs, outputs, copied = Path(work, "inputs"), Path(work, "outputs"), Path(work, "outputs-copy")
             for folder in (inputs, copied):
@@ -326,9 +332,14 @@ class FolderTask(Task):
             return f"{scorer} gave no answer the station can read"
         if missing:
             return f"{scorer} defines no {', '.join(f'{name}()' for name in missing)}"
-        return None
+        problems = judged.value.get("problems")  # a reference-format evaluator's contract, imported
+        return f"{scorer}: {'; '.join(map(str, problems))}" if problems else None
 
-    def _write_settings(self, inputs: Path, *, action: str, function: str = "") -> None:
+    def config_notes(self) -> list[str]:
+        """For `station task check`: what a reference-format folder's constant_config.yaml set here."""
+        return reference.config_notes(self.folder.reference) if self.folder.reference is not None else []
+
+    def _write_settings(self, inputs: Path, *, action: str, function: str = "", **extra: Any) -> None:
         folder = self.folder
         settings = {
             "action": action,
@@ -339,6 +350,8 @@ class FolderTask(Task):
             "mode": self.mode,
             "function": function,
             "apart": folder.program_apart,
+            **(reference.scorer_settings(folder.reference) if folder.reference is not None else {}),
+            **extra,
         }
         (inputs / "scorer.json").write_text(json.dumps(settings), encoding="utf-8")
 
@@ -351,6 +364,8 @@ class FolderTask(Task):
         mounts.append(Mount(COMPAT, "compat"))
         if self.folder.program_apart:
             mounts.append(Mount(APART, "apart"))
+        if self.folder.reference is not None:
+            mounts.append(Mount(REFERENCE, "reference"))
         if self.folder.format == "shinka":  # its main() writes metrics.json and correct.json here
             results = inputs.parent / "results"
             if not results.is_dir():  # one per evaluation, its stages share it
@@ -372,6 +387,8 @@ class FolderTask(Task):
 
     # -- the scorer's answer -------------------------------------------------------------------
     def score(self, result: RunResult) -> Verdict:
+        if self.folder.reference is not None:
+            return reference.score(self, result)
         if self.folder.runs_program:
             return self._score_program(result)
         answer = result.value

@@ -10,8 +10,9 @@ numpy array. The submission runs in this same process and could rewrite all of i
 fine because the executor trusts nothing here but plain data, loaded without pickle and within
 size caps (results.py), and scores it itself.
 
-Encoding (results.py decodes it): JSON scalars and lists as they are (tuples become lists),
-dicts as {"dict": {...}} with string keys, arrays as {"npy": <index>}. numpy is never
+Encoding (results.py decodes it): JSON scalars and lists as they are, tuples as {"tuple": [...]}
+(a scorer may tell a tuple from a list), dicts as {"dict": {...}} with string keys, arrays as
+{"npy": <index>} (their dtype kept). numpy is never
 imported here: a value can only hold numpy objects if the submission imported numpy itself.
 """
 
@@ -42,8 +43,10 @@ class Encoder:
     def encode(self, value):
         if value is None or isinstance(value, (bool, int, float, str)):  # numpy float64 is a float
             return value
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, list):
             return [self.encode(v) for v in value]
+        if isinstance(value, tuple):
+            return {"tuple": [self.encode(v) for v in value]}
         if isinstance(value, dict):
             for key in value:
                 if not isinstance(key, str):

@@ -152,6 +152,8 @@ def _decode(node: Any, arrays: _ArrayReader) -> Any:
     if isinstance(node, dict) and len(node) == 1:
         if isinstance(node.get("dict"), dict):
             return {k: _decode(v, arrays) for k, v in node["dict"].items()}
+        if isinstance(node.get("tuple"), list):
+            return tuple(_decode(v, arrays) for v in node["tuple"])
         if "npy" in node:
             return arrays.get(node["npy"])
     raise ResultRefused("malformed value in the manifest")

@@ -11,7 +11,9 @@ Two layouts, both under the folder's research/:
 
 Either may hold storage/system/ (files every submission reads, read-only, at storage/system) and
 the folder's root a constant_config.yaml (the reference's settings; those with a meaning here map
-to ours, the others are listed as ignored). A folder holding both layouts is read as the newer.
+to ours, the others are listed as ignored). A folder holding both layouts is read as the newer (its
+System baselines from pending_evaluations.yamll when it has no baseline.yamll, as the reference's
+circle packing folders ship them).
 
 What a submission must define (the evaluator's get_expected_function_name, get_execution_mode, ...)
 is read here from the evaluator's source, never by importing it: the evaluator imports the
@@ -111,6 +113,8 @@ def read_reference(folder: Path) -> ReferenceTask:
         title = _first_heading(statement) or folder.name.replace("_", " ")
         evaluator = research / "evaluators" / "evaluator.py"
         baselines_file = research / "baseline.yamll"
+        if not baselines_file.is_file():  # a paper-era folder given the newer files keeps its queued baselines
+            baselines_file = research / "pending_evaluations.yamll"
     else:
         layout = "paper"
         task_id, title, statement = _paper_task(research / "research_tasks.yaml")

@@ -55,7 +55,10 @@ def execute(task: Any, executor: Any, code: str, *, mounts: list[Mount], label: 
                 return checked  # the machine failed
             if checked.value.get("outcome") != "valid":
                 return RunResult(status="ok", value=checked.value)  # refused: scored as a rejection
-        ran = executor.run(task.run_spec(code, mounts=_with_system(task, mounts), label=label, cpu_only=cpu_only))
+        spec = task.run_spec(code, mounts=_with_system(task, mounts), label=label, cpu_only=cpu_only)
+        if reference.contract.mode == "command":  # its runner imports the submission from the working dir
+            spec = replace(spec, env={**spec.env, "PYTHONPATH": "."})
+        ran = executor.run(spec)
         if ran.status != "ok":
             return ran  # a crash or a timeout is the submission's own outcome
         if reference.contract.mode == "function":
@@ -111,8 +114,9 @@ def score(task: Any, result: RunResult) -> Verdict:
         raise ScorerFailure(
             f"the task's evaluator returned a sort key that is not a list of finite numbers: {_clip(repr(key))}", result
         )
-    shown = text or f"score = {value:.{task.display_precision}f}"
-    return Verdict(True, float(value), _clip(shown), metrics, tuple(float(k) for k in key) if key else None)
+    number = float(value)  # type: ignore[arg-type]  # _finite: a number
+    shown = text or f"score = {number:.{task.display_precision}f}"
+    return Verdict(True, number, _clip(shown), metrics, tuple(float(k) for k in key) if key else None)
 
 
 def _details(details: Any) -> tuple[str, dict[str, float | None]]:

@@ -72,12 +72,24 @@ def _inside(path, roots):
     return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
 
+def _archive(path):
+    """Whether Python could import from the file as from a zip archive (compiled code inside)."""
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return True  # unreadable: refused, as archives are
+
+
 def path_hook(roots):
     def hook(entry):
         real = os.path.realpath(entry or ".")
         if not _inside(real, roots):
             raise ImportError("not in research storage")  # the next hook handles it, as usual
         if not os.path.isdir(real):
+            if os.path.isfile(real) and not _archive(real):  # `python storage/system/run.py`: a script
+                raise ImportError("a plain file: Python runs it as a script, as usual")
             return _Nothing()
         return SourceOnlyFinder(entry or ".", (SourceOnlyLoader, [".py"]))
 

@@ -75,8 +75,9 @@ class ResearchTaskEvaluator(ABC):
             if name not in formats:
                 shown[name] = value
                 continue
+            spec = formats[name]
             try:
-                text = str(value) if formats[name] is None else format(value, formats[name])
+                text = str(value) if spec is None else format(value, spec)
             except (TypeError, ValueError):
                 text = str(value)
             shown[name] = (text, value)
