@@ -36,10 +36,13 @@ class Verdict:
     figure: dict[str, Any] | None = None
     # the score of each seed, when the score is their mean (an external evaluation's trials)
     samples: list[float] | None = None
+    # the verified construction and its SHA-256 (evaluators/certificate.py), when the scorer gives one
+    certificate: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.success:
             self.score, self.sort_key = None, None  # a failed verdict never keeps a number (spec §9.10)
+            self.certificate = None  # nor a certificate: nothing was verified
         elif self.score is None or not math.isfinite(self.score):
             raise ValueError("a successful verdict needs a finite score")
 
@@ -55,6 +58,8 @@ class Verdict:
             payload["figure"] = self.figure
         if self.samples is not None:
             payload["samples"] = list(self.samples)
+        if self.certificate is not None:
+            payload["certificate"] = self.certificate
         return payload
 
 

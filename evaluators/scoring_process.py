@@ -271,7 +271,14 @@ def _verdict(answer: dict[str, Any], result: RunResult) -> Verdict:
         p = answer["verdict"]
         sort_key = tuple(p["sort_key"]) if p.get("sort_key") else None
         return Verdict(
-            p["success"], p["score"], p["details"], p["metrics"], sort_key, p.get("figure"), p.get("samples")
+            p["success"],
+            p["score"],
+            p["details"],
+            p["metrics"],
+            sort_key,
+            p.get("figure"),
+            p.get("samples"),
+            p.get("certificate"),
         )
     if "exhausted" in answer:
         return Verdict(

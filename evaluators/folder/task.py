@@ -38,6 +38,7 @@ from typing import Any
 from station.core.run_types import Companion, Mount, RunResult, RunSpec
 from station.executors.runfiles import Bounds, Refused, copy_tree, run_folder, work_base, work_folder
 
+from .. import certificate
 from ..base import Baseline, ScorerFailure, Task, Verdict, register
 from ..source_text import unhonoured_line_break
 from .layout import EVOLVE_END, EVOLVE_START, TaskFolder, frame_tokens, read_folder
@@ -415,7 +416,29 @@ class FolderTask(Task):
         if not s.higher_is_better:
             shown_metrics.setdefault(s.score_name, value)
         details = _clip(str(answer.get("details") or f"{s.score_name} = {value:.{self.display_precision}f}"))
-        return Verdict(True, value if s.higher_is_better else -value, details, shown_metrics)
+        kept = _certificate(answer, result) if "certificate" in answer else None
+        if isinstance(kept, str):
+            return Verdict(False, details=f"Rejected: {kept}.")
+        return Verdict(True, value if s.higher_is_better else -value, details, shown_metrics, certificate=kept)
+
+    def verify(self, executor: Any, construction: Any) -> Verdict:
+        """`station verify`: the scorer's verdict on `construction` handed to it as what a submission's
+        function returned, in the scorer's own sandbox, as an evaluation scores it (no submission runs)."""
+        if self.folder.runs_program or self.mode != "function":
+            raise ValueError(f"{self.folder.path}: only a native function-mode folder's scorer verifies constructions")
+        with work_folder(work_base(executor), "verify") as work:
+            inputs, outputs = Path(work, "inputs"), Path(work, "outputs")
+            inputs.mkdir()
+            outputs.mkdir()
+            (inputs / self.filename).write_text("# station verify: a construction to check, no submission\n")
+            with open(inputs / "value.pkl", "wb") as f:
+                pickle.dump(construction, f)  # plain JSON data, read from the certificate
+            self._write_settings(inputs, action="score")
+            judged = executor.run(self._scorer_spec(inputs, outputs, "verify"))
+        if judged.status != "ok":
+            trace = f"\n{judged.traceback}" if judged.traceback else ""
+            raise ScorerFailure(f"the task's scorer failed: {judged.error}{trace}", judged)
+        return self.score(judged)
 
     def _score_program(self, result: RunResult) -> Verdict:
         """The score of an OpenEvolve or ShinkaEvolve program, computed here from the metrics its
@@ -461,6 +484,19 @@ class FolderTask(Task):
         if bounds is None or bounds[0] <= value <= bounds[1]:
             return ""
         return f"of {value:g}, outside the range [{bounds[0]:g}, {bounds[1]:g}] the task declares (score_range)"
+
+
+def _certificate(answer: dict[str, Any], result: RunResult) -> dict[str, Any] | str:
+    """The certificate of the construction a native scorer says it verified (its answer's
+    "certificate"), or why the record cannot keep it (too big: the submission's). A certificate
+    that is not plain JSON data is the scorer's failure."""
+    try:
+        return certificate.make(answer["certificate"])
+    except certificate.TooLarge as err:
+        return str(err)
+    except (TypeError, ValueError) as err:
+        why = f"the task's scorer returned a certificate that is not plain JSON data: {err}"
+        raise ScorerFailure(why, result) from None
 
 
 def _program_host(program: Path) -> Companion:

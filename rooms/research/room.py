@@ -41,6 +41,7 @@ from .storage_actions import StorageActions
 from .store import MIGRATIONS, SYSTEM_AUTHOR, best_evaluation, insert_evaluation, running_ids
 from .submission import Refused, check_form
 from .text import cell, clip_log, clip_title, fence, json_or
+from .views import certificate_sha256
 
 PREVIEW_MAX_IDS = 100
 SUMMARY_CHARS = 12_000  # task_summary budget (the archive reviewer's context)
@@ -358,6 +359,13 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         if row["error"] and row["status"] not in ("finished", "system_failed"):  # a machine's error: the operator's
             lines += ["", f"Error summary: {row['error'].strip()}"]
         version = row["reported_version"]
+        digest = certificate_sha256(ctx.store.db, number, version) if version is not None else None
+        if digest:
+            lines += [
+                "",
+                f"Certificate: SHA-256 {digest} (the construction the task's scorer verified is kept with this "
+                "record; `station verify` checks it again)",
+            ]
         code = None
         if version is not None:
             code = ctx.store.scalar(

@@ -64,6 +64,17 @@ def reported_result(db: sqlite3.Connection, evaluation_id: int, version: int) ->
     return row[0] if row else None
 
 
+def certificate_sha256(db: sqlite3.Connection, evaluation_id: int, version: int) -> str | None:
+    """The SHA-256 of the certificate kept with one version's result (evaluators/certificate.py), or None."""
+    payload = reported_result(db, evaluation_id, version)
+    try:
+        found = json.loads(payload).get("certificate") if payload else None
+    except (ValueError, AttributeError):
+        return None
+    digest = found.get("sha256") if isinstance(found, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
 def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
     """When a queued evaluation last began to wait (wall clock): its submission, i.e. the end of the
     author's turn that submitted it, or the end of its last run (a debugger's version waits again)."""
