@@ -1,7 +1,8 @@
-"""Terminal readers for what agents wrote: the Archive's papers, one paper or submission, one capsule thread.
+"""Terminal readers for what agents wrote: the Archive's papers, one paper or submission, one capsule
+thread, the research evaluations.
 
-`station papers DIR`, `station paper DIR N` (or `s:N` for a submission) and `station thread DIR N`
-(their arguments and command functions are in readers_cli.py).
+`station papers DIR`, `station paper DIR N` (or `s:N` for a submission), `station thread DIR N` and
+`station evaluations DIR` (their arguments and command functions are in readers_cli.py).
 The query functions return plain dicts and lists read from the store; the render functions print
 them with rich. Everything agents (or the reviewing model) wrote is untrusted: it is cleaned of
 terminal control sequences and only ever printed as `Text` or `Markdown`, so rich markup inside
@@ -11,6 +12,7 @@ it (`[bold red]`) is shown as written, never interpreted.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -23,8 +25,13 @@ from rooms import capsule_views
 from rooms.archive import REVIEWER
 from rooms.archive import views as archive_views
 from rooms.capsule_store import lineage_key
+from rooms.research import states as research_states
+from rooms.research.store import ranking_order
+from rooms.research.tasks import ResearchTasks, score_words
+from rooms.research.text import json_or
 from station.apps.reader_choices import PAPER_STATES, ROOMS
 from station.apps.report import pages_line
+from station.apps.report import shown as number_text
 from station.core.store import Store
 from station.core.terminal_text import MAX_TEXT_CHARS, cell, markdown, plain
 
@@ -546,3 +553,141 @@ def _print_message(console: Console, number: int, m: dict[str, Any]) -> None:
         return
     style = "green" if m["author"]["name"] == REVIEWER.name else "cyan"
     console.print(Panel(markdown(m["content"]), title=plain(head, limit=500), title_align="left", border_style=style))
+
+
+# -- research evaluations -----------------------------------------------------------------------
+EVALUATION_SORTS = ("tick", "score")
+DONE_STATUS = {"finished": "scored"}  # the stored status of a delivered evaluation, as listed (else as stored)
+OPEN_STATUS = {"queued": "pending", "running": "running", "undelivered": "undelivered"}
+STATUS_WORDS = {"timed_out": "timed out", "scorer_failed": "scorer failed", "system_failed": "not run (system)"}
+STATUS_COLOUR = {
+    "scored": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "scorer_failed": "magenta",
+    "system_failed": "magenta",
+}
+EVALUATION_COLUMNS = "e.id, e.task, e.author, e.lineage, e.tick, e.finished_tick, e.title, e.status, e.score, "
+EVALUATION_COLUMNS += "e.metrics, e.error, e.reported_version"
+
+
+def list_evaluations(
+    store: Store,
+    tasks: ResearchTasks,
+    *,
+    task: str | None = None,
+    sort: str = "tick",
+    limit: int = 100,
+    offset: int = 0,
+    running: bool = False,
+) -> dict[str, Any]:
+    """One page of a station's evaluations (of one task with `task`): by submission (tick, then id), or
+    by score as the leaderboard ranks them (scored first, best first; task by task). Each score as
+    the leaderboard shows it (the task's precision); its secondary metrics as reported, never ranked.
+    `running`: a process runs the station now (else nothing runs, whatever a dead run left behind)."""
+    if not tasks or not _has_table(store, "evaluations"):
+        raise ValueError("this station has no research tasks, so no evaluations")
+    if task is not None and task not in tasks:
+        raise ValueError(f"no task {task!r} in this station; its tasks: {', '.join(tasks)}")
+    if sort not in EVALUATION_SORTS:
+        raise ValueError(f"unknown sort {sort!r}; choose one of {', '.join(EVALUATION_SORTS)}")
+    if limit < 1 or offset < 0:
+        raise ValueError("--limit must be at least 1 and --offset at least 0")
+    where, params = ("e.task = ?", (task,)) if task is not None else ("1", ())
+    total = store.scalar(f"SELECT COUNT(*) FROM evaluations e WHERE {where}", params)
+    order = "e.tick ASC, e.id ASC"
+    if sort == "score":
+        order = ranking_order(store.all, where, params)
+        if task is None:  # scores of different tasks do not compare: each task's ranking in turn
+            order = f"CAST(e.task AS INTEGER), e.task, {order}"
+    rows = store.all(
+        f"SELECT {EVALUATION_COLUMNS} FROM evaluations e WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )
+    opened: dict[int, str] = {}
+    if any(r["status"] == "queued" for r in rows):
+        opened = {e.id: e.state for e in research_states.open_evaluations(store, live=running)}
+    shown_tasks = [task] if task is not None else list(tasks)
+    return {
+        "tasks": {tid: _task_summary(tasks[tid]) for tid in shown_tasks},
+        "evaluations": [_evaluation(r, tasks.get(r["task"]), opened.get(r["id"], "queued")) for r in rows],
+        "total": total,
+        "task": task,
+        "sort": sort,
+        "limit": limit,
+        "offset": offset,
+    }
+
+
+def _task_summary(task: Any) -> dict[str, Any]:
+    return {"title": task.title, "score": score_words(task), "precision": task.display_precision}
+
+
+def _evaluation(row: Any, task: Any, open_state: str) -> dict[str, Any]:
+    status = OPEN_STATUS[open_state] if row["status"] == "queued" else DONE_STATUS.get(row["status"], row["status"])
+    score = row["score"] if isinstance(row["score"], (int, float)) and math.isfinite(row["score"]) else None
+    precision = task.display_precision if task is not None else 4
+    formats = getattr(task, "metric_formats", None) or {}
+    metrics = json_or(row["metrics"], {}) if row["status"] != "queued" else {}
+    return {
+        "id": row["id"],
+        "task": row["task"],
+        "tick": row["tick"],
+        "delivered_tick": row["finished_tick"],
+        "author": {"name": row["author"], "lineage": row["lineage"]},
+        "title": row["title"],
+        "status": status,
+        "score": score,
+        "score_shown": "-" if row["status"] == "queued" else "n.a." if score is None else f"{score:.{precision}f}",
+        "reported_metrics": metrics,
+        "reported_shown": ", ".join(
+            f"{name} {number_text(value, formats.get(name))}" for name, value in metrics.items()
+        ),
+        "error": row["error"],
+        "version": row["reported_version"],
+    }
+
+
+def render_evaluations(data: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    evaluations, tasks = data["evaluations"], data["tasks"]
+    for tid, task in tasks.items():
+        meaning = f"scores are {task['score']}, higher is better" if task["score"] else "higher scores are better"
+        console.print(plain(f"task {tid}: {task['title']} · {meaning}", limit=300))
+    if evaluations:
+        several = len(tasks) > 1
+        title = "Evaluations" + ("" if several else f" of task {next(iter(tasks))}")
+        title += (", each task's best first" if several else ", best first") if data["sort"] == "score" else ""
+        table = Table(title=title, title_justify="left")
+        columns = ["#", "tick", *(["task"] if several else []), "author", "title", "status", "score", "reported"]
+        for name in columns:
+            right = name in ("#", "tick", "task", "score")
+            table.add_column(
+                name, justify="right" if right else "left", no_wrap=right, ratio=2 if name == "title" else None
+            )
+        for e in evaluations:
+            status = Text(STATUS_WORDS.get(e["status"], e["status"]), style=STATUS_COLOUR.get(e["status"], "yellow"))
+            if e["version"] and e["version"] > 1:
+                status.append(f" (debugger's version {e['version']})", style="dim")
+            if e["status"] not in ("scored", "pending", "running", "undelivered") and e["error"]:
+                status.append_text(cell(f" {e['error'][:80]}", "dim"))
+            table.add_row(
+                Text(str(e["id"])),
+                Text(str(e["tick"])),
+                *([Text(e["task"])] if several else []),
+                cell(e["author"]["name"]),
+                cell(e["title"]),
+                status,
+                Text(e["score_shown"]),
+                cell(e["reported_shown"], "dim"),
+            )
+        console.print(table)
+    line = pages_line(data["total"], data["offset"], len(evaluations), data["limit"], "evaluations")
+    if line:
+        console.print(Text(line.rstrip(), style="dim"))
+    if not evaluations and not data["total"]:
+        console.print(Text("No evaluations yet." if data["task"] is None else "No evaluations of this task yet."))
+    elif evaluations:
+        console.print(
+            Text("reported: the run's secondary metrics as its evaluator reported them (the score alone ranks)", "dim")
+        )

@@ -1,10 +1,12 @@
-"""The reader commands `station papers`, `paper` and `thread`: their arguments, and the functions that
-run them. Light to import, so that building the `station` parser stays fast; the queries and the
+"""The reader commands `station papers`, `paper`, `thread` and `evaluations`: their arguments, and the
+functions that run them. Light to import, so that building the `station` parser stays fast; the queries and the
 rendering (rich, the rooms, the world) are in readers.py and imported when a command runs."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from station.apps.reader_choices import PAPER_STATES, ROOMS
@@ -15,7 +17,7 @@ def cmd_papers(args: argparse.Namespace) -> int:
     from station.apps.report import Terminal
     from station.apps.world import Station
 
-    station = Station.open(args.dir)
+    station = Station.open_to_read(args.dir)
     try:
         data = list_papers(
             station.store, include_unpublished=args.all, status=args.status, limit=args.limit, offset=args.offset or 0
@@ -33,7 +35,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     from station.apps.world import Station
 
     kind, number = parse_paper_id(args.id, args.submission)
-    station = Station.open(args.dir)
+    station = Station.open_to_read(args.dir)
     try:
         if kind == "paper":
             paper = get_paper(station.store, number)
@@ -53,7 +55,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
     from station.apps.report import Terminal
     from station.apps.world import Station
 
-    station = Station.open(args.dir)
+    station = Station.open_to_read(args.dir)
     try:
         thread = get_thread(
             station.store, args.room, args.id, lineage=args.lineage, limit=args.limit, offset=args.offset or 0
@@ -61,6 +63,33 @@ def cmd_thread(args: argparse.Namespace) -> int:
     finally:
         station.close()
     render_thread(thread, Terminal())
+    return 0
+
+
+def cmd_evaluations(args: argparse.Namespace) -> int:
+    from rooms.research.tasks import tasks_of
+    from station.apps.readers import list_evaluations, render_evaluations
+    from station.apps.report import Terminal
+    from station.apps.world import Station
+    from station.core.run_lock import is_running
+
+    station = Station.open_to_read(args.dir)
+    try:
+        data = list_evaluations(
+            station.store,
+            tasks_of(station.ctx),
+            task=args.task,
+            sort=args.sort,
+            limit=args.limit,
+            offset=args.offset or 0,
+            running=is_running(Path(args.dir)),
+        )
+    finally:
+        station.close()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        render_evaluations(data, Terminal())
     return 0
 
 
@@ -73,7 +102,7 @@ def add_page_arguments(parser: argparse.ArgumentParser, what: str, limit: int, o
 
 
 def add_reader_commands(sub: Any) -> None:
-    """Register `papers`, `paper` and `thread` on the `station` command's subparsers."""
+    """Register `papers`, `paper`, `thread` and `evaluations` on the `station` command's subparsers."""
     s = sub.add_parser("papers", help="the Archive's papers (and with --all the unpublished submissions)")
     s.add_argument("dir")
     s.add_argument("--all", action="store_true", help="also list submissions that were not published")
@@ -96,3 +125,16 @@ def add_reader_commands(sub: Any) -> None:
     s.add_argument("--lineage", help="for private notes: whose (needed when several lineages have that number)")
     add_page_arguments(s, "messages", 50)
     s.set_defaults(fn=cmd_thread)
+
+    s = sub.add_parser("evaluations", help="the research evaluations: author, status, score (--json for scripts)")
+    s.add_argument("dir")
+    s.add_argument("--task", metavar="N", help="only task N's evaluations")
+    s.add_argument(
+        "--sort",
+        choices=("tick", "score"),
+        default="tick",
+        help="tick: in the order they were submitted (default); score: as the leaderboard ranks them, best first",
+    )
+    add_page_arguments(s, "evaluations", 100)
+    s.add_argument("--json", action="store_true", help="the page as JSON, with raw scores and metrics")
+    s.set_defaults(fn=cmd_evaluations)

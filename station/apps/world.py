@@ -9,8 +9,8 @@ from pathlib import Path
 
 from evaluators import scoring_process
 from rooms import check_known, every_room, load_rooms, recorded_room_set, room_classes
-from rooms.research import load_tasks, tasks_of
 from rooms.research.config import ResearchConfig
+from rooms.research.tasks import ResearchTasks, load_tasks, open_tasks, record_tasks, recorded_tasks, tasks_of
 from station.core import lifecycle
 from station.core.agents import AgentRegistry
 from station.core.budget import Ledger
@@ -55,7 +55,7 @@ def check_room_set(config: StationConfig, key: str, value: object) -> None:
 class Station:
     """Everything a running (or inspected) station needs, wired together."""
 
-    def __init__(self, store: Store, config: StationConfig) -> None:
+    def __init__(self, store: Store, config: StationConfig, tasks: ResearchTasks) -> None:
         self.store = store
         self.texts = Texts(config.codex.set, config.codex.texts, style=config.prompt.style)
         self.agents = AgentRegistry(store)
@@ -63,7 +63,7 @@ class Station:
             store, config.tokens.protected_keywords, cache_bytes=config.engine.conversation_cache_mb << 20
         )
         self.ctx = Context(store, config, self.texts, self.agents, self.conversations)
-        self.ctx.attach(load_tasks(config.section(ResearchConfig)))
+        self.ctx.attach(tasks)
         rooms = self._build_rooms(recorded_room_set(config.rooms.enabled, config.rooms.disabled))
         self.ctx.rooms = {room.short: room for room in rooms}
         self.ctx.hooks = load_hooks(config, rooms)
@@ -109,6 +109,7 @@ class Station:
                     scoring_process.warm_up(task, told)
             except (ValueError, OSError) as err:
                 raise ValueError(f"research task {number} cannot be prepared: {err}") from err
+        record_tasks(self.store, tasks_of(self.ctx))  # what readers show of them, without their folders
 
     @property
     def config(self) -> StationConfig:
@@ -150,7 +151,8 @@ class Station:
                 store.set_meta("tick", 1)
                 store.set_meta("units", 0)
                 store.set_meta("station_status", "Healthy")
-            station = cls(store, config)  # an unknown room or evaluator is refused here
+            # an unknown room or evaluator, or a task folder that cannot be read, is refused here
+            station = cls(store, config, load_tasks(config.section(ResearchConfig)))
             with store.transaction():
                 for spec in config.agents:
                     for _ in range(spec.count):
@@ -177,11 +179,27 @@ class Station:
 
     @classmethod
     def open(cls, directory: str | Path) -> Station:
+        """A station to run or to score with: its research tasks built from their evaluators and
+        folders (a task folder that is gone or broken is refused in one line naming it)."""
+        return cls._open(directory, lambda store, config: open_tasks(config.section(ResearchConfig)))
+
+    @classmethod
+    def open_to_read(cls, directory: str | Path) -> Station:
+        """A station to read (status, papers, evaluations, the web viewer): its research tasks as the
+        station recorded them, so that it opens whatever became of their folders. It never runs."""
+        return cls._open(directory, lambda store, config: recorded_tasks(config.section(ResearchConfig), store))
+
+    @classmethod
+    def _open(cls, directory: str | Path, tasks: Callable[[Store, StationConfig], ResearchTasks]) -> Station:
         store = Store(directory)
-        store.migrate("station", CORE_MIGRATIONS)
-        config = parse_config(store.get_meta("config"), f"{directory}/station.db", stored=True)
-        store.db.execute(f"PRAGMA synchronous={'FULL' if config.engine.durability == 'full' else 'NORMAL'}")
-        return cls(store, config)
+        try:
+            store.migrate("station", CORE_MIGRATIONS)
+            config = parse_config(store.get_meta("config"), f"{directory}/station.db", stored=True)
+            store.db.execute(f"PRAGMA synchronous={'FULL' if config.engine.durability == 'full' else 'NORMAL'}")
+            return cls(store, config, tasks(store, config))
+        except BaseException:
+            store.close()  # a station refused here leaves no connection open
+            raise
 
     def close(self) -> None:
         for hook in self.ctx.hooks:  # background workers (reviews, evaluations) stop with the station

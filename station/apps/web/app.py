@@ -89,7 +89,7 @@ def create_app(
     # columns), and a damaged database is named in one line, not at the first page.
     from station.apps.world import Station
 
-    Station.open(directory).close()
+    Station.open_to_read(directory).close()
     site = Site(
         directory,
         runner or StationRunner(directory),

@@ -57,7 +57,7 @@ class Reader:
 
         station = getattr(self._local, "station", None)
         if station is None:
-            station = Station.open(self.dir)
+            station = Station.open_to_read(self.dir)  # the pages never need the task folders
             self._local.station = station
         station.agents.invalidate()
         return station
