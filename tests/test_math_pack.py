@@ -142,6 +142,28 @@ def test_heilbronn_refuses_a_point_one_ulp_onto_another_and_reads_exact_fraction
     assert "repeats point 0" in refused("math_heilbronn_convex_13", points)
 
 
+@pytest.mark.parametrize(
+    "name, published",
+    [
+        ("math_autocorrelation_c1", 1.5052939684401607),  # AlphaEvolve's 600 steps: C1 <= 1.5053
+        ("math_min_max_distance_16", 12.88926611203463),  # AlphaEvolve's 16 points: sqrt(12.889266112)
+        ("math_heilbronn_convex_13", 0.03093688903489562),  # AlphaEvolve's 13 points: 0.0309
+    ],
+)
+def test_the_shipped_best_known_constructions_verify_to_their_published_values(name: str, published: float) -> None:
+    construction = json.loads((PACK / name / "known" / "alphaevolve.json").read_text())
+    assert verifier(name)(construction, {})["score"] == published
+
+
+def test_station_verify_accepts_a_best_known_construction_in_the_scorers_sandbox(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = PACK / "math_min_max_distance_16"
+    assert main(["verify", str(folder), str(folder / "known" / "alphaevolve.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("value: 12.88926611203463\n") and out.endswith("OK\n")
+
+
 # -- the certificate kept with a verdict ---------------------------------------------------------------
 def test_a_certificate_over_one_mib_is_refused_and_one_that_is_not_json_is_the_scorers_failure() -> None:
     task = create_task("folder", {"path": str(PACK / "math_autocorrelation_c1")})
