@@ -117,6 +117,7 @@ class TaskSettings(_Strict):
 
 # OpenEvolve's defaults when its config says nothing (or there is no config)
 CASCADE_THRESHOLDS = (0.5, 0.75, 0.9)
+FEATURE_DIMENSIONS = ("complexity", "diversity")  # database.feature_dimensions: left out of its mean
 # OpenEvolve's config files, by the names its examples use, in the order one is chosen
 CONFIG_NAMES = ("config.yaml", "config_phase_1.yaml")
 EVOLVE_START, EVOLVE_END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
@@ -141,6 +142,8 @@ class TaskFolder:
     cascade: Cascade = Cascade()
     stages: tuple[str, ...] = ()  # openevolve: the evaluator's functions, in the order they may run
     config_file: str = ""  # openevolve: the config read ("" when there is none)
+    configs: tuple[str, ...] = ()  # openevolve: every config*.yaml the folder holds
+    feature_dimensions: tuple[str, ...] = ()  # openevolve: metrics its mean of the metrics leaves out
     frame: str = ""  # shinka: the initial program with its EVOLVE-BLOCKs emptied, which a program must keep
     reference: ReferenceTask | None = None  # reference: the folder as the reference station reads it
 
@@ -166,6 +169,12 @@ class TaskFolder:
         """The program runs in a process of its own, apart from its evaluator (unless task.yaml says
         `program_process: shared`): the evaluator's loading of it gives a stand-in module."""
         return self.runs_program and self.settings.program_process == "apart"
+
+    @property
+    def mean_rule(self) -> bool:
+        """OpenEvolve's rule applies: without a numeric combined_score the score is the mean of the
+        numeric metrics (an OpenEvolve folder whose task.yaml names no `scorer.metric`)."""
+        return self.format == "openevolve" and "metric" not in self.settings.scorer.model_fields_set
 
     @property
     def data_dir(self) -> Path | None:
@@ -287,7 +296,20 @@ def _openevolve(folder: Path) -> TaskFolder:
         raise TaskFolderError(f"{folder / config_file}: evaluator.cascade_thresholds must be a list of numbers")
     cascade = Cascade(bool(evolve.get("cascade_evaluation", True)), tuple(float(t) for t in thresholds))
     stages = _stages(folder, cascade)
-    return TaskFolder(folder, "openevolve", settings, statement, (initial,), cascade, stages, config_file)
+    configs = tuple(sorted(p.name for p in folder.glob("config*.yaml") if p.is_file()))
+    features = _feature_dimensions(config, folder / config_file)
+    return TaskFolder(
+        folder,
+        "openevolve",
+        settings,
+        statement,
+        (initial,),
+        cascade,
+        stages,
+        config_file,
+        configs=configs,
+        feature_dimensions=features,
+    )
 
 
 def _shinka(folder: Path) -> TaskFolder:
@@ -514,6 +536,15 @@ def _evaluator_section(config: dict[str, Any], file: Path) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise TaskFolderError(f"{file}: evaluator must be a mapping")
     return section
+
+
+def _feature_dimensions(config: dict[str, Any], file: Path) -> tuple[str, ...]:
+    """The config's `database.feature_dimensions` (OpenEvolve's MAP-Elites axes), or its default."""
+    database = config.get("database") or {}
+    found = database.get("feature_dimensions", list(FEATURE_DIMENSIONS)) if isinstance(database, dict) else None
+    if not isinstance(found, list) or not all(isinstance(name, str) for name in found):
+        raise TaskFolderError(f"{file}: database.feature_dimensions must be a list of metric names")
+    return tuple(found)
 
 
 def _system_message(config: dict[str, Any]) -> str:

@@ -188,8 +188,9 @@ def _text(value: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A metric as plain data: a number stays a number, anything else becomes short text."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    """A metric as plain data: a number or a boolean (OpenEvolve's mean counts it) stays one,
+    anything else becomes short text."""
+    if isinstance(value, (int, float)):
         return value
     number = getattr(value, "item", None)  # a NumPy scalar
     if callable(number) and getattr(value, "ndim", None) == 0:

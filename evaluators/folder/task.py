@@ -51,6 +51,11 @@ APART = Path(__file__).with_name("apart")  # the program host (the companion) an
 REFERENCE = Path(__file__).with_name("reference")  # a reference-format evaluator's runner and stand-in `station`
 DETAILS_MAX_CHARS = 4000
 METRICS_MAX = 50
+MEAN_NOTE_START = "Score: the MEAN of"  # an evaluation's details begin so when OpenEvolve's mean made the score
+
+
+class NotChecked(Exception):
+    """The machine could not run a check (a system error): nothing is known of the scorer."""
 
 
 @register("folder")
@@ -113,7 +118,6 @@ class FolderTask(Task):
         )
 
     def _evolve_contract(self, better: str) -> str:
-        s = self.folder.settings
         stages = self.folder.stages
         if self.folder.format == "shinka":
             calls = "`main(program_path, results_dir)`, which runs your program's experiment and writes its metrics"
@@ -130,10 +134,22 @@ class FolderTask(Task):
             "## How submissions run and are scored\n"
             "Submit a complete Python program (it replaces the task's initial program). The task's evaluator "
             f"calls {calls} on it, each call in a fresh sandbox, and hands back its metrics. The station computes "
-            f"the score from them, outside that sandbox: the score is the `{s.scorer.metric}` metric ({better}); "
-            f"a program without it is rejected.{self._range_text()} {self._rejections()}{self._frame_rule()}\n\n"
+            f"the score from them, outside that sandbox: {self._score_rule(better)}"
+            f"{self._range_text()} {self._rejections()}{self._frame_rule()}\n\n"
             f"{self._isolation_text()}\n\n"
             f"Limits: {limits}. Files kept between runs go under `storage/` (see the storage rules).\n"
+        )
+
+    def _score_rule(self, better: str) -> str:
+        metric = self.folder.settings.scorer.metric
+        if not self.folder.mean_rule:
+            return f"the score is the `{metric}` metric ({better}); a program without it is rejected."
+        left_out = ", ".join(f"`{name}`" for name in self.folder.feature_dimensions) or "none"
+        return (
+            f"the score is the `{metric}` metric ({better}). **When the evaluator hands back no numeric "
+            f"`{metric}`, the score is the mean of all its numeric metrics**, whatever each one measures "
+            "(OpenEvolve's rule: numbers and booleans count; NaN and texts such as an `error` do not, nor the "
+            f"MAP-Elites feature dimensions: {left_out}); each evaluation's details name the metrics averaged."
         )
 
     def _isolation_text(self) -> str:
@@ -325,6 +341,8 @@ class FolderTask(Task):
             self._write_settings(inputs, action="check")
             judged = executor.run(self._scorer_spec(inputs, outputs, "task-check"))
         scorer = self.folder.scorer_file
+        if judged.status == "system_error":
+            raise NotChecked(judged.error or "the executor failed")
         if judged.status != "ok":
             trace = f"\n{judged.traceback.rstrip()}" if judged.traceback else ""
             return f"{scorer} cannot be imported in the scorer's sandbox: {judged.error}{trace}"
@@ -456,7 +474,8 @@ class FolderTask(Task):
         if error:
             return Verdict(False, details=_clip(f"Rejected by the task's evaluator: {error}{_notes_text(notes)}"))
         s = self.folder.settings
-        score = _program_score(metrics, s.scorer.metric)
+        left_out = self.folder.feature_dimensions if self.folder.mean_rule else None
+        score, averaged = _program_score(metrics, s.scorer.metric, left_out)
         if isinstance(score, str):
             return Verdict(False, details=f"Rejected: {score}")
         outside = self._outside_range(score)
@@ -467,8 +486,10 @@ class FolderTask(Task):
         if not s.higher_is_better:
             shown.setdefault(s.score_name, score)
         texts = "\n".join(f"{k}: {v}" for k, v in metrics.items() if k not in numbers)
-        details = _clip((texts or f"{s.score_name} = {score:.{self.display_precision}f}") + _notes_text(notes))
-        return Verdict(True, score if s.higher_is_better else -score, details, shown)
+        details = (texts or f"{s.score_name} = {score:.{self.display_precision}f}") + _notes_text(notes)
+        if averaged:  # said first and loudly: the score is not one metric
+            details = f"{mean_note(averaged, s.scorer.metric)}\n\n{details}"
+        return Verdict(True, score if s.higher_is_better else -score, _clip(details), shown)
 
     def _range_text(self) -> str:
         bounds = self.folder.settings.score_range
@@ -508,10 +529,49 @@ def _program_host(program: Path) -> Companion:
     )
 
 
-def _program_score(metrics: dict[str, Any], metric: str) -> float | str:
-    """The named metric (`scorer.metric`, by default OpenEvolve's combined_score); a string says why
-    there is no usable score. Never a mean of the others: unlike numbers (a count, a time) would
-    decide the board."""
+def mean_note(averaged: list[str], metric: str = "combined_score") -> str:
+    """What an evaluation's details (and `station task check`) say when OpenEvolve's mean rule made the score."""
+    return (
+        f"{MEAN_NOTE_START} the evaluator's numeric metrics {', '.join(averaged)} (OpenEvolve's rule for an "
+        f"evaluator that hands back no numeric {metric}), whatever each one measures; the task's author can make "
+        "one metric the score in task.yaml (scorer: {metric: NAME})."
+    )
+
+
+def _program_score(
+    metrics: dict[str, Any], metric: str, left_out: tuple[str, ...] | None
+) -> tuple[float | str, list[str]]:
+    """The score and the metrics averaged for it ([] when it is one metric); a string says why there
+    is no usable score. The named metric (`scorer.metric`, by default OpenEvolve's combined_score);
+    when it is not a number and `left_out` is given (OpenEvolve's rule applies), the mean of the
+    numeric metrics other than `left_out` (its MAP-Elites feature dimensions), as OpenEvolve ranks
+    programs: ints, floats and booleans count, NaN and texts do not."""
+    if left_out is not None and not _is_number(metrics.get(metric)):
+        return _openevolve_mean(metrics, left_out)
+    return _named_score(metrics, metric), []
+
+
+def _openevolve_mean(metrics: dict[str, Any], left_out: tuple[str, ...]) -> tuple[float | str, list[str]]:
+    numeric = []
+    for name, value in metrics.items():
+        if isinstance(value, (int, float)):  # booleans too, as Python (and OpenEvolve) counts them
+            try:
+                number = float(value)
+            except OverflowError:  # an int beyond floats: OpenEvolve skips it
+                continue
+            if not math.isnan(number):
+                numeric.append((name, number))
+    kept = [(name, n) for name, n in numeric if name not in left_out] or numeric  # all, when only features
+    if not kept:
+        return "the evaluator handed back no numeric metric, so there is nothing to average (OpenEvolve's rule)", []
+    mean = sum(n for _, n in kept) / len(kept)
+    names = [name for name, _ in kept]
+    if not math.isfinite(mean):
+        return f"the mean of the evaluator's numeric metrics ({', '.join(names)}) is not a finite number", names
+    return mean, names
+
+
+def _named_score(metrics: dict[str, Any], metric: str) -> float | str:
     if metric not in metrics:
         named = ", ".join(sorted(k for k, v in metrics.items() if _is_number(v))[:12]) or "none"
         return (

@@ -93,8 +93,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     from station.core.config import load_config
 
     config = load_config(args.config)
+    passed = _check_folder_tasks(config, Path(args.dir), "nothing was created", sys.stdout)
     station = Station.create(args.dir, config)
     try:
+        remember_checks(station.dir, passed)
         print(f"created station '{config.name}' at {args.dir} with {len(station.agents.active())} agents")
         _prepare(station, sys.stdout)
     finally:
@@ -109,6 +111,36 @@ def _prepare(station: Station, stream: IO[str], warm_up: bool = False) -> None:
         station.prepare_tasks(lambda step: print(step, file=stream, flush=True), warm_up)
     except ValueError as err:
         raise CliError(str(err)) from None
+
+
+def _check_folder_tasks(config: Any, directory: Path, refusal: str, stream: IO[str]) -> dict[str, str]:
+    """The checks of `station task check` for each folder task of `config`, before its first tick
+    (docs/tasks.md): a task that cannot work is refused in one line (TaskCannotWork, a ValueError).
+    A folder that passed for the station at `directory` and has not changed since is not checked
+    again. The fingerprints of the folders that passed."""
+    from rooms.research.config import ResearchConfig
+    from rooms.research.tasks import load_tasks
+    from station.apps.task_checks import check_station_tasks, remembered
+
+    research = config.section(ResearchConfig)
+    tasks = load_tasks(research)
+    if not tasks:
+        return {}
+    return check_station_tasks(
+        tasks,
+        research.executor,
+        {str(number): entry.baselines for number, entry in enumerate(research.tasks, 1)},
+        remembered=remembered(directory),
+        refusal=refusal,
+        out=lambda line: print(line, file=stream, flush=True),
+    )
+
+
+def remember_checks(directory: Path, passed: dict[str, str]) -> None:
+    from station.apps.task_checks import remember
+
+    if passed:
+        remember(directory, passed)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -127,12 +159,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     elif args.config:
-        Station.create(directory, load_config(args.config)).close()
+        config = load_config(args.config)
+        passed = _check_folder_tasks(config, directory, "nothing was created", sys.stderr)
+        Station.create(directory, config).close()
+        remember_checks(directory, passed)
     else:
         raise CliError(f"no station at {directory}; give a config file to create one")
     with run_lock(directory), station_log(directory) as terminal:
         station = Station.open(directory)
         try:
+            # a folder changed since its last check (or never checked) is checked again before any tick
+            refusal = "the station did not run and is unchanged"
+            remember_checks(directory, _check_folder_tasks(station.config, directory, refusal, terminal))
             _prepare(station, terminal, warm_up=True)
             engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
             return _drive(engine, station, args.ticks, args.until_tick)
@@ -481,47 +519,26 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_task_check(args: argparse.Namespace) -> int:
     from evaluators.base import create_task
-    from evaluators.folder.layout import exposure_warnings
-    from rooms.research.standalone import evaluate_baselines
-    from station.apps.report import shown
+    from station.apps.task_checks import check_task
     from station.core.config import ExecutorConfig
     from station.executors import create_executor
 
     task = create_task("folder", {"path": args.folder})  # a TaskFolderError (a ValueError) says what is wrong
-    layout = task.folder  # type: ignore[attr-defined]
-    print(f"task folder {layout.path} ({layout.format} format): '{task.title}'", file=sys.stderr)
-    for warning in exposure_warnings(layout.path):
-        print(clean(f"warning: {warning}"), file=sys.stderr)
-    failed = 0
     executor = create_executor(ExecutorConfig(kind=args.executor), hide=task.private_paths())
     try:
-        with elapsed_line("importing the scorer in its sandbox"):
-            problem = task.check_scorer(executor)  # type: ignore[attr-defined]
-        entry = ", ".join(f"{name}()" for name in layout.entry_points)
-        print(
-            clean(f"scorer: {problem}" if problem else f"scorer: {layout.scorer_file} imports and defines {entry}"),
-            file=sys.stderr,
+        check = check_task(
+            task,  # type: ignore[arg-type]
+            executor,
+            baselines=not args.no_baselines,
+            twice=True,  # an evaluator that gives one program two scores shows noise as progress: said here
+            out=lambda line: print(clean(line), file=sys.stderr),
+            step=elapsed_line,
         )
-        failed += problem is not None
-        isolation = getattr(task, "program_isolation", lambda: "")()
-        if isolation:  # an OpenEvolve or ShinkaEvolve program: what keeps it from its evaluator
-            print(clean(f"program: {isolation}"), file=sys.stderr)
-        if problem is None and not args.no_baselines and task.baselines():
-            with elapsed_line("evaluating baselines"):
-                results = evaluate_baselines(task, executor)
-            print("baselines:", file=sys.stderr)
-            for r in results:
-                score = "n.a." if r["score"] is None else shown(r["score"])
-                why = "" if r["success"] else f"  ({r['status']}: {r.get('error') or r.get('details') or '?'})"
-                print(clean(f"  {r['title']}: {score}{why}"), file=sys.stderr)
-                failed += not r["success"]
     finally:
         executor.close()
-    if not task.baselines():
-        print("no baselines (baselines/*.py): the leaderboard starts empty", file=sys.stderr)
     print("--- what agents read with `read` ---", file=sys.stderr)
     print(task.spec())
-    return 1 if failed else 0
+    return 1 if check.problems or check.not_run else 0
 
 
 @contextmanager
@@ -547,6 +564,14 @@ def elapsed_line(what: str):
         done.set()
         thread.join()
         sys.stderr.write("\r\033[K")
+
+
+def _sandbox_line(result: dict[str, Any]) -> str:
+    """The layers of the sandbox the submission really ran in (for an OpenEvolve or ShinkaEvolve
+    folder, the evaluator's run and its companion, which ran the program), or that nothing ran."""
+    if result["isolation"]:
+        return ", ".join(result["isolation"])
+    return "nothing ran: the submission was refused before any run" if not result["duration_s"] else "none"
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -587,7 +612,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         lines += [
             f"details:   {result['details'] or '-'}",
             f"duration:  {result['duration_s']:.2f} s",
-            f"sandbox:   {', '.join(result['isolation']) or 'none'}",
+            f"sandbox:   {_sandbox_line(result)}",
         ]
         for stream in ("stdout", "stderr"):
             text = result[stream] if stream == "stdout" else (result["stderr"] or result.get("traceback") or "")

@@ -170,8 +170,12 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
             counts[key] = {**counts.get(key, {}), **value} if isinstance(value, dict) else value
     open_evaluations, scorer_failures, system_failures = [], [], []
     scorer_health: dict[str, Any] = {}
+    stuck: dict[str, str] = {}
     if "research" in ctx.rooms:  # honest states: nothing runs in a station no process runs
         from rooms.research import states
+        from rooms.research.tasks import tasks_of
+
+        stuck = failing_the_same_way(store, tasks_of(ctx))
 
         open_evaluations = [e.to_json() for e in states.open_evaluations(store, live=running)]
         scorer_failures = states.recent_scorer_failures(store)
@@ -179,7 +183,10 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         system_failures = states.recent_system_failures(store)
         for state in ("queued", "running", "undelivered"):
             counts["submissions"][state] = sum(1 for e in open_evaluations if e["state"] == state)
-    problems = health_problems(scorer_health, system_failures)
+    problems = health_problems(scorer_health, system_failures) + [
+        f"task {task}: the last {SAME_FAILURES} evaluations all failed the same way: {line}"
+        for task, line in sorted(stuck.items(), key=lambda item: natural_order(item[0]))
+    ]
     done = store.scalar("SELECT COUNT(*) FROM turns WHERE tick=?", (tick,))
     pause_file = station.dir / PAUSE_FILE
     paused = not running and pause_file.exists()
@@ -201,6 +208,28 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         "system_failures": system_failures,
         "spend": money,
     }
+
+
+SAME_FAILURES = 5  # a task's last evaluations all failed alike: likely the task's doing, not the programs'
+
+
+def failing_the_same_way(store: Any, tasks: Any, last: int = SAME_FAILURES) -> dict[str, str]:
+    """Per task whose `last` delivered evaluations all failed (charged: failed or timed out) with the
+    same first line of error, that line. Newest first by id: a few rows each, whatever the history."""
+    found: dict[str, str] = {}
+    for task in tasks:
+        rows = store.all(
+            "SELECT status, error, details FROM evaluations WHERE task=? AND status != 'queued' ORDER BY id DESC LIMIT ?",
+            (task, last),
+        )
+        lines = {_first_line(r["error"] or r["details"] or r["status"]) for r in rows}
+        if len(rows) == last and all(r["status"] in ("failed", "timed_out") for r in rows) and len(lines) == 1:
+            found[str(task)] = lines.pop()
+    return found
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]
 
 
 def health_problems(scorer_health: dict[str, Any], system_failures: list[dict[str, Any]]) -> list[str]:

@@ -64,6 +64,8 @@ def check_task(
     check.say(f"task folder {layout.path} ({layout.format} format): '{task.title}'", out)
     if layout.format == "openevolve":
         check.say(config_line(layout), out)
+    for note in task.config_notes():  # a reference-format folder's constant_config.yaml
+        check.say(note, out)
     for warning in exposure_warnings(layout.path):
         check.warnings.append(warning)
         check.say(f"warning: {warning}", out)
