@@ -111,7 +111,7 @@ def score_words(task: Task) -> str:
 def record_tasks(store: Store, tasks: ResearchTasks) -> None:
     """Keep the station's record of its tasks as they are now (where it prepares them to run)."""
     records = {number: task_record(task) for number, task in tasks.items()}
-    if store.get_meta(RECORD_KEY) != records:
+    if records and store.get_meta(RECORD_KEY) != records:
         with store.transaction():
             store.set_meta(RECORD_KEY, records)
 
