@@ -166,6 +166,12 @@ class Task:
         content. None: it has no play here and reads the task statement instead."""
         return None
 
+    @classmethod
+    def new_station_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters a new station records: `params`, with the new default of any parameter whose
+        default changed (a station made before stored no such key, and keeps the old default's meaning)."""
+        return params
+
     def prepare(self, say: Callable[[str], None]) -> None:
         """Build what scoring needs (data, normalization bounds) before a station's first tick, so
         that no agent's evaluation pays for it; `say(step)` reports progress. Quick once done."""
@@ -287,6 +293,13 @@ def create_task(kind: str, params: dict[str, Any] | None = None) -> Task:
         return TASKS.get(kind)(**(params or {}))
     except TypeError as err:
         raise ValueError(f"research task {kind!r}: bad parameters {params!r} ({err})") from None
+
+
+def new_station_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What a new station records as the parameters of task `kind` (`Task.new_station_params`); an
+    unknown kind's are left as given (creating the task names the problem)."""
+    _import_task_modules()
+    return TASKS.get(kind).new_station_params(params) if kind in TASKS else params
 
 
 def has_real_code(code: str) -> bool:

@@ -2,6 +2,7 @@
 with the file and line, the task built from a level folder named in a config, and its held-out draws."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from evaluators.base import create_task
 from evaluators.sokoban.boxoban import BoxobanError, read_file, read_split, write_file
 from evaluators.sokoban.levels import BOX, BOX_ON_TARGET, replay
 from rooms.research.config import ResearchConfig
+from station.core.config import StationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sokoban" / "boxoban-sample"
@@ -88,7 +90,7 @@ def test_the_task_reads_a_level_folder_named_relative_to_its_config(tmp_path: Pa
 
     config = load_config(ROOT / "configs" / "sokoban_gpu.yaml")
     params = config.section(ResearchConfig).tasks[0].params
-    assert params["levels"] == str(SAMPLE) and params["max_steps"] == 120
+    assert params["levels"] == str(SAMPLE) and params["max_steps"] == 120 and params["eval_draw"] == "reference"
     task = create_task("sokoban", {**params, "eval_levels": 100})
     assert (task.levels.grid, task.levels.boxes, task.levels.n_train, task.levels.n_eval) == (8, 4, 1000, 100)
     assert "Boxoban-format level folder boxoban-sample" in task.spec() and "4 boxes" in task.spec()
@@ -162,3 +164,21 @@ def test_the_earlier_draws_keep_their_meaning_and_an_unnamed_draw_is_the_paper_r
     assert "the level folder has no test/" in no_test.external().protocol
     with pytest.raises(BoxobanError, match="eval_draw must be one of reference, paper, distinct; got 'shuffled'"):
         create_task("sokoban", {**params, "eval_draw": "shuffled"})
+
+
+def test_a_new_station_records_the_reference_draw_and_a_stored_config_keeps_its_own() -> None:
+    """The draw a config implies when it names none changed: a new config records `reference`, which the
+    station stores and keeps; a station's stored config without the key keeps drawing `paper`."""
+    from station.core.config import parse_config
+
+    def params(config: StationConfig) -> list[dict]:
+        return [task.params for task in config.section(ResearchConfig).tasks]
+
+    tasks = [{"evaluator": "sokoban", "params": {"levels": str(SAMPLE)}},
+             {"evaluator": "sokoban", "params": {"levels": str(SAMPLE), "eval_draw": "distinct"}},
+             {"evaluator": "sokoban", "params": {"grid": 5}}]  # generated levels: no draw to record
+    new = parse_config({"research": {"tasks": copy.deepcopy(tasks)}})
+    assert [p.get("eval_draw") for p in params(new)] == ["reference", "distinct", None]
+    assert params(parse_config(new.model_dump(mode="json"), stored=True)) == params(new)  # stored, reopened
+    old = parse_config({"research": {"tasks": copy.deepcopy(tasks)}}, stored=True)
+    assert [p.get("eval_draw") for p in params(old)] == [None, "distinct", None]

@@ -43,6 +43,14 @@ class Sokoban(TwoStageTask):
     def scripted_submission(cls, shown_title: str, seen: Any, rng: random.Random) -> dict[str, str] | None:
         return scripted_play(seen, rng)
 
+    @classmethod
+    def new_station_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """A new station on a level folder records the reference's draw unless it names one; a station
+        made before the draw had a name keeps `paper`, the default its stored config implies."""
+        if params.get("levels") is not None and "eval_draw" not in params:
+            return {**params, "eval_draw": "reference"}
+        return params
+
     def __init__(
         self,
         grid: int = 6,
@@ -67,8 +75,8 @@ class Sokoban(TwoStageTask):
         """`levels`: a Boxoban-format level folder (train/, valid/, test/; docs in evaluators/sokoban/
         boxoban.py) instead of generated levels; grid and boxes then come from its files, and
         `eval_levels` are drawn from valid/ with `seed` by the rule `eval_draw` names (dataset.py
-        `draw_indices`): `reference`, as the reference station's code draws, or an earlier rule,
-        `paper` (what a station made without naming one draws) or `distinct`.
+        `draw_indices`): `reference`, as the reference station's code draws (what a new station
+        records), or an earlier rule, `paper` (what a station made without naming one draws) or `distinct`.
         `memory_size`: how many numbers of recurrent state the exported policy may carry from one
         step of a level to the next."""
         super().__init__(

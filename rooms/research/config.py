@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
-from station.core.config import ExecutorConfig, ModelConfig, Section, beside, config_section
+from evaluators.base import new_station_params
+from station.core.config import STORED, ExecutorConfig, ModelConfig, Section, beside, config_section
 
 # Task parameters that name files or folders: forecasting and rna_modelling `path`, sokoban
 # `levels`, batch_integration `h5ad`.
@@ -34,6 +35,14 @@ class TaskConfig(Section):
 
     timeout_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="override the task's timeout")
     baselines: bool = Field(True, description="evaluate the task's System baselines when the station is created")
+
+    @model_validator(mode="after")
+    def _record_changed_defaults(self, info: ValidationInfo) -> TaskConfig:
+        """A new config records the parameters whose default changed (`Task.new_station_params`), so
+        the station it makes keeps their meaning; a station's stored config stays as it was made."""
+        if self.evaluator is not None and not (info.context or {}).get(STORED):
+            self.params = new_station_params(self.evaluator, self.params)
+        return self
 
 
 @config_section("research")
