@@ -45,6 +45,7 @@ CONTRACT_METHODS = (
     "get_secondary_metrics_format",
 )
 CODER_ONLY = re.compile(r"__CODER_ONLY_BEGIN__.*?__CODER_ONLY_END__", re.DOTALL)  # kept from agents
+RESEARCH_TASK_PREFIX = re.compile(r"^Research Task( \w+)?:\s*", re.IGNORECASE)
 MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 # constant_config.yaml keys with a meaning here: the task.yaml setting each one sets
@@ -320,7 +321,8 @@ def _text(file: Path, limit: int) -> str:
 
 
 def _first_heading(markdown: str) -> str:
+    """The first Markdown heading of any level, without the reference's "Research Task:" prefix."""
     for line in markdown.splitlines():
-        if line.startswith("# "):
-            return line[2:].strip()
+        if line.startswith("#"):
+            return RESEARCH_TASK_PREFIX.sub("", line.lstrip("#").strip()).strip()
     return ""
