@@ -333,7 +333,8 @@ class FolderTask(Task):
 
     def check_scorer(self, executor: Any) -> str | None:
         """Import the scorer in its own sandbox, as an evaluation does, and look for its entry points:
-        None when it is usable, else what is wrong (for `station task check`)."""
+        None when it is usable, else what is wrong (for `station task check`). NotChecked when the
+        machine could not run the check (a system error): that says nothing of the scorer."""
         with work_folder(work_base(executor), "check") as work:
             inputs, outputs = Path(work, "inputs"), Path(work, "outputs")
             inputs.mkdir()

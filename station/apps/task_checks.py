@@ -93,14 +93,21 @@ def check_task(
 def _check_baselines(
     task: FolderTask, executor: Any, check: TaskCheck, twice: bool, out: Callable[[str], None], step: Step
 ) -> None:
+    results = []
     try:
         with step("evaluating baselines"):
-            results = [(b, evaluate(task, b.code, executor)) for b in task.baselines()]
+            for baseline in task.baselines():
+                try:
+                    results.append((baseline, evaluate(task, baseline.code, executor)))
+                except ValueError as err:  # refused before it ran (no code, the task's validation)
+                    check.problems.append(f"its baseline {baseline.title!r} is refused: {_first_line(str(err))}")
     except OSError as err:  # the executor's scratch folder: the machine's fault
         check.not_run = f"the baselines could not be run: {_first_line(str(err))}"
         check.say(f"baselines: not run: {check.not_run}", out)
         return
     check.say("baselines:", out)
+    for problem in check.problems:
+        check.say(f"  {problem}", out)
     for baseline, r in results:
         if r["status"] == "system_error":
             check.not_run = f"{baseline.title!r} could not be run: {_first_line(r.get('error') or '?')}"
@@ -117,6 +124,8 @@ def _check_baselines(
         if note.startswith(MEAN_NOTE_START):  # OpenEvolve's mean made the score: said loudly
             check.warnings.append(note)
             check.say(f"  warning: {note}", out)
+    if not results:
+        return
     first, result = results[0]
     if twice and result["success"]:
         with step(f"evaluating {first.title!r} again"):
