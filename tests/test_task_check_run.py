@@ -10,6 +10,7 @@ really ran. Real sandboxed runs, real stations, the real CLI (in-process).
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -86,8 +87,9 @@ def test_init_and_run_refuse_in_one_line_a_folder_whose_initial_program_cannot_s
         stored = opened.config
     finally:
         opened.close()
-    unchanged = _check_folder_tasks(stored, tmp_path / "st", "unused", open("/dev/null", "w"))
-    assert unchanged == json.loads((tmp_path / "st" / "task_checks.json").read_text())
+    said = io.StringIO()
+    unchanged = _check_folder_tasks(stored, tmp_path / "st", "unused", said)
+    assert unchanged == json.loads((tmp_path / "st" / "task_checks.json").read_text()) and said.getvalue() == ""
 
     # the folder changes while the station is stopped: its metric is now one the evaluator never reports
     (folder / "task.yaml").write_text("scorer:\n  metric: overall\n")
