@@ -480,7 +480,7 @@ class LocalExecutor:
 
 def environment(spec: RunSpec, scratch: str) -> dict[str, str]:
     """Built from nothing: not one variable of the station's own environment gets through."""
-    threads = str(max(1, int(spec.num_cpus)))
+    threads = str(run_threads(spec.num_cpus))
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "HOME": scratch,
@@ -502,6 +502,16 @@ def environment(spec: RunSpec, scratch: str) -> dict[str, str]:
     env["PYTHONPATH"] = ":".join([site, *filter(None, [spec.env.get("PYTHONPATH")])])
     env["STATION_SOURCE_ONLY"] = ":".join(f"{scratch}/{m.target}" for m in spec.mounts if shared_by_runs(m))
     return env
+
+
+def run_threads(num_cpus: float) -> int:
+    """BLAS and OpenMP threads for a run: one per CPU it reserved, but never more than the station's
+    own OMP_NUM_THREADS where its operator set one (a machine shared with other work, or the test
+    suite's workers): threads beyond the free cores spin while they wait, and a small SVD then took
+    2 to 20 times the CPU of one thread. Only a count is read from the station's environment."""
+    threads = max(1, int(num_cpus))
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    return min(threads, int(cap)) if cap.isdigit() and int(cap) >= 1 else threads
 
 
 def shared_by_runs(mount: Mount) -> bool:
