@@ -162,15 +162,22 @@ def test_a_killed_worker_costs_a_retry_not_the_turn_and_the_workers_end_with_the
         # the workers (but the one killed) live on with the station
         alive = [w.process for w in station.ctx.models.processes._workers
                  if w is not None and w.process.pid not in killed]
-        assert alive and all(p.poll() is None for p in alive)
+        assert alive and all(p.running() for p in alive)
+        # forked from one zygote, which loaded the SDKs once for all of them (not from the station's process)
+        parents = {parent(w.process.pid) for w in station.ctx.models.processes._workers if w is not None}
+        assert len(parents) == 1 and os.getpid() not in parents
     finally:
         station.close()
-    assert all(p.poll() is not None for p in alive)  # and end with it
+    assert not any(p.running() for p in alive)  # and end with it
     assert killed
     station = Station.open(tmp_path / "st")
     assert station.store.scalar("SELECT COUNT(*) FROM turns") == 10
     assert station.store.scalar("SELECT SUM(retries) FROM spend") >= 1
     station.close()
+
+
+def parent(pid: int) -> int:
+    return int(next(line for line in open(f"/proc/{pid}/status") if line.startswith("PPid:")).split()[1])
 
 
 def test_turns_are_applied_while_later_replies_are_still_coming(server, tmp_path):

@@ -14,14 +14,21 @@ An endpoint's `max_in_flight` is shared out among the workers, so together they 
 than it allows. A rate limit holds back the calls of the worker that met it (in one process it
 holds back all of them). A worker that dies is started again and its calls in flight are sent
 to the new one (up to RESENDS times each, then they fail as transient failures); workers end
-with the station, or on their own when its process is gone (their pipe closes).
+with the station, or on their own when its process is gone (their pipe closes). Workers are
+forked, SDKs loaded, from a zygote the station's process starts once (request_zygote.py): a
+worker started as a fresh interpreter would load them itself, seconds of CPU at every start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import queue
+import select
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,9 +41,10 @@ from typing import Any
 from station.core.config import ModelConfig
 from station.core.model_api import TRANSIENT, Message, ModelError, Reply
 
-# Where `station` is imported from, for the workers: each is a fresh interpreter (not a fork of
-# a process that runs threads, nor multiprocessing's spawn, which re-runs the caller's script).
+# Where `station` is imported from, for the zygote (a fresh interpreter, not multiprocessing's
+# spawn, which would re-run the station's own script).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+MESSAGE_MAX = 1 << 20  # a worker's settings sent to the zygote: its environment is most of them
 WAITING = -1  # the number of a worker's message that is a retry notice, not an answer
 RESENDS = 2  # times a call is sent again after the worker making it died
 MANY = 256  # messages sent to a worker in one write, at most
@@ -45,6 +53,88 @@ MANY = 256  # messages sent to a worker in one write, at most
 def worker_share(limit: int, workers: int, index: int) -> int:
     """Worker `index`'s part of an endpoint's bound: the parts add up to `limit`."""
     return limit // workers + (index < limit % workers)
+
+
+class Forked:
+    """A worker the zygote forked: the zygote's child, not the station's, so it is watched and
+    killed through a pidfd (never by its pid alone, which the system may give to another process)."""
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        self.pid, self._pidfd, self.ended = pid, pidfd, False
+
+    def running(self) -> bool:
+        return not self.wait(0)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Whether the worker has ended, waiting up to `timeout` seconds (None: until it has)."""
+        self.ended = self.ended or bool(select.select([self._pidfd], [], [], timeout)[0])
+        return self.ended
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):  # it has ended already
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Once it has ended: its pidfd is let go (`running` stays False)."""
+        assert self.ended
+        os.close(self._pidfd)
+
+
+class _Zygote:
+    """The station's end of the zygote."""
+
+    def __init__(self) -> None:
+        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "station.models.request_zygote", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                env=_environment(),
+            )
+
+    def fork(self, index: int, count: int, providers: list[str]) -> tuple[Forked, Connection, Connection]:
+        """A new worker: its process, the connection that sends it calls and the one its answers come on."""
+        calls, to_worker = os.pipe()
+        from_worker, answers = os.pipe()
+        try:
+            settings = json.dumps([index, count, providers, _environment()])
+            socket.send_fds(self.socket, [settings.encode()], [calls, answers])
+            reply, fds, _, _ = socket.recv_fds(self.socket, MESSAGE_MAX, 1)
+        except OSError:
+            reply, fds = b"", []
+        finally:
+            os.close(calls)
+            os.close(answers)
+        if not fds:
+            os.close(to_worker)
+            os.close(from_worker)
+            why = reply.decode(errors="replace") or "the request processes' zygote had ended"
+            raise ModelError(f"could not start a request process: {why}", kind=TRANSIENT)
+        return (
+            Forked(int(reply), fds[0]),
+            Connection(to_worker, readable=False),
+            Connection(from_worker, writable=False),
+        )
+
+
+def _environment() -> dict[str, str]:
+    """The station's environment as it is now, and where `station` is imported from."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (PACKAGE_ROOT, os.environ.get("PYTHONPATH"))))}
+
+
+_zygote: _Zygote | None = None
+_zygote_lock = threading.Lock()
+
+
+def start_worker(index: int, count: int, providers: list[str]) -> tuple[Forked, Connection, Connection]:
+    """Request worker `index` of `count`, for a station whose config names `providers`: forked
+    from this process's zygote, which is started at the first need and again if it has ended."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is None or _zygote.process.poll() is not None:
+            _zygote = _Zygote()
+        return _zygote.fork(index, count, providers)
 
 
 class _Call:
@@ -65,18 +155,7 @@ class _Worker:
         on_wait: Callable[[str], None],
         on_lost: Callable[[list[_Call]], None],
     ) -> None:
-        path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "station.models.request_worker", str(index), str(count), *providers],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
-        )
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.outgoing = Connection(os.dup(self.process.stdin.fileno()), readable=False)
-        self.incoming = Connection(os.dup(self.process.stdout.fileno()), writable=False)
-        self.process.stdin.close()
-        self.process.stdout.close()
+        self.process, self.outgoing, self.incoming = start_worker(index, count, providers)
         self.on_wait, self.on_lost = on_wait, on_lost
         self.pending: dict[int, _Call] = {}
         self.lock = threading.Lock()  # guards `pending` and `alive`
@@ -145,11 +224,10 @@ class _Worker:
         self.unsent.put(None)  # after the messages queued before it
         self.writer.join(timeout=5)
         self.outgoing.close()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        if not self.process.wait(5):
             self.process.kill()
-            self.process.wait()
+            self.process.wait(None)
+        self.process.close()
         self.incoming.close()
 
 

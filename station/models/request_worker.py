@@ -1,17 +1,15 @@
-"""A request process (see request_processes.py): reads calls from stdin, makes each in a thread
-of its own with this process's models (retries and backoff included), and writes each answer
-(a Reply, or the failure's kind and message) to stdout as the call ends.
+"""A request process (see request_processes.py): reads calls from its pipe, makes each in a
+thread of its own with this process's models (retries and backoff included), and writes each
+answer (a Reply, or the failure's kind and message) to the other pipe as the call ends.
 
-Run as `python -m station.models.request_worker INDEX COUNT [PROVIDER ...]`: worker INDEX of
-COUNT, which sends at most its share of each endpoint's `max_in_flight`, for a station whose
-config names these providers.
+Worker INDEX of COUNT sends at most its share of each endpoint's `max_in_flight`. Workers are
+forked from the zygote (request_zygote.py), which has `preload`ed the SDKs of the providers the
+station's config names.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -106,12 +104,3 @@ class Worker:
             self.send((number, False, (PERMANENT, f"the request process failed: {type(err).__name__}: {err}")))
         else:
             self.send((number, True, reply))
-
-
-if __name__ == "__main__":
-    # The pipes are stdin and stdout; anything printed goes to stderr instead of into the answers.
-    answers = os.dup(1)
-    os.dup2(2, 1)
-    Worker(Connection(answers, readable=False), int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]).serve(
-        Connection(0, writable=False)
-    )
