@@ -247,7 +247,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from station.apps import report
     from station.apps.world import Station
 
-    station = Station.open(args.dir)
+    station = Station.open_to_read(args.dir)
     try:
         data = report.status(station, running=is_running(Path(args.dir)))
     finally:
@@ -260,7 +260,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
     from station.apps import report
     from station.apps.world import Station
 
-    station = Station.open(args.dir)
+    station = Station.open_to_read(args.dir)
     try:
         table = report.agents_table(station, include_ended=args.all, limit=args.limit, offset=args.offset or 0)
     finally:
@@ -273,7 +273,7 @@ def cmd_dialogue(args: argparse.Namespace) -> int:
     from station.apps import report
     from station.apps.world import Station
 
-    station = Station.open(args.dir)
+    station = Station.open_to_read(args.dir)
     try:
         report.print_dialogue(
             station,
