@@ -118,7 +118,10 @@ def evolve(config_file: Path, directory: Path, ticks: int) -> list[dict]:
             assert station.ctx.tick <= ticks, f"the System baseline has no result after {ticks} ticks"
             engine.run(ticks=1)
         engine.run(ticks=ticks)
-        rows = station.store.all("SELECT id, author, status, score, title, abstract, code FROM evaluations ORDER BY id")
+        rows = station.store.all(
+            "SELECT id, author, lineage, tick, finished_tick, status, score, title, abstract, code FROM evaluations "
+            "ORDER BY id"
+        )
         reviews = station.store.scalar("SELECT COUNT(*) FROM turns WHERE reply LIKE '%/execute_action{review %'")
         return [dict(r) for r in rows] + [{"reviews": reviews}]
     finally:
@@ -144,8 +147,66 @@ def test_scripted_agents_improve_the_line_fit_folder_within_60_ticks_of_its_base
     assert re.search(r"A random mutation of evaluation #\d+", best["abstract"]), best["abstract"]
 
 
-def test_scripted_agents_improve_the_openevolve_folder_within_60_ticks_of_its_baseline(tmp_path: Path) -> None:
-    baseline, best = improvement(evolve(ROOT / "configs" / "openevolve_task.yaml", tmp_path / "st", 60))
+@pytest.fixture(scope="module")
+def openevolve_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return evolve(ROOT / "configs" / "openevolve_task.yaml", tmp_path_factory.mktemp("openevolve") / "st", 60)
+
+
+def test_scripted_agents_improve_the_openevolve_folder_within_60_ticks_of_its_baseline(
+    openevolve_run: list[dict],
+) -> None:
+    baseline, best = improvement(openevolve_run)
     assert best["score"] > baseline["score"], (best, baseline)
     head, _, rest = INITIAL_PROGRAM.partition("# EVOLVE-BLOCK-START\n")
     assert best["code"].startswith(head) and best["code"].endswith(rest.partition("# EVOLVE-BLOCK-END\n")[2])
+
+
+def test_each_child_builds_on_the_best_program_its_author_can_see(openevolve_run: list[dict]) -> None:
+    """Once the System baseline's result is out, nothing is built on the task statement's program: a
+    mature agent mutates the best on the board when it submits, an immature one its lineage's best
+    (or the System's baseline, all else its board shows), and the abstract says which. The board
+    shows scores to 4 decimals, hence the tolerance."""
+    *rows, _ = openevolve_run
+    (baseline,) = [r for r in rows if r["author"] == "System"]
+    by_id = {r["id"]: r for r in rows}
+    kinds: dict[str, int] = {}
+    for child in (r for r in rows if r["author"] != "System"):
+        if "the program in the task statement" in child["abstract"]:
+            assert child["tick"] <= baseline["finished_tick"], child
+            continue
+        found = re.match(r"A random mutation of evaluation #(\d+) \(score [^)]*\), ([^:]*), keeping", child["abstract"])
+        assert found, child["abstract"]
+        parent, why = by_id[int(found.group(1))], found.group(2)
+        kinds[why] = kinds.get(why, 0) + 1
+        mine = why != "the best on the board"
+        visible = [
+            r["score"] for r in rows
+            if r["score"] is not None and r["finished_tick"] is not None and r["finished_tick"] < child["tick"]
+            and (not mine or r["lineage"] == child["lineage"] or r["author"] == "System")
+        ]
+        assert parent["score"] >= max(visible) - 1e-4, (child, parent, max(visible))
+        if mine:
+            assert parent["lineage"] in (child["lineage"], None), (child, parent)
+    assert kinds.get("the best on the board") and kinds.get("my lineage's best"), kinds
+
+
+def test_a_child_identical_to_a_program_already_scored_is_not_sent() -> None:
+    """The same code scored again is no progress (with an unseeded evaluator, only noise): a mutation
+    equal to a program whose record the agent holds is drawn again."""
+    from rooms.research.evolve_play import evolve_step
+    from station.models.scripted import Situation
+
+    def record(number: int, code: str) -> str:
+        return f"**Evaluation #{number}: a program**\n\nCode:\n```python\n{code.removesuffix(chr(10))}\n```\n"
+
+    def child(prompt: str) -> dict[str, str] | None:
+        notes = {"evolve": {"task": "1", "ranked": True, "best": [5, 0.97, "", True]}}
+        return evolve_step("1", Situation(prompt, notes, []), random.Random(3))[1]
+
+    first = mutate(INITIAL_PROGRAM, random.Random(3))
+    assert first is not None
+    sent = child(record(5, INITIAL_PROGRAM))
+    assert sent is not None and sent["content"] == first.code
+    assert "evaluation #5 (score 0.97), the best on the board" in sent["abstract"]
+    sent = child(record(5, INITIAL_PROGRAM) + "\n---\n" + record(6, first.code))
+    assert sent is not None and sent["content"] not in (first.code, INITIAL_PROGRAM)

@@ -7,15 +7,23 @@ It plays as a model would, from what the station shows it and nothing else:
   best evaluation of the task (a watch notes it, and the scores of the agent's own results, on
   every turn, wherever the agent is);
 - `review <id>` sends that evaluation's full record, its code included, to the agent's System
-  Messages next turn; the code is read back from the conversation when the agent next submits;
-- while the best's code has not come (or nothing is scored yet), the parent is the program it
-  built on last, else the program in the task statement (an OpenEvolve folder shows its initial
-  program there), else a System baseline from the board, reviewed;
+  Messages next turn; the code is read back from the conversation when the agent next submits
+  (its own evaluations' code it has already: its reply submitted it);
+- the parent is the best program the agent can see: the board's best once it is mature, its own
+  lineage's best (or the System baseline) while immature, since that is all its board shows. While
+  the best's code has not come, it waits for it rather than mutating something worse; only when
+  nothing is scored yet, or the best's code cannot be had, is the parent the program it built on
+  last, else the program in the task statement (an OpenEvolve folder shows its initial program
+  there), else a System baseline from the board, reviewed;
 - the parent is mutated (mutation.py), and the child submitted with an abstract that names its
-  parent. What scores better tops the board and becomes the next parent; what scores worse is left.
+  parent and why it was chosen. What scores better tops the board and becomes the next parent;
+  what scores worse is left. A child identical to a program already submitted (its own, or one
+  whose record it read) is never sent, so a noisy evaluator's second score of the same code is
+  not taken for progress.
 
-Its memory is the policy's notes (`evolve`): the task, the best (id, score) seen, the parent of the
-last child, the review asked for and how often, and evaluations whose code could not be had.
+Its memory is the policy's notes (`evolve`): the task, the best seen (id, score, author, and whether
+the board it was read from showed every lineage), the parent of the last child, the review asked for
+and how often, and evaluations whose code could not be had.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ CELL_BAR = re.compile(r"(?<!\\)\|")  # the board escapes a bar inside a cell as 
 RECORD_CODE = re.compile(r"^Code(?: \([^)\n]*\))?:\n(`{3,})python\n(.*?)\n\1$", re.MULTILINE | re.DOTALL)
 PYTHON_BLOCK = re.compile(r"^(`{3,})(?:python|py)\n(.*?)\n\1$", re.MULTILINE | re.DOTALL)
 MESSAGE_END = re.compile(r"^### Message \d+$|^---$", re.MULTILINE)
+# The code field of a submission's yaml block (JSON-encoded, as station.models.scripted.yaml_block writes it)
+CONTENT = re.compile(r'^content: (".*")$', re.MULTILINE)
 REVIEW_TRIES = 2  # asks for one evaluation's code before giving up on it (refused, or pruned each time)
 SKIP_KEPT = 10
 CHILD_TRIES = 3  # mutations drawn before giving up on finding one the agent has not submitted yet
@@ -46,27 +56,33 @@ CHILD_TRIES = 3  # mutations drawn before giving up on finding one the agent has
 
 def evolve_step(task: str, s: Situation, rng: random.Random) -> tuple[list[str], dict[str, str] | None]:
     """The actions of one visit to the Research Counter for `task` (its id), and the submission
-    to make, if any: a mutation of the best program whose code the conversation holds."""
+    to make, if any: a mutation of the best program it can see, once the conversation holds its code."""
     ev = s.notes.setdefault("evolve", {})
-    ev["task"] = task
+    if ev.get("task") != task:
+        ev["task"] = task
+        _note_best(ev, s)  # the first visit: what this prompt shows was not noted yet
     actions = [] if ev.get("ranked") else ["/execute_action{rank score}"]
     ev["ranked"] = True
     texts = _conversation(s)
     best = ev.get("best")
-    best_code = _record_code(texts, best[0]) if best else None
+    best_code = _known_code(s, texts, best[0]) if best else None
     if best and best_code is None:
-        actions += _ask_for(ev, best[0])  # its code arrives next turn; meanwhile build on what is known
-    parent = (best[0], best[1], best_code) if best and best_code else _fallback(ev, task, texts)
+        actions += _ask_for(ev, best[0])
+        if ev.get("best") == best:  # still worth having: its code arrives next turn, build on it then
+            return actions, None
+    if best and best_code is not None:
+        ev.pop("asked", None)  # got it
+        parent: tuple[int | None, Any, str, str] | None = (best[0], best[1], best_code, _why_best(best))
+    else:
+        parent = _fallback(ev, s, task, texts)
     if parent is None:
         if ev.get("baseline") is not None and not any(a.startswith("/execute_action{review") for a in actions):
             actions += _ask_for(ev, ev["baseline"])
         if _statement(texts, task) is None:
             actions.append(f"/execute_action{{read {task}}}")
         return actions, None
-    number, score, code = parent
-    if number is not None and number == (best or [None])[0]:
-        ev.pop("asked", None)  # got it
-    child = _untried_child(code, s, rng)
+    number, score, code, why = parent
+    child = _untried_child(code, s, texts, rng)
     if child is None:
         return actions, None
     ev["parent"] = [number, score] if number is not None else None
@@ -75,37 +91,56 @@ def evolve_step(task: str, s: Situation, rng: random.Random) -> tuple[list[str],
     return actions, {
         "title": f"Mutation of #{number}" if number is not None else "Mutation of the task's program",
         "tags": "evolution, mutation",
-        "abstract": f"A random mutation of {source}, keeping what scores better: {'; '.join(child.edits)}.",
+        "abstract": f"A random mutation of {source}, {why}, keeping what scores better: {'; '.join(child.edits)}.",
         "content": child.code,
     }
 
 
-def _untried_child(code: str, s: Situation, rng: random.Random) -> Mutation | None:
-    """A mutation of `code` the agent has not submitted before: its own replies, which hold what it
-    submitted (JSON-encoded in the yaml block), are in the conversation, as they are in a model's."""
+def _why_best(best: list[Any]) -> str:
+    """Why the best is the parent, as the board it was read from showed it: every lineage's work
+    when the agent was mature, only its own lineage's and the System's before."""
+    author, seen_all = (best[2], best[3]) if len(best) > 3 else ("", True)  # notes of an older play: 2 items
+    if seen_all:
+        return "the best on the board"
+    return "the System's baseline, as my lineage has nothing better yet" if author == "System" else "my lineage's best"
+
+
+def _untried_child(code: str, s: Situation, texts: list[str], rng: random.Random) -> Mutation | None:
+    """A mutation of `code` that is no program already submitted: not one of the agent's own (its
+    replies hold what it submitted, JSON-encoded in the yaml block, as a model's do), nor one whose
+    record it was sent (identical code scored again is no progress, only the evaluator's noise)."""
     sent = [m["text"] for m in s.history if m["role"] == "assistant"]
     for _ in range(CHILD_TRIES):
         child = mutate(code, rng)
-        if child is None or not any(json.dumps(child.code) in text for text in sent):
+        if child is None:
+            return None
+        if not any(json.dumps(child.code) in text for text in sent) and not _is_a_record(child.code, texts):
             return child
     return None
 
 
-def _fallback(ev: dict[str, Any], task: str, texts: list[str]) -> tuple[int | None, Any, str] | None:
-    """A parent while the best's code is not at hand: the last parent (whose code the conversation
-    still holds), else the program the task statement shows, else a reviewed System baseline."""
+def _is_a_record(code: str, texts: list[str]) -> bool:
+    """Whether a review record in the conversation holds exactly `code`."""
+    body = code.removesuffix("\n")
+    return any(body in text and any(m.group(2) == body for m in RECORD_CODE.finditer(text)) for text in texts)
+
+
+def _fallback(ev: dict[str, Any], s: Situation, task: str, texts: list[str]) -> tuple[int | None, Any, str, str] | None:
+    """A parent when the best's code cannot be had, or nothing is scored yet: the last parent (whose
+    code the conversation still holds), else the program the task statement shows, else a reviewed
+    System baseline; with the reason it was chosen."""
     last = ev.get("parent")
     if last:
-        code = _record_code(texts, last[0])
+        code = _known_code(s, texts, last[0])
         if code is not None:
-            return last[0], last[1], code
+            return last[0], last[1], code, "the program I built on last (the best's code could not be had)"
     shown = _statement(texts, task)
     code = _first_block(shown) if shown is not None else None
     if code is not None:
-        return None, None, code
+        return None, None, code, "as nothing better is scored yet"
     baseline = ev.get("baseline")
     code = _record_code(texts, baseline) if baseline is not None else None
-    return (baseline, None, code) if code is not None else None
+    return (baseline, None, code, "a System baseline, as nothing is scored yet") if code is not None else None
 
 
 def _ask_for(ev: dict[str, Any], number: int) -> list[str]:
@@ -131,8 +166,13 @@ def note_scores(s: Situation) -> None:
     """Note, from every prompt of an agent playing this play, the best scored evaluation of its task:
     the leaderboard when the prompt shows it, and the results of its own evaluations."""
     ev = s.notes.get("evolve")
-    if not isinstance(ev, dict) or "task" not in ev:
-        return
+    if isinstance(ev, dict) and "task" in ev:
+        _note_best(ev, s)
+
+
+def _note_best(ev: dict[str, Any], s: Situation) -> None:
+    """The best scored evaluation of the task in this prompt's board(s) and results, if better than
+    the one noted; an unscored System row is noted as the program to start from."""
     skip = set(ev.get("skip", []))
     found = [*_board_rows(s.prompt, ev["task"]), *_own_results(s.messages, ev["task"])]
     for number, author, score in found:
@@ -144,7 +184,7 @@ def note_scores(s: Situation) -> None:
             continue
         best = ev.get("best")
         if best is None or score > best[1]:
-            ev["best"] = [number, score]
+            ev["best"] = [number, score, author, s.mature]
 
 
 def _board_rows(prompt: str, task: str) -> list[tuple[int, str, float | None]]:
@@ -185,6 +225,24 @@ def _own_results(messages: str, task: str) -> list[tuple[int, str, float | None]
 def _conversation(s: Situation) -> list[str]:
     """What the agent has been sent, the latest first (the station's texts; not its own replies)."""
     return [s.prompt, *(m["text"] for m in reversed(s.history) if m["role"] == "user")]
+
+
+def _known_code(s: Situation, texts: list[str], number: int) -> str | None:
+    """The code of evaluation #number, if the conversation holds it: a review record of it (the version
+    that was scored, the debugger's if it mended it), else the agent's own submission (its reply, which
+    the room's next message acknowledged as that evaluation)."""
+    return _record_code(texts, number) or _own_code(s, number)
+
+
+def _own_code(s: Situation, number: int) -> str | None:
+    """What the agent submitted as evaluation #number: a model remembers what it wrote, no review needed."""
+    acknowledged = f" as evaluation #{number};"
+    sent = [*s.history, {"role": "user", "text": s.prompt}]
+    for reply, answer in zip(sent, sent[1:]):
+        if reply["role"] == "assistant" and answer["role"] == "user" and acknowledged in answer["text"]:
+            found = CONTENT.search(reply["text"])
+            return json.loads(found.group(1)) if found else None
+    return None
 
 
 def _record_code(texts: list[str], number: int) -> str | None:
