@@ -215,7 +215,7 @@ def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, stati
     three at neutral paths under /run."""
     project = Path(__file__).resolve().parents[1]
     r = run(executor, station, f"""
-        import os
+        import os, pwd
         SKIP = ("/proc", "/sys", "/usr", "/dev")
         def main():
             found = []
@@ -226,10 +226,13 @@ def test_the_run_sees_an_allow_list_of_the_host_and_nothing_else(executor, stati
                 found += [os.path.join(top, name) for name in dirs + names]
             return {{"top": sorted(os.listdir("/")), "paths": found, "etc": sorted(os.listdir("/etc")),
                      "dev": sorted(os.listdir("/dev")), "git": os.path.exists("{project}/.git"),
-                     "project": sorted(os.listdir("{project}"))}}
+                     "project": sorted(os.listdir("{project}")),
+                     "owners": [u.pw_uid for u in pwd.getpwall()]}}
     """, timeout_s=120)
     assert r.status == "ok", r
     v = r.value
+    # every uid runs lease has a name (a file another run wrote has an owner JAX's cache eviction finds)
+    assert set(range(UID_BASE, UID_BASE + UID_COUNT)) <= set(v["owners"]) or os.geteuid() != 0
     assert set(v["top"]) == expected_root(), v["top"]
     assert [x for x in r.isolation if not x.startswith("uid ")] == [
         *local.NAMESPACES, "allow-list-root", "read-only-root", "private-tmp", "nosuid-nodev", "neutral-paths",

@@ -252,6 +252,7 @@ class LocalExecutor:
             "mode": self.mode,
             "uid": uid,
             "gid": SANDBOX_GID,
+            "uid_range": [UID_BASE, UID_BASE + UID_COUNT],  # named in the run's /etc/passwd
             "run_dir": str(run_dir),
             "new_root": str(run_dir / "root"),
             "scratch": str(scratch),

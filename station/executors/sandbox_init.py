@@ -224,7 +224,12 @@ def _write_etc_and_dev(cfg: dict, side: dict) -> None:
     etc = _within(cfg["new_root"], "/etc")
     os.makedirs(etc, exist_ok=True)
     uid, gid, home = side["uid"] if side["uid"] is not None else 0, side["gid"], cfg["inside"]["scratch"]
-    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{gid}::{home}:/bin/sh\n")
+    # the other uids runs lease, named too: a file another run wrote into a folder they share (an
+    # evaluation's JAX compilation cache) has an owner a lookup finds (JAX's cache eviction stats
+    # each entry with its owner's name, and warns when there is none)
+    leased = range(*cfg["uid_range"]) if side["uid"] is not None else range(0)
+    others = "".join(f"run{n}:x:{n}:{gid}::/:/bin/sh\n" for n in leased if n != uid)
+    _write(f"{etc}/passwd", f"root:x:0:0:root:/:/bin/sh\nsandbox:x:{uid}:{gid}::{home}:/bin/sh\n{others}")
     _write(f"{etc}/group", f"root:x:0:\nsandbox:x:{gid}:\n")
     _write(f"{etc}/hosts", "127.0.0.1 localhost\n::1 localhost\n")
     dev = _within(cfg["new_root"], "/dev")
