@@ -10,8 +10,9 @@ It plays as a model would, from what the station shows it and nothing else:
   Messages next turn; the code is read back from the conversation when the agent next submits
   (its own evaluations' code it has already: its reply submitted it);
 - the parent is the best program the agent can see: the board's best once it is mature, its own
-  lineage's best (or the System baseline) while immature, since that is all its board shows. While
-  the best's code has not come, it waits for it rather than mutating something worse; only when
+  lineage's best (or the System baseline) while immature, since that is all its board shows (as
+  it last saw it: arriving from another room, it acts on what it noted). While the best's code has
+  not come, it waits for it rather than mutating something worse; only when
   nothing is scored yet, or the best's code cannot be had, is the parent the program it built on
   last, else the program in the task statement (an OpenEvolve folder shows its initial program
   there), else a System baseline from the board, reviewed;
