@@ -330,6 +330,41 @@ def test_a_solution_scores_each_result_as_a_fresh_copy_of_it_would(solution):
         assert math.isfinite(kept[name]) and kept[name] != first[name], name
 
 
+def test_a_solutions_terms_are_kept_on_disk_for_the_next_scoring_process(tmp_path):
+    """What the metrics keep per solution is stored beside a dataset's solution too: a new solution
+    object on the same file (the next scoring process) reads it instead of computing it again;
+    another file (or metrics version) computes its own; a damaged entry is computed again."""
+    from evaluators.scrna.metric_inputs import keep_terms_on_disk, solution_term
+
+    class Solution:  # any object a dataset read
+        pass
+
+    computed = []
+
+    def compute(value):
+        return lambda: computed.append(value) or value
+
+    covariates = np.arange(6.0).reshape(3, 2)
+    first = Solution()
+    keep_terms_on_disk(first, tmp_path, "file A")
+    assert solution_term(first, ("pcr",), compute(0.25)) == 0.25
+    assert solution_term(first, ("cell_cycle", 0), compute((covariates, 0.5)))[1] == 0.5
+    later = Solution()
+    keep_terms_on_disk(later, tmp_path, "file A")
+    assert solution_term(later, ("pcr",), compute(0.9)) == 0.25
+    pair = solution_term(later, ("cell_cycle", 0), compute((covariates, 0.9)))
+    assert isinstance(pair, tuple) and np.array_equal(pair[0], covariates) and pair[1] == 0.5
+    assert len(computed) == 2  # the later solution computed nothing
+    other = Solution()
+    keep_terms_on_disk(other, tmp_path, "file B")
+    assert solution_term(other, ("pcr",), compute(0.75)) == 0.75
+    for stored in tmp_path.glob("*.npz"):
+        stored.write_bytes(b"damaged")
+    damaged = Solution()
+    keep_terms_on_disk(damaged, tmp_path, "file A")
+    assert solution_term(damaged, ("pcr",), compute(0.3)) == 0.3 and len(computed) == 4
+
+
 def test_corrected_counts_become_an_embedding(solution):
     result = ad.AnnData(obs=solution.obs[["observation_joinid"]].copy(), var=solution.var[[]].copy())
     result.layers["corrected_counts"] = solution.layers["normalized"].copy()

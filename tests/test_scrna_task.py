@@ -142,6 +142,8 @@ def test_the_baselines_score_in_a_sensible_order(task, run, tmp_path_factory) ->
     assert combat.metrics["iLISI"] > plain.metrics["iLISI"]  # integration mixes batches better
     assert bbknn.metrics["iLISI"] > plain.metrics["iLISI"]
     assert combat.score > plain.score
+    # the solution's own regressions are kept beside it, for the next process that scores
+    assert any((task.dataset.private_dir / "train_solution-terms").glob("*.npz"))
 
 
 def test_a_returned_graph_counts_only_when_registered_unless_the_task_keeps_every_graph(task) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..cache import build_once, exclusive
 from ..secret import folder_name
+from .metric_inputs import keep_terms_on_disk
 from .secret import data_root, keyed_seed, secret_dir, station_secret
 
 GENERATOR = "sim-v2"  # v2: batch_hvg from scanpy's seurat_v3
@@ -54,8 +55,19 @@ def _read_solution(path: Path) -> Any:
         if key not in _SOLUTIONS:
             while len(_SOLUTIONS) >= _SOLUTIONS_KEPT:
                 _SOLUTIONS.pop(next(iter(_SOLUTIONS)))
-            _SOLUTIONS[key] = ad.read_h5ad(path)
+            _SOLUTIONS[key] = solution = ad.read_h5ad(path)
+            keep_terms_on_disk(solution, path.parent / f"{path.stem}-terms", terms_tag(key))
         return _SOLUTIONS[key]
+
+
+def terms_tag(file_key: tuple[str, int, int, int]) -> str:
+    """What a solution's stored terms were computed from: its file (as read), the metrics' version
+    and the library that computes the regressions' PCA (an upgrade recomputes them)."""
+    from importlib.metadata import version
+
+    from .metrics import METRICS_VERSION
+
+    return json.dumps([*file_key[1:], METRICS_VERSION, version("scanpy")])
 
 
 class Dataset:
