@@ -84,6 +84,7 @@ class _Zygote:
     """The station's end of the zygote."""
 
     def __init__(self) -> None:
+        self.owner = os.getpid()  # a fork of the station's process starts a zygote of its own
         self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.process = subprocess.Popen(
@@ -132,7 +133,7 @@ def start_worker(index: int, count: int, providers: list[str]) -> tuple[Forked, 
     from this process's zygote, which is started at the first need and again if it has ended."""
     global _zygote
     with _zygote_lock:
-        if _zygote is None or _zygote.process.poll() is not None:
+        if _zygote is None or _zygote.owner != os.getpid() or _zygote.process.poll() is not None:
             _zygote = _Zygote()
         return _zygote.fork(index, count, providers)
 
