@@ -133,6 +133,21 @@ def test_ray_outlives_the_thread_that_started_it(started):
     assert [r.value for r in results] == [7, 7], results
 
 
+def test_the_local_instance_runs_without_the_helpers_a_station_never_uses(ray_ex):
+    """No autoscaler monitor (a local node keeps the CPUs it was given) and no log monitor (no driver
+    reads the workers' output): 1.5 CPU-seconds of every start. Its GCS and raylet run."""
+    commands = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # not a process, or gone meanwhile
+        if str(ray_ex._private) in command:  # the instance's session folder: its processes only
+            commands.append(command)
+    assert any("gcs_server" in c for c in commands) and any("raylet" in c for c in commands), commands
+    assert [c for c in commands if "log_monitor.py" in c or "autoscaler/_private/monitor.py" in c] == []
+
+
 def test_eight_concurrent_runs_match_local(ray_ex):
     code = """
 import numpy as np

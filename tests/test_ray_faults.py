@@ -82,7 +82,8 @@ class Head:
         ports = [f"--{name}={free_port()}" for name in
                  ("dashboard-port", "dashboard-agent-listen-port")]
         started = subprocess.run([BIN / "ray", "start", "--head", f"--port={self.port}", "--num-cpus=2",
-                                  "--disable-usage-stats", "--include-dashboard=false", f"--temp-dir={self.temp}",
+                                  "--disable-usage-stats", "--include-dashboard=false", "--include-log-monitor=false",
+                                  f"--temp-dir={self.temp}",
                                   *ports], capture_output=True, text=True, env=self.env, timeout=180)
         assert started.returncode == 0, started.stdout + started.stderr
 

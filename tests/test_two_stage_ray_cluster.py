@@ -126,7 +126,7 @@ try:
         ended = {}
         waiting = threading.Thread(target=lambda: ended.update(result=trial.run(spec)))
         waiting.start()
-        while not trial.folders.present(TRAIN, "started"):
+        while not trial.folders.present(TRAIN, "started") and waiting.is_alive():  # a run that failed: shown below
             waiting.join(0.1)
         ray.kill(trial.folders._actor)
         try:
@@ -192,10 +192,10 @@ def cluster():
     temps = [tempfile.mkdtemp(prefix=p, dir="/tmp") for p in ("tnh", "tnw", "tnb", "tns")]  # short: socket paths
     head_temp, worker_temp, base, station_temp = temps
     port = free_port()
-    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--include-log-monitor=false"]  # no driver reads logs
     try:
         start([str(BIN / "ray"), "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false",
-               f"--temp-dir={head_temp}", f"--dashboard-agent-listen-port={free_port()}", *common], env)
+               "--no-monitor", f"--temp-dir={head_temp}", f"--dashboard-agent-listen-port={free_port()}", *common], env)
         node = (f"mount -t tmpfs -o size=4g,mode=0755 station-node {base} && "
                 f"mount -t tmpfs -o size=1m,mode=0755 station-hidden {station_temp} && exec {BIN / 'ray'} start "
                 f"--address=127.0.0.1:{port} --num-cpus=2 --dashboard-agent-listen-port={free_port()} "

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import ipaddress
 import logging
 import os
@@ -152,6 +153,33 @@ def _node_on_loopback():
         ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
+@contextlib.contextmanager
+def _without_unused_helpers():
+    """A local instance without two of Ray's helper processes that a station never uses, as `ray start
+    --head --no-monitor --include-log-monitor=false` would start it: the autoscaler's monitor (a local
+    node has the CPUs it was given, never more) and the log monitor (it sends the workers' output to
+    drivers; log_to_driver is off). Together 1.5 CPU-seconds of a start's ~6. ray.init has no options
+    for them: its node's parameters get these defaults while it builds them."""
+    from ray._private import parameter
+
+    plain = parameter.RayParams
+    if not {"no_monitor", "include_log_monitor"} <= inspect.signature(plain).parameters.keys():
+        yield  # a Ray without these settings: its node as it comes
+        return
+
+    class Lean(plain):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("no_monitor", True)
+            kwargs.setdefault("include_log_monitor", False)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = Lean
+    try:
+        yield
+    finally:
+        parameter.RayParams = plain
+
+
 def _check_loopback(ray) -> None:
     """Fail closed: a local instance that came up on an outward address is not used."""
     host = ray.get_runtime_context().gcs_address.rpartition(":")[0].strip("[]")
@@ -263,7 +291,7 @@ class RayExecutor:
             {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": None, "RAY_AUTH_TOKEN_PATH": str(token)}
         )
         try:
-            with _node_on_loopback():
+            with _node_on_loopback(), _without_unused_helpers():
                 ray.init(
                     address="local",
                     num_cpus=self.num_cpus,
