@@ -104,8 +104,7 @@ def _read_term(path: Path) -> Any:
     """A stored term: a float, or a tuple of arrays and floats; None when absent or unreadable."""
     try:
         with np.load(path, allow_pickle=False) as npz:
-            parts = [npz[f"part{i}"] for i in range(int(npz["count"]))]
-            single = bool(npz["single"])
+            single, *parts = (npz[f"arr_{i}"] for i in range(len(npz.files)))
     except (OSError, ValueError, KeyError, EOFError):
         return None
     values = [part.item() if part.ndim == 0 else part for part in parts]
@@ -115,12 +114,12 @@ def _read_term(path: Path) -> Any:
 def _write_term(path: Path, value: Any) -> None:
     """Written whole or not at all (a rename): another process may read it at any moment."""
     parts = list(value) if isinstance(value, tuple) else [value]
-    arrays = {f"part{i}": np.asarray(part) for i, part in enumerate(parts)}
+    arrays = [np.asarray(not isinstance(value, tuple)), *(np.asarray(part) for part in parts)]  # arr_0, arr_1...
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=path.parent, suffix=".part")
         with os.fdopen(fd, "wb") as out:
-            np.savez(out, count=len(parts), single=not isinstance(value, tuple), **arrays)
+            np.savez(out, *arrays)
         os.replace(temporary, path)
     except OSError:  # a folder it cannot write: the term stays in memory only, as before
         return
