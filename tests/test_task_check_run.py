@@ -10,7 +10,6 @@ really ran. Real sandboxed runs, real stations, the real CLI (in-process).
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
@@ -79,7 +78,7 @@ def test_init_and_run_refuse_in_one_line_a_folder_whose_initial_program_cannot_s
     assert "warning: Score: the MEAN of" in out  # the check's warnings are said at creation too
 
     # a folder that passed and has not changed is not checked again: a restart costs no sandbox run
-    from station.apps.cli_commands import _check_folder_tasks
+    from station.apps.task_checks import check_folder_tasks
     from station.apps.world import Station
 
     opened = Station.open(tmp_path / "st")
@@ -87,9 +86,9 @@ def test_init_and_run_refuse_in_one_line_a_folder_whose_initial_program_cannot_s
         stored = opened.config
     finally:
         opened.close()
-    said = io.StringIO()
-    unchanged = _check_folder_tasks(stored, tmp_path / "st", "unused", said)
-    assert unchanged == json.loads((tmp_path / "st" / "task_checks.json").read_text()) and said.getvalue() == ""
+    said: list[str] = []
+    unchanged = check_folder_tasks(stored, tmp_path / "st", "unused", said.append)
+    assert unchanged == json.loads((tmp_path / "st" / "task_checks.json").read_text()) and said == []
 
     # the folder changes while the station is stopped: its metric is now one the evaluator never reports
     (folder / "task.yaml").write_text("scorer:\n  metric: overall\n")
@@ -97,6 +96,14 @@ def test_init_and_run_refuse_in_one_line_a_folder_whose_initial_program_cannot_s
     last = err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("station: research task 1") and "no 'overall' metric" in last, err
     assert "the station did not run and is unchanged" in last
+
+    # the web viewer's run (`station serve --run`, the operator's resume) makes the same check
+    from station.apps.web.runner import StationRunner
+
+    runner = StationRunner(tmp_path / "st")
+    runner.resume(until_tick=3)
+    runner.wait(300)
+    assert runner.why is not None and runner.why.startswith("research task 1") and "no 'overall' metric" in runner.why
     from helpers import read
 
     assert read(tmp_path / "st", "SELECT COUNT(*) FROM turns") == [(0,)]

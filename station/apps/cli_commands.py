@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -89,11 +90,12 @@ class StatusLine:
 
 # -- commands ---------------------------------------------------------------------------
 def cmd_init(args: argparse.Namespace) -> int:
+    from station.apps.task_checks import check_folder_tasks, remember_checks
     from station.apps.world import Station
     from station.core.config import load_config
 
     config = load_config(args.config)
-    passed = _check_folder_tasks(config, Path(args.dir), "nothing was created", sys.stdout)
+    passed = check_folder_tasks(config, Path(args.dir), "nothing was created", _say_to(sys.stdout))
     station = Station.create(args.dir, config)
     try:
         remember_checks(station.dir, passed)
@@ -113,37 +115,12 @@ def _prepare(station: Station, stream: IO[str], warm_up: bool = False) -> None:
         raise CliError(str(err)) from None
 
 
-def _check_folder_tasks(config: Any, directory: Path, refusal: str, stream: IO[str]) -> dict[str, str]:
-    """The checks of `station task check` for each folder task of `config`, before its first tick
-    (docs/tasks.md): a task that cannot work is refused in one line (TaskCannotWork, a ValueError).
-    A folder that passed for the station at `directory` and has not changed since is not checked
-    again. The fingerprints of the folders that passed."""
-    from rooms.research.config import ResearchConfig
-    from rooms.research.tasks import load_tasks
-    from station.apps.task_checks import check_station_tasks, remembered
-
-    research = config.section(ResearchConfig)
-    tasks = load_tasks(research)
-    if not tasks:
-        return {}
-    return check_station_tasks(
-        tasks,
-        research.executor,
-        {str(number): entry.baselines for number, entry in enumerate(research.tasks, 1)},
-        remembered=remembered(directory),
-        refusal=refusal,
-        out=lambda line: print(line, file=stream, flush=True),
-    )
-
-
-def remember_checks(directory: Path, passed: dict[str, str]) -> None:
-    from station.apps.task_checks import remember
-
-    if passed:
-        remember(directory, passed)
+def _say_to(stream: IO[str]) -> Callable[[str], None]:
+    return lambda line: print(line, file=stream, flush=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from station.apps.task_checks import check_folder_tasks, remember_checks
     from station.apps.world import Station
     from station.core.config import load_config
     from station.core.engine import Engine
@@ -160,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     elif args.config:
         config = load_config(args.config)
-        passed = _check_folder_tasks(config, directory, "nothing was created", sys.stderr)
+        passed = check_folder_tasks(config, directory, "nothing was created", _say_to(sys.stderr))
         Station.create(directory, config).close()
         remember_checks(directory, passed)
     else:
@@ -170,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             # a folder changed since its last check (or never checked) is checked again before any tick
             refusal = "the station did not run and is unchanged"
-            remember_checks(directory, _check_folder_tasks(station.config, directory, refusal, terminal))
+            remember_checks(directory, check_folder_tasks(station.config, directory, refusal, _say_to(terminal)))
             _prepare(station, terminal, warm_up=True)
             engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
             return _drive(engine, station, args.ticks, args.until_tick)

@@ -244,3 +244,30 @@ def remembered(directory: Path) -> dict[str, str]:
 
 def remember(directory: Path, passed: dict[str, str]) -> None:
     (directory / RECORD).write_text(json.dumps(passed, indent=1) + "\n", encoding="utf-8")
+
+
+def check_folder_tasks(config: Any, directory: Path, refusal: str, out: Callable[[str], None]) -> dict[str, str]:
+    """The checks of `station task check` for each folder task of `config`, before its first tick
+    (`station init`, `station run`, the web viewer's run): a task that cannot work is refused in one
+    line (TaskCannotWork, a ValueError). A folder that passed for the station at `directory` and has
+    not changed since is not checked again. The fingerprints of the folders that passed."""
+    from rooms.research.config import ResearchConfig
+    from rooms.research.tasks import load_tasks
+
+    research = config.section(ResearchConfig)
+    tasks = load_tasks(research)
+    if not tasks:
+        return {}
+    return check_station_tasks(
+        tasks,
+        research.executor,
+        {str(number): entry.baselines for number, entry in enumerate(research.tasks, 1)},
+        remembered=remembered(directory),
+        refusal=refusal,
+        out=out,
+    )
+
+
+def remember_checks(directory: Path, passed: dict[str, str]) -> None:
+    if passed:
+        remember(directory, passed)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from station.apps import report
+from station.apps.task_checks import TaskCannotWork, check_folder_tasks, remember_checks
 from station.core import commands
 from station.core.engine import Engine, Progress, StationPaused
 from station.core.run_lock import StationBusy, is_running, run_lock
@@ -102,7 +103,7 @@ class StationRunner:
                 finally:
                     self._engine = None
                     station.close()
-        except StationBusy as err:
+        except (StationBusy, TaskCannotWork) as err:
             self.why = str(err)
         except Exception as err:  # noqa: BLE001 - shown on the page; the server stays up
             self.why = f"the engine stopped on an error: {err!r}"
@@ -114,6 +115,9 @@ class StationRunner:
             self.preparing = step
 
         try:
+            # the checks `station run` makes: a folder task that cannot work is refused, in one line, on the page
+            refusal = "the station did not run and is unchanged"
+            remember_checks(self.dir, check_folder_tasks(station.config, self.dir, refusal, say))
             station.prepare_tasks(say, warm_up=True)
         finally:
             self.preparing = None
