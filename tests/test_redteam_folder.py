@@ -261,6 +261,10 @@ def test_a_folder_in_a_git_repository_is_warned_of_and_its_objects_are_unreachab
     checked = task_check(folder, "--no-baselines")
     assert checked.returncode == 0, checked.stderr
     assert f"inside the git repository {repository}" in checked.stderr and ".gitignore" in checked.stderr
+    # a folder with nothing private (the shipped examples in this repository) is not warned of
+    from evaluators.folder.layout import exposure_warnings
+
+    assert exposure_warnings(write(repository / "tasks" / "open", {"task.md": "# Open\n", "evaluate.py": ECHO})) == []
     result = run_folder_task(folder, READ_ANYWHERE.format(targets=[str(folder / "private" / "answer.txt")]))
     assert result["status"] == "ok", result
     assert result["details"] == "['FileNotFoundError']" and SECRET not in str(result)

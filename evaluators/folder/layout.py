@@ -459,7 +459,7 @@ def exposure_warnings(folder: Path) -> list[str]:
             f"themselves (a real {shown} inside the task folder)."
         )
     repository = next((p for p in (folder, *folder.parents) if (p / ".git").exists()), None)
-    if repository is not None:
+    if repository is not None and (private.is_dir() or private.is_symlink()):  # no private/: nothing to keep out
         notes.append(
             f"the task folder is inside the git repository {repository}: whatever of it was ever committed "
             f"(private/ included) is also in {repository / '.git'}'s object store, readable by anyone who can "
