@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from station import constants
 from station.eval_research.base_evaluator import ResearchTaskEvaluator, SeedBatchEvaluation
