@@ -251,6 +251,13 @@ def test_station_verify_rechecks_a_record_and_refuses_a_tampered_certificate(
         assert f"Certificate: SHA-256 {stored['sha256']}" in room.record_text(station.ctx, row)
     finally:
         station.close()
+    # and so does the evaluation's page in the web viewer
+    from helpers import web_client
+
+    from station.apps.web.app import create_app
+
+    page = web_client(create_app(autocorrelation_station)).get(f"/research/{number}").text
+    assert f"Certificate: SHA-256 <code>{stored['sha256']}</code>" in page
     # the saved certificate file verifies on its own; one changed height is refused
     assert main(["verify", folder, str(saved)]) == 0 and capsys.readouterr().out.endswith("OK\n")
     stored["construction"][0] = "3/2" if stored["construction"][0] != "3/2" else 2

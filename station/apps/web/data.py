@@ -270,6 +270,8 @@ def evaluation(db: sqlite3.Connection, evaluation_id: int) -> dict[str, Any] | N
     if found is None:
         return None
     found["versions"] = research_views.versions(db, evaluation_id) if has_table(db, "evaluation_versions") else []
+    version = found.get("reported_version")
+    found["certificate"] = research_views.certificate_sha256(db, evaluation_id, version) if version else None
     return found
 
 
