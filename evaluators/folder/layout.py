@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..base import Baseline
 from .reference.folder import ReferenceFolderError, ReferenceTask, is_reference, read_reference
+from .text_file import read_text
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FILENAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.py$")
@@ -574,15 +575,7 @@ def _text(file: Path, limit: int, *, required: bool) -> str:
         if required:
             raise TaskFolderError(f"{file.parent} has no {file.name}")
         return ""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise TaskFolderError(f"{file} is not UTF-8 text") from None
-    except OSError as err:
-        raise TaskFolderError(f"cannot read {file}: {err.strerror}") from None
-    if len(text) > limit:
-        raise TaskFolderError(f"{file} is {len(text):,} characters; at most {limit:,} are allowed")
-    return text
+    return read_text(file, limit, TaskFolderError)
 
 
 def _first_heading(markdown: str) -> str:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import yaml
 
 from ...base import Baseline
+from ..text_file import read_text
 
 MAX_TEXT_CHARS = 100_000
 MAX_CODE_CHARS = 200_000
@@ -309,15 +310,7 @@ def _memory_mb(value: Any, file: Path) -> int | None:
 
 
 def _text(file: Path, limit: int) -> str:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ReferenceFolderError(f"{file} is not UTF-8 text") from None
-    except OSError as err:
-        raise ReferenceFolderError(f"cannot read {file}: {err.strerror}") from None
-    if len(text) > limit:
-        raise ReferenceFolderError(f"{file} is {len(text):,} characters; at most {limit:,} are allowed")
-    return text
+    return read_text(file, limit, ReferenceFolderError)
 
 
 def _first_heading(markdown: str) -> str:
