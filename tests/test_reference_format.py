@@ -151,3 +151,17 @@ def test_folder_problems_are_one_clear_line(tmp_path: Path) -> None:
     evaluator.unlink()
     with pytest.raises(TaskFolderError, match=r"newer layout\) but has no .*evaluators/evaluator.py"):
         read_folder(folder)
+
+
+def test_a_paper_era_folder_given_the_newer_task_text_is_read_by_its_evaluator(tmp_path: Path) -> None:
+    """The reference's own research_circle_n32 has research_task.md beside task_1_evaluator.py and no
+    evaluator.py: read as the paper-era layout, as the reference's older registry reads it."""
+    folder = shutil.copytree(FOLDERS / "paper_era", tmp_path / "both")
+    (folder / "research" / "research_task.md").write_text("# Research Task: the newer text\n\nSomething else.\n")
+    read = read_folder(folder)
+    assert read.reference is not None and read.reference.layout == "paper"
+    assert read.reference.evaluator_file == "research/evaluators/task_1_evaluator.py"
+    evaluators = folder / "research" / "evaluators"
+    shutil.copy(FOLDERS / "newer" / "research" / "evaluators" / "evaluator.py", evaluators / "evaluator.py")
+    newer = read_folder(folder).reference
+    assert newer is not None and newer.layout == "newer" and newer.title == "the newer text"

@@ -11,9 +11,11 @@ Two layouts, both under the folder's research/:
 
 Either may hold storage/system/ (files every submission reads, read-only, at storage/system) and
 the folder's root a constant_config.yaml (the reference's settings; those with a meaning here map
-to ours, the others are listed as ignored). A folder holding both layouts is read as the newer (its
-System baselines from pending_evaluations.yamll when it has no baseline.yamll, as the reference's
-circle packing folders ship them).
+to ours, the others are listed as ignored). A folder holding both task texts is read as the newer
+layout when it has evaluators/evaluator.py (its System baselines from pending_evaluations.yamll when
+it has no baseline.yamll, as the reference's circle packing n=26 folder ships them), else as the
+paper-era one, as the reference's own older registry reads it (its circle packing n=32 folder has
+research_task.md beside task_1_evaluator.py and no evaluator.py).
 
 What a submission must define (the evaluator's get_expected_function_name, get_execution_mode, ...)
 is read here from the evaluator's source, never by importing it: the evaluator imports the
@@ -109,7 +111,10 @@ def is_reference(folder: Path) -> bool:
 def read_reference(folder: Path) -> ReferenceTask:
     research = folder / "research"
     config = _config(folder / "constant_config.yaml")
-    if (research / "research_task.md").is_file():
+    newer_evaluator = (research / "evaluators" / "evaluator.py").is_file()
+    if (research / "research_task.md").is_file() and (
+        newer_evaluator or not (research / "research_tasks.yaml").is_file()
+    ):
         layout: Literal["paper", "newer"] = "newer"
         task_id, statement = "1", _text(research / "research_task.md", MAX_TEXT_CHARS)
         title = _first_heading(statement) or folder.name.replace("_", " ")
