@@ -160,8 +160,12 @@ def test_a_paper_era_folder_given_the_newer_task_text_is_read_by_its_evaluator(t
     (folder / "research" / "research_task.md").write_text("# Research Task: the newer text\n\nSomething else.\n")
     read = read_folder(folder)
     assert read.reference is not None and read.reference.layout == "paper"
-    assert read.reference.evaluator_file == "research/evaluators/task_1_evaluator.py"
+    assert read.reference.describe() == (  # what `station task check` says it read
+        "paper-era layout: research/research_tasks.yaml, research/evaluators/task_1_evaluator.py, "
+        "baselines from research/pending_evaluations.yamll"
+    )
     evaluators = folder / "research" / "evaluators"
     shutil.copy(FOLDERS / "newer" / "research" / "evaluators" / "evaluator.py", evaluators / "evaluator.py")
     newer = read_folder(folder).reference
     assert newer is not None and newer.layout == "newer" and newer.title == "the newer text"
+    assert newer.describe().startswith("newer layout: research/research_task.md, research/evaluators/evaluator.py")

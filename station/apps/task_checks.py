@@ -61,7 +61,8 @@ def check_task(
     once (`twice`: the first one twice, warning when its score differs). Each line of the report goes
     to `out` as soon as it is known."""
     check, layout = TaskCheck(), task.folder
-    check.say(f"task folder {layout.path} ({layout.format} format): '{task.title}'", out)
+    read = f"{layout.format} format" + (f", {layout.reference.describe()}" if layout.reference else "")
+    check.say(f"task folder {layout.path} ({read}): '{task.title}'", out)
     if layout.format == "openevolve":
         check.say(config_line(layout), out)
     for note in task.config_notes():  # a reference-format folder's constant_config.yaml

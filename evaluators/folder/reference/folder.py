@@ -90,6 +90,8 @@ class ReferenceTask:
     title: str
     statement: str
     evaluator_file: str  # relative to the folder
+    text_file: str  # what agents read, relative to the folder
+    baselines_file: str  # relative to the folder (it may not exist: no baselines)
     class_name: str
     contract: Contract
     baselines: tuple[Baseline, ...]
@@ -97,6 +99,11 @@ class ReferenceTask:
     applied: dict[str, Any]  # our settings, by task.yaml path, from the config
     station_wide: dict[str, str]  # config key -> the station setting it corresponds to
     ignored: tuple[str, ...]  # config keys without a meaning here
+
+    def describe(self) -> str:
+        """Which layout and files were read, for `station task check`."""
+        layout = "newer layout" if self.layout == "newer" else "paper-era layout"
+        return f"{layout}: {self.text_file}, {self.evaluator_file}, baselines from {self.baselines_file}"
 
     @property
     def system_dir(self) -> str:
@@ -137,6 +144,8 @@ def read_reference(folder: Path) -> ReferenceTask:
         title=title,
         statement=CODER_ONLY.sub("", statement),
         evaluator_file=str(evaluator.relative_to(folder)),
+        text_file=f"research/{'research_task.md' if layout == 'newer' else 'research_tasks.yaml'}",
+        baselines_file=str(baselines_file.relative_to(folder)),
         class_name=class_name,
         contract=contract,
         baselines=_baselines(baselines_file, task_id),
