@@ -50,7 +50,8 @@ def test_task_check_passes_on_both_layouts_and_the_baselines_score_as_computed_h
         done = subprocess.run([sys.executable, "-m", "station.apps.cli", "task", "check", str(FOLDERS / folder)],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
-        assert "(reference format)" in done.stderr
+        layout = "paper-era layout" if folder == "paper_era" else "newer layout"
+        assert f"(reference format, {layout}: research/" in done.stderr
         for line in lines:
             assert f"  {line}\n" in done.stderr, done.stderr
         assert "__CODER_ONLY" not in done.stdout and "coder only" not in done.stdout
