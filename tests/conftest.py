@@ -164,7 +164,7 @@ SLOW_MODULES = (
     "test_scrna_metrics",
     "test_web_security", "test_evaluations", "test_sokoban_scoring", "test_sokoban_env", "test_set_model",
     "test_redteam_folder", "test_redteam_recreate", "test_external", "test_evolve_play", "test_circle_packing", "test_web", "test_web_links",
-    "test_web_study", "test_ray_executor", "test_ray_faults", "test_two_stage_ray_cluster",
+    "test_web_study", "test_math_pack", "test_ray_executor", "test_ray_faults", "test_two_stage_ray_cluster",
 )
 # A test that starts Ray (a local instance or a head) says so in its name: its module, function or
 # parameter id has the word "ray". Those tests form one group, which one worker runs first: two Ray
