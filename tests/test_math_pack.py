@@ -148,6 +148,7 @@ def test_heilbronn_refuses_a_point_one_ulp_onto_another_and_reads_exact_fraction
         ("math_autocorrelation_c1", 1.5052939684401607),  # AlphaEvolve's 600 steps: C1 <= 1.5053
         ("math_min_max_distance_16", 12.88926611203463),  # AlphaEvolve's 16 points: sqrt(12.889266112)
         ("math_heilbronn_convex_13", 0.03093688903489562),  # AlphaEvolve's 13 points: 0.0309
+        ("math_kissing_11", 593),  # AlphaEvolve's 593 integer points in dimension 11
     ],
 )
 def test_the_shipped_best_known_constructions_verify_to_their_published_values(name: str, published: float) -> None:
