@@ -183,8 +183,8 @@ def test_a_certificate_over_one_mib_is_refused_and_one_that_is_not_json_is_the_s
 def offline_station(directory: Path, task: str, ticks: int) -> Path:
     """An offline station on the shipped configs/math_pack.yaml, naming one pack task, run as `station
     run` runs it (the engine, three scripted agents, the sandbox) for `ticks` ticks from the System
-    baseline's result. The baseline never holds a tick, so its result comes at a tick that depends on
-    the machine's load: counting from it gives the agents the same budget under any load."""
+    baseline's result. The config delivers every result on time (`delivery: on_time`), so the station
+    unfolds the same, and climbs as far, on a fast machine and a slow one."""
     settings = yaml.safe_load((ROOT / "configs" / "math_pack.yaml").read_text())  # the shipped demo
     settings["research"]["tasks"] = [{"folder": str(PACK / task)}]
     config = directory.parent / f"{directory.name}.yaml"
@@ -223,14 +223,14 @@ def climb(directory: Path) -> tuple[float, int, float]:
 
 @pytest.fixture(scope="module")
 def autocorrelation_station(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return offline_station(tmp_path_factory.mktemp("math") / "c1", "math_autocorrelation_c1", 30)
+    return offline_station(tmp_path_factory.mktemp("math") / "c1", "math_autocorrelation_c1", 90)
 
 
 def test_offline_agents_climb_on_two_pack_tasks(autocorrelation_station: Path, tmp_path: Path) -> None:
     baseline, _, best = climb(autocorrelation_station)
-    assert baseline == -2.0 and best > baseline + 0.02, (baseline, best)  # the bound 2 -> below 1.98
-    baseline, _, best = climb(offline_station(tmp_path / "mm", "math_min_max_distance_16", 30))
-    assert baseline == pytest.approx(-26.64) and best > baseline + 0.5, (baseline, best)
+    assert baseline == -2.0 and best > baseline + 0.05, (baseline, best)  # the bound 2 -> 1.891 (90 ticks)
+    baseline, _, best = climb(offline_station(tmp_path / "mm", "math_min_max_distance_16", 90))
+    assert baseline == pytest.approx(-26.64) and best > baseline + 2, (baseline, best)  # 26.64 -> 18.62
 
 
 def test_station_verify_rechecks_a_record_and_refuses_a_tampered_certificate(
