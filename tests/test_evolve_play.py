@@ -217,3 +217,25 @@ def test_a_child_identical_to_a_program_already_scored_is_not_sent() -> None:
     assert "evaluation #5 (score 0.97), the best on the board" in sent["abstract"]
     sent = child(record(5, INITIAL_PROGRAM) + "\n---\n" + record(6, first.code))
     assert sent is not None and sent["content"] not in (first.code, INITIAL_PROGRAM)
+
+
+def test_a_board_ranked_by_more_than_the_score_is_read_by_its_order() -> None:
+    """A reference-format task may rank by a sort key that is not the score (a sparse ruler: fewer
+    marks rank first): once a board ranked by score lists a lower score above a higher one, its top row
+    is the best to build on; a board in submission order compares the scores."""
+    from rooms.research.evolve_play import _note_best
+    from station.models.scripted import Situation
+
+    def board(rows: list[tuple[int, float]], below: str) -> str:
+        lines = ["**Submitted Evaluations**", "", "| ID | Task | Title | Author | Tick | Score |", "|---|---|---|---|---|---|"]
+        lines += [f"| {n} | 1 | Ruler {n} | System | 0 | {v} |" for n, v in rows]
+        return "\n".join([*lines, "", below])
+
+    in_id_order: dict = {"task": "1"}
+    _note_best(in_id_order, Situation(board([(2, 6.0), (1, 11.0)], "Filter: none"), {}, []))
+    assert in_id_order["best"][:2] == [1, 11.0] and "by_rank" not in in_id_order
+    ranked: dict = {"task": "1"}
+    _note_best(ranked, Situation(board([(2, 6.0), (1, 11.0)], "Sorted by: score."), {}, []))
+    assert ranked["best"][:2] == [2, 6.0] and ranked["by_rank"]
+    _note_best(ranked, Situation(board([(7, 5.0), (2, 6.0), (1, 11.0)], "Sorted by: score."), {}, []))
+    assert ranked["best"][:2] == [7, 5.0]  # a new top row is the new best, though its score is lower

@@ -173,9 +173,21 @@ def note_scores(s: Situation) -> None:
 
 def _note_best(ev: dict[str, Any], s: Situation) -> None:
     """The best scored evaluation of the task in this prompt's board(s) and results, if better than
-    the one noted; an unscored System row is noted as the program to start from."""
+    the one noted; an unscored System row is noted as the program to start from. A board ranked by
+    score that lists a lower score above a higher one ranks by more than the score (a task's sort
+    key, as a reference-format evaluator may give): from then on its top row is the best, and the
+    bare scores of results are not compared."""
     skip = set(ev.get("skip", []))
-    found = [*_board_rows(s.prompt, ev["task"]), *_own_results(s.messages, ev["task"])]
+    boards = _boards(s.prompt, ev["task"])
+    for rows, ranked in boards:
+        scored = [(n, a, v) for n, a, v in rows if v is not None and n not in skip]
+        if ranked and any(lower[2] < higher[2] for lower, higher in zip(scored, scored[1:])):
+            ev["by_rank"] = True
+        if ranked and scored and ev.get("by_rank"):
+            ev["best"] = [scored[0][0], scored[0][2], scored[0][1], s.mature]
+    found = [row for rows, _ in boards for row in rows]
+    if not ev.get("by_rank"):
+        found += _own_results(s.messages, ev["task"])
     for number, author, score in found:
         if number in skip:
             continue
@@ -184,30 +196,35 @@ def _note_best(ev: dict[str, Any], s: Situation) -> None:
                 ev["baseline"] = number  # a program to start from when nothing is scored yet
             continue
         best = ev.get("best")
-        if best is None or score > best[1]:
+        if not ev.get("by_rank") and (best is None or score > best[1]):
             ev["best"] = [number, score, author, s.mature]
 
 
-def _board_rows(prompt: str, task: str) -> list[tuple[int, str, float | None]]:
-    """(id, author, score or None) of the task's rows in the leaderboard(s) the prompt shows; the
-    board's scores are higher-is-better for every task. Rows still running are left out."""
-    rows = []
+def _boards(prompt: str, task: str) -> list[tuple[list[tuple[int, str, float | None]], bool]]:
+    """Each leaderboard the prompt shows: (id, author, score or None) of the task's rows, in the board's
+    order, and whether the board is ranked by score. The board's scores are higher-is-better for every
+    task whose ranking is the score's. Rows still running are left out."""
+    boards = []
     for start in (m.start() for m in re.finditer(re.escape(BOARD), prompt)):
         lines = prompt[start:].split("\n")[2:]
         header = [c.strip() for c in CELL_BAR.split(lines[0])[1:-1]] if lines else []
         if "Score" not in header or "ID" not in header or "Task" not in header:
             continue
         where = {name: header.index(name) for name in ("ID", "Task", "Author", "Score")}
-        for line in lines[2:]:
+        rows, end = [], len(lines)
+        for index, line in enumerate(lines[2:], 2):
             cells = [c.strip() for c in CELL_BAR.split(line)[1:-1]]
             if not line.startswith("|") or len(cells) != len(header):
+                end = index
                 break
             if cells[where["Task"]] != task or not cells[where["ID"]].isdigit() or cells[where["Score"]] == "running":
                 continue
             score = cells[where["Score"]]
             value = float(score) if NUMBER.fullmatch(score) else None
             rows.append((int(cells[where["ID"]]), cells[where["Author"]], value))
-    return rows
+        below = "\n".join(lines[end : end + 3]).lower()  # "Sorted by: score." or "(sorted by: score)"
+        boards.append((rows, "sorted by: score" in below))
+    return boards
 
 
 def _own_results(messages: str, task: str) -> list[tuple[int, str, float | None]]:
