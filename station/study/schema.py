@@ -36,6 +36,7 @@ LIVES: list[Column] = [
 
 SPEND: list[Column] = [
     ("role", "string", "agent (every agent's turns together), reviewer, grader, debugger, ... : who made the calls"),
+    ("tick", "Int64", "the tick of the calls: one row per role and tick (missing: calls outside any tick)"),
     ("calls", "int64", "model calls"),
     ("input_tokens", "int64", "input tokens"),
     ("output_tokens", "int64", "output tokens"),
