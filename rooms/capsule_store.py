@@ -99,6 +99,8 @@ MIGRATIONS = [
     CREATE INDEX capsule_messages_tick ON capsule_messages(tick);
     CREATE INDEX capsule_messages_session ON capsule_messages(author_session);
     """,
+    # v3: the tick of each read mark (who read whose words when: the study's read edges).
+    "ALTER TABLE capsule_reads ADD COLUMN tick INTEGER",
 ]
 
 CAPSULE_COLUMNS = (
@@ -418,10 +420,12 @@ class Capsules:
 
 
 # -- per-session read marks ------------------------------------------------------------------
-def mark_read(store: Store, session: int, items: Iterable[tuple[int, int]]) -> None:
-    """Mark (capsule id, k) pairs read; k = WHOLE marks the capsule itself."""
+def mark_read(store: Store, session: int, items: Iterable[tuple[int, int]], tick: int) -> None:
+    """Mark (capsule id, k) pairs read at `tick`; k = WHOLE marks the capsule itself. The first read of
+    an item keeps its tick."""
     store.executemany(
-        "INSERT OR IGNORE INTO capsule_reads(session, capsule, k) VALUES(?, ?, ?)", [(session, c, k) for c, k in items]
+        "INSERT OR IGNORE INTO capsule_reads(session, capsule, k, tick) VALUES(?, ?, ?, ?)",
+        [(session, c, k, tick) for c, k in items],
     )
 
 

@@ -166,3 +166,63 @@ def talk_between(db: sqlite3.Connection, first: int, last: int) -> list[Talk]:
             (first, last),
         )
     ]
+
+
+class ThreadMessage(NamedTuple):
+    """One message of a capsule, with its capsule's room, scope, number, starter and recipients."""
+
+    room: str
+    scope: str
+    number: int
+    k: int
+    starter: str
+    starter_session: int | None
+    recipients: str  # the capsule's recipients now, as JSON text (mail)
+    author: str
+    author_session: int | None
+    tick: int
+    title: str | None
+    abstract: str | None  # the capsule's abstract (shown with message 1)
+    content: str
+
+
+def thread_messages(db: sqlite3.Connection) -> list[ThreadMessage]:
+    """Every capsule message of every room, deleted ones too (what was written stays written), by id."""
+    return [
+        ThreadMessage(*row)
+        for row in db.execute(
+            "SELECT c.room, c.scope, c.number, m.k, c.author, c.author_session, c.recipients, m.author, "
+            "m.author_session, m.tick, m.title, c.abstract, m.content FROM capsule_messages m "
+            "JOIN capsules c ON c.id=m.capsule ORDER BY m.id"
+        )
+    ]
+
+
+class MessageRead(NamedTuple):
+    """One session's first read of another writer's capsule message."""
+
+    session: int
+    tick: int
+    room: str
+    scope: str
+    number: int
+    k: int
+    author: str
+    author_session: int
+
+
+def message_reads(db: sqlite3.Connection) -> list[MessageRead]:
+    """Every read mark of a message written by another session (the reviewer's messages and one's own
+    are left out), by reader and message. A mark made before reads had ticks (capsule store v3) is
+    given the message's own tick."""
+    has_tick = any(row[1] == "tick" for row in db.execute("PRAGMA table_info(capsule_reads)"))
+    tick = "COALESCE(r.tick, m.tick)" if has_tick else "m.tick"
+    return [
+        MessageRead(*row)
+        for row in db.execute(
+            f"SELECT r.session, {tick}, c.room, c.scope, c.number, m.k, m.author, m.author_session "
+            "FROM capsule_reads r JOIN capsule_messages m ON m.capsule=r.capsule AND m.k=r.k "
+            "JOIN capsules c ON c.id=m.capsule WHERE m.author_session IS NOT NULL AND m.author_session!=r.session "
+            "ORDER BY r.session, m.id"
+        )
+    ]

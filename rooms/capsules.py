@@ -209,7 +209,7 @@ class CapsuleRoom(Room):
             tags=tags,
             **extra,
         )
-        cs.mark_read(ctx.store, agent.session, [(capsule.id, WHOLE), (capsule.id, 1)])
+        cs.mark_read(ctx.store, agent.session, [(capsule.id, WHOLE), (capsule.id, 1)], ctx.tick)
         return capsule
 
     def create_capsule(self, ctx: Context, agent: Agent, p: Any) -> Outcome:
@@ -242,7 +242,7 @@ class CapsuleRoom(Room):
         k = caps.add_message(
             capsule, Author.of(agent), ctx.tick, title=p.title.strip() if p.title else None, content=p.content
         )
-        cs.mark_read(ctx.store, agent.session, [(capsule.id, k)])
+        cs.mark_read(ctx.store, agent.session, [(capsule.id, k)], ctx.tick)
         return Outcome(
             [f"Replied to capsule {capsule.number} as message {capsule.number}-{k}."]
             + self.after_reply(ctx, agent, capsule, k)
@@ -277,7 +277,7 @@ class CapsuleRoom(Room):
             outputs.append(text)
             marks += new_marks
             words += n_words
-        cs.mark_read(ctx.store, agent.session, marks)
+        cs.mark_read(ctx.store, agent.session, marks, ctx.tick)
         if deferred:
             outputs.append(f"Not shown, to keep this message readable: {', '.join(deferred)}. Read them next.")
         ctx.notify(

@@ -38,3 +38,24 @@ def speakers(db: sqlite3.Connection, first: int, last: int) -> list[tuple[int, s
             "SELECT tick, author FROM common_messages WHERE tick BETWEEN ? AND ?", (first, last)
         )
     ]
+
+
+class Heard(NamedTuple):
+    """A Common Room message read by an agent other than its speaker."""
+
+    message: int
+    tick: int  # when it was said
+    author: str
+    reader: str
+    read_tick: int
+
+
+def hearings(db: sqlite3.Connection) -> list[Heard]:
+    """Every read of a Common Room message by someone other than its speaker, by message and reader."""
+    return [
+        Heard(*row)
+        for row in db.execute(
+            "SELECT m.id, m.tick, m.author, r.reader, r.tick FROM common_reads r "
+            "JOIN common_messages m ON m.id=r.message WHERE r.reader!=m.author ORDER BY m.id, r.reader"
+        )
+    ]

@@ -125,7 +125,7 @@ class MailRoom(CapsuleRoom):
                     ),
                     "mail",
                 )
-                cs.mark_read(ctx.store, person.session, [(capsule.id, cs.WHOLE), (capsule.id, 1)])
+                cs.mark_read(ctx.store, person.session, [(capsule.id, cs.WHOLE), (capsule.id, 1)], ctx.tick)
         sent = f"Sent mail {capsule.number}: '{capsule.title}' to {', '.join(capsule.recipients)}."
         return Outcome([sent] + warnings)
 
@@ -153,7 +153,7 @@ class MailRoom(CapsuleRoom):
                     ),
                     "mail",
                 )
-                cs.mark_read(ctx.store, person.session, [(capsule.id, k)])
+                cs.mark_read(ctx.store, person.session, [(capsule.id, k)], ctx.tick)
                 told.append(person.name)
         return [f"Delivered to: {', '.join(told)}."] if told else ["Nobody else on this mail is active now."]
 
@@ -193,5 +193,5 @@ class MailRoom(CapsuleRoom):
                     ),
                     "mail",
                 )
-                cs.mark_read(ctx.store, person.session, [(capsule.id, 1)])
+                cs.mark_read(ctx.store, person.session, [(capsule.id, 1)], ctx.tick)
         return Outcome([f"Forwarded mail {capsule.number} to {', '.join(a.name for a in new)}."] + warnings)

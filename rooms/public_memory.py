@@ -51,7 +51,7 @@ class PublicMemoryRoom(CapsuleRoom):
                 ),
                 "public_memory",
             )
-            cs.mark_read(ctx.store, target.session, [(capsule.id, 1)])
+            cs.mark_read(ctx.store, target.session, [(capsule.id, 1)], ctx.tick)
         ctx.broadcast(
             ctx.texts.render(
                 "public_new", author=agent.name, number=capsule.number, title=capsule.title, words=capsule.word_count
@@ -83,7 +83,7 @@ class PublicMemoryRoom(CapsuleRoom):
                 "public_memory",
             )
             if target.name in mentioned:
-                cs.mark_read(ctx.store, target.session, [(capsule.id, k)])
+                cs.mark_read(ctx.store, target.session, [(capsule.id, k)], ctx.tick)
             told.append(target.name)
         return [f"Notified: {', '.join(told)}."] if told else []
 

@@ -621,7 +621,8 @@ class Simulation:
             "UPDATE capsules SET message_count=?, updated_tick=?, word_count=word_count+24 WHERE id=?", (k, tick, cid)
         )
         self.w.db.execute(
-            "INSERT OR IGNORE INTO capsule_reads(session, capsule, k) VALUES(?,?,?)", (life.session, cid, k - 1)
+            "INSERT OR IGNORE INTO capsule_reads(session, capsule, k, tick) VALUES(?,?,?,?)",
+            (life.session, cid, k - 1, tick),
         )
 
     def _paper(self, tick: int) -> None:

@@ -179,7 +179,9 @@ class ArchiveRoom(CapsuleRoom):
             created_tick=submission["tick"],
         )
         k = caps.add_message(capsule, REVIEWER, ctx.tick, title="Review", content=review_text)
-        cs.mark_read(ctx.store, submission["session"], [(capsule.id, cs.WHOLE), (capsule.id, 1), (capsule.id, k)])
+        cs.mark_read(
+            ctx.store, submission["session"], [(capsule.id, cs.WHOLE), (capsule.id, 1), (capsule.id, k)], ctx.tick
+        )
         return capsule.number
 
     # -- rules --------------------------------------------------------------------------

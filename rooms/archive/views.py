@@ -8,8 +8,9 @@ Nothing here writes. The callers check that the tables exist (`capsules` for pap
 
 from __future__ import annotations
 
+import re
 import sqlite3
-from typing import Any
+from typing import Any, NamedTuple
 
 from .room import REVIEWER
 
@@ -166,3 +167,35 @@ def submissions_of_session(db: sqlite3.Connection, session: int, limit: int) -> 
 def reviews(db: sqlite3.Connection, sid: int) -> list[Record]:
     """The reviewer's exchanges about one submission (context turns and attempts), in order."""
     return _records(db, "SELECT * FROM paper_reviews WHERE submission=? ORDER BY id", (sid,))
+
+
+REVIEWER_NAME = REVIEWER.name  # who writes every review: not an agent
+# "paper 7", "Paper #7", "paper no. 7", "Archive #7", "archive paper 7": how a text names a published paper.
+PAPER_MENTION = re.compile(r"\b(?:archive\s+paper|paper|archive)\s*(?:no\.?\s*|#\s*)?(\d{1,9})\b", re.IGNORECASE)
+
+
+def papers_named(text: str | None) -> list[int]:
+    """Paper numbers the text names, in order of first mention."""
+    return list(dict.fromkeys(int(match.group(1)) for match in PAPER_MENTION.finditer(text or "")))
+
+
+class Decision(NamedTuple):
+    """The reviewer's decision on one submission (a review that accepted or rejected it)."""
+
+    submission: int
+    tick: int
+    decision: str  # accepted / rejected
+    author: str
+    session: int
+    paper: int | None  # its paper number once published
+
+
+def decisions(db: sqlite3.Connection) -> list[Decision]:
+    """Every review that decided a submission, by review id."""
+    return [
+        Decision(*row)
+        for row in db.execute(
+            "SELECT r.submission, r.tick, r.decision, s.agent, s.session, s.capsule_number FROM paper_reviews r "
+            "JOIN paper_submissions s ON s.id=r.submission WHERE r.decision IN ('accepted', 'rejected') ORDER BY r.id"
+        )
+    ]

@@ -10,9 +10,10 @@ dicts are made of its rows.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .store import DONE_STATES, Query, leading_evaluations, ranking_order
 
@@ -289,3 +290,48 @@ def external_results(db: sqlite3.Connection, evaluation_id: int | None = None, l
         for column in ("samples", "failures", "metrics"):
             row[column] = json.loads(row[column])
     return rows
+
+
+# "evaluation 58", "Evaluation ID 58", "eval #58", "evaluations 18, 22 and 31", "evaluation IDs 4 & 5":
+# how a text names evaluations (the web links them, the study counts them as citations).
+MENTION = re.compile(
+    r"\b(?:evaluations?|evals?)(?:\s+ids?)?\s*[#:]?\s*(\d{1,9}(?:\s*(?:,|and|&|or)\s*#?\d{1,9})*)\b", re.IGNORECASE
+)
+_NUMBER = re.compile(r"\d+")
+
+
+def mentioned(text: str | None) -> list[int]:
+    """Evaluation ids the text names, in order of first mention."""
+    found: dict[int, None] = {}
+    for match in MENTION.finditer(text or ""):
+        for number in _NUMBER.findall(match.group(1)):
+            found.setdefault(int(number), None)
+    return list(found)
+
+
+class EvaluationRow(NamedTuple):
+    """One evaluation's fields that say who built what on what, and how it scored."""
+
+    id: int
+    task: str
+    author: str
+    session: int | None
+    lineage: str | None
+    tick: int
+    finished_tick: int | None
+    status: str
+    score: float | None
+    title: str
+    abstract: str
+    code: str
+
+
+def evaluation_rows(db: sqlite3.Connection) -> list[EvaluationRow]:
+    """Every evaluation (baselines too), by id, with its code."""
+    return [
+        EvaluationRow(*row)
+        for row in db.execute(
+            "SELECT id, task, author, session, lineage, tick, finished_tick, status, score, title, abstract, code "
+            "FROM evaluations ORDER BY id"
+        )
+    ]

@@ -14,23 +14,12 @@ from collections.abc import Iterable
 from markupsafe import Markup
 
 from rooms.research import views
+from rooms.research.views import MENTION as MENTION  # one pattern: the study counts what is linked here
+from rooms.research.views import mentioned as mentioned
 
-# "evaluation 58", "Evaluation ID 58", "eval #58", "evaluations 18, 22 and 31", "evaluation IDs 4 & 5"
-MENTION = re.compile(
-    r"\b(?:evaluations?|evals?)(?:\s+ids?)?\s*[#:]?\s*(\d{1,9}(?:\s*(?:,|and|&|or)\s*#?\d{1,9})*)\b", re.IGNORECASE
-)
 NUMBER = re.compile(r"\d+")
 TAG_OR_TEXT = re.compile(r"(<[^>]*>)")
 SKIPPED = ("a", "code", "pre")  # text inside these stays as it is
-
-
-def mentioned(text: str | None) -> list[int]:
-    """Evaluation ids the text names, in order of first mention."""
-    found: dict[int, None] = {}
-    for match in MENTION.finditer(text or ""):
-        for number in NUMBER.findall(match.group(1)):
-            found.setdefault(int(number), None)
-    return list(found)
 
 
 def existing(db: sqlite3.Connection, ids: Iterable[int]) -> set[int]:
