@@ -35,6 +35,7 @@ from station.apps.cli_commands import (
 )
 from station.apps.external_cli import add_external_command
 from station.apps.readers_cli import add_page_arguments, add_reader_commands
+from station.apps.study_cli import add_study_command
 from station.apps.verify_cli import add_verify_command
 from station.core.run_lock import StationBusy
 from station.core.store import DB_NAME, StoreError, damaged
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tool_commands(sub)
     add_external_command(sub)
     add_verify_command(sub)
+    add_study_command(sub)
     _add_change_commands(sub)
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from station.study.compare import compare
 from station.study.schema import EDGE_KINDS, METRIC_TABLES, TABLES
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, int, int], None]  # (step, done, total): long work reports itself here
 
-__all__ = ["EDGE_KINDS", "METRIC_TABLES", "TABLES", "Study", "load"]
+__all__ = ["EDGE_KINDS", "METRIC_TABLES", "TABLES", "Study", "compare", "load"]
 
 
 @dataclass(eq=False)
