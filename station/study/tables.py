@@ -218,15 +218,12 @@ def _lives(db: sqlite3.Connection, people: _People, lo: int, hi: int) -> pd.Data
     lives = lives[alive].copy()
     turns = pd.DataFrame(
         db.execute(
-            "SELECT session, COUNT(*), COUNT(DISTINCT room) FROM turns WHERE tick BETWEEN ? AND ? GROUP BY session",
+            "SELECT session, COUNT(*), COUNT(DISTINCT room), SUM(input_tokens), SUM(output_tokens), TOTAL(cost_usd) "
+            "FROM turns WHERE tick BETWEEN ? AND ? GROUP BY session",
             (lo, hi),
         ).fetchall(),
-        columns=["session", "turns", "rooms_visited"],
+        columns=["session", "turns", "rooms_visited", "input_tokens", "output_tokens", "cost_usd"],
     ).set_index("session")
-    spent = _spent_by_name(db, lo, hi)
-    spent["session"] = spent["who"].map(people.session_of)
-    by_session = spent.dropna(subset=["session"]).groupby("session")[["input_tokens", "output_tokens", "cost_usd"]]
-    totals = by_session.sum()
     ancestors = dict(
         db.execute(
             "SELECT agent, json_extract(payload, '$.ancestor') FROM events WHERE kind='agent_ascended'"
@@ -252,38 +249,34 @@ def _lives(db: sqlite3.Connection, people: _People, lo: int, hi: int) -> pd.Data
             "ticks_alive": end.fillna(hi).clip(upper=hi) - lives["birth"] + 1,
         }
     )
-    for column in ("turns", "rooms_visited"):
+    for column in ("turns", "rooms_visited", "input_tokens", "output_tokens", "cost_usd"):
         out[column] = lives["session"].map(turns[column]).fillna(0)
-    for column in ("input_tokens", "output_tokens", "cost_usd"):
-        out[column] = lives["session"].map(totals[column]).fillna(0)
     return out.sort_values("session")
 
 
-def _spent_by_name(db: sqlite3.Connection, lo: int, hi: int) -> pd.DataFrame:
-    """Calls, tokens and dollars per caller (`who`) from tick lo to hi."""
-    whole = lo <= 1 and hi >= _last_tick(db) and _has(db, "spend_totals")
-    sql = (
-        "SELECT who, calls, input_tokens, output_tokens, cost_usd FROM spend_totals"
-        if whole
-        else "SELECT who, COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cost_usd) FROM spend "
-        "WHERE tick BETWEEN ? AND ? GROUP BY who"
-    )
-    return pd.DataFrame(
-        db.execute(sql, () if whole else (lo, hi)).fetchall(),
-        columns=["who", "calls", "input_tokens", "output_tokens", "cost_usd"],
-    )
+# the callers that are no agent, from the small running totals (so spend's index finds their rows)
+_NOT_AGENTS = "SELECT who FROM spend_totals WHERE who NOT IN (SELECT name FROM agents)"
 
 
 def _spend(db: sqlite3.Connection, lo: int, hi: int) -> pd.DataFrame:
-    """Calls, tokens and dollars per role and tick (calls outside any tick only when every tick is read)."""
-    outside = " OR tick IS NULL" if lo <= 1 and hi >= _last_tick(db) else ""
-    rows = db.execute(
-        "SELECT CASE WHEN who IN (SELECT name FROM agents) THEN 'agent' ELSE who END AS role, tick, COUNT(*), "
-        "SUM(input_tokens), SUM(output_tokens), SUM(cost_usd) FROM spend "
-        f"WHERE tick BETWEEN ? AND ?{outside} GROUP BY role, tick ORDER BY role, tick",
+    """Calls, tokens and dollars per role and tick. The agents' are their turns' (recorded with the
+    world, so a replay has them too); the other roles' (reviewer, grader, debugger, ...) are the calls
+    this station's own run made (a replay asks no model: it has none). Calls outside any tick count only
+    when every tick is read."""
+    agents = db.execute(
+        "SELECT 'agent', tick, COUNT(*), SUM(input_tokens), SUM(output_tokens), TOTAL(cost_usd) FROM turns "
+        "WHERE tick BETWEEN ? AND ? GROUP BY tick ORDER BY tick",
         (lo, hi),
     ).fetchall()
-    return pd.DataFrame(rows, columns=["role", "tick", "calls", "input_tokens", "output_tokens", "cost_usd"])
+    outside = " OR tick IS NULL" if lo <= 1 and hi >= _last_tick(db) else ""
+    others = db.execute(
+        "SELECT who, tick, COUNT(*), SUM(input_tokens), SUM(output_tokens), TOTAL(cost_usd) FROM spend "
+        f"WHERE (tick BETWEEN ? AND ?{outside}) AND who IN ({_NOT_AGENTS}) GROUP BY who, tick "
+        "ORDER BY who, tick",
+        (lo, hi),
+    ).fetchall()
+    columns = ["role", "tick", "calls", "input_tokens", "output_tokens", "cost_usd"]
+    return pd.DataFrame(agents + others, columns=columns).fillna({"input_tokens": 0, "output_tokens": 0})
 
 
 # -- evaluations ---------------------------------------------------------------------------------
