@@ -1,14 +1,14 @@
-"""The overview, the live updates its pages poll for, search and the study page."""
+"""The overview, the live updates its pages poll for, and search."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from station.apps import report
-from station.apps.web import board, data, plots, study
+from station.apps.web import board, data, plots
 from station.apps.web import events as feed
 from station.apps.web.site import MAX_ID, site_of
 
@@ -63,16 +63,3 @@ def search(request: Request, q: str = "", page: int = 1) -> HTMLResponse:
         site.index.refresh(site.reader.db())
         hits, total = site.index.search(q, page if 0 < page < 10_000 else 1)
     return site.show(request, "search.html", q=q, hits=hits, total=total, page=max(1, min(page, 10_000)))
-
-
-@router.get("/study", response_class=HTMLResponse)
-def study_page(
-    request: Request,
-    first: int | None = None,
-    last: int | None = None,
-    agent: tuple[str, ...] | None = Query(None),  # repeated: ?agent=A&agent=B
-) -> HTMLResponse:
-    site = site_of(request)
-    low, high = (v if v is None or abs(v) < MAX_ID else None for v in (first, last))
-    chosen = [name[:200] for name in (agent or [])[:50]]  # the address is typed by anyone: keep it small
-    return site.show(request, "study.html", **study.study(site.reader.db(), low, high, chosen or None))
