@@ -186,16 +186,14 @@ class ThreadMessage(NamedTuple):
     content: str
 
 
-def thread_messages(db: sqlite3.Connection) -> list[ThreadMessage]:
-    """Every capsule message of every room, deleted ones too (what was written stays written), by id."""
-    return [
-        ThreadMessage(*row)
-        for row in db.execute(
-            "SELECT c.room, c.scope, c.number, m.k, c.author, c.author_session, c.recipients, m.author, "
-            "m.author_session, m.tick, m.title, c.abstract, m.content FROM capsule_messages m "
-            "JOIN capsules c ON c.id=m.capsule ORDER BY m.id"
-        )
-    ]
+def thread_messages(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """Every capsule message of every room, deleted ones too (what was written stays written), by id:
+    plain tuples in ThreadMessage's field order (a station holds hundreds of thousands)."""
+    return db.execute(
+        "SELECT c.room, c.scope, c.number, m.k, c.author, c.author_session, c.recipients, m.author, "
+        "m.author_session, m.tick, m.title, c.abstract, m.content FROM capsule_messages m "
+        "JOIN capsules c ON c.id=m.capsule ORDER BY m.id"
+    ).fetchall()
 
 
 class MessageRead(NamedTuple):
@@ -211,18 +209,15 @@ class MessageRead(NamedTuple):
     author_session: int
 
 
-def message_reads(db: sqlite3.Connection) -> list[MessageRead]:
+def message_reads(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """Every read mark of a message written by another session (the reviewer's messages and one's own
     are left out), by reader and message. A mark made before reads had ticks (capsule store v3) is
-    given the message's own tick."""
+    given the message's own tick. Plain tuples in MessageRead's field order."""
     has_tick = any(row[1] == "tick" for row in db.execute("PRAGMA table_info(capsule_reads)"))
     tick = "COALESCE(r.tick, m.tick)" if has_tick else "m.tick"
-    return [
-        MessageRead(*row)
-        for row in db.execute(
-            f"SELECT r.session, {tick}, c.room, c.scope, c.number, m.k, m.author, m.author_session "
-            "FROM capsule_reads r JOIN capsule_messages m ON m.capsule=r.capsule AND m.k=r.k "
-            "JOIN capsules c ON c.id=m.capsule WHERE m.author_session IS NOT NULL AND m.author_session!=r.session "
-            "ORDER BY r.session, m.id"
-        )
-    ]
+    return db.execute(
+        f"SELECT r.session, {tick}, c.room, c.scope, c.number, m.k, m.author, m.author_session "
+        "FROM capsule_reads r JOIN capsule_messages m ON m.capsule=r.capsule AND m.k=r.k "
+        "JOIN capsules c ON c.id=m.capsule WHERE m.author_session IS NOT NULL AND m.author_session!=r.session "
+        "ORDER BY r.session, m.id"
+    ).fetchall()

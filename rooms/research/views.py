@@ -326,12 +326,9 @@ class EvaluationRow(NamedTuple):
     code: str
 
 
-def evaluation_rows(db: sqlite3.Connection) -> list[EvaluationRow]:
-    """Every evaluation (baselines too), by id, with its code."""
-    return [
-        EvaluationRow(*row)
-        for row in db.execute(
-            "SELECT id, task, author, session, lineage, tick, finished_tick, status, score, title, abstract, code "
-            "FROM evaluations ORDER BY id"
-        )
-    ]
+def evaluation_rows(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """Every evaluation (baselines too), by id, with its code: plain tuples in EvaluationRow's field order."""
+    return db.execute(
+        "SELECT id, task, author, session, lineage, tick, finished_tick, status, score, title, abstract, code "
+        "FROM evaluations ORDER BY id"
+    ).fetchall()

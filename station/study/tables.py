@@ -19,8 +19,9 @@ Edges (docs/study.md): one row per act, never an agent to itself (the same sessi
   evaluation or a paper of another agent that existed at the text's tick -> that record's author.
 - built_on: an evaluation -> its parent's author (evaluations' `parent`), when a different agent.
 - read: a reader -> the writer of a capsule message it read (its first read; a read marked before
-  reads had ticks, capsule store v3, gets the message's own tick). One's own messages, the reviewer's
-  and the marks a writer gets for its own writing are not reads.
+  reads had ticks, capsule store v3, gets the message's own tick). A message delivered whole in a
+  notice (a mail to its recipients, a forum post to those it mentions) is read then. One's own
+  messages, the reviewer's and the marks a writer gets for its own writing are not reads.
 - inheritance: an ancestor -> its heir (generation g -> g+1), at the heir's ascension tick.
 
 An evaluation's parent is the first earlier evaluation of its task that its title or abstract names
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 
 from rooms import capsule_views, common_views
 from rooms.archive import views as archive_views
@@ -57,6 +59,7 @@ SIMILAR = 0.8  # a detected parent's code is at least this similar (cosine of TF
 CANDIDATES = 2000  # a detected parent is among this many latest delivered evaluations of the task
 TIE = 1e-5  # similarities this close are a tie
 CHUNK = 500  # evaluations compared at once (bounds the dense similarity block's memory)
+DENSE_TERMS = 256  # blocks using at most this many distinct terms are multiplied dense
 ROOM_RECORD = {"mail": "mail", "public_memory": "forum", "archive": "paper", "private_memory": "note"}
 TEXT_KIND = ROOM_RECORD  # a text's kind is its room's record prefix
 WINDOWS = 20  # the default window makes about this many windows
@@ -241,7 +244,7 @@ def _lives(db: sqlite3.Connection, people: _People, lo: int, hi: int) -> pd.Data
             "generation": lives["gen"].where(recursive),
             "ancestor": lives["name"].map(ancestors),
             "model": lives["model"],
-            "kind": lives["kind"].where(~recursive, "recursive"),
+            "kind": lives["kind"],
             "birth_tick": lives["birth"],
             "ascend_tick": lives["ascend"].where(recursive),
             "end_tick": end,
@@ -302,21 +305,12 @@ def _evaluations(db: sqlite3.Connection, people: _People) -> pd.DataFrame:
     return ev
 
 
-def _visible(seer: pd.DataFrame, seen: pd.DataFrame, lineage: pd.Series) -> np.ndarray:
-    """Which `seen` evaluations (columns) each `seer` (rows) could see, as a boolean matrix; `lineage`
-    numbers each evaluation's lineage (-1: none)."""
-    mine = lineage[seer.index].to_numpy()[:, None]
-    same = (lineage[seen.index].to_numpy()[None, :] == mine) & (mine >= 0)
-    system = (seen["author"].to_numpy(dtype=object) == SYSTEM)[None, :]
-    return np.asarray(same | system | seer["sees_all"].to_numpy(dtype=bool)[:, None])
-
-
 def _declared(ev: pd.DataFrame) -> pd.Series:
     """The first earlier evaluation of the same task its title or abstract names and its author could see."""
     found = pd.Series(pd.NA, index=ev.index, dtype="Int64")
     by_id = ev.set_index("id")
     written = ev["title"] + "\n" + ev["abstract"]
-    names_one = [research_views.MENTION.search(text) is not None for text in written]
+    names_one = [_MAY_CITE.search(text) is not None for text in written]
     naming = ev[(ev["author"] != SYSTEM) & np.array(names_one, dtype=bool)]
     for row in naming.itertuples():
         for named in research_views.mentioned(written[row.Index]):
@@ -335,16 +329,17 @@ def _detected(ev: pd.DataFrame) -> pd.Series:
 
     found = pd.Series(pd.NA, index=ev.index, dtype="Int64")
     for _task, group in ev.groupby("task", sort=True):
-        delivered = group[group["finished_tick"].notna()].sort_values(["finished_tick", "id"])
+        seen = group[group["finished_tick"].notna()].sort_values(["finished_tick", "id"])
         asking = group[(group["author"] != SYSTEM) & group["parent"].isna()].sort_values(["tick", "id"])
-        if delivered.empty or asking.empty:
+        if seen.empty or asking.empty:
             continue
         vectors = TfidfVectorizer(token_pattern=r"[A-Za-z_]\w*|\d+|[^\w\s]", dtype=np.float32)
         every = vectors.fit_transform(group["code"])
-        row = pd.Series(np.arange(len(group)), index=group.index)
-        seen, asked = every[row[delivered.index].to_numpy()], every[row[asking.index].to_numpy()]
+        where = pd.Series(np.arange(len(group)), index=group.index)
         lineage = pd.Series(pd.factorize(group["lineage"])[0], index=group.index)  # -1: none
-        ends = np.searchsorted(delivered["finished_tick"].to_numpy(dtype=np.int64), asking["tick"].to_numpy(), "left")
+        a, s = _Side(asking, every, where, lineage), _Side(seen, every, where, lineage)
+        # how many evaluations were delivered before each one was submitted
+        ends = np.searchsorted(seen["finished_tick"].to_numpy(dtype=np.int64), asking["tick"].to_numpy(), "left")
         start = 0
         while start < len(asking):
             stop = start + 1
@@ -352,21 +347,42 @@ def _detected(ev: pd.DataFrame) -> pd.Series:
                 stop += 1
             lo, hi = max(int(ends[start]) - CANDIDATES, 0), int(ends[stop - 1])
             if hi > lo:
-                block = (asked[start:stop] @ seen[lo:hi].T).toarray()
-                ranks = np.arange(lo, hi)[None, :]
-                mine = ends[start:stop, None]
-                allowed = (ranks < mine) & (ranks >= mine - CANDIDATES)
-                allowed &= _visible(asking.iloc[start:stop], delivered.iloc[lo:hi], lineage)
+                rows, cols = slice(start, stop), slice(lo, hi)
+                ranks, mine = np.arange(lo, hi)[None, :], ends[rows, None]
+                visible = (s.lineage[None, cols] == a.lineage[rows, None]) & (a.lineage[rows, None] >= 0)
+                visible |= s.system[None, cols] | a.sees_all[rows, None]
+                allowed = visible & (ranks < mine) & (ranks >= mine - CANDIDATES)
+                block = _cosines(a.vectors[rows], s.vectors[cols])
                 block[~allowed] = -1.0
-                own = asking["session"].to_numpy()[start:stop, None] == delivered["session"].to_numpy()[None, lo:hi]
-                ranked = block + TIE * np.asarray(own, dtype=bool)  # near ties: the author's own, then the latest
-                latest_best = block.shape[1] - 1 - np.argmax(ranked[:, ::-1], axis=1)
-                score = block[np.arange(len(block)), latest_best]
-                ids = delivered["id"].to_numpy()[lo:hi][latest_best]
+                own = s.session[None, cols] == a.session[rows, None]  # near ties: its own, then the latest
+                ranked = block + np.float32(TIE) * own.astype(np.float32)
+                best = hi - lo - 1 - np.argmax(ranked[:, ::-1], axis=1)
+                score = block[np.arange(stop - start), best]
                 hit = score >= SIMILAR
-                found[asking.index[start:stop][hit]] = ids[hit]
+                found[asking.index[rows][hit]] = s.ids[cols][best][hit]
             start = stop
     return found
+
+
+class _Side:
+    """One side of the similarity blocks (the asking or the seen evaluations) as aligned arrays."""
+
+    def __init__(self, frame: pd.DataFrame, every: sparse.csr_matrix, where: pd.Series, lineage: pd.Series) -> None:
+        self.vectors = every[where[frame.index].to_numpy()]
+        self.lineage = lineage[frame.index].to_numpy()
+        self.session = frame["session"].to_numpy(dtype="float64", na_value=np.nan)
+        self.system = (frame["author"] == SYSTEM).to_numpy()
+        self.sees_all = frame["sees_all"].to_numpy(dtype=bool)
+        self.ids = frame["id"].to_numpy()
+
+
+def _cosines(rows: sparse.csr_matrix, columns: sparse.csr_matrix) -> np.ndarray:
+    """rows x columns dot products (the vectors are normalised) as a dense block: by BLAS on the few
+    terms they use when those are few (templated code), else sparse."""
+    terms = np.union1d(rows.indices, columns.indices)
+    if len(terms) <= DENSE_TERMS:
+        return np.asarray(rows[:, terms].toarray() @ columns[:, terms].toarray().T, dtype=np.float32)
+    return np.asarray((rows @ columns.T).toarray(), dtype=np.float32)
 
 
 def _best_visible(ev: pd.DataFrame) -> pd.Series:
@@ -483,9 +499,8 @@ def _edge(kind: str, **columns: object) -> pd.DataFrame:
     names only where a side is no agent (the reviewer, System)."""
     frame = pd.DataFrame(columns)
     frame["kind"] = kind
-    for column in ("source", "target", "detail"):
-        if column not in frame:
-            frame[column] = pd.NA
+    for column in ("source", "target", "record", "detail", "kind"):  # one dtype each: concat stays quick
+        frame[column] = frame[column].astype("string") if column in frame else pd.Series(pd.NA, frame.index, "string")
     for column in ("source_session", "target_session"):
         frame[column] = frame[column].astype("Int64")
     return frame
@@ -585,9 +600,8 @@ def _citation_edges(world: _World) -> pd.DataFrame:
     msgs = world.messages
     papers = msgs[(msgs["room"] == "archive") & (msgs["k"] == 1)].set_index("number")
     written = (texts["title"].fillna("") + "\n" + texts["text"]).to_numpy(dtype=object)
-    maybe = pd.Series(written).str.contains(r"(?i)\b(?:eval|paper|archive)").to_numpy()
     rows = []
-    for i in np.flatnonzero(maybe):
+    for i in (i for i, text in enumerate(written) if _MAY_CITE.search(text)):
         tick, session, record, text = (
             texts["tick"].iat[i],
             texts["session"].iat[i],
@@ -605,6 +619,9 @@ def _citation_edges(world: _World) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["tick", "source_session", "target_session", "target", "record", "detail"])
     frame["target"] = frame["target"].where(frame["target_session"].isna())  # a name only for System
     return _edge("citation", **{c: frame[c] for c in frame})
+
+
+_MAY_CITE = re.compile(r"eval|paper|archive", re.IGNORECASE)  # a quick sieve before the two patterns
 
 
 def _built_on_edges(world: _World) -> pd.DataFrame:
