@@ -9,6 +9,7 @@ folder is an export, so that `--force` may replace it with a fresh one, and noth
 
 from __future__ import annotations
 
+import html
 import json
 import posixpath
 import re
@@ -126,7 +127,8 @@ class Frontier:
 
 
 def _relink(match: re.Match, page_url: str, page_file: str, frontier: Frontier) -> str:
-    attribute, quote_char, href = match.groups()
+    attribute, quote_char, escaped = match.groups()
+    href = html.unescape(escaped)  # an attribute's "&amp;" is the address's "&"
     if href.startswith(("http:", "https:", "mailto:", "#", "data:")) or not href:
         return match.group(0)
     return f"{attribute}={quote_char}{_relink_to(href, page_url, page_file, frontier)}{quote_char}"
