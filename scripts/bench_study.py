@@ -59,6 +59,7 @@ class Phases:
         now = time.perf_counter()
         if self.name is not None:
             self.rows.append((self.name, now - self.began, peak_mb()))
+            print(row(*self.rows[-1]), flush=True)  # as it ends: a slow phase shows where the time goes
         self.name, self.began = name, now
         self.resets = reset_peak() and self.resets
 
@@ -70,6 +71,10 @@ class Phases:
                 self.start(f"{prefix}{step}")
 
         return report
+
+
+def row(name: str, seconds: float, peak: float) -> str:
+    return f"{name:<40} {seconds:>8.1f} {peak:>9.0f}"
 
 
 def main() -> int:
@@ -88,6 +93,7 @@ def main() -> int:
     from station.study import load
     from station.study.output import write_study
 
+    print(f"{'phase':<40} {'seconds':>8} {'peak MB':>9}", flush=True)
     phases = Phases()
     began = time.perf_counter()
     study = load(directory, window=args.window, progress=phases.progress("load: "))
@@ -95,22 +101,18 @@ def main() -> int:
     phases.start(None)
     analysis = time.perf_counter() - began
     analysis_peak = max(peak for _, _, peak in phases.rows)
+    print(row("analysis (load + metrics)", analysis, analysis_peak), flush=True)
     if not args.no_write:
         with tempfile.TemporaryDirectory(prefix="bench-study-") as folder:
             phases.start("write (Parquet, CSV, GraphML)")
             write_study(study, Path(folder), progress=None)
             phases.start(None)
-
+    print()
     print(f"study of {directory}: ticks {study.first_tick}-{study.last_tick}, windows of {study.window} ticks")
     sizes = {name: len(df) for name, df in study.tables().items()}
     print("rows: " + ", ".join(f"{name} {n:,}" for name, n in sizes.items()))
     print(f"summary rows {len(metrics['summary'])}; CPUs used: {len(cpus)} ({os.cpu_count()} on the machine)")
-    print()
-    print(f"{'phase':<40} {'seconds':>8} {'peak MB':>9}")
-    for name, seconds, peak in phases.rows:
-        print(f"{name:<40} {seconds:>8.1f} {peak:>9.0f}")
     verdict = "met" if analysis < GOAL_SECONDS else "NOT met"
-    print(f"{'analysis (load + metrics)':<40} {analysis:>8.1f} {analysis_peak:>9.0f}")
     print(f"goal: analysis under {GOAL_SECONDS:.0f} s on {args.cores} cores, memory bounded: {verdict}")
     if not phases.resets:
         print("(Linux refused to reset the high-water mark: each peak is the peak so far)")

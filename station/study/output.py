@@ -66,7 +66,7 @@ def check_folder(out: Path, stations: Iterable[Path]) -> Path:
             raise StudyFolderError(
                 f"{out} is inside {folder / FILES_DIR}, the files the station's agents read and write; choose another folder"
             )
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
+    if out.exists() and not out.is_dir():
         raise StudyFolderError(f"{out} exists and is not a folder; choose a new folder")
     if out.is_dir():
         strangers = _not_written_by_a_study(out)
