@@ -159,7 +159,7 @@ def copy_station(source: Path, target: Path) -> Path:
 SLOW_MODULES = (
     "test_demo", "test_forecasting_task", "test_scrna_task", "test_redteam_sokoban", "test_request_processes",
     "test_cli", "test_sokoban_task", "test_redteam_jax", "test_rna_task", "test_front_door",
-    "test_scrna_oracle", "test_redteam_scrna", "test_redteam_export", "test_remote_station", "test_folder_task", "test_web_browser",
+    "test_scrna_oracle", "test_redteam_scrna", "test_redteam_export", "test_remote_station", "test_folder_task", "test_web_browser", "test_web_study_browser",
     "test_redteam_rna", "test_redteam_files", "test_evaluation_faults", "test_crash", "test_eval_crash",
     "test_scrna_metrics",
     "test_web_security", "test_evaluations", "test_sokoban_scoring", "test_sokoban_env", "test_set_model",
