@@ -20,7 +20,7 @@ is known by construction.
   mail     a cycle: mail 1 Ada I -> Bo I (tick 5), mail 2 Bo I -> Cy I (6), mail 3 Cy I -> Ada I (7);
            Bo I replies to mail 1 at tick 8 (-> Ada I)
   forum    thread 1 by Bo I at tick 10 mentions @Cy_I and @"Ada II" (who did not exist yet);
-           Cy I replies at tick 11
+           Cy I replies at tick 11, naming evaluation 1 (the System baseline)
   notes    Ada's note 1 by Ada I at tick 9 names "evaluation 3" (Bo I's)
   papers   submission 1 by Ada I published as paper 1 at tick 12 (accepted); Cy I replies to it at 14;
            submission 2 by Cy I rejected at tick 15;
@@ -281,7 +281,7 @@ def build_society(directory: Path) -> Path:
 
     st.capsule("public_memory", 10, "Bo I", 'Ideas on restarts, @Cy_I and @"Ada II"?', title="Restarts",
                abstract="Restarts help.")
-    st.message("public_memory", 1, 11, "Cy I", "They do, in my runs.")
+    st.message("public_memory", 1, 11, "Cy I", "They do; evaluation 1 is a weak start.")
     st.read(1, "public_memory", 1, 1, None)  # before read marks had ticks: the message's tick
 
     st.capsule("private_memory", 9, "Ada I", "Bo's evaluation 3 copies mine.", title="Notes", scope="Ada")

@@ -60,6 +60,7 @@ EXPECTED_EDGES = {
     "citation": [
         (8, "Bo I", "Ada I", "evaluation/3", "evaluation/2"),
         (9, "Ada I", "Bo I", "note/Ada/1#1", "evaluation/3"),
+        (11, "Cy I", "System", "forum/1#2", "evaluation/1"),  # the baseline's author is no agent
         (20, "Bo I", "Ada I", "paper/2", "paper/1"),
         (25, "Bo I", "Ada I", "evaluation/4", "evaluation/2"),
         (27, "Cy I", "Bo I", "evaluation/5", "paper/2"),
@@ -88,6 +89,8 @@ def test_edges_carry_sessions_and_the_lineages_at_the_act(study) -> None:  # noq
     assert (edges["source_session"] != edges["target_session"]).fillna(True).all()
     review = edges[edges["kind"] == "review"].iloc[0]
     assert pd.isna(review["source_session"]) and review["target_session"] == 1
+    baseline = edges[edges["target"] == "System"].iloc[0]
+    assert pd.isna(baseline["target_session"]) and pd.isna(baseline["target_lineage"])
     inherit = edges[edges["kind"] == "inheritance"].iloc[0]
     assert (inherit["source_session"], inherit["target_session"]) == (1, 4)
     assert (inherit["source_lineage"], inherit["target_lineage"]) == ("Ada", "Ada")
@@ -210,6 +213,22 @@ def test_a_folder_that_is_no_station_is_one_clear_error(tmp_path: Path, society:
     with pytest.raises(StudyError, match="give first <= last"):
         load(society, first=30, last=20)
     assert isinstance(StudyError("x"), ValueError)
+
+
+def test_a_station_without_rooms_gives_empty_tables_of_the_same_columns(society: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    shutil.copytree(society, bare)
+    db = sqlite3.connect(bare / "station.db")
+    for table in ("evaluations", "capsule_messages", "capsules", "capsule_reads", "common_reads", "common_messages",
+                  "paper_reviews", "paper_submissions"):
+        db.execute(f"DROP TABLE {table}")
+    db.commit()
+    db.close()
+    study = read_study(bare)
+    assert study.evaluations.empty and study.texts.empty
+    assert set(study.edges["kind"]) == {"inheritance"} and len(study.lives) == 5
+    for name, columns in TABLES.items():
+        assert [(c, str(t)) for c, t in study.tables()[name].dtypes.items()] == [(c, d) for c, d, _ in columns]
 
 
 def test_a_station_being_written_is_read_as_it_was_last_committed(society: Path, tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ import json
 import math
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,13 +219,15 @@ def _lives(db: sqlite3.Connection, people: _People, lo: int, hi: int) -> pd.Data
     lives = people.lives.reset_index()
     alive = (lives["birth"] <= hi) & (lives["exit"].isna() | (lives["exit"] >= lo))
     lives = lives[alive].copy()
-    turns = pd.DataFrame(
+    turns = _table(
         db.execute(
             "SELECT session, COUNT(*), COUNT(DISTINCT room), SUM(input_tokens), SUM(output_tokens), TOTAL(cost_usd) "
             "FROM turns WHERE tick BETWEEN ? AND ? GROUP BY session",
             (lo, hi),
         ).fetchall(),
-        columns=["session", "turns", "rooms_visited", "input_tokens", "output_tokens", "cost_usd"],
+        ["session", "turns", "rooms_visited", "input_tokens", "output_tokens", "cost_usd"],
+        ints=["session", "turns", "rooms_visited"],
+        numbers=["input_tokens", "output_tokens", "cost_usd"],
     ).set_index("session")
     ancestors = dict(
         db.execute(
@@ -285,7 +287,9 @@ def _spend(db: sqlite3.Connection, lo: int, hi: int) -> pd.DataFrame:
 # -- evaluations ---------------------------------------------------------------------------------
 def _evaluations(db: sqlite3.Connection, people: _People) -> pd.DataFrame:
     rows = research_views.evaluation_rows(db) if _has(db, "evaluations") else []
-    ev = pd.DataFrame(rows, columns=research_views.EvaluationRow._fields)
+    ev = _table(
+        rows, research_views.EvaluationRow._fields, ints=["id", "tick"], numbers=["session", "finished_tick", "score"]
+    )
     ev["session"] = ev["session"].astype("Int64")
     ev["author"] = ev["session"].map(people.latest).fillna(ev["author"])
     ev["sees_all"] = people.sees_all(ev["session"], ev["tick"])
@@ -416,7 +420,12 @@ def _new_best(ev: pd.DataFrame) -> pd.Series:
 # -- texts ---------------------------------------------------------------------------------------
 def _capsule_messages(db: sqlite3.Connection) -> pd.DataFrame:
     rows = capsule_views.thread_messages(db) if _has(db, "capsules", "capsule_messages") else []
-    msgs = pd.DataFrame(rows, columns=capsule_views.ThreadMessage._fields)
+    msgs = _table(
+        rows,
+        capsule_views.ThreadMessage._fields,
+        ints=["number", "k", "tick"],
+        numbers=["author_session", "starter_session"],
+    )
     msgs["author_session"] = msgs["author_session"].astype("Int64")
     msgs["starter_session"] = msgs["starter_session"].astype("Int64")
     msgs["record"] = _capsule_records(msgs["room"], msgs["scope"], msgs["number"], msgs["k"])
@@ -448,8 +457,10 @@ def _texts(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, msgs: pd.D
             ),
         }
     )
-    said = pd.DataFrame(
-        common_views.messages_after(db, 0) if _has(db, "common_messages") else [], columns=common_views.Said._fields
+    said = _table(
+        common_views.messages_after(db, 0) if _has(db, "common_messages") else [],
+        common_views.Said._fields,
+        ints=["id", "tick"],
     )
     common = pd.DataFrame(
         {
@@ -550,7 +561,7 @@ def _mention_edges(world: _World) -> pd.DataFrame:
         candidates = [n for w in words for n in by_word.get(w, []) if n != author and since.get(n, tick) <= tick]
         for name in mentioned_names(content, candidates):
             rows.append((tick, session, world.people.session_of[name], record))
-    frame = pd.DataFrame(rows, columns=["tick", "source_session", "target_session", "record"])
+    frame = _table(rows, ["tick", "source_session", "target_session", "record"], ints=["tick"])
     return _edge("mention", **{c: frame[c] for c in frame})
 
 
@@ -562,9 +573,10 @@ def _first_word(name: str) -> str:
 
 
 def _common_edges(world: _World) -> pd.DataFrame:
-    heard = pd.DataFrame(
+    heard = _table(
         common_views.hearings(world.db) if _has(world.db, "common_messages", "common_reads") else [],
-        columns=common_views.Heard._fields,
+        common_views.Heard._fields,
+        ints=["message", "tick"],
     )
     return _edge(
         "common",
@@ -576,9 +588,11 @@ def _common_edges(world: _World) -> pd.DataFrame:
 
 
 def _review_edges(world: _World) -> pd.DataFrame:
-    decided = pd.DataFrame(
+    decided = _table(
         archive_views.decisions(world.db) if _has(world.db, "paper_reviews", "paper_submissions") else [],
-        columns=archive_views.Decision._fields,
+        archive_views.Decision._fields,
+        ints=["submission", "tick", "session"],
+        numbers=["paper"],
     )
     paper = decided["paper"].astype("Int64")
     record = ("paper/" + paper.astype("string")).fillna("submission/" + decided["submission"].astype(str))
@@ -616,7 +630,12 @@ def _citation_edges(world: _World) -> pd.DataFrame:
         for named in archive_views.papers_named(text):
             if named in papers.index and papers.at[named, "tick"] <= tick:
                 rows.append((tick, session, papers.at[named, "author_session"], pd.NA, record, f"paper/{named}"))
-    frame = pd.DataFrame(rows, columns=["tick", "source_session", "target_session", "target", "record", "detail"])
+    frame = _table(
+        rows,
+        ["tick", "source_session", "target_session", "target", "record", "detail"],
+        ints=["tick"],
+        numbers=["target_session"],
+    )
     frame["target"] = frame["target"].where(frame["target_session"].isna())  # a name only for System
     return _edge("citation", **{c: frame[c] for c in frame})
 
@@ -640,9 +659,10 @@ def _built_on_edges(world: _World) -> pd.DataFrame:
 
 
 def _read_edges(world: _World) -> pd.DataFrame:
-    reads = pd.DataFrame(
+    reads = _table(
         capsule_views.message_reads(world.db) if _has(world.db, "capsule_reads") else [],
-        columns=capsule_views.MessageRead._fields,
+        capsule_views.MessageRead._fields,
+        ints=["session", "tick", "number", "k", "author_session"],
     )
     return _edge(
         "read",
@@ -658,7 +678,7 @@ def _inheritance_edges(world: _World) -> pd.DataFrame:
         "SELECT tick, json_extract(payload, '$.ancestor'), agent, json_extract(payload, '$.generation') "
         "FROM events WHERE kind='agent_ascended' AND json_extract(payload, '$.ancestor') IS NOT NULL ORDER BY id"
     ).fetchall()
-    frame = pd.DataFrame(rows, columns=["tick", "ancestor", "heir", "generation"])
+    frame = _table(rows, ["tick", "ancestor", "heir", "generation"], ints=["tick", "generation"])
     people = world.people
     return _edge(
         "inheritance",
@@ -703,6 +723,19 @@ def _edges(parts: list[pd.DataFrame], people: _People) -> pd.DataFrame:
 
 
 # -- types ---------------------------------------------------------------------------------------
+def _table(
+    rows: list[tuple], columns: Sequence[str], *, ints: Sequence[str] = (), numbers: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Rows read from the database as a frame whose numeric columns are numeric even when empty or all
+    missing: `ints` never missing, `numbers` floats with NaN for missing."""
+    frame = pd.DataFrame(rows, columns=list(columns))
+    for column in ints:
+        frame[column] = frame[column].astype("int64")
+    for column in numbers:
+        frame[column] = pd.to_numeric(frame[column]).astype("float64")
+    return frame
+
+
 def _between(frame: pd.DataFrame, column: str, lo: int, hi: int) -> pd.DataFrame:
     return frame[(frame[column] >= lo) & (frame[column] <= hi)]
 
