@@ -724,7 +724,7 @@ def _edges(parts: list[pd.DataFrame], people: _People) -> pd.DataFrame:
 
 # -- types ---------------------------------------------------------------------------------------
 def _table(
-    rows: list[tuple], columns: Sequence[str], *, ints: Sequence[str] = (), numbers: Sequence[str] = ()
+    rows: Sequence[tuple], columns: Sequence[str], *, ints: Sequence[str] = (), numbers: Sequence[str] = ()
 ) -> pd.DataFrame:
     """Rows read from the database as a frame whose numeric columns are numeric even when empty or all
     missing: `ints` never missing, `numbers` floats with NaN for missing."""
