@@ -86,26 +86,26 @@ def read_study(
         hi = final if last is None else last
         since = 0 if first is None else first  # the task baselines are recorded at tick 0
         if lo > hi:
-            raise StudyError(f"--first {lo} is after --last {hi}: give first <= last")
+            raise StudyError(f"first tick {lo} is after last tick {hi}: give first <= last")
         if window is not None and window < 1:
             raise StudyError(f"window {window}: give a window of at least 1 tick")
-        steps = ["lives", "spend", "evaluations", "texts", *(f"edges: {k}" for k in _EDGE_READERS)]
-        done = iter(range(1, len(steps) + 1))
-        say(steps[0], 0, len(steps))
+        steps = ["lives", "spend", "evaluations", "texts", *(f"edges: {k}" for k in _EDGE_READERS), "done"]
+        step = lambda name: say(name, steps.index(name), len(steps) - 1)  # noqa: E731
+        step("lives")
         people = _People(db)
         lives = _lives(db, people, lo, hi)
-        say("spend", next(done), len(steps))
+        step("spend")
         spend = _spend(db, lo, hi)
-        say("evaluations", next(done), len(steps))
+        step("evaluations")
         evaluations = _evaluations(db, people)
-        say("texts", next(done), len(steps))
+        step("texts")
         messages = _capsule_messages(db)
         world = _World(db, people, evaluations, messages, _texts(db, people, evaluations, messages))
         parts = []
         for kind, reader in _EDGE_READERS.items():
-            say(f"edges: {kind}", next(done), len(steps))
+            step(f"edges: {kind}")
             parts.append(reader(world))
-        say("done", len(steps), len(steps))
+        step("done")
     edges = _edges(parts, people)
     return Study(
         path=path,
@@ -185,7 +185,7 @@ class _People:
         )
         self.names = rows
         self.session_of: dict[str, int] = dict(zip(rows["name"], rows["session"], strict=True))
-        latest = rows.groupby("session", sort=True).last()  # the recursive row when there is one
+        latest = rows.drop_duplicates("session", keep="last").set_index("session")  # the recursive row if any
         latest["birth"] = rows.groupby("session")["birth"].min()
         latest["names"] = rows.groupby("session")["name"].agg(" > ".join)
         self.lives = latest
