@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from station.study import Study
+from station.study import Study, load
 from station.study.metrics import compute, typed
 from station.study.network import measure
 from station.study.schema import METRIC_TABLES, TABLES
@@ -315,3 +315,48 @@ def test_the_same_tables_give_the_same_metrics_bit_for_bit() -> None:
     for name in METRIC_TABLES:
         assert_frame_equal(first[name], second[name], check_exact=True)
     assert len(first["network"]) == 4 and first["directions"]["texts"].sum() == 10
+
+
+# --- a hand-built station, read through load() ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def society(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from study_station import build_society
+
+    return build_society(tmp_path_factory.mktemp("study") / "society")
+
+
+def test_the_society_mail_cycle_read_from_its_station(society: Path) -> None:
+    metrics = load(society, last=7, window=7).metrics()
+    row = metrics["network"].iloc[0]
+    assert (row["nodes"], row["edges"], row["acts"]) == (3, 3, 3)
+    assert (row["density"], row["reciprocity"], row["max_betweenness"]) == (0.5, 0.0, 0.5)
+    assert row["cross_lineage_share"] == 1.0  # Ada, Bo and Cy are three lineages
+    mail = load(society).graph(kinds={"mail"})
+    assert sorted(mail.edges()) == [("Ada I", "Bo I"), ("Bo I", "Ada I"), ("Bo I", "Cy I"), ("Cy I", "Ada I")]
+    assert mail.nodes["Ada II"] == {"lineage": "Ada", "session": 4, "generation": 2}
+
+
+def test_the_society_idea_flow_lineages_and_cost_read_from_its_station(society: Path) -> None:
+    metrics = load(society, window=20).metrics()
+    first = metrics["network"].iloc[0]  # ticks 1-20: Ada<->Bo, Bo<->Cy, Cy->Ada among agents; 3 reviews
+    assert (first["nodes"], first["edges"], first["acts"]) == (3, 5, 16)
+    assert (first["density"], first["reciprocity"]) == (pytest.approx(5 / 6), pytest.approx(4 / 5))
+    cited = metrics["citations"].set_index("record")
+    assert list(cited.index[:2]) == ["paper/1", "paper/2"]  # a reply to a paper is no paper
+    assert [cited["delay"][record] for record in ("paper/1", "paper/2", "evaluation/2")] == [8, 7, 2]
+    values = summary(metrics)
+    assert values["papers_cited_share"] == 1.0
+    assert values["new_best_cross_lineage_share"] == 0.5  # 4 built on Ada's 2 (Bo's new best), 2 on nothing
+    assert (values["tree_max_depth"], values["tree_roots"]) == (2, 1)  # 2 -> 4 -> 5 and 2 -> 6
+    lineages = metrics["lineages"].set_index("lineage")
+    assert list(lineages["heirs"]) == [1, 0, 0] and list(lineages["papers"]) == [
+        1,
+        1,
+        0,
+    ]  # Cy's submission was rejected
+    assert values["heirs_gini"] == pytest.approx(2 / 3)
+    cost = metrics["cost"]
+    assert cost["progress"][1] == 0.5 and cost["cost_per_progress"][1] == pytest.approx(0.3)
+    assert values["cost_per_progress"] == pytest.approx(0.93 / 1.5)  # every dollar for the rise 1.0 -> 2.5

@@ -59,19 +59,24 @@ def idea_tree(study: Study) -> pd.DataFrame:
     )
 
 
+def papers(texts: pd.DataFrame) -> pd.DataFrame:
+    """The published papers among the texts (paper/N; not the replies to them, paper/N#k)."""
+    found = texts[(texts["kind"] == "paper") & texts["record"].str.fullmatch(r"paper/\d+").fillna(False).astype(bool)]
+    return found.sort_values(["tick", "record"], kind="stable").drop_duplicates("record")
+
+
 def citations(study: Study) -> pd.DataFrame:
     """Every paper and delivered evaluation, with its citations and the delay to the first one."""
-    papers = study.texts[study.texts["kind"] == "paper"]
-    papers = papers.sort_values("tick").drop_duplicates("record")
+    written = papers(study.texts)
     delivered = study.evaluations[study.evaluations["finished_tick"].notna()]
     published = pd.concat(
         [
             pd.DataFrame(
                 {
-                    "record": papers["record"].to_numpy(),
-                    "author": papers["author"].to_numpy(),
-                    "lineage": papers["lineage"].to_numpy(),
-                    "published_tick": papers["tick"].to_numpy(),
+                    "record": written["record"].to_numpy(),
+                    "author": written["author"].to_numpy(),
+                    "lineage": written["lineage"].to_numpy(),
+                    "published_tick": written["tick"].to_numpy(),
                 }
             ),
             pd.DataFrame(
@@ -106,7 +111,7 @@ def summary(study: Study, tree: pd.DataFrame, cited: pd.DataFrame) -> list[tuple
     new_bests = evaluations[evaluations["new_best"].fillna(False).astype(bool) & (evaluations["author"] != "System")]
     crossing = tree.set_index("id")["cross_lineage"]
     children = tree["parent"].dropna().astype("int64").value_counts()
-    papers = cited[cited["record"].str.startswith("paper/")]
+    published = cited[cited["record"].str.startswith("paper/")]
     delays = cited["delay"].dropna()
     nan = float("nan")
     return [
@@ -138,7 +143,7 @@ def summary(study: Study, tree: pd.DataFrame, cited: pd.DataFrame) -> list[tuple
         ),
         (
             "papers_cited_share",
-            float((papers["citations"] > 0).mean()) if len(papers) else nan,
+            float((published["citations"] > 0).mean()) if len(published) else nan,
             "share of papers cited at least once",
         ),
     ]

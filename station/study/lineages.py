@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from station.study import windows
+from station.study import ideas, windows
 
 if TYPE_CHECKING:
     from station.study import Study
@@ -17,7 +17,7 @@ def lineages(study: Study) -> pd.DataFrame:
     """One row per lineage, by founding tick then name."""
     lives = study.lives.dropna(subset=["lineage"])
     evaluations = study.evaluations.dropna(subset=["lineage"])
-    papers = study.texts[(study.texts["kind"] == "paper") & study.texts["lineage"].notna()].drop_duplicates("record")
+    papers = ideas.papers(study.texts).dropna(subset=["lineage"])
     by_life = lives.groupby("lineage")
     founders = lives.sort_values(["generation", "birth_tick"]).drop_duplicates("lineage").set_index("lineage")
     by_evaluation = evaluations.groupby("lineage")

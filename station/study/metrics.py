@@ -84,7 +84,6 @@ def _network_rows(whole: dict[str, Any]) -> list[tuple[str, float, str]]:
         "density": "edges / (nodes * (nodes - 1)) over the whole range",
         "reciprocity": "share of edges whose reverse is also an edge",
         "mean_degree_centrality": "mean over agents of distinct neighbours (in + out) / (nodes - 1)",
-        "max_betweenness": "highest normalised betweenness of an agent",
         "communities": "Louvain communities of the undirected graph",
         "modularity": "modularity of those communities",
         "cross_lineage_share": "share of acts between two lineages (both ends with a lineage)",
