@@ -17,6 +17,7 @@ from study_station import SQUARE, StudyStation, build_society
 
 from station.apps.cli import main
 from station.core.run_lock import run_lock
+from station.study import compare, load
 from station.study.schema import EDGE_KINDS, METRIC_TABLES, TABLES
 
 AGENTS = {"society": 5, "pair": 2}  # each station's lives: its `lives` summary metric, known by construction
@@ -156,6 +157,13 @@ def test_two_stations_compared_with_a_confidence_interval(stations: dict[str, Pa
     assert pd.read_csv(out / "comparison.csv").set_index("metric").loc["lives", "ci_high"] == pytest.approx(22.5593)
     line = next(line for line in printed.splitlines() if line.startswith("lives "))
     assert line.split()[1:4] == ["5", "2", "3.5"] and "[-15.56, 22.56]" in line
+    # the pair published no paper: a metric of papers has one value, so no spread and no interval
+    cited = table.loc["papers_cited_share"]
+    assert math.isnan(cited["seed-2"]) and cited["n"] == 1 and cited["mean"] == cited["seed"]
+    assert math.isnan(cited["sd"]) and math.isnan(cited["ci_low"]) and math.isnan(cited["ci_high"])
+    # the Python API gives the same table
+    api = compare([load(stations["society"]), load(stations["pair"])])
+    pd.testing.assert_frame_equal(api.set_index("metric"), table)
     svg = ET.parse(out / "comparison.svg").getroot()
     assert svg.tag == "{http://www.w3.org/2000/svg}svg"
     texts = {"".join(t.itertext()) for t in svg.iter("{http://www.w3.org/2000/svg}text")}
