@@ -18,6 +18,7 @@ from study_station import SQUARE, StudyStation, build_society
 from station.apps.cli import main
 from station.core.run_lock import run_lock
 from station.study import compare, load
+from station.study.compare import unique_names
 from station.study.schema import EDGE_KINDS, METRIC_TABLES, TABLES
 
 AGENTS = {"society": 5, "pair": 2}  # each station's lives: its `lives` summary metric, known by construction
@@ -186,3 +187,15 @@ def test_a_station_being_run_is_studied_without_disturbing_it(stations: dict[str
     finally:
         db.close()
     assert len(pd.read_parquet(tmp_path / "live" / "lives.parquet")) == AGENTS["pair"]
+
+
+def test_station_folders_in_a_comparison_get_safe_distinct_names() -> None:
+    names = ["seed", "seed", "run 1/2", "..", ".hidden", "study.json"]
+    assert unique_names(names, reserved=["study.json"]) == [
+        "seed",
+        "seed-2",
+        "run_1_2",
+        "station",
+        "hidden",
+        "study.json-2",
+    ]

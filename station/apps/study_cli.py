@@ -49,9 +49,13 @@ def add_study_command(sub: Any) -> None:
     )
     s.add_argument("dirs", nargs="+", metavar="DIR", help="a station directory (several: compared side by side)")
     s.add_argument(
-        "--out", help="the folder to write (default DIR/study; with several stations, required: one folder each in it)"
+        "--out",
+        metavar="FOLDER",
+        help="the folder to write (default DIR/study; with several stations, required: one folder each in it)",
     )
-    s.add_argument("--window", type=int, help="ticks per window of the windowed metrics (default: the study's own)")
+    s.add_argument(
+        "--window", type=int, metavar="N", help="ticks per window of the windowed metrics (default: the study's own)"
+    )
     s.add_argument("--first", type=int, metavar="T", help="study from tick T (default the first)")
     s.add_argument("--last", type=int, metavar="T", help="study up to tick T (default the last)")
     s.add_argument("--format", choices=tuple(FORMATS), default="both", help="the tables' files (default both)")
@@ -128,9 +132,19 @@ def _several(stations: list[Path], out: Path, args: argparse.Namespace, formats:
     """Each station into its own folder, then the comparison; only the small tables of each study are
     kept between stations, so that comparing big stations takes the memory of one."""
     from station.study.compare import compare_summaries, unique_names
-    from station.study.output import now, replacing, versions, write_manifest, write_study, write_table
+    from station.study.output import (
+        MANIFEST,
+        WRITTEN_BY,
+        now,
+        replacing,
+        versions,
+        write_manifest,
+        write_study,
+        write_table,
+    )
 
-    names = unique_names(station.name for station in stations)
+    beside = [MANIFEST, "comparison.svg", *(f"comparison.{kind}" for kind in formats)]
+    names = unique_names((station.name for station in stations), reserved=beside)
     summaries, windowed = {}, {}
     with replacing(out) as folder, progress_bar() as progress:
         for name, station in zip(names, stations):
@@ -145,7 +159,7 @@ def _several(stations: list[Path], out: Path, args: argparse.Namespace, formats:
         files = [f"{name}/" for name in names] + write_table(comparison, folder, "comparison", formats)
         (folder / "comparison.svg").write_text(comparison_svg(windowed), encoding="utf-8")
         manifest = {
-            "written_by": "station study",
+            "written_by": WRITTEN_BY,
             "kind": "comparison",
             "stations": {name: str(station.resolve()) for name, station in zip(names, stations)},
             "window": args.window,

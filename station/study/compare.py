@@ -22,15 +22,17 @@ STATS = ("n", "mean", "sd", "ci_low", "ci_high")
 CONFIDENCE = 0.95
 
 
-def unique_names(names: Iterable[str]) -> list[str]:
-    """The names made safe as folder names and unique, in order ("seed", "seed" -> "seed", "seed-2")."""
-    out: list[str] = []
+def unique_names(names: Iterable[str], reserved: Iterable[str] = ()) -> list[str]:
+    """The names made safe as folder names and unique, in order ("seed", "seed" -> "seed", "seed-2"),
+    none of them one of `reserved` (the files beside them)."""
+    taken, out = set(reserved), []
     for name in names:
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".") or "station"
         label, n = base, 1
-        while label in out:
+        while label in taken:
             n += 1
             label = f"{base}-{n}"
+        taken.add(label)
         out.append(label)
     return out
 
