@@ -116,15 +116,33 @@ def test_two_disconnected_triangles_are_two_communities_of_modularity_one_half()
     assert communities["A"] == communities["B"] == communities["C"] != communities["D"] == communities["E"]
 
 
-def test_igraph_betweenness_and_modularity_equal_networkx_on_a_small_graph() -> None:
-    pairs = [(1, 2), (2, 3), (3, 1), (3, 4), (4, 5), (5, 6), (6, 4), (2, 5), (7, 1), (5, 7), (6, 8)]
-    frame = pd.DataFrame({"source": [f"a{s}" for s, _ in pairs], "target": [f"a{t}" for _, t in pairs]})
+def pair_frame(pairs: list[tuple[int, int]]) -> pd.DataFrame:
+    return pd.DataFrame({"source": [f"a{s:03}" for s, _ in pairs], "target": [f"a{t:03}" for _, t in pairs]})
+
+
+def test_the_igraph_measures_equal_networkx_on_a_small_graph() -> None:
+    pairs = [(1, 2), (2, 3), (3, 1), (1, 3), (3, 4), (4, 5), (5, 6), (6, 4), (2, 5), (7, 1), (5, 7), (6, 8)]
+    frame = pair_frame(pairs)
     row, centrality = measure(frame)
     digraph = nx.DiGraph(list(zip(frame["source"], frame["target"], strict=True)))
-    expected = nx.betweenness_centrality(digraph, normalized=True)
-    assert dict(zip(centrality["agent"], centrality["betweenness"], strict=True)) == pytest.approx(expected)
+    by_agent = centrality.set_index("agent")
+    assert by_agent["betweenness"].to_dict() == pytest.approx(nx.betweenness_centrality(digraph, normalized=True))
+    assert by_agent["degree_centrality"].to_dict() == pytest.approx(nx.degree_centrality(digraph))
+    assert (row["density"], row["reciprocity"]) == (pytest.approx(nx.density(digraph)), nx.reciprocity(digraph))
     groups = centrality.groupby("community")["agent"].apply(set).tolist()
     assert row["modularity"] == pytest.approx(nx.community.modularity(digraph.to_undirected(), groups))
+
+
+def test_above_300_agents_betweenness_is_estimated_close_to_the_exact_value() -> None:
+    ring = [(i, (i + 1) % 400) for i in range(400)]
+    hub = [(400, i) for i in range(0, 400, 20)] + [(i, 400) for i in range(10, 400, 20)]
+    frame = pair_frame(ring + hub)
+    _, centrality = measure(frame)
+    exact = nx.betweenness_centrality(nx.DiGraph(list(zip(frame["source"], frame["target"], strict=True))))
+    estimate = centrality.set_index("agent")["betweenness"]
+    assert estimate.idxmax() == max(exact, key=exact.__getitem__) == "a400"
+    assert estimate.max() == pytest.approx(max(exact.values()), rel=0.1)
+    assert estimate.max() != max(exact.values())  # estimated, not computed exactly
 
 
 # --- every table ------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ the texts in (tick, record) order; every text is then vectorised with it. A text
 (all stop words) counts among the texts but not in the similarity.
 
 Directions: a TruncatedSVD of the vectors (at most 50 components, fixed seed, fitted on at most
-FIT_TEXTS texts taken evenly), rows re-normalised, then MiniBatchKMeans (fixed seed) for each k in
+SVD_TEXTS texts taken evenly), rows re-normalised, then MiniBatchKMeans (fixed seed) for each k in
 2..12 on at most CLUSTER_TEXTS texts taken evenly; k is the one with the best silhouette (Rousseeuw
 1987) on them (ties: the smaller k). Every text is then assigned to its nearest centre. Fewer than 3
 distinct texts: a single direction.
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from station.study import Study
 
 FIT_TEXTS = 20_000  # texts the vocabulary is learnt on
+SVD_TEXTS = 5_000  # texts the SVD is fitted on
 CLUSTER_TEXTS = 2_000  # texts k-means and the silhouette are fitted on
 KS = range(2, 13)  # the numbers of directions tried
 TERMS = 5  # top terms naming a direction
@@ -75,7 +76,7 @@ def directions(vectors: sparse.csr_matrix, terms: list[str]) -> tuple[np.ndarray
         centre = np.asarray(rows.mean(axis=0)).ravel()
         return labels, [_top_terms(centre, terms)]
     svd = TruncatedSVD(n_components=min(50, len(terms) - 1, rows.shape[0] - 1), random_state=SEED)
-    svd.fit(rows[_even_index(rows.shape[0], FIT_TEXTS)])
+    svd.fit(rows[_even_index(rows.shape[0], SVD_TEXTS)])
     reduced = normalize(svd.transform(rows))
     sample = reduced[_even_index(reduced.shape[0], CLUSTER_TEXTS)]
     best: tuple[float, MiniBatchKMeans] | None = None

@@ -83,7 +83,8 @@ def measure(pairs: pd.DataFrame, *, with_betweenness: bool = True) -> tuple[dict
     network row's values and one centrality row per agent (agent, in/out degree, degree centrality,
     betweenness, community), agents in name order. Betweenness is left missing on request (the
     whole range of a big station: 40,000 lives, 500,000 pairs)."""
-    agents = sorted(set(pairs["source"]) | set(pairs["target"]))
+    named = [pairs[end].to_numpy(dtype=object) for end in ("source", "target")]
+    agents = np.union1d(*named).tolist()  # sorted
     n, m = len(agents), len(pairs)
     nan = float("nan")
     row: dict[str, Any] = {
@@ -101,7 +102,7 @@ def measure(pairs: pd.DataFrame, *, with_betweenness: bool = True) -> tuple[dict
             columns=["agent", "in_degree", "out_degree", "degree_centrality", "betweenness", "community"]
         )
     index = pd.Index(agents)
-    ends = np.column_stack([index.get_indexer(pairs["source"]), index.get_indexer(pairs["target"])])
+    ends = np.column_stack([index.get_indexer(values) for values in named])
     directed = ig.Graph(n=n, edges=ends.tolist(), directed=True)
     degrees = np.asarray(directed.indegree()) + np.asarray(directed.outdegree())
     centrality = pd.DataFrame(
@@ -198,9 +199,9 @@ def whole(study: Study) -> dict[str, Any]:
     return row
 
 
-def _lineage_of(study: Study) -> dict[str, Any]:
+def _lineage_of(study: Study) -> pd.Series:
     lives = study.lives.dropna(subset=["lineage"])
-    return dict(zip(lives["agent"], lives["lineage"], strict=True))
+    return pd.Series(lives["lineage"].to_numpy(), index=lives["agent"].to_numpy())
 
 
 def _known(**values: Any) -> dict[str, Any]:
