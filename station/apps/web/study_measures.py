@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from station.apps.web import plots, study_cache, study_network
 from station.apps.web.study_cache import Answer, Failed
-from station.study import EDGE_KINDS, Study, load
+from station.study import EDGE_KINDS, Study, load, windows
 
 MAX_WINDOWS = 100  # windows a page may ask for: a smaller `window` is widened
 
@@ -62,23 +62,17 @@ def tables_of(directory: Path, db: Any, first: int, last: int, *, wait: bool) ->
     return study_of(directory, db, first, last, None, wait=wait)
 
 
-def window_starts(study: Study, ticks: pd.Series) -> pd.Series:
-    """The first tick of the metrics' window each tick falls in."""
-    width = max(1, study.window)
-    return study.first_tick + (ticks.astype("int64") - study.first_tick) // width * width
-
-
 def acts_per_kind(study: Study) -> dict[str, list[tuple[float, float]]]:
     """kind -> (window start, acts) over every window of the study (0 where a kind had none)."""
     edges = study.edges
     if edges.empty:
         return {}
-    counts = edges.groupby([window_starts(study, edges["tick"]), edges["kind"]]).size()
-    starts = range(study.first_tick, study.last_tick + 1, max(1, study.window))
+    counts = edges.groupby([windows.starts(study, edges["tick"]), edges["kind"].to_numpy()]).size()
+    present = set(edges["kind"])
     return {
-        kind: [(float(s), float(counts.get((s, kind), 0))) for s in starts]
+        kind: [(float(start), float(counts.get((start, kind), 0))) for start, _ in windows.bounds(study)]
         for kind in EDGE_KINDS
-        if kind in set(edges["kind"])
+        if kind in present
     }
 
 
@@ -127,8 +121,7 @@ def window_rows(study: Study) -> list[dict[str, Any]]:
     diversity = metrics["diversity"].set_index("window_start")
     cost = metrics["cost"].set_index("window_start")
     rows = []
-    for start in range(study.first_tick, study.last_tick + 1, max(1, study.window)):
-        end = min(start + max(1, study.window) - 1, study.last_tick)
+    for start, end in windows.bounds(study):
         net = network.loc[start] if start in network.index else None
         div = diversity.loc[start] if start in diversity.index else None
         spent = cost.loc[start] if start in cost.index else None
