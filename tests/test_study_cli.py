@@ -138,6 +138,13 @@ def test_bad_input_is_refused_in_one_line(stations: dict[str, Path], tmp_path: P
     assert "not being studied" in refusal(["study", station, "--out", f"{stations['society']}/study-of-three"], capsys)
     assert "cannot write" in refusal(["study", station, "--out", str(a_file / "study")], capsys)
     assert "is a station directory" in refusal(["study", station, "--out", station], capsys)
+    # a folder that looks like an earlier study of its own, but holds the station: never replaced
+    holder = stations["pair"].parent
+    (holder / "study.json").write_text(json.dumps({"written_by": "station study", "files": ["seed/"]}))
+    try:
+        assert "holds the station" in refusal(["study", station, "--out", str(holder)], capsys)
+    finally:
+        (holder / "study.json").unlink()
     assert sorted(p.name for p in foreign.iterdir()) == ["cat.jpg"] and a_file.read_text(encoding="utf-8") == "x"
 
 

@@ -66,6 +66,9 @@ def check_folder(out: Path, stations: Iterable[Path]) -> Path:
             raise StudyFolderError(
                 f"{out} is inside {folder / FILES_DIR}, the files the station's agents read and write; choose another folder"
             )
+    holding = [station for station in studied if out in station.parents]
+    if holding:  # replacing the folder would remove the station
+        raise StudyFolderError(f"{out} holds the station {holding[0]}; write the study to a folder of its own")
     if out.exists() and not out.is_dir():
         raise StudyFolderError(f"{out} exists and is not a folder; choose a new folder")
     if out.is_dir():
