@@ -3,11 +3,10 @@
 The measures look at agents only: edges from or to the reviewer ("Archive Review System") and the
 task baselines ("System") are left out (a review then only counts among the acts). Each window's
 graph is the simple directed graph of distinct (source, target) pairs: many mails from A to B are one
-edge. Density, reciprocity and degree centrality come from networkx; betweenness (Brandes 2001) and
-Louvain communities (Blondel et al. 2008) from igraph, whose C code takes milliseconds where
-networkx's Python takes seconds on a 1,000-agent window (a test holds igraph's betweenness to
-networkx's). Louvain runs on the undirected graph with a fixed seed, so the same tables give the
-same communities.
+edge. Reciprocity, degrees, betweenness (Brandes 2001; estimated above PIVOTS agents) and Louvain
+communities (Blondel et al. 2008) come from igraph, whose C code takes milliseconds where networkx's
+Python takes seconds on a 1,000-agent window; tests hold them to networkx's definitions. Louvain
+runs on the undirected graph with a fixed seed, so the same tables give the same communities.
 """
 
 from __future__ import annotations
@@ -105,18 +104,17 @@ def measure(pairs: pd.DataFrame, *, with_betweenness: bool = True) -> tuple[dict
     ends = np.column_stack([index.get_indexer(values) for values in named])
     directed = ig.Graph(n=n, edges=ends.tolist(), directed=True)
     degrees = np.asarray(directed.indegree()) + np.asarray(directed.outdegree())
+    membership, modularity = _louvain(directed)
     centrality = pd.DataFrame(
         {
             "agent": agents,
             "in_degree": directed.indegree(),
             "out_degree": directed.outdegree(),
-            "degree_centrality": degrees / (n - 1) if n > 1 else nan,
+            "degree_centrality": degrees / (n - 1),  # n > 1: an edge joins two agents
             "betweenness": betweenness(directed) if with_betweenness else nan,
-            "community": nan,
+            "community": membership,
         }
     )
-    membership, modularity = _louvain(directed)
-    centrality["community"] = membership
     row["reciprocity"] = directed.reciprocity() if m else nan
     row["mean_degree_centrality"] = float(centrality["degree_centrality"].mean())
     row["max_betweenness"] = float(centrality["betweenness"].max())
@@ -144,13 +142,11 @@ def _louvain(directed: ig.Graph) -> tuple[list[int], float]:
     """Louvain on the undirected simple graph (seeded); communities numbered by size, largest 0
     (ties: the one holding the earliest agent first), and the partition's modularity (Newman 2006)."""
     undirected = directed.as_undirected(mode="collapse")
-    previous = random.getstate()
-    ig.set_random_number_generator(random.Random(SEED))
+    ig.set_random_number_generator(random.Random(SEED))  # igraph's generator is global: set it back after
     try:
         found = undirected.community_multilevel()
     finally:
         ig.set_random_number_generator(random)
-        random.setstate(previous)
     groups = sorted(found, key=lambda members: (-len(members), min(members)))
     membership = [0] * directed.vcount()
     for number, members in enumerate(groups):
