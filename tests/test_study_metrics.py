@@ -3,6 +3,7 @@ known by construction: hand-written tables, then a small hand-built station read
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -354,6 +355,9 @@ def test_the_society_mail_cycle_read_from_its_station(society: Path) -> None:
     mail = load(society).graph(kinds={"mail"})
     assert sorted(mail.edges()) == [("Ada I", "Bo I"), ("Bo I", "Ada I"), ("Bo I", "Cy I"), ("Cy I", "Ada I")]
     assert mail.nodes["Ada II"] == {"lineage": "Ada", "session": 4, "generation": 2}
+    written = io.BytesIO()
+    nx.write_graphml(load(society).graph(), written)  # every kind, the inheritance's missing record too
+    assert nx.read_graphml(io.BytesIO(written.getvalue())).number_of_edges() == 25
 
 
 def test_the_society_idea_flow_lineages_and_cost_read_from_its_station(society: Path) -> None:

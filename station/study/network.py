@@ -43,7 +43,12 @@ def graph(study: Study, kinds: Iterable[str] | None, first: int | None, last: in
         out.add_node(life.agent, **_known(lineage=life.lineage, session=life.session, generation=life.generation))
     for row in edges.itertuples(index=False):
         out.add_edge(
-            row.source, row.target, kind=row.kind, tick=int(row.tick), record=row.record, detail=_text(row.detail)
+            row.source,
+            row.target,
+            kind=row.kind,
+            tick=int(row.tick),
+            record=_text(row.record),
+            detail=_text(row.detail),
         )
     return out
 
