@@ -150,7 +150,9 @@ def test_above_300_agents_betweenness_is_estimated_close_to_the_exact_value() ->
 
 
 def test_an_empty_study_gives_every_table_with_its_columns_and_missing_values() -> None:
-    metrics = compute(study(last=25, window=10))
+    steps: list[tuple[str, int, int]] = []
+    metrics = compute(study(last=25, window=10), lambda step, done, total: steps.append((step, done, total)))
+    assert [step for step, _, _ in steps] == ["network", "ideas", "diversity", "lineages", "done"]
     for name, columns in METRIC_TABLES.items():
         assert list(metrics[name].columns) == [column for column, _, _ in columns], name
         assert [str(dtype) for dtype in metrics[name].dtypes] == [dtype for _, dtype, _ in columns], name
@@ -159,6 +161,8 @@ def test_an_empty_study_gives_every_table_with_its_columns_and_missing_values() 
     assert metrics["network"]["density"].isna().all() and (metrics["network"]["nodes"] == 0).all()
     values = summary(metrics)
     assert math.isnan(values["density"]) and math.isnan(values["cost_per_progress"]) and values["acts"] == 0
+    unstarted = compute(study(first=1, last=0))  # a station that never ticked: no window at all
+    assert all(len(unstarted[name]) == 0 for name in ("network", "centrality", "diversity", "cost"))
 
 
 def test_the_graph_has_the_agents_with_their_lineage_and_one_edge_per_act() -> None:
