@@ -11,7 +11,7 @@ Directions: a TruncatedSVD of the vectors (at most 50 components, fixed seed, fi
 SVD_TEXTS texts taken evenly), rows re-normalised, then MiniBatchKMeans (fixed seed) for each k in
 2..12 on at most CLUSTER_TEXTS texts taken evenly; k is the one with the best silhouette (Rousseeuw
 1987) on them (ties: the smaller k). Every text is then assigned to its nearest centre. Fewer than 3
-distinct texts: a single direction.
+distinct texts among those: a single direction.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def directions(vectors: sparse.csr_matrix, terms: list[str]) -> tuple[np.ndarray
     if filled.size == 0:
         return labels, []
     rows = vectors[filled]
-    distinct = _distinct_rows(rows)
+    distinct = _distinct_rows(rows[_even_index(rows.shape[0], CLUSTER_TEXTS)])  # those k-means sees
     if distinct < 3 or len(terms) < 2:
         labels[filled] = 0
         centre = np.asarray(rows.mean(axis=0)).ravel()
