@@ -202,7 +202,12 @@ def progress_bar() -> Iterator[Progress]:
 
 
 def _number(value: Any) -> str:
-    return "-" if value is None or value != value else f"{value:.4g}"
+    """A count in full (549,659), any other value to four significant digits, a missing one as -."""
+    if value is None or value != value:
+        return "-"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.4g}"
 
 
 def _aligned(rows: list[list[str]]) -> str:
