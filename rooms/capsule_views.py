@@ -186,13 +186,30 @@ class ThreadMessage(NamedTuple):
     content: str
 
 
-def thread_messages(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-    """Every capsule message of every room, deleted ones too (what was written stays written), by id:
-    plain tuples in ThreadMessage's field order (a station holds hundreds of thousands)."""
+def thread_messages(db: sqlite3.Connection, first: int | None = None, last: int | None = None) -> list[tuple[Any, ...]]:
+    """Every capsule message of every room written from tick `first` to `last` (default all), deleted
+    ones too (what was written stays written), by id: plain tuples in ThreadMessage's field order (a
+    station holds hundreds of thousands)."""
+    span = "" if first is None and last is None else "WHERE m.tick BETWEEN ? AND ? "
     return db.execute(
         "SELECT c.room, c.scope, c.number, m.k, c.author, c.author_session, c.recipients, m.author, "
         "m.author_session, m.tick, m.title, c.abstract, m.content FROM capsule_messages m "
-        "JOIN capsules c ON c.id=m.capsule ORDER BY m.id"
+        f"JOIN capsules c ON c.id=m.capsule {span}ORDER BY m.id",
+        _span(first, last) if span else (),
+    ).fetchall()
+
+
+def _span(first: int | None, last: int | None) -> tuple[int, int]:
+    """BETWEEN's bounds for an optional first and last tick."""
+    return (-(2**62) if first is None else first, 2**62 if last is None else last)
+
+
+def openings(db: sqlite3.Connection, room: str, numbers: list[int]) -> list[tuple[int, int, int | None]]:
+    """(number, tick, author_session) of the first message of the room's threads of these numbers."""
+    return db.execute(
+        "SELECT c.number, m.tick, m.author_session FROM capsules c JOIN capsule_messages m ON m.capsule=c.id "
+        "AND m.k=1 WHERE c.room=? AND c.number IN (SELECT value FROM json_each(?)) ORDER BY m.id",
+        (room, json.dumps(numbers)),
     ).fetchall()
 
 
@@ -209,15 +226,18 @@ class MessageRead(NamedTuple):
     author_session: int
 
 
-def message_reads(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+def message_reads(db: sqlite3.Connection, first: int | None = None, last: int | None = None) -> list[tuple[Any, ...]]:
     """Every read mark of a message written by another session (the reviewer's messages and one's own
-    are left out), by reader and message. A mark made before reads had ticks (capsule store v3) is
-    given the message's own tick. Plain tuples in MessageRead's field order."""
+    are left out) from tick `first` to `last` (default all), by reader and message. A mark made before
+    reads had ticks (capsule store v3) is given the message's own tick. Plain tuples in MessageRead's
+    field order."""
     has_tick = any(row[1] == "tick" for row in db.execute("PRAGMA table_info(capsule_reads)"))
     tick = "COALESCE(r.tick, m.tick)" if has_tick else "m.tick"
+    span = "" if first is None and last is None else f"AND {tick} BETWEEN ? AND ? "
     return db.execute(
         f"SELECT r.session, {tick}, c.room, c.scope, c.number, m.k, m.author, m.author_session "
         "FROM capsule_reads r JOIN capsule_messages m ON m.capsule=r.capsule AND m.k=r.k "
         "JOIN capsules c ON c.id=m.capsule WHERE m.author_session IS NOT NULL AND m.author_session!=r.session "
-        "ORDER BY r.session, m.id"
+        f"{span}ORDER BY r.session, m.id",
+        _span(first, last) if span else (),
     ).fetchall()

@@ -50,12 +50,27 @@ class Heard(NamedTuple):
     read_tick: int
 
 
-def hearings(db: sqlite3.Connection) -> list[Heard]:
-    """Every read of a Common Room message by someone other than its speaker, by message and reader."""
+def hearings(db: sqlite3.Connection, first: int | None = None, last: int | None = None) -> list[Heard]:
+    """Every read of a Common Room message said from tick `first` to `last` (default all) by someone
+    other than its speaker, by message and reader."""
+    span = (-(2**62) if first is None else first, 2**62 if last is None else last)
     return [
         Heard(*row)
         for row in db.execute(
-            "SELECT m.id, m.tick, m.author, r.reader, r.tick FROM common_reads r "
-            "JOIN common_messages m ON m.id=r.message WHERE r.reader!=m.author ORDER BY m.id, r.reader"
+            "SELECT m.id, m.tick, m.author, r.reader, r.tick FROM common_messages m "
+            "JOIN common_reads r ON r.message=m.id WHERE r.reader!=m.author AND m.tick BETWEEN ? AND ? "
+            "ORDER BY m.id, r.reader",
+            span,
+        )
+    ]
+
+
+def said_between(db: sqlite3.Connection, first: int | None = None, last: int | None = None) -> list[Said]:
+    """The messages said from tick `first` to `last` (default all), by id."""
+    return [
+        Said(*row)
+        for row in db.execute(
+            "SELECT id, tick, author, content FROM common_messages WHERE tick BETWEEN ? AND ? ORDER BY id",
+            (-(2**62) if first is None else first, 2**62 if last is None else last),
         )
     ]

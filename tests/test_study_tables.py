@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from study_station import ROOT, build_society
+from study_station import ROOT, StudyStation, build_society
 
 from rooms.archive.views import papers_named
 from station.study import load
@@ -267,3 +267,56 @@ def test_a_replayed_station_gives_identical_tables(demo60: Path, tmp_path: Path)
     assert db.execute("SELECT COUNT(*), COUNT(tick) FROM capsule_reads").fetchone()[0] > 0
     assert db.execute("SELECT COUNT(*) FROM capsule_reads WHERE tick IS NULL").fetchone()[0] == 0
     db.close()
+
+
+# Windows cutting the society's chains in the middle: forum thread 1 (started 10, answered 11), the
+# citation chain paper 1 (12) <- paper 2 (20) <- evaluation 5 (27), the build-on chain 2 (5) <- 4 (25) <- 5 (27),
+# the inheritance at 30 and the Common Room message said at 40 and heard at 41.
+WINDOWS = [(None, 9), (8, 8), (11, 30), (13, 27), (27, 27), (26, 45), (41, None)]
+
+
+@pytest.mark.parametrize(("first", "last"), WINDOWS)
+def test_a_window_has_the_whole_stations_rows_of_its_ticks(society: Path, study, first, last) -> None:  # noqa: ANN001
+    part = read_study(society, first=first, last=last)
+    since, hi = first or 0, last or 60  # the baselines are read from tick 0 when no first tick is given
+    for name in ("edges", "evaluations", "texts"):
+        whole = study.tables()[name]
+        pd.testing.assert_frame_equal(part.tables()[name], whole[whole["tick"].between(since, hi)].reset_index(drop=True), obj=name)
+    spend = study.spend[study.spend["tick"].between(first or 1, hi)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(part.spend, spend, obj="spend")
+    lives = study.lives[(study.lives["birth_tick"] <= hi) & (study.lives["end_tick"].fillna(hi) >= (first or 1))]
+    who = ["session", "agent", "names", "lineage", "generation", "ancestor", "model", "kind", "birth_tick", "ascend_tick"]
+    pd.testing.assert_frame_equal(part.lives[who].reset_index(drop=True), lives[who].reset_index(drop=True), obj="lives")
+
+
+def test_a_window_names_what_it_cites_and_builds_on_from_before_it(society: Path) -> None:
+    part = read_study(society, first=21, last=27)  # after paper 1, paper 2 and evaluations 1-3
+    edges = {(r.kind, r.source, r.target, r.detail) for r in part.edges.itertuples()}
+    assert ("built_on", "Bo I", "Ada I", "evaluation/2 (declared)") in edges  # evaluation 2 is from tick 5
+    assert ("citation", "Cy I", "Bo I", "paper/2") in edges  # paper 2 was published at tick 20
+    ev = part.evaluations.set_index("id")
+    assert (ev.loc[4, "best_visible"], ev.loc[4, "new_best"], ev.loc[5, "best_visible"]) == (2.0, True, 2.5)
+
+
+def test_a_detected_parent_stays_as_later_evaluations_arrive(tmp_path: Path) -> None:
+    # Ada's second code shares nine of its ten words with her first: similar enough. Ten later codes
+    # of the nine shared words alone used to make those words common, so that the first code no longer
+    # looked like the parent once they arrived.
+    st = StudyStation(tmp_path / "growing", last_tick=30)
+    st.life(1, "Guest_1", born=1, name="Ada I", lineage="Ada", generation=1, ascended=1)
+    shared = "alpha beta gamma delta epsilon zeta eta theta iota"
+    st.evaluation(2, "Ada I", code=f"{shared} kappa", delivered=3, score=1.0)
+    st.evaluation(5, "Ada I", code=f"{shared} lambda", delivered=6, score=1.0)
+    early = read_study(st.finish()).evaluations.set_index("id")
+    db = sqlite3.connect(tmp_path / "growing" / "station.db")
+    for tick in range(10, 20):
+        db.execute(
+            "INSERT INTO evaluations(task, author, session, lineage, tick, title, tags, abstract, code, status) "
+            "VALUES('1', 'Ada I', 1, 'Ada', ?, 'Again', '[]', '', ?, 'queued')",
+            (tick, shared),
+        )
+    db.commit()
+    db.close()
+    later = read_study(tmp_path / "growing").evaluations.set_index("id")
+    assert (early.loc[2, "parent"], early.loc[2, "parent_how"]) == (1, "detected")
+    assert (later.loc[2, "parent"], later.loc[2, "parent_how"]) == (1, "detected")

@@ -190,12 +190,15 @@ class Decision(NamedTuple):
     paper: int | None  # its paper number once published
 
 
-def decisions(db: sqlite3.Connection) -> list[Decision]:
-    """Every review that decided a submission, by review id."""
+def decisions(db: sqlite3.Connection, first: int | None = None, last: int | None = None) -> list[Decision]:
+    """Every review that decided a submission from tick `first` to `last` (default all), by review id."""
+    span = (-(2**62) if first is None else first, 2**62 if last is None else last)
     return [
         Decision(*row)
         for row in db.execute(
             "SELECT r.submission, r.tick, r.decision, s.agent, s.session, s.capsule_number FROM paper_reviews r "
-            "JOIN paper_submissions s ON s.id=r.submission WHERE r.decision IN ('accepted', 'rejected') ORDER BY r.id"
+            "JOIN paper_submissions s ON s.id=r.submission WHERE r.decision IN ('accepted', 'rejected') "
+            "AND r.tick BETWEEN ? AND ? ORDER BY r.id",
+            span,
         )
     ]

@@ -326,9 +326,62 @@ class EvaluationRow(NamedTuple):
     code: str
 
 
-def evaluation_rows(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-    """Every evaluation (baselines too), by id, with its code: plain tuples in EvaluationRow's field order."""
+_ROW = "id, task, author, session, lineage, tick, finished_tick, status, score, title, abstract, code"
+
+
+def evaluation_rows(db: sqlite3.Connection, first: int | None = None, last: int | None = None) -> list[tuple[Any, ...]]:
+    """Every evaluation (baselines too) submitted from tick `first` to `last` (default all), by id, with
+    its code: plain tuples in EvaluationRow's field order."""
+    if first is None and last is None:
+        return db.execute(f"SELECT {_ROW} FROM evaluations ORDER BY id").fetchall()
+    span = (-1 if first is None else first, 2**62 if last is None else last)
+    return db.execute(f"SELECT {_ROW} FROM evaluations WHERE tick BETWEEN ? AND ? ORDER BY id", span).fetchall()
+
+
+def evaluation_rows_of(db: sqlite3.Connection, ids: Iterable[int]) -> list[tuple[Any, ...]]:
+    """These evaluations' rows (EvaluationRow's fields; unknown ids are left out), by id."""
+    wanted = sorted(set(ids))
+    rows: list[tuple[Any, ...]] = []
+    for at in range(0, len(wanted), PARAMETER_LIMIT):
+        part = wanted[at : at + PARAMETER_LIMIT]
+        marks = ",".join("?" * len(part))
+        rows += db.execute(f"SELECT {_ROW} FROM evaluations WHERE id IN ({marks}) ORDER BY id", part).fetchall()
+    return sorted(rows)
+
+
+def delivered_rows(
+    db: sqlite3.Connection, task: str, first: int, last: int, latest_before: int
+) -> list[tuple[Any, ...]]:
+    """The task's evaluations delivered from tick `first` to `last`, and the `latest_before` latest ones
+    delivered before `first`, by delivery (tick, then id): EvaluationRow's fields. (+task: walk the
+    delivery index, which stops at the window, not the task's, which holds every one of its rows.)"""
+    before = db.execute(
+        f"SELECT {_ROW} FROM evaluations WHERE +task=? AND finished_tick < ? "
+        "ORDER BY finished_tick DESC, id DESC LIMIT ?",
+        (task, first, latest_before),
+    ).fetchall()
+    during = db.execute(
+        f"SELECT {_ROW} FROM evaluations WHERE +task=? AND finished_tick BETWEEN ? AND ? ORDER BY finished_tick, id",
+        (task, first, last),
+    ).fetchall()
+    return before[::-1] + during
+
+
+def best_scores_before(db: sqlite3.Connection, tick: int) -> list[tuple[Any, ...]]:
+    """The best score delivered before `tick` per task, lineage, session and author:
+    (task, lineage, session, author, score) tuples."""
     return db.execute(
-        "SELECT id, task, author, session, lineage, tick, finished_tick, status, score, title, abstract, code "
-        "FROM evaluations ORDER BY id"
+        "SELECT task, lineage, session, author, MAX(score) FROM evaluations "
+        "WHERE finished_tick < ? AND score IS NOT NULL GROUP BY task, lineage, session, author",
+        (tick,),
+    ).fetchall()
+
+
+def scored_rows(db: sqlite3.Connection, first: int, last: int) -> list[tuple[Any, ...]]:
+    """The evaluations delivered with a score from tick `first` to `last`, by id:
+    (id, task, author, session, lineage, finished_tick, score) tuples."""
+    return db.execute(
+        "SELECT id, task, author, session, lineage, finished_tick, score "
+        "FROM evaluations WHERE finished_tick BETWEEN ? AND ? AND score IS NOT NULL ORDER BY id",
+        (first, last),
     ).fetchall()

@@ -5,6 +5,11 @@ station runs). Rooms' records come through their read models (rooms/*_views.py);
 tables (agents, turns, events, spend) are read with SQL here. Every table is computed from the
 records alone, so a replay or a fork of a station gives the same tables.
 
+A window of ticks (first/last) gives the whole station's rows of its ticks, read at the cost of the
+window: the rows of its ticks, and by id what they name from before it (a cited paper or evaluation,
+a parent); an evaluation's comparisons come from the CANDIDATES latest deliveries before the window
+and the best scores delivered before it, one aggregate query.
+
 Edges (docs/study.md): one row per act, never an agent to itself (the same session).
 - mail: a mail message's writer -> each other participant (the first message: its recipients; a
   reply: the recipients and the starter). Recipients are the mail's recipients as stored now (a
@@ -25,11 +30,11 @@ Edges (docs/study.md): one row per act, never an agent to itself (the same sessi
 - inheritance: an ancestor -> its heir (generation g -> g+1), at the heir's ascension tick.
 
 An evaluation's parent is the first earlier evaluation of its task that its title or abstract names
-and its author could see ("declared"); else the most similar code (cosine of TF-IDF vectors of code
-tokens, at least SIMILAR) among the latest CANDIDATES evaluations of its task delivered before it was
-submitted that its author could see ("detected"). Seeing follows rooms/research/visibility.py: a
-mature agent (or a supervisor, or a station that does not isolate) sees every lineage, a young one its
-own lineage and the System baselines.
+and its author could see ("declared"); else the most similar code (cosine of the code tokens'
+frequency vectors, at least SIMILAR; no IDF, so a parent never changes as later code arrives) among
+the latest CANDIDATES evaluations of its task delivered before it was submitted that its author could
+see ("detected"). Seeing follows rooms/research/visibility.py: a mature agent (or a supervisor, or a
+station that does not isolate) sees every lineage, a young one its own lineage and the System baselines.
 """
 
 from __future__ import annotations
@@ -91,16 +96,19 @@ def read_study(
             raise StudyError(f"window {window}: give a window of at least 1 tick")
         steps = ["lives", "spend", "evaluations", "texts", *(f"edges: {k}" for k in _EDGE_READERS), "done"]
         step = lambda name: say(name, steps.index(name), len(steps) - 1)  # noqa: E731
+        # a window reads the rows of its ticks, and what they name from before it, by id
+        span: _Span = (None, None) if first is None and last is None else (since, hi)
         step("lives")
         people = _People(db)
         lives = _lives(db, people, lo, hi)
         step("spend")
         spend = _spend(db, lo, hi)
         step("evaluations")
-        evaluations = _evaluations(db, people)
+        evaluations = _evaluations(db, people, span)
         step("texts")
-        messages = _capsule_messages(db)
-        world = _World(db, people, evaluations, messages, _texts(db, people, evaluations, messages))
+        messages = _capsule_messages(db, span)
+        texts = _texts(db, people, evaluations, messages, span)
+        world = _World(db, people, evaluations, messages, texts, span)
         parts = []
         for kind, reader in _EDGE_READERS.items():
             step(f"edges: {kind}")
@@ -185,9 +193,13 @@ class _People:
         )
         self.names = rows
         self.session_of: dict[str, int] = dict(zip(rows["name"], rows["session"], strict=True))
+        self._sessions = pd.Series(self.session_of, dtype="Int64")  # mapped through at once (a dict is copied)
         latest = rows.drop_duplicates("session", keep="last").set_index("session")  # the recursive row if any
         latest["birth"] = rows.groupby("session")["birth"].min()
-        latest["names"] = rows.groupby("session")["name"].agg(" > ".join)
+        names: dict[int, list[str]] = {}
+        for session, name in zip(rows["session"], rows["name"], strict=True):  # quicker than a groupby's join
+            names.setdefault(session, []).append(name)
+        latest["names"] = pd.Series({session: " > ".join(every) for session, every in names.items()})
         self.lives = latest
         self.latest: dict[int, str] = latest["name"].to_dict()
         # A name exists from its birth (a guest) or ascension (the agent it became).
@@ -211,7 +223,7 @@ class _People:
         return (sessions.isna() | (age >= self.maturity) | supervisor).astype(bool)
 
     def sessions(self, names: pd.Series) -> pd.Series:
-        return names.map(self.session_of).astype("Int64")
+        return names.map(self._sessions).astype("Int64")
 
 
 # -- lives and spend -----------------------------------------------------------------------------
@@ -251,7 +263,7 @@ def _lives(db: sqlite3.Connection, people: _People, lo: int, hi: int) -> pd.Data
             "ascend_tick": lives["ascend"].where(recursive),
             "end_tick": end,
             "end_cause": lives["cause"].where(ended),
-            "ticks_alive": end.fillna(hi).clip(upper=hi) - lives["birth"] + 1,
+            "ticks_alive": pd.to_numeric(end).fillna(hi).clip(upper=hi) - lives["birth"] + 1,
         }
     )
     for column in ("turns", "rooms_visited", "input_tokens", "output_tokens", "cost_usd"):
@@ -285,65 +297,113 @@ def _spend(db: sqlite3.Connection, lo: int, hi: int) -> pd.DataFrame:
 
 
 # -- evaluations ---------------------------------------------------------------------------------
-def _evaluations(db: sqlite3.Connection, people: _People) -> pd.DataFrame:
-    rows = research_views.evaluation_rows(db) if _has(db, "evaluations") else []
+_Span = tuple[int | None, int | None]  # the ticks read: (None, None) is every tick
+
+
+def _evaluations(db: sqlite3.Connection, people: _People, span: _Span) -> pd.DataFrame:
+    """The evaluations submitted in the span, each compared with every earlier one: a window reads the
+    earlier ones it needs (the ones its rows name, the candidates of a detected parent, the best scores
+    delivered before it)."""
+    whole = span == (None, None)
+    ev = _evaluation_frame(research_views.evaluation_rows(db, *span) if _has(db, "evaluations") else [], people)
+    named = _named(ev)
+    known = ev if whole else _with_rows(db, people, ev, {n for names in named.values() for n in names})
+    ev["parent"], ev["parent_how"] = _declared(ev, named, known.set_index("id")), pd.NA
+    ev.loc[ev["parent"].notna(), "parent_how"] = "declared"
+    seen = ev if whole else _candidates(db, people, ev)
+    detected = _detected(ev, seen)
+    missing = ev["parent"].isna() & detected.notna()
+    ev.loc[missing, "parent"] = detected[missing]
+    ev.loc[missing, "parent_how"] = "detected"
+    ev["parent"] = ev["parent"].astype("Int64")
+    by_id = known if whole else pd.concat([known, seen], ignore_index=True).drop_duplicates("id")
+    by_id = by_id.set_index("id")
+    ev["parent_author"] = ev["parent"].map(by_id["author"])
+    ev["parent_lineage"] = ev["parent"].map(by_id["lineage"])
+    ev["parent_session"] = ev["parent"].map(by_id["session"]).astype("Int64")
+    scored = _scored(ev) if whole else _scored_around(db, people, ev, span)
+    ev["best_visible"] = _best_visible(ev, scored)
+    ev["improvement"] = ev["score"] - ev["best_visible"]
+    ev["new_best"] = _new_best(ev, scored)
+    return ev
+
+
+def _evaluation_frame(rows: Sequence[tuple], people: _People) -> pd.DataFrame:
+    """Evaluation rows (EvaluationRow's fields) with the author's latest name and what it could see."""
     ev = _table(
         rows, research_views.EvaluationRow._fields, ints=["id", "tick"], numbers=["session", "finished_tick", "score"]
     )
     ev["session"] = ev["session"].astype("Int64")
     ev["author"] = ev["session"].map(people.latest).fillna(ev["author"])
     ev["sees_all"] = people.sees_all(ev["session"], ev["tick"])
-    ev["parent"], ev["parent_how"] = _declared(ev), pd.NA
-    ev.loc[ev["parent"].notna(), "parent_how"] = "declared"
-    detected = _detected(ev)
-    missing = ev["parent"].isna() & detected.notna()
-    ev.loc[missing, "parent"] = detected[missing]
-    ev.loc[missing, "parent_how"] = "detected"
-    ev["parent"] = ev["parent"].astype("Int64")
-    by_id = ev.set_index("id")
-    ev["parent_author"] = ev["parent"].map(by_id["author"])
-    ev["parent_lineage"] = ev["parent"].map(by_id["lineage"])
-    ev["best_visible"] = _best_visible(ev)
-    ev["improvement"] = ev["score"] - ev["best_visible"]
-    ev["new_best"] = _new_best(ev)
     return ev
 
 
-def _declared(ev: pd.DataFrame) -> pd.Series:
+def _with_rows(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, ids: set[int]) -> pd.DataFrame:
+    """`ev` and the rows of these ids it lacks, read by id."""
+    missing = ids - set(ev["id"])
+    if not missing:
+        return ev
+    return pd.concat([ev, _evaluation_frame(research_views.evaluation_rows_of(db, missing), people)], ignore_index=True)
+
+
+def _named(ev: pd.DataFrame) -> dict[int, list[int]]:
+    """The evaluation ids each agent's evaluation names in its title or abstract, by its row."""
+    written = ev["title"] + "\n" + ev["abstract"]
+    return {
+        index: research_views.mentioned(text)
+        for index, text, author in zip(ev.index, written, ev["author"], strict=True)
+        if author != SYSTEM and _MAY_CITE.search(text)
+    }
+
+
+def _declared(ev: pd.DataFrame, named: dict[int, list[int]], by_id: pd.DataFrame) -> pd.Series:
     """The first earlier evaluation of the same task its title or abstract names and its author could see."""
     found = pd.Series(pd.NA, index=ev.index, dtype="Int64")
-    by_id = ev.set_index("id")
-    written = ev["title"] + "\n" + ev["abstract"]
-    names_one = [_MAY_CITE.search(text) is not None for text in written]
-    naming = ev[(ev["author"] != SYSTEM) & np.array(names_one, dtype=bool)]
-    for row in naming.itertuples():
-        for named in research_views.mentioned(written[row.Index]):
-            if named >= row.id or named not in by_id.index or by_id.at[named, "task"] != row.task:
+    for row in ev.loc[list(named)].itertuples():
+        for other in named[row.Index]:
+            if other >= row.id or other not in by_id.index or by_id.at[other, "task"] != row.task:
                 continue
-            other_lineage, other_author = by_id.at[named, "lineage"], by_id.at[named, "author"]
+            other_lineage, other_author = by_id.at[other, "lineage"], by_id.at[other, "author"]
             if row.sees_all or other_author == SYSTEM or (pd.notna(row.lineage) and other_lineage == row.lineage):
-                found[row.Index] = named
+                found[row.Index] = other
                 break
     return found
 
 
-def _detected(ev: pd.DataFrame) -> pd.Series:
-    """Each evaluation's most similar earlier visible code of its task, when at least SIMILAR."""
+def _candidates(db: sqlite3.Connection, people: _People, ev: pd.DataFrame) -> pd.DataFrame:
+    """What a window's detected parents are chosen among: per task, the CANDIDATES latest evaluations
+    delivered before its first asking submission, and every one delivered from then to its last."""
+    asking = ev[(ev["author"] != SYSTEM) & ev["parent"].isna()]
+    rows: list[tuple] = []
+    for task, group in asking.groupby("task", sort=True):
+        first, last = int(group["tick"].min()), int(group["tick"].max())
+        rows += research_views.delivered_rows(db, str(task), first, last, CANDIDATES)
+    return _evaluation_frame(rows, people)
+
+
+def _detected(ev: pd.DataFrame, seen: pd.DataFrame) -> pd.Series:
+    """Each evaluation's most similar earlier visible code of its task, when at least SIMILAR, among the
+    delivered evaluations of `seen` (every one delivered from the CANDIDATES latest before it on)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     found = pd.Series(pd.NA, index=ev.index, dtype="Int64")
-    for _task, group in ev.groupby("task", sort=True):
-        seen = group[group["finished_tick"].notna()].sort_values(["finished_tick", "id"])
-        asking = group[(group["author"] != SYSTEM) & group["parent"].isna()].sort_values(["tick", "id"])
-        if seen.empty or asking.empty:
+    wanting = ev[(ev["author"] != SYSTEM) & ev["parent"].isna()]
+    delivered = seen[seen["finished_tick"].notna()]
+    for task, asking in wanting.groupby("task", sort=True):
+        candidates = delivered[delivered["task"] == task].sort_values(["finished_tick", "id"])
+        if candidates.empty:
             continue
-        vectors = TfidfVectorizer(token_pattern=r"[A-Za-z_]\w*|\d+|[^\w\s]", dtype=np.float32)
-        every = vectors.fit_transform(group["code"])
-        where = pd.Series(np.arange(len(group)), index=group.index)
-        lineage = pd.Series(pd.factorize(group["lineage"])[0], index=group.index)  # -1: none
-        a, s = _Side(asking, every, where, lineage), _Side(seen, every, where, lineage)
+        asking = asking.sort_values(["tick", "id"])
+        codes = pd.concat([asking, candidates], ignore_index=True).drop_duplicates("id")
+        # term frequencies only: a pair's similarity is theirs alone, the same whichever rows are read
+        vectors = TfidfVectorizer(token_pattern=r"[A-Za-z_]\w*|\d+|[^\w\s]", dtype=np.float32, use_idf=False)
+        every = vectors.fit_transform(codes["code"])
+        where = pd.Series(np.arange(len(codes)), index=codes["id"])
+        lineage = pd.Series(pd.factorize(codes["lineage"])[0], index=codes["id"])  # -1: none
+        a, s = _Side(asking, every, where, lineage), _Side(candidates, every, where, lineage)
         # how many evaluations were delivered before each one was submitted
-        ends = np.searchsorted(seen["finished_tick"].to_numpy(dtype=np.int64), asking["tick"].to_numpy(), "left")
+        ends = np.searchsorted(candidates["finished_tick"].to_numpy(dtype=np.int64), asking["tick"].to_numpy(), "left")
         start = 0
         while start < len(asking):
             stop = start + 1
@@ -372,8 +432,8 @@ class _Side:
     """One side of the similarity blocks (the asking or the seen evaluations) as aligned arrays."""
 
     def __init__(self, frame: pd.DataFrame, every: sparse.csr_matrix, where: pd.Series, lineage: pd.Series) -> None:
-        self.vectors = every[where[frame.index].to_numpy()]
-        self.lineage = lineage[frame.index].to_numpy()
+        self.vectors = every[where[frame["id"]].to_numpy()]
+        self.lineage = lineage[frame["id"]].to_numpy()
         self.session = frame["session"].to_numpy(dtype="float64", na_value=np.nan)
         self.system = (frame["author"] == SYSTEM).to_numpy()
         self.sees_all = frame["sees_all"].to_numpy(dtype=bool)
@@ -389,14 +449,40 @@ def _cosines(rows: sparse.csr_matrix, columns: sparse.csr_matrix) -> np.ndarray:
     return np.asarray((rows @ columns.T).toarray(), dtype=np.float32)
 
 
-def _best_visible(ev: pd.DataFrame) -> pd.Series:
+_SCORED = ["id", "task", "author", "session", "lineage", "finished_tick", "score"]
+
+
+def _scored(ev: pd.DataFrame) -> pd.DataFrame:
+    """The delivered scores (id, task, author, session, lineage, finished_tick, score)."""
+    return ev.loc[ev["score"].notna() & ev["finished_tick"].notna(), _SCORED]
+
+
+def _scored_around(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, span: _Span) -> pd.DataFrame:
+    """The scores a window's evaluations are compared with: the best delivered before the window per
+    task, lineage and author (as one row each, delivered just before it), and every score delivered
+    from the window's start until its last evaluation was delivered."""
+    first = int(span[0] or 0)
+    last = max(int(span[1] or 0), int(ev["finished_tick"].max()) if ev["finished_tick"].notna().any() else 0)
+    before = pd.DataFrame(
+        research_views.best_scores_before(db, first), columns=["task", "lineage", "session", "author", "score"]
+    ).assign(id=-1, finished_tick=float(first - 1))
+    during = pd.DataFrame(research_views.scored_rows(db, first, last), columns=_SCORED)
+    scored = pd.concat([part for part in (before[_SCORED], during) if len(part)], ignore_index=True)
+    scored["session"] = pd.to_numeric(scored["session"]).astype("Int64")
+    scored["author"] = scored["session"].map(people.latest).fillna(scored["author"])
+    scored["finished_tick"] = scored["finished_tick"].astype("float64")
+    scored["score"] = scored["score"].astype("float64")
+    return scored
+
+
+def _best_visible(ev: pd.DataFrame, scored: pd.DataFrame) -> pd.Series:
     """The best score of its task delivered before it was submitted that its author could see."""
-    scored = ev[ev["score"].notna() & ev["finished_tick"].notna()].sort_values(["finished_tick", "id"])
+    scored = scored.sort_values(["finished_tick", "id"])
     asking = ev[["id", "task", "tick", "lineage"]].assign(tick=ev["tick"].astype("float64")).sort_values("tick")
 
     def best_before(subset: pd.DataFrame, by: list[str]) -> pd.Series:
         best = subset.assign(best=subset.groupby(by)["score"].cummax(), at=subset["finished_tick"].astype("float64"))
-        best = best.dropna(subset=by)[[*by, "at", "best"]].sort_values("at")
+        best = best.dropna(subset=by)[[*by, "at", "best"]].sort_values("at", kind="stable")
         merged = pd.merge_asof(
             asking.dropna(subset=by), best, left_on="tick", right_on="at", by=by, allow_exact_matches=False
         )
@@ -409,17 +495,17 @@ def _best_visible(ev: pd.DataFrame) -> pd.Series:
     return every.where(ev["sees_all"] | (ev["author"] == SYSTEM), limited).astype("float64")
 
 
-def _new_best(ev: pd.DataFrame) -> pd.Series:
+def _new_best(ev: pd.DataFrame, scored: pd.DataFrame) -> pd.Series:
     """Whether its score beat every score of its task delivered before it (earlier tick, or same tick and id)."""
-    scored = ev[ev["score"].notna() & ev["finished_tick"].notna()].sort_values(["task", "finished_tick", "id"])
+    scored = scored.sort_values(["task", "finished_tick", "id"])
     before = scored.groupby("task")["score"].cummax().groupby(scored["task"]).shift()
     new = (scored["score"] > before) | before.isna()
-    return new.reindex(ev.index, fill_value=False).astype(bool)
+    return ev["id"].isin(scored.loc[new, "id"])
 
 
 # -- texts ---------------------------------------------------------------------------------------
-def _capsule_messages(db: sqlite3.Connection) -> pd.DataFrame:
-    rows = capsule_views.thread_messages(db) if _has(db, "capsules", "capsule_messages") else []
+def _capsule_messages(db: sqlite3.Connection, span: _Span) -> pd.DataFrame:
+    rows = capsule_views.thread_messages(db, *span) if _has(db, "capsules", "capsule_messages") else []
     msgs = _table(
         rows,
         capsule_views.ThreadMessage._fields,
@@ -441,7 +527,7 @@ def _capsule_records(rooms: pd.Series, scopes: pd.Series, numbers: pd.Series, ks
     return base.where(paper_itself, base + "#" + ks.astype(str))
 
 
-def _texts(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, msgs: pd.DataFrame) -> pd.DataFrame:
+def _texts(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, msgs: pd.DataFrame, span: _Span) -> pd.DataFrame:
     msgs = msgs[msgs["author_session"].notna() & msgs["room"].isin(TEXT_KIND.keys())]
     first = msgs["k"] == 1
     capsule_texts = pd.DataFrame(
@@ -458,7 +544,7 @@ def _texts(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, msgs: pd.D
         }
     )
     said = _table(
-        common_views.messages_after(db, 0) if _has(db, "common_messages") else [],
+        common_views.said_between(db, *span) if _has(db, "common_messages") else [],
         common_views.Said._fields,
         ints=["id", "tick"],
     )
@@ -501,8 +587,21 @@ class _World:
     db: sqlite3.Connection
     people: _People
     evaluations: pd.DataFrame
-    messages: pd.DataFrame  # every capsule message (_capsule_messages)
+    messages: pd.DataFrame  # every capsule message of the span (_capsule_messages)
     texts: pd.DataFrame
+    span: _Span
+
+    def evaluations_by_id(self, ids: set[int]) -> pd.DataFrame:
+        """The evaluations of these ids (and others), by id: the span's and, for a window, those read."""
+        return _with_rows(self.db, self.people, self.evaluations, ids).set_index("id")
+
+    def papers_by_number(self, numbers: set[int]) -> pd.DataFrame:
+        """The published papers' (tick, author_session) by number: of these numbers, and maybe others."""
+        if self.span == (None, None):
+            msgs = self.messages
+            return msgs[(msgs["room"] == "archive") & (msgs["k"] == 1)].set_index("number")
+        rows = capsule_views.openings(self.db, "archive", sorted(numbers)) if numbers else []
+        return _table(rows, ["number", "tick", "author_session"], ints=["number", "tick"]).set_index("number")
 
 
 def _edge(kind: str, **columns: object) -> pd.DataFrame:
@@ -574,7 +673,7 @@ def _first_word(name: str) -> str:
 
 def _common_edges(world: _World) -> pd.DataFrame:
     heard = _table(
-        common_views.hearings(world.db) if _has(world.db, "common_messages", "common_reads") else [],
+        common_views.hearings(world.db, *world.span) if _has(world.db, "common_messages", "common_reads") else [],
         common_views.Heard._fields,
         ints=["message", "tick"],
     )
@@ -589,7 +688,7 @@ def _common_edges(world: _World) -> pd.DataFrame:
 
 def _review_edges(world: _World) -> pd.DataFrame:
     decided = _table(
-        archive_views.decisions(world.db) if _has(world.db, "paper_reviews", "paper_submissions") else [],
+        archive_views.decisions(world.db, *world.span) if _has(world.db, "paper_reviews", "paper_submissions") else [],
         archive_views.Decision._fields,
         ints=["submission", "tick", "session"],
         numbers=["paper"],
@@ -610,24 +709,23 @@ def _review_edges(world: _World) -> pd.DataFrame:
 def _citation_edges(world: _World) -> pd.DataFrame:
     """Texts naming an evaluation or paper that existed at their tick -> its author."""
     texts = world.texts[world.texts["kind"] != "common"]
-    ev = world.evaluations.set_index("id")
-    msgs = world.messages
-    papers = msgs[(msgs["room"] == "archive") & (msgs["k"] == 1)].set_index("number")
     written = (texts["title"].fillna("") + "\n" + texts["text"]).to_numpy(dtype=object)
+    citing = [
+        (i, research_views.mentioned(text), archive_views.papers_named(text))
+        for i, text in enumerate(written)
+        if _MAY_CITE.search(text)
+    ]
+    ev = world.evaluations_by_id({n for _i, named, _papers in citing for n in named})
+    papers = world.papers_by_number({n for _i, _named, named in citing for n in named})
     rows = []
-    for i in (i for i, text in enumerate(written) if _MAY_CITE.search(text)):
-        tick, session, record, text = (
-            texts["tick"].iat[i],
-            texts["session"].iat[i],
-            texts["record"].iat[i],
-            written[i],
-        )
-        for named in research_views.mentioned(text):
+    for i, evaluations_named, papers_named in citing:
+        tick, session, record = texts["tick"].iat[i], texts["session"].iat[i], texts["record"].iat[i]
+        for named in evaluations_named:
             if named in ev.index and ev.at[named, "tick"] <= tick:
                 rows.append(
                     (tick, session, ev.at[named, "session"], ev.at[named, "author"], record, f"evaluation/{named}")
                 )
-        for named in archive_views.papers_named(text):
+        for named in papers_named:
             if named in papers.index and papers.at[named, "tick"] <= tick:
                 rows.append((tick, session, papers.at[named, "author_session"], pd.NA, record, f"paper/{named}"))
     frame = _table(
@@ -646,7 +744,7 @@ _MAY_CITE = re.compile(r"eval|paper|archive", re.IGNORECASE)  # a quick sieve be
 def _built_on_edges(world: _World) -> pd.DataFrame:
     ev = world.evaluations
     built = ev[ev["parent"].notna() & (ev["author"] != ev["parent_author"])]
-    parent_session = built["parent"].map(ev.set_index("id")["session"])
+    parent_session = built["parent_session"]
     return _edge(
         "built_on",
         tick=built["tick"],
@@ -660,7 +758,7 @@ def _built_on_edges(world: _World) -> pd.DataFrame:
 
 def _read_edges(world: _World) -> pd.DataFrame:
     reads = _table(
-        capsule_views.message_reads(world.db) if _has(world.db, "capsule_reads") else [],
+        capsule_views.message_reads(world.db, *world.span) if _has(world.db, "capsule_reads") else [],
         capsule_views.MessageRead._fields,
         ints=["session", "tick", "number", "k", "author_session"],
     )
@@ -674,9 +772,12 @@ def _read_edges(world: _World) -> pd.DataFrame:
 
 
 def _inheritance_edges(world: _World) -> pd.DataFrame:
+    first, last = world.span
     rows = world.db.execute(
         "SELECT tick, json_extract(payload, '$.ancestor'), agent, json_extract(payload, '$.generation') "
-        "FROM events WHERE kind='agent_ascended' AND json_extract(payload, '$.ancestor') IS NOT NULL ORDER BY id"
+        "FROM events WHERE kind='agent_ascended' AND json_extract(payload, '$.ancestor') IS NOT NULL "
+        "AND tick BETWEEN ? AND ? ORDER BY id",
+        (-1 if first is None else first, 2**62 if last is None else last),
     ).fetchall()
     frame = _table(rows, ["tick", "ancestor", "heir", "generation"], ints=["tick", "generation"])
     people = world.people
