@@ -117,11 +117,12 @@ class StudyStation:
             end = agent.exit_tick or self.last_tick
             for n, tick in enumerate(range(agent.birth_tick, end + 1, every)):
                 name = self._name_at(agent.session, tick)
+                room, then = ("lobby", "mail")[n % 2], ("mail", "lobby")[n % 2]
                 self.db.execute(
                     "INSERT INTO turns(tick, session, agent, room, prompt, reply, actions, internal, tokens_spent, "
                     "started_at, finished_at, input_tokens, output_tokens, cost_usd) "
-                    "VALUES(?,?,?,?,'','','[]','[]',110,0,0,100,10,?)",
-                    (tick, agent.session, name, ("lobby", "mail")[n % 2], cost),
+                    "VALUES(?,?,?,?,'','',?,'[]',110,0,0,100,10,?)",
+                    (tick, agent.session, name, room, _moved(room, then), cost),
                 )
                 self.spend(tick, name, cost, input_tokens=100, output_tokens=10)
 
@@ -259,6 +260,12 @@ class StudyStation:
         names = [a for a in self.lives if a.session == session]
         heir = next((a for a in names if a.kind == RECURSIVE), None)
         return heir.name if heir and tick >= (heir.ascend_tick or 0) else names[0].name
+
+
+def _moved(room: str, to: str) -> str:
+    """A turn's actions as the engine records them: what the agent saw, and the commands read from its reply."""
+    goto = {"name": "goto", "args": to, "params": None, "ok": True, "error": None, "room": room}
+    return json.dumps({"history": [{"room": to, "lines": [f"You moved to the {to} room."]}], "parsed": [goto]})
 
 
 def build_society(directory: Path) -> Path:

@@ -188,10 +188,6 @@ def build_society(directory: Path) -> Path:
     ]:
         st.evaluation(tick, author, code=f"# {tick}\n", title="Next", abstract=abstract, delivered=tick + 1, score=score)
     st.finish()
-    db = sqlite3.connect(directory / "station.db")
-    db.execute("""UPDATE turns SET actions='{"parsed": []}'""")  # the shape the dialogue pages read
-    db.commit()
-    db.close()
     return directory
 
 
