@@ -224,11 +224,12 @@ def test_a_station_without_rooms_gives_empty_tables_of_the_same_columns(society:
         db.execute(f"DROP TABLE {table}")
     db.commit()
     db.close()
-    study = read_study(bare)
-    assert study.evaluations.empty and study.texts.empty
-    assert set(study.edges["kind"]) == {"inheritance"} and len(study.lives) == 5
+    study, window = read_study(bare), read_study(bare, first=2, last=40)
+    assert study.evaluations.empty and study.texts.empty and window.evaluations.empty
+    assert set(study.edges["kind"]) == set(window.edges["kind"]) == {"inheritance"} and len(study.lives) == 5
     for name, columns in TABLES.items():
         assert [(c, str(t)) for c, t in study.tables()[name].dtypes.items()] == [(c, d) for c, d, _ in columns]
+        assert [(c, str(t)) for c, t in window.tables()[name].dtypes.items()] == [(c, d) for c, d, _ in columns]
 
 
 def test_a_station_being_written_is_read_as_it_was_last_committed(society: Path, tmp_path: Path) -> None:

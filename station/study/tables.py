@@ -461,13 +461,15 @@ def _scored_around(db: sqlite3.Connection, people: _People, ev: pd.DataFrame, sp
     """The scores a window's evaluations are compared with: the best delivered before the window per
     task, lineage and author (as one row each, delivered just before it), and every score delivered
     from the window's start until its last evaluation was delivered."""
+    if ev.empty:  # none to compare (a station may have no evaluations at all)
+        return _scored(ev)
     first = int(span[0] or 0)
     last = max(int(span[1] or 0), int(ev["finished_tick"].max()) if ev["finished_tick"].notna().any() else 0)
     before = pd.DataFrame(
         research_views.best_scores_before(db, first), columns=["task", "lineage", "session", "author", "score"]
     ).assign(id=-1, finished_tick=float(first - 1))
     during = pd.DataFrame(research_views.scored_rows(db, first, last), columns=_SCORED)
-    scored = pd.concat([part for part in (before[_SCORED], during) if len(part)], ignore_index=True)
+    scored = pd.concat([part for part in (before[_SCORED], during) if len(part)] or [during], ignore_index=True)
     scored["session"] = pd.to_numeric(scored["session"]).astype("Int64")
     scored["author"] = scored["session"].map(people.latest).fillna(scored["author"])
     scored["finished_tick"] = scored["finished_tick"].astype("float64")
