@@ -30,6 +30,9 @@ Dump = dict[str, list[list[Any]]]
 # code did the same: its own replay of this recording differs from it in exactly these rows).
 AGENTLESS_WHEN_REPLAYED = {"eval_run", "eval_debug"}
 
+# Columns added since the recording: its migrated rows hold NULL where a replay records the value.
+ADDED_SINCE = {"capsule_reads": ["tick"]}  # the tick of a first read (capsule store v3, issue 53)
+
 
 def dump(directory: Path) -> Dump:
     store = Store(directory)
@@ -65,6 +68,10 @@ def normalized(d: Dump) -> Dump:
         body.append(r[1:])
     key = cols[1:].index("key")
     d["inputs"] = [cols[1:]] + sorted(body, key=lambda r: r[key])
+    for table, added in ADDED_SINCE.items():
+        cols, *rows = d[table]
+        blank = [cols.index(c) for c in added]
+        d[table] = [cols] + [[None if i in blank else v for i, v in enumerate(r)] for r in rows]
     return d
 
 
