@@ -321,3 +321,16 @@ def test_a_detected_parent_stays_as_later_evaluations_arrive(tmp_path: Path) -> 
     later = read_study(tmp_path / "growing").evaluations.set_index("id")
     assert (early.loc[2, "parent"], early.loc[2, "parent_how"]) == (1, "detected")
     assert (later.loc[2, "parent"], later.loc[2, "parent_how"]) == (1, "detected")
+
+
+def test_only_the_tables_asked_for_are_read_with_what_they_are_made_from(society: Path, study) -> None:  # noqa: ANN001
+    only = load(society, tables=["evaluations"])
+    pd.testing.assert_frame_equal(only.evaluations, study.evaluations)
+    assert only.lives.empty and only.edges.empty and only.texts.empty and only.spend.empty
+    assert [list(only.tables()[t].columns) for t in TABLES] == [[c for c, _, _ in TABLES[t]] for t in TABLES]
+    steps: list[str] = []
+    edges = load(society, tables=["edges"], progress=lambda step, done, total: steps.append(step))
+    pd.testing.assert_frame_equal(edges.edges, study.edges)
+    assert steps[:2] == ["evaluations", "texts"] and "lives" not in steps and steps[-1] == "done"
+    with pytest.raises(StudyError, match="no study table papers"):
+        load(society, tables=["papers"])

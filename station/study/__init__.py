@@ -71,8 +71,10 @@ def load(
     last: int | None = None,
     window: int | None = None,
     progress: Progress | None = None,
+    tables: Iterable[str] | None = None,
 ) -> Study:
-    """Read a station directory's tables (from tick `first` to `last`, default all)."""
+    """Read a station directory's tables (from tick `first` to `last`, default all; `tables`: only
+    these of schema.TABLES, with what they are made from, the others empty)."""
     from station.study.tables import read_study
 
-    return read_study(Path(path), first=first, last=last, window=window, progress=progress)
+    return read_study(Path(path), first=first, last=last, window=window, progress=progress, tables=tables)

@@ -24,7 +24,7 @@ from scipy import sparse
 from rooms.research import views as research_views
 from station.study.records import MAY_CITE, SYSTEM, People, Span, has, table
 
-SIMILAR = 0.8  # a detected parent's code is at least this similar (cosine of TF-IDF vectors)
+SIMILAR = 0.8  # a detected parent's code is at least this similar (cosine of code-token frequency vectors)
 CANDIDATES = 2000  # a detected parent is among this many latest delivered evaluations of the task
 TIE = 1e-5  # similarities this close are a tie
 CHUNK = 500  # evaluations compared at once (bounds the dense similarity block's memory)

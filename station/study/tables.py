@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -34,10 +35,14 @@ def read_study(
     last: int | None = None,
     window: int | None = None,
     progress: Progress | None = None,
+    tables: Iterable[str] | None = None,
 ) -> Study:
-    """The study's tables of the station in `path`, restricted to ticks `first`..`last` (default all)."""
+    """The study's tables of the station in `path`, restricted to ticks `first`..`last` (default all).
+    `tables`: read only these (the others are empty), with what they are made from (edges need the
+    evaluations and texts, texts the evaluations)."""
     say: Progress = progress or (lambda step, done, total: None)
     path = Path(path)
+    wanted = _wanted(tables)
     with snapshot(path) as db:
         final = last_tick(db)
         lo = 1 if first is None else first
@@ -47,27 +52,34 @@ def read_study(
             raise StudyError(f"first tick {lo} is after last tick {hi}: give first <= last")
         if window is not None and window < 1:
             raise StudyError(f"window {window}: give a window of at least 1 tick")
-        steps = ["lives", "spend", "evaluations", "texts", *(f"edges: {k}" for k in EDGE_READERS), "done"]
+        edge_steps = [f"edges: {k}" for k in EDGE_READERS] if "edges" in wanted else []
+        steps = [*(t for t in TABLES if t in wanted and t != "edges"), *edge_steps, "done"]
         step = lambda name: say(name, steps.index(name), len(steps) - 1)  # noqa: E731
         # a window reads the rows of its ticks, and what they name from before it, by id
         span: Span = (None, None) if first is None and last is None else (since, hi)
-        step("lives")
         people = People(db)
-        lives = _lives(db, people, lo, hi)
-        step("spend")
-        spend = _spend(db, lo, hi)
-        step("evaluations")
-        evaluations = read_evaluations(db, people, span)
-        step("texts")
-        messages = capsule_messages(db, span)
-        texts = read_texts(db, people, evaluations, messages, span)
-        world = World(db, people, evaluations, messages, texts, span)
-        parts = []
-        for kind, reader in EDGE_READERS.items():
-            step(f"edges: {kind}")
-            parts.append(reader(world))
+        lives, spend, edges, evaluations, texts = (pd.DataFrame(columns=[c for c, _, _ in TABLES[t]]) for t in TABLES)
+        if "lives" in wanted:
+            step("lives")
+            lives = _lives(db, people, lo, hi)
+        if "spend" in wanted:
+            step("spend")
+            spend = _spend(db, lo, hi)
+        if "evaluations" in wanted:
+            step("evaluations")
+            evaluations = read_evaluations(db, people, span)
+        if "texts" in wanted:
+            step("texts")
+            messages = capsule_messages(db, span)
+            texts = read_texts(db, people, evaluations, messages, span)
+        if "edges" in wanted:
+            world = World(db, people, evaluations, messages, texts, span)
+            parts = []
+            for kind, reader in EDGE_READERS.items():
+                step(f"edges: {kind}")
+                parts.append(reader(world))
+            edges = assemble_edges(parts, people)
         step("done")
-    edges = assemble_edges(parts, people)
     return Study(
         path=path,
         name=path.resolve().name,
@@ -78,8 +90,21 @@ def read_study(
         spend=_typed("spend", spend),
         edges=_typed("edges", _between(edges, "tick", since, hi)),
         evaluations=_typed("evaluations", _between(evaluations, "tick", since, hi)),
-        texts=_typed("texts", _between(world.texts, "tick", since, hi)),
+        texts=_typed("texts", _between(texts, "tick", since, hi)),
     )
+
+
+def _wanted(tables: Iterable[str] | None) -> set[str]:
+    """The tables to read, with those they are made from."""
+    wanted = set(TABLES) if tables is None else set(tables)
+    unknown = sorted(wanted - set(TABLES))
+    if unknown:
+        raise StudyError(f"no study table {', '.join(unknown)}: the tables are {', '.join(TABLES)}")
+    if "edges" in wanted:
+        wanted |= {"texts"}
+    if "texts" in wanted:
+        wanted |= {"evaluations"}
+    return wanted
 
 
 def round_window(ticks: int) -> int:

@@ -80,7 +80,9 @@ def trees_of(directory: Path, db: Any, *, wait: bool) -> Answer:
     """The build-on trees of every evaluation of the station (a tree spans any ticks: the study of all
     of them; see study_cache for when it is computed)."""
     key = ("trees", str(directory))
-    return study_cache.get(key, "the build-on trees", db, lambda: Trees(load(directory)), wait=wait)
+    return study_cache.get(
+        key, "the build-on trees", db, lambda: Trees(load(directory, tables=("evaluations",))), wait=wait
+    )
 
 
 def tree(trees: Trees, ident: int) -> dict[str, Any] | None:
