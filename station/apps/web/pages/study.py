@@ -8,9 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from station.apps.web import study, study_ideas, study_lists, study_measures
+from station.apps.web import study
 from station.apps.web.site import MAX_ID, Site, site_of
 from station.apps.web.study_cache import Answer, Failed
+
+# station.study's pages import pandas, networkx and scikit-learn when first asked for (0.5 s), not when
+# the server starts: `station serve` and `station export` start as fast as before for other pages.
 
 router = APIRouter()
 
@@ -40,6 +43,8 @@ def measures_page(
     kind: tuple[str, ...] | None = Query(None),  # the network's edge kinds, repeated
 ) -> HTMLResponse:
     """station.study's measures of a window of ticks (by default the study page's)."""
+    from station.apps.web import study_measures
+
     site = site_of(request)
     db = site.reader.db()
     low, high = study.window(db, _tick(first), _tick(last))
@@ -53,6 +58,8 @@ def measures_page(
 def _tables(site: Site, first: int | None, last: int | None) -> tuple[int, int, Answer]:
     """The list's window as the study page chooses it (a missing end: the page's default), and a
     study whose tables cover it."""
+    from station.apps.web import study_measures
+
     low, high = study.window(site.reader.db(), _tick(first), _tick(last))
     found = study_measures.tables_of(site.reader.dir, site.reader.db(), low, high, wait=site.static_export)
     return low, high, found
@@ -77,6 +84,8 @@ def study_edges(
     request: Request, first: int | None = None, last: int | None = None, kind: str = "", agent: str = "", page: int = 1
 ) -> HTMLResponse:
     """The acts of a window, of one kind and by or towards one agent if asked."""
+    from station.apps.web import study_lists, study_measures
+
     site = site_of(request)
     low, high, found = _tables(site, first, last)
     waiting = _waiting(request, site, found, f"the acts of ticks {low}–{high}")
@@ -92,6 +101,8 @@ def study_edges(
 @router.get("/study/lives", response_class=HTMLResponse)
 def study_lives(request: Request, first: int | None = None, last: int | None = None, page: int = 1) -> HTMLResponse:
     """The lives alive at some tick of a window."""
+    from station.apps.web import study_lists, study_measures
+
     site = site_of(request)
     low, high, found = _tables(site, first, last)
     waiting = _waiting(request, site, found, f"the lives of ticks {low}–{high}")
@@ -107,6 +118,8 @@ def study_texts(
     request: Request, first: int | None = None, last: int | None = None, kind: str = "", page: int = 1
 ) -> HTMLResponse:
     """The texts written in a window, of one kind if asked."""
+    from station.apps.web import study_lists, study_measures
+
     site = site_of(request)
     low, high, found = _tables(site, first, last)
     waiting = _waiting(request, site, found, f"the texts of ticks {low}–{high}")
@@ -121,6 +134,8 @@ def study_texts(
 @router.get("/study/ideas/{evaluation_id}", response_class=HTMLResponse)
 def idea_tree(request: Request, evaluation_id: int) -> HTMLResponse:
     """The build-on tree of an evaluation: its ancestors to the root and its descendants."""
+    from station.apps.web import study_ideas
+
     site = site_of(request)
     if not 0 < evaluation_id < MAX_ID:
         return site.not_found(request, f"No evaluation #{evaluation_id}.")
