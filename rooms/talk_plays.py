@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 import re
 
-from station.models.scripted import Situation, internal_reply, room_play, yaml_block
+from station.models.scripted import Situation, internal_reply, room_call, room_play, yaml_block
 
 # Recursive agent names as they appear in prompts: a lineage word and a Roman generation.
 AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")
 REFLECTION_MARK = re.compile(r"Reflection Tick (\d+) / (\d+)")
+META_DUE = re.compile(r"^- Meta-Reflection: (due now|overdue)", re.MULTILINE)  # the status line, when asked
 
 OPENERS = [
     "Hello from {name}. I am still mapping the station and would like to compare notes.",
@@ -44,14 +45,22 @@ def _play_common(s: Situation, rng: random.Random) -> list[str]:
     return actions
 
 
+@room_call("reflect", rank=5)
+def _meta_reflection_due(s: Situation, rng: random.Random) -> bool:
+    return bool(META_DUE.search(s.prompt))  # draws nothing: stations that ask for none play as before
+
+
 @room_play("reflect")
 def _play_reflect(s: Situation, rng: random.Random) -> list[str]:
+    if META_DUE.search(s.prompt):
+        return ["/execute_action{meta_reflect}"]
     if s.tick - s.notes.get("reflected_at", -100) < 10:
         return []  # one reflection now and then is enough
     s.notes["reflected_at"] = s.tick
     return ["/execute_action{reflect}", yaml_block({"prompt": rng.choice(REFLECTION_PROMPTS), "tick": 3})]
 
 
+@internal_reply("meta_reflect")
 @internal_reply("reflect")
 def reflection_reply(prompt: str, rng: random.Random) -> str:
     """A first-person answer to one reflection tick (never an action line)."""

@@ -72,7 +72,7 @@ class TokenManagementRoom(Room):
         lines = ["Pruning is available now." if left == 0 else f"Next prune possible in {left} tick(s)."]
         counts = ctx.conversations.words_per_tick(agent.session)
         pruned = _pruned_ticks(agent)
-        protected = ctx.conversations.protected_ticks(agent.session)
+        protected = _protected_ticks(ctx, agent)
         ticks = sorted((t for t in counts if t not in pruned or t in protected), reverse=True)
         pages = max(1, -(-len(ticks) // PAGE_ROWS))
         page = min(max(1, agent.room_state(self.short).get("page", 1)), pages)
@@ -115,7 +115,7 @@ class TokenManagementRoom(Room):
 
     def _prune(self, ctx: Context, agent: Agent, prune_blocks: list[PruneBlock]) -> Outcome:
         already = _pruned_ticks(agent)
-        protected = ctx.conversations.protected_ticks(agent.session)
+        protected = _protected_ticks(ctx, agent)
         taken: set[int] = set()
         blocks: list[dict[str, Any]] = []
         errors: list[str] = []
@@ -156,6 +156,13 @@ class TokenManagementRoom(Room):
                 "Your next prompt's context is smaller; past actions are not undone."
             ]
         )
+
+
+def _protected_ticks(ctx: Context, agent: Agent) -> set[int]:
+    """Ticks that carry a protected keyword, and those features hold for the agent in its
+    `protected_ticks` flag (feature -> ticks: the start of a meta-reflection, say)."""
+    held = {t for ticks in agent.flags.get("protected_ticks", {}).values() for t in ticks}
+    return ctx.conversations.protected_ticks(agent.session) | held
 
 
 def _pruned_ticks(agent: Agent) -> set[int]:

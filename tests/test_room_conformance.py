@@ -141,7 +141,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         specs[f"{cls.short}.{name}"] = recursive(replay_model(tmp / f"a{i}.jsonl", script(cls, name), pad=12),
                                                  lineage="Tester")
     research = yaml.safe_load(DEMO.read_text())["research"]  # circle packing
-    st = make_station(tmp / "station", list(specs.values()), research=research, lifecycle={"maturity_ticks": 5})
+    st = make_station(tmp / "station", list(specs.values()), research=research, lifecycle={"maturity_ticks": 5},
+                      reflection={"meta_every_ticks": 20})  # `meta_reflect` runs, and its help is shown
     by_session = {r["session"]: r["name"] for r in st.store.all("SELECT name, session FROM agents")}
     names = {key: by_session[i + 1] for i, key in enumerate(specs)}
     make_old(st, *(n for key, n in names.items() if key not in ("guest", "immature")))

@@ -141,6 +141,7 @@ def system_information(ctx: Context, agent: Agent) -> str:
     lines.append(age)
     if agent.role:
         lines.append(f"- Agent Role: {agent.role.capitalize()}")
+    lines += [line for room in ctx.rooms.values() for line in room.status_lines(ctx, agent)]
     return "\n".join(lines)
 
 

@@ -116,6 +116,11 @@ class Room:
         """Lines for the agent's System Messages this turn, wherever it is."""
         return []
 
+    def status_lines(self, ctx: Context, agent: Agent) -> list[str]:
+        """Lines for the agent's System Information (`- Label: value`), wherever it is: a countdown
+        the room keeps for it, say."""
+        return []
+
     def awaiting_operator(self, ctx: Context) -> list[str]:
         """What waits for the operator's answer (a tick-end pause names them)."""
         return []
