@@ -11,8 +11,8 @@ Every class in `rooms.room_classes()` is checked, so a new room is tested once r
 4. answer each action sent the engine's real way (a replayed reply: parse -> validate -> handler) with a
    clear line when its YAML is missing, mistyped or has unknown keys, and when it is used in the wrong
    room; nothing raises and the turn is committed;
-5. keep the optional API's types (system_notices, awaiting_operator, status_counts, lineage_credits,
-   task_summary) and bring only hooks that watch event kinds the engine really emits.
+5. keep the optional API's types (system_notices, status_lines, awaiting_operator, status_counts,
+   lineage_credits, task_summary) and bring only hooks that watch event kinds the engine really emits.
 
 Built once per module: a station of replayed agents (one per viewer kind, one per action) run for 3 ticks,
 and configs/demo.yaml run for 15 (ascended agents, the event kinds a real run emits). Views and API calls
@@ -307,10 +307,13 @@ def test_optional_api_returns_its_declared_types(world: World, cls: type[Room]) 
         ctx, room = st.ctx, loaded(st, cls)
         with rolled_back(st):
             notices = {a.name: room.system_notices(ctx, a) for a in ctx.agents.active()}
+            status = {a.name: room.status_lines(ctx, a) for a in ctx.agents.active()}
             waiting, counts = room.awaiting_operator(ctx), room.status_counts(ctx)
             credits, summary = room.lineage_credits(ctx), room.task_summary(ctx)
         where = f"{cls.short} in the {st.config.name} station"
         assert all(is_str_list(n) for n in notices.values()), f"{where}: system_notices -> {notices!r}"
+        assert all(is_str_list(lines) and all(re.fullmatch(r"- [^:\n]+: [^\n]+", line) for line in lines)
+                   for lines in status.values()), f"{where}: status_lines (one '- Label: value' each) -> {status!r}"
         assert is_str_list(waiting), f"{where}: awaiting_operator -> {waiting!r}"
         assert isinstance(counts, dict), f"{where}: status_counts -> {counts!r}"
         assert isinstance(credits, dict) and all(isinstance(k, str) and type(v) in (int, float)
