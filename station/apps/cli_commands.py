@@ -40,6 +40,7 @@ class StatusLine:
         self.start, self.turns = time.monotonic(), 0
         research = station is not None and "research" in station.ctx.rooms
         self.store = station.store if research else None  # read in the engine's thread, between units
+        self.world = station.store if station is not None else None
         self._evals, self._evals_at = "", -1.0
 
     def __call__(self, p: Progress) -> None:
@@ -56,6 +57,7 @@ class StatusLine:
         line = (
             f"tick {p.tick:>5} | {where:<36} | {self.turns} turns, {rate:6.1f} turns/s | {elapsed:7.1f}s"
             + self._evaluations(p.tick, fresh=p.kind == "tick")
+            + (self._endpoints() if p.kind == "tick" else "")
         )
         if self.tty:
             self.stream.write("\r\x1b[K" + line)
@@ -82,6 +84,15 @@ class StatusLine:
                 f"{c['failed']} failed{faults} in {self.RECENT_TICKS} ticks"
             )
         return self._evals
+
+    def _endpoints(self) -> str:
+        """The models whose calls go to a backup endpoint now (`backups:`), at the end of a tick."""
+        if self.world is None:
+            return ""
+        from station.apps.report import endpoint_name, endpoints
+
+        away = [e for e in endpoints(self.world) if e["endpoint"]]
+        return "".join(f" | {e['model']} on {endpoint_name(e['endpoint'])}" for e in away)
 
     def done(self) -> None:
         if self.tty:

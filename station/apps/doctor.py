@@ -1,6 +1,7 @@
 """`station doctor`: checks each configured model's key and endpoint, and says what works.
 
-It asks each provider about the model (a free metadata request). A server without a per-model
+A model with `backups:` is checked at each of its endpoints, the base and every backup, one row
+each. It asks each provider about the model (a free metadata request). A server without a per-model
 lookup (llama.cpp, vLLM) is asked for its list of models instead; one that cannot list them is
 said to, which is no failure by itself. For a server at `base_url` it also reads the context size
 the server serves, where the server tells (llama.cpp's /props, vLLM's max_model_len, Ollama's
@@ -29,6 +30,7 @@ from station.core.budget import cost_usd
 from station.core.config import ModelConfig, StationConfig
 from station.core.model_api import LENGTH
 from station.models import ModelError, create_model
+from station.models.fallback import endpoint_configs
 from station.models.remote import DEFAULT_KEY_ENV, api_key, short
 
 PROBE = "This is a connectivity check. Reply with the single word: ready"
@@ -278,7 +280,11 @@ def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
     for use, model in named:
         key = model.model_dump_json()
         uses.setdefault(key, (model, []))[1].append(use)
-    return [check_model(model, ", ".join(who), call=call, prices=config.prices) for model, who in uses.values()]
+    return [
+        check_model(endpoint, ", ".join(who) + (f" (backup {i})" if i else ""), call=call, prices=config.prices)
+        for model, who in uses.values()
+        for i, endpoint in enumerate(endpoint_configs(model))  # the base, then each backup
+    ]
 
 
 def _cell(text: str) -> str:

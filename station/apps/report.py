@@ -115,6 +115,27 @@ def spend(station: Station) -> dict[str, Any]:
 ACTIVE_AGENT_FIELDS = ("birth_tick", "max_age", "generation", "context_tokens", "tokens_spent")
 
 
+def endpoints(store: Any) -> list[dict[str, Any]]:
+    """Per model whose calls ever moved to another endpoint (`backups:`), where they go now: its
+    last switch, and how many there were. Empty for a station that never switched."""
+    if not store.one("SELECT 1 FROM sqlite_master WHERE type='table' AND name='endpoint_switches'"):
+        return []
+    rows = store.all(
+        "SELECT provider, model, endpoint, base_url, tick, reason, COUNT(*) OVER (PARTITION BY provider, model) AS "
+        "switches, ROW_NUMBER() OVER (PARTITION BY provider, model ORDER BY id DESC) AS newest "
+        "FROM endpoint_switches ORDER BY provider, model"
+    )
+    return [
+        {k: r[k] for k in ("provider", "model", "endpoint", "base_url", "tick", "reason", "switches")}
+        for r in rows
+        if r["newest"] == 1
+    ]
+
+
+def endpoint_name(index: int) -> str:
+    return "base" if index == 0 else f"backup {index}"
+
+
 def active_agents(store: Any, *, limit: int = -1, offset: int = 0) -> list[dict[str, Any]]:
     """The active agents' headline fields in turn order, read inside SQLite (not as records)."""
     fields = ", ".join(f"json_extract(data, '$.{f}') AS {f}" for f in ACTIVE_AGENT_FIELDS)
@@ -207,6 +228,7 @@ def status(station: Station, *, running: bool) -> dict[str, Any]:
         "scorer_health": scorer_health,
         "system_failures": system_failures,
         "spend": money,
+        "endpoints": endpoints(store),
     }
 
 
@@ -257,6 +279,12 @@ def status_text(data: dict[str, Any]) -> str:
         *_social_lines(c),
         *(_research_lines(c, data) if "research_best" in c else []),
         *(_spend_lines(data) if data["spend"]["calls"] else []),
+        *(
+            f"endpoint of {e['provider']} {e['model']}: {endpoint_name(e['endpoint'])} "
+            f"({e['base_url'] or 'the provider default'}) since tick {e['tick']}, {e['switches']} switch(es); "
+            f"the last: {e['reason']}"
+            for e in data.get("endpoints", [])
+        ),
         "",
         *_agent_lines(data),
     ]

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from station.core.config import ModelConfig, Price, StationConfig
 from station.core.model_api import BudgetExceeded, Message, Usage, estimate_conversation
@@ -132,6 +133,33 @@ class Ledger:
                     ),
                 )
         return spent
+
+    def record_switch(self, switch: Any) -> None:
+        """A model's calls moved to another endpoint (models/fallback.py's Switch): kept in
+        `endpoint_switches`, made at the first switch (stations without backups never have it).
+        Bookkeeping like spend: a replay calls no endpoint and records none."""
+        if self._db is None:
+            return
+        with self._write_lock, self._lock:
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS endpoint_switches (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, "
+                "tick INTEGER, provider TEXT NOT NULL, model TEXT NOT NULL, endpoint INTEGER NOT NULL, "
+                "base_url TEXT NOT NULL, reason TEXT NOT NULL)"
+            )
+            tick = self._db.execute("SELECT value FROM meta WHERE key='tick'").fetchone()
+            self._db.execute(
+                "INSERT INTO endpoint_switches(at, tick, provider, model, endpoint, base_url, reason) "
+                "VALUES(?,?,?,?,?,?,?)",
+                (
+                    time.time(),
+                    int(tick[0]) if tick else None,
+                    switch.provider,
+                    switch.model,
+                    switch.endpoint,
+                    switch.base_url,
+                    switch.reason,
+                ),
+            )
 
     def _add(self, who: str, tokens: int, usd: float) -> None:
         self.tokens[who] = self.tokens.get(who, 0) + tokens

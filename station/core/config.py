@@ -67,6 +67,35 @@ STORED = "stored"
 
 
 DEFAULT_MAX_IN_FLIGHT = 100  # requests at once per endpoint: the SDKs' own keep-alive pool size
+DEFAULT_BACKUP_PROBE_S = 1800.0  # while on a backup, the base endpoint is tried again this often
+
+
+def _no_key_here(data: Any) -> Any:
+    """Keys live in the environment: a config that holds one is refused before it is stored."""
+    if isinstance(data, dict) and "api_key" in data:
+        raise ValueError(
+            "api_key: keys never go in the config (it is stored with the station); put the key in an "
+            "environment variable and name it with api_key_env"
+        )
+    return data
+
+
+class BackupEndpoint(Section):
+    """Another endpoint of the same provider and model, tried when the one in use keeps failing."""
+
+    base_url: str | None = Field(None, description="null: the provider's own endpoint")
+    api_key_env: str | None = Field(
+        None, pattern=ENV_NAME, description="environment variable holding this endpoint's key (default: the model's)"
+    )
+
+    _no_key = model_validator(mode="before")(_no_key_here)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("a backup's base_url is an http:// or https:// address")
+        return value
 
 
 class ModelConfig(Section):
@@ -119,6 +148,19 @@ class ModelConfig(Section):
     retry_base_s: float = Field(2.0, ge=0, description="first backoff delay; doubles with each retry")
     retry_max_s: float = Field(120.0, ge=0, description="longest backoff delay (retry-after may ask more)")
     options: dict[str, Any] = Field(default_factory=dict, description="extra provider request options")
+    # Left out of stored records when unset, like max_in_flight: older stations keep their records.
+    backups: list[BackupEndpoint] = Field(
+        default_factory=list,
+        exclude_if=lambda value: not value,
+        description="endpoints tried in turn after this one (base, backup 1, ..., base again) when more than 70% "
+        "of the last 10 calls to the one in use failed; each names its key by api_key_env, never the key",
+    )
+    backup_probe_s: float = Field(
+        DEFAULT_BACKUP_PROBE_S,
+        ge=0,
+        exclude_if=lambda value: value == DEFAULT_BACKUP_PROBE_S,
+        description="while a backup is in use, the base endpoint is tried with one small call this often (seconds)",
+    )
     replay_file: str | None = Field(None, description="replay provider: JSONL file of replies")
     seed: int = Field(0, description="scripted provider: seed of its decisions")
 
@@ -129,8 +171,17 @@ class ModelConfig(Section):
             raise ValueError(f"Input should be one of {', '.join(map(repr, PROVIDERS.names()))}")
         return value
 
+    _no_key = model_validator(mode="before")(_no_key_here)
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
+        if self.backups and not self.remote:
+            raise ValueError(f"backups: provider {self.provider!r} calls no endpoint; backups need a remote provider")
+        where = [(b.base_url or "").rstrip("/") + " " + (b.api_key_env or "") for b in self.backups]
+        if len(set(where)) < len(where) or (self.base_url or "").rstrip("/") + " " + (self.api_key_env or "") in where:
+            raise ValueError(
+                "backups: each endpoint (base_url and api_key_env) must differ from the base and the others"
+            )
         if self.provider == "replay" and not self.replay_file:
             raise ValueError("provider 'replay' needs replay_file")
         if self.thinking_budget and self.provider == "anthropic" and self.thinking_budget >= self.max_output_tokens:

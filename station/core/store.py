@@ -475,7 +475,7 @@ def canonical_dump(store: Store) -> dict[str, list[list[Any]]]:
     """Every world table, rows in key order, minus wall-clock columns: equal worlds, equal dumps."""
     volatile = {"recorded_at", "started_at", "finished_at", "queued_at", "latency_s"}
     # bookkeeping, not world: a replay spends nothing and runs nothing
-    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs", "spend", "spend_totals"}
+    skip_tables = {"sqlite_sequence", "operator_queue", "evaluation_runs", "spend", "spend_totals", "endpoint_switches"}
     out: dict[str, list[list[Any]]] = {}
     tables = [r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for table in tables:

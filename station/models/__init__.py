@@ -24,6 +24,7 @@ from station.core.plugins import PROVIDERS
 from station.core.registry import UnknownName
 from station.models import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
 from station.models.endpoint import EndpointKey, known_limit
+from station.models.fallback import FallbackModel, Switch
 from station.models.remote import endpoint_key
 from station.models.replay import ReplayModel
 from station.models.request_processes import RequestProcesses
@@ -50,13 +51,18 @@ def create_model(
     stop: threading.Event | None = None,
     on_wait: Callable[[str], None] | None = None,
     processes: RequestProcesses | None = None,
+    on_switch: Callable[[Switch], None] | None = None,
 ) -> Model:
+    """The model of `config`. With `processes`, a remote model's calls are made there (and a
+    model with backups chooses its endpoint there); `on_switch` hears of each change of endpoint."""
     try:
         make = PROVIDERS.get(config.provider)
     except UnknownName as err:
         raise ModelError(str(err), permanent=True) from None
     if processes is not None and config.remote:
         return make(config, stop=stop, on_wait=on_wait, processes=processes)
+    if config.backups:
+        return FallbackModel(config, lambda each: make(each, stop=stop, on_wait=on_wait), on_switch or (lambda s: None))
     return make(config, stop=stop, on_wait=on_wait)
 
 
@@ -190,7 +196,9 @@ class ModelPool:
         self._lock = threading.Lock()
         # engine.request_processes: the provider calls are made in that many processes
         self.processes = (
-            RequestProcesses(request_processes, on_wait=lambda text: self.on_wait(text), providers=providers)
+            RequestProcesses(
+                request_processes, on_wait=lambda text: self.on_wait(text), providers=providers, on_switch=self.switched
+            )
             if request_processes
             else None
         )
@@ -222,11 +230,20 @@ class ModelPool:
                     cfg,
                     self.ledger,
                     lambda: create_model(
-                        cfg, stop=self.stop, on_wait=lambda text: self.on_wait(text), processes=self.processes
+                        cfg,
+                        stop=self.stop,
+                        on_wait=lambda text: self.on_wait(text),
+                        processes=self.processes,
+                        on_switch=self.switched,
                     ),
                     self.processes,
                 )
             return self._models[key]
+
+    def switched(self, switch: Switch) -> None:
+        """A model's calls moved to another endpoint (backups): recorded, and told like a wait."""
+        self.ledger.record_switch(switch)
+        self.on_wait(switch.text())
 
     @staticmethod
     def width(models: Iterable[PooledModel | ModelConfig | dict[str, Any]]) -> int:

@@ -46,6 +46,7 @@ from station.core.model_api import TRANSIENT, Message, ModelError, Reply
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 MESSAGE_MAX = 1 << 20  # a worker's settings sent to the zygote: its environment is most of them
 WAITING = -1  # the number of a worker's message that is a retry notice, not an answer
+SWITCHED = -2  # ... that tells a model's calls moved to another endpoint (a fallback.Switch)
 RESENDS = 2  # times a call is sent again after the worker making it died
 MANY = 256  # messages sent to a worker in one write, at most
 
@@ -155,9 +156,10 @@ class _Worker:
         providers: list[str],
         on_wait: Callable[[str], None],
         on_lost: Callable[[list[_Call]], None],
+        on_switch: Callable[[Any], None],
     ) -> None:
         self.process, self.outgoing, self.incoming = start_worker(index, count, providers)
-        self.on_wait, self.on_lost = on_wait, on_lost
+        self.on_wait, self.on_lost, self.on_switch = on_wait, on_lost, on_switch
         self.pending: dict[int, _Call] = {}
         self.lock = threading.Lock()  # guards `pending` and `alive`
         self.alive = True
@@ -207,6 +209,9 @@ class _Worker:
             if number == WAITING:
                 self.on_wait(value)
                 continue
+            if number == SWITCHED:  # recorded by a thread of its own: this one never waits for the ledger
+                threading.Thread(target=self.on_switch, args=(value,), name="endpoint-switch").start()
+                continue
             with self.lock:
                 call = self.pending.pop(number, None)
             if call is None:
@@ -241,8 +246,9 @@ class RequestProcesses:
         count: int,
         on_wait: Callable[[str], None] | None = None,
         providers: Callable[[], Iterable[str]] = lambda: (),
+        on_switch: Callable[[Any], None] = lambda switch: None,
     ) -> None:
-        self.count, self.providers = count, providers
+        self.count, self.providers, self.on_switch = count, providers, on_switch
         self.on_wait = on_wait or (lambda text: None)
         self._workers: list[_Worker | None] = [None] * count
         self._numbers = itertools.count()
@@ -305,6 +311,7 @@ class RequestProcesses:
                     sorted(set(self.providers())),
                     self.on_wait,
                     lambda calls: self._resend(index, calls),
+                    self.on_switch,
                 )
                 if self._stop is not None and self._stop.is_set():
                     worker.send(("stop",))

@@ -18,7 +18,7 @@ from typing import Any
 from station.core.config import ModelConfig
 from station.core.model_api import PERMANENT, ModelError
 from station.models import create_model
-from station.models.request_processes import WAITING, worker_share
+from station.models.request_processes import SWITCHED, WAITING, worker_share
 
 CALLS_AT_ONCE = 10_000  # threads are started as calls come; the endpoints' bounds are what limit them
 # The SDK behind each provider, and the HTTP library all of them use. The station's providers'
@@ -92,6 +92,7 @@ class Worker:
                     config.model_copy(update={"max_in_flight": share}),
                     stop=self.stop,
                     on_wait=lambda text: self.send((WAITING, True, text)),
+                    on_switch=lambda switch: self.send((SWITCHED, True, switch)),
                 )
             return self.models[settings]
 
