@@ -1,8 +1,8 @@
-"""Compulsory meta-reflection: its prompt file, each mature agent's countdown, and the overdue warning.
+"""Compulsory meta-reflection: its prompt file, each mature agent's countdown, its protected ticks.
 
 The countdown is world state (the tick it started from, in the agent's Reflection Chamber
 state), set and read only during turns, so a replay counts and warns exactly as the run did.
-The `meta_reflect` action itself lives in the Reflection Chamber (rooms/reflection.py).
+The `meta_reflect` action and the hook that warns live in the Reflection Chamber (rooms/reflection.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import yaml
 
 from station.core.agents import Agent
 from station.core.config import ConfigError
-from station.core.context import Context, Hook
-from station.core.events import TurnStarted, on
+from station.core.context import Context
 from station.core.texts import CODEX_ROOT
 
 SHIPPED_PROMPTS = CODEX_ROOT / "meta_reflection_prompts.yaml"
@@ -93,26 +92,3 @@ def protect_start_tick(ctx: Context, agent: Agent, limit: int | None) -> None:
     held: dict[str, list[int]] = agent.flags.setdefault("protected_ticks", {})
     ticks = [*held.get(PROTECTED, []), ctx.tick]
     held[PROTECTED] = ticks if limit is None else ticks[-limit:] if limit else []
-
-
-class MetaReflectionCountdown(Hook):
-    """Starts each mature agent's countdown at its first turn and warns it every turn once its
-    meta-reflection is overdue by the grace period."""
-
-    name = "meta_reflection"
-    order = 40
-
-    def __init__(self, every: int, grace: int) -> None:
-        self.every, self.grace = every, grace
-
-    @on(TurnStarted)
-    def count(self, ctx: Context, agent_name: str | None, event: TurnStarted) -> None:
-        agent = ctx.agents.get(agent_name or "")
-        if agent is None or not agent.active or not ctx.is_mature(agent):
-            return
-        state = agent.room_state(ROOM)
-        if SINCE not in state:
-            state[SINCE] = ctx.tick
-        overdue = ticks_counted(ctx, agent) - self.every
-        if overdue >= self.grace:
-            ctx.notify(agent, ctx.texts.render("meta_reflection_overdue", ticks=overdue), "meta_reflection")

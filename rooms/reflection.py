@@ -18,7 +18,7 @@ from rooms import meta_reflection as meta
 from station.core.agents import Agent
 from station.core.config import Section, StationConfig, beside, config_section
 from station.core.context import Context, Hook
-from station.core.events import Event, event_kind
+from station.core.events import Event, TurnStarted, event_kind, on
 from station.core.room import Outcome, Params, Room, action, register_room
 
 MAX_PROMPT_CHARS = 4000
@@ -140,11 +140,13 @@ class ReflectionChamber(Room):
     lobby_order = 30
 
     def hooks(self, config: StationConfig) -> list[Hook]:
+        # The section cannot be changed on a running station (`station set` refuses it): a station
+        # made without meta-reflection never loads the hook and pays nothing for it per turn.
         cfg = config.section(ReflectionConfig)
         if not cfg.meta_every_ticks:
             return []
         meta.load_prompts(meta.prompt_file(cfg.meta_prompt_file))  # a bad file stops the start, not a turn
-        return [meta.MetaReflectionCountdown(cfg.meta_every_ticks, cfg.meta_grace_ticks)]
+        return [MetaReflectionCountdown()]
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.section(ReflectionConfig)
@@ -216,3 +218,24 @@ class ReflectionChamber(Room):
         state["meta_count"] = state.get("meta_count", 0) + 1
         opening = ctx.texts.render("meta_reflection_opening", question=drawn.text)
         return Outcome([], internal=MetaReflection(opening, cfg.meta_rounds, drawn.text, cfg.meta_every_ticks))
+
+
+class MetaReflectionCountdown(Hook):
+    """Starts each mature agent's meta-reflection countdown at its first turn, and warns it every
+    turn once it is `meta_grace_ticks` overdue (until its next meta-reflection restarts the count)."""
+
+    name = "meta_reflection"
+    order = 40
+
+    @on(TurnStarted)
+    def count(self, ctx: Context, agent_name: str | None, event: TurnStarted) -> None:
+        cfg = ctx.config.section(ReflectionConfig)
+        agent = ctx.agents.get(agent_name or "")
+        if agent is None or not agent.active or not ctx.is_mature(agent):
+            return
+        state = agent.room_state(ReflectionChamber.short)
+        if meta.SINCE not in state:
+            meta.restart_countdown(ctx, agent)
+        overdue = meta.ticks_counted(ctx, agent) - cfg.meta_every_ticks
+        if overdue >= cfg.meta_grace_ticks:
+            ctx.notify(agent, ctx.texts.render("meta_reflection_overdue", ticks=overdue), "meta_reflection")

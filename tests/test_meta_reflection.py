@@ -126,8 +126,9 @@ def test_a_default_station_asks_for_no_meta_reflection(tmp_path: Path) -> None:
         assert "- Meta-Reflection:" not in prompt  # no countdown in the status
         assert "Help Message - Reflection Chamber" in prompt and "**Meta-reflection.**" not in prompt
         assert "This station asks for no meta-reflection" in prompt
+        assert "meta_since" not in stored(st, "Spiro I")["rooms"].get("reflect", {})  # no countdown kept
+        assert "meta_reflection" not in [hook.name for hook in st.ctx.hooks]  # nothing to pay per turn
         assert not st.store.all("SELECT 1 FROM messages WHERE kind='meta_reflection'")
-        assert "meta_since" not in stored(st, "Spiro I")["rooms"].get("reflect", {})
     finally:
         st.close()
 
