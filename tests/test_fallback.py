@@ -16,6 +16,7 @@ from remote_world import scripted_responder
 
 from station.apps.cli_commands import StatusLine
 from station.apps.doctor import diagnose
+from station.apps.endpoints import NewEndpoint, check_spawn
 from station.apps.report import status, status_text
 from station.apps.world import Station
 from station.core.config import ConfigError, load_config, parse_config
@@ -164,3 +165,15 @@ def test_a_key_in_the_config_or_a_bad_backup_is_refused_in_one_line(tmp_path, ba
     assert lines[0] == f"invalid station config ({path}):" and len(lines) == 2
     assert lines[1].strip().startswith(problem)
     assert "sk-secret" not in str(refused.value)
+
+
+def test_a_backup_that_would_send_a_key_to_a_new_server_needs_the_operators_flag():
+    cfg = parse_config(
+        {"agents": [{"model": {"provider": "openai", "name": "m", "base_url": "http://a.example/v1"}}]}
+    )
+    model = {"provider": "openai", "name": "m", "base_url": "http://a.example/v1",
+             "backups": [{"base_url": "http://b.example/v1", "api_key_env": "OTHER_KEY"}]}
+    with pytest.raises(NewEndpoint, match="send OTHER_KEY to http://b.example/v1 which"):
+        check_spawn(cfg, {"model": model})
+    assert check_spawn(cfg, {"model": model}, allow=True) == [
+        "allowed by --allow-new-endpoint: this model sends OTHER_KEY to http://b.example/v1"]

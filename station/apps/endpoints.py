@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from station.core.config import AgentSpec, ModelConfig, StationConfig, parse_config
+from station.models.fallback import endpoint_configs
 from station.models.remote import DEFAULT_KEY_ENV
 
 ALLOW_FLAG = "--allow-new-endpoint"
@@ -68,8 +69,10 @@ def normal(url: str) -> str:
 
 
 def routes(models: Iterable[ModelConfig]) -> set[tuple[str, str]]:
-    """Every (key variable, custom endpoint) pair the models use."""
-    return {(env, url) for m in models for env in key_envs(m) for url in endpoints(m)}
+    """Every (key variable, custom endpoint) pair the models use, their backups' included."""
+    return {
+        (env, url) for m in models for each in endpoint_configs(m) for env in key_envs(each) for url in endpoints(each)
+    }
 
 
 def check(config: StationConfig, models: Iterable[ModelConfig], *, allow: bool = False) -> list[str]:
