@@ -19,9 +19,10 @@ from station.apps.doctor import diagnose
 from station.apps.endpoints import NewEndpoint, check_spawn
 from station.apps.report import status, status_text
 from station.apps.world import Station
-from station.core.config import ConfigError, load_config, parse_config
+from station.core.config import ConfigError, ModelConfig, load_config, parse_config
 from station.core.engine import Engine
 from station.core.store import Store, canonical_dump
+from station.models import ModelError, create_model
 from station.models.fallback import Chain, chain_for, endpoint_configs
 
 KEY_ENV = "FALLBACK_TEST_KEY"
@@ -177,3 +178,12 @@ def test_a_backup_that_would_send_a_key_to_a_new_server_needs_the_operators_flag
         check_spawn(cfg, {"model": model})
     assert check_spawn(cfg, {"model": model}, allow=True) == [
         "allowed by --allow-new-endpoint: this model sends OTHER_KEY to http://b.example/v1"]
+
+
+def test_a_backup_whose_key_is_not_set_is_named_at_the_first_call(monkeypatch):
+    monkeypatch.delenv("MISSING_BACKUP_KEY", raising=False)
+    cfg = ModelConfig(provider="openai", name="m", base_url="http://127.0.0.1:9/v1",
+                      backups=[{"api_key_env": "MISSING_BACKUP_KEY"}])
+    with pytest.raises(ModelError, match=r"^backup 1 \(the provider default\): no API key for openai model m: "
+                                         "set MISSING_BACKUP_KEY"):
+        create_model(cfg)

@@ -136,7 +136,7 @@ class FallbackModel:
         self.config, self.name, self.on_switch = config, config.name, on_switch
         self.endpoints = endpoint_configs(config)
         # every endpoint is made now: a backup's missing key is told at the first call, not at the outage
-        self.models = [make(c) for c in self.endpoints]
+        self.models = [_made(make, c, i) for i, c in enumerate(self.endpoints)]
         base = self.endpoints[0]
         self.probe_model = make(
             base.model_copy(
@@ -180,6 +180,16 @@ class FallbackModel:
         index = self.chain.current
         url = self.endpoints[index].base_url or ""
         self.on_switch(Switch(self.config.provider, self.name, index, url, reason))
+
+
+def _made(make: Callable[[ModelConfig], Model], config: ModelConfig, index: int) -> Model:
+    try:
+        return make(config)
+    except ModelError as err:  # e.g. a backup's key is not set: say which endpoint
+        if not index:
+            raise
+        where = f"{endpoint_name(index)} ({config.base_url or 'the provider default'})"
+        raise ModelError(f"{where}: {err}", kind=err.kind) from None
 
 
 def short_share(err: ModelError) -> str:
