@@ -156,10 +156,12 @@ class FallbackModel:
             try:
                 reply = self.models[index].complete(messages, system=system, agent=agent)
             except ModelError as err:
-                if err.kind != TRANSIENT or step == len(self.models) - 1:
+                if err.kind != TRANSIENT:
                     raise
                 if self.chain.record(index, failed=True):
                     self._told(f"{endpoint_name(index)} failed {short_share(err)}")
+                if step == len(self.models) - 1:
+                    raise ModelError(f"every endpoint failed; the last, {endpoint_name(index)}: {err}") from err
                 continue
             self.chain.record(index, failed=False)
             return reply
