@@ -133,3 +133,12 @@ def test_unknown_codex_set_and_text_override_fail_before_creating(tmp_path: Path
     with pytest.raises(TextsError, match="unknown text names"):
         Station.create(tmp_path / "b", parse_config({"codex": {"texts": {"not_a_text": "x"}}}))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_key_pasted_where_its_variables_name_belongs_is_not_printed() -> None:
+    secret = "sk-proj-abc123secret"
+    for model in ({"api_key_env": secret}, {"backups": [{"base_url": "https://b.example", "api_key_env": secret}]}):
+        spec = {"agents": [{"count": 1, "model": {"provider": "openai", "name": "m", **model}}]}
+        with pytest.raises(ConfigError) as err:
+            parse_config(spec, "t")
+        assert "api_key_env" in str(err.value) and secret not in str(err.value)

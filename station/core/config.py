@@ -479,6 +479,8 @@ def _format_errors(err: ValidationError, source: str) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif "key" in path.rsplit(".", 1)[-1]:
+            pass  # a key's name is not echoed: a key pasted where its variable's name belongs would be printed
         elif "input" in e and not isinstance(e["input"], (dict, list)):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"  {path}: {msg}")
