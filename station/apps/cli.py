@@ -34,6 +34,7 @@ from station.apps.cli_commands import (
     cmd_task_check,
 )
 from station.apps.external_cli import add_external_command
+from station.apps.multistart import add_multistart_command
 from station.apps.readers_cli import add_page_arguments, add_reader_commands
 from station.apps.study_cli import add_study_command
 from station.apps.verify_cli import add_verify_command
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_external_command(sub)
     add_verify_command(sub)
     add_study_command(sub)
+    add_multistart_command(sub)
     _add_change_commands(sub)
     s = sub.add_parser("parse", help="print the actions found in agent replies (files or stdin) as JSON")
     s.add_argument("files", nargs="*")
@@ -100,6 +102,11 @@ def _add_tool_commands(sub: Any) -> None:
     s.add_argument("source")
     s.add_argument("out")
     s.add_argument("--until-tick", type=int, help="stop after this tick (fork point)")
+    s.add_argument(
+        "--branch-seed",
+        type=int,
+        help="make the copy a branch: its models sample with this seed (default: the source's)",
+    )
     s.set_defaults(fn=cmd_replay)
 
     s = sub.add_parser("backup", help="a consistent copy of the station database (safe while it runs)")

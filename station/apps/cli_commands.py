@@ -278,21 +278,35 @@ def cmd_dialogue(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    code, until = replay(Path(args.source), Path(args.out), args.until_tick, args.branch_seed, StatusLine())
+    print(
+        f"replayed {args.source} up to tick {until} into {args.out}; `station run --dir {args.out}` continues it on its own"
+    )
+    return code
+
+
+def replay(
+    source_dir: Path, out: Path, until_tick: int | None, branch_seed: int | None, on_progress: Any = None
+) -> tuple[int, int]:
+    """Re-execute `source_dir`'s recorded inputs into the new directory `out` up to `until_tick` (its
+    last complete tick by default): a fork. `branch_seed`: the fork's (default: the source's, so that
+    a replay of a branch continues as the branch would). Returns the run's exit code and the tick."""
     from station.apps.world import Station
     from station.core.config import parse_config
     from station.core.context import ReplayDiverged
     from station.core.engine import Engine
 
-    source_dir, out = Path(args.source), Path(args.out)
     source = Store(source_dir)
     if Store.exists(out):
         raise CliError(f"{out} already holds a station; replay needs a new directory")
     # The config the source began with: its `station set`s are recorded operator commands, applied again below.
     config_data = source.get_meta("initial_config") or source.get_meta("config")
-    station = Station.create(out, parse_config(config_data, f"{source_dir}/station.db", stored=True), recorded=True)
+    config = parse_config(config_data, f"{source_dir}/station.db", stored=True)
+    seed = source.get_meta("branch_seed") if branch_seed is None else branch_seed
+    station = Station.create(out, config, recorded=True, branch_seed=seed)
     last_complete = source.get_meta("tick") - 1
-    until = min(args.until_tick, last_complete) if args.until_tick is not None else last_complete
-    engine = Engine(station, replay_source=source, on_progress=StatusLine())
+    until = min(until_tick, last_complete) if until_tick is not None else last_complete
+    engine = Engine(station, replay_source=source, on_progress=on_progress)
     with run_lock(out):
         try:
             code = _drive(engine, station, None, until)
@@ -300,8 +314,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise CliError(f"replay diverged: {err}") from None
         finally:
             station.close()
-    print(f"replayed {source_dir} up to tick {until} into {out}; `station run --dir {out}` continues it on its own")
-    return code
+            source.close()
+    return code, until
 
 
 def cmd_backup(args: argparse.Namespace) -> int:

@@ -74,6 +74,7 @@ class Station:
             Ledger(store.dir, lambda: self.ctx.config),
             request_processes=config.engine.request_processes,
             providers=lambda: (model.provider for model in self.ctx.config.all_models()),
+            branch_seed=store.get_meta("branch_seed"),  # None unless a fork made it a branch (multistart)
         )
 
     def _build_rooms(self, names: list[str]) -> list[Room]:
@@ -120,12 +121,15 @@ class Station:
         return self.store.dir
 
     @classmethod
-    def create(cls, directory: str | Path, config: StationConfig, *, recorded: bool = False) -> Station:
+    def create(
+        cls, directory: str | Path, config: StationConfig, *, recorded: bool = False, branch_seed: int | None = None
+    ) -> Station:
         """A new station at tick 1 with its initial population.
 
         Its config records its room set: every room this code has (less `rooms.disabled`) unless the
         config lists them. `recorded`: the config is one a station already held (a replay's), whose
-        room set stays what that station had.
+        room set stays what that station had. `branch_seed`: the station is a branch (`station
+        multistart`), its models' sampling seeded with it (recorded: a replay of it keeps it).
 
         It is built in a temporary sibling directory and renamed into place, so a crash during
         creation never leaves a half-made station behind.
@@ -151,6 +155,8 @@ class Station:
                 store.set_meta("tick", 1)
                 store.set_meta("units", 0)
                 store.set_meta("station_status", "Healthy")
+                if branch_seed is not None:
+                    store.set_meta("branch_seed", branch_seed)
             # an unknown room or evaluator, or a task folder that cannot be read, is refused here
             station = cls(store, config, load_tasks(config.section(ResearchConfig)))
             with store.transaction():

@@ -23,6 +23,7 @@ from station.core.model_api import (
 from station.core.plugins import PROVIDERS
 from station.core.registry import UnknownName
 from station.models import scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
+from station.models.branch_seed import branch_seeded
 from station.models.endpoint import EndpointKey, known_limit
 from station.models.fallback import FallbackModel, Switch
 from station.models.remote import endpoint_key
@@ -185,6 +186,7 @@ class ModelPool:
         on_wait: Callable[[str], None] | None = None,
         request_processes: int = 0,
         providers: Callable[[], Iterable[str]] = lambda: (),
+        branch_seed: int | None = None,
     ) -> None:
         from station.core.budget import Ledger
         from station.core.config import StationConfig
@@ -203,6 +205,7 @@ class ModelPool:
             else None
         )
         self.stop = stop or threading.Event()
+        self.branch_seed = branch_seed  # a multistart branch's (station meta 'branch_seed'): see branch_seed.py
 
     @property
     def stop(self) -> threading.Event:
@@ -222,7 +225,7 @@ class ModelPool:
             if found is None:
                 found = self._by_dict[seen] = self.get(ModelConfig.model_validate(config))
             return found
-        cfg = config
+        cfg = branch_seeded(config, self.branch_seed)
         key = cfg.model_dump_json()
         with self._lock:
             if key not in self._models:
@@ -270,6 +273,7 @@ class ModelPool:
         """Drop the model made for these settings (they were changed): a later `get` of them makes
         a fresh one, and the settings that replaced them get their own."""
         cfg = config if isinstance(config, ModelConfig) else ModelConfig.model_validate(config)
+        cfg = branch_seeded(cfg, self.branch_seed)
         with self._lock:
             self._models.pop(cfg.model_dump_json(), None)
             self._by_dict = {seen: model for seen, model in self._by_dict.items() if model.config != cfg}
