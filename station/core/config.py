@@ -263,6 +263,21 @@ class LifecycleConfig(Section):
     respawn_after_operator_end: bool = True
 
 
+class CompactionConfig(Section):
+    """The station compacts an agent's conversation for it when it nears the model's window."""
+
+    enabled: bool = Field(False, description="off: agents that outgrow the window end, as without compaction")
+    at_share: float = Field(
+        0.85,
+        gt=0,
+        lt=1,
+        description="compact before a prompt once the context passes this share of the model's "
+        "context_limit (less max_output_tokens)",
+    )
+    keep_turns: int = Field(4, ge=1, description="the agent's most recent turns, kept whole")
+    model: ModelConfig | None = Field(None, description="the model that writes the summary; null: the agent's own")
+
+
 class TokensConfig(Section):
     guest_budget: int = Field(1_000_000, gt=0)
     recursive_budget: int = Field(1_000_000, gt=0)
@@ -277,6 +292,10 @@ class TokensConfig(Section):
         description="a tick whose station text contains one of these cannot be pruned "
         "(room help headers are always protected)",
     )
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+
+    def models(self) -> list[ModelConfig]:
+        return [self.compaction.model] if self.compaction.model else []
 
 
 class LineageConfig(Section):
@@ -433,7 +452,7 @@ class StationConfig(Section):
     def all_models(self) -> list[ModelConfig]:
         """Every model the station may call: the agents', and those of its features (reviewer, grader, ...)."""
         features = [model for key in SECTIONS.names() for model in self.section_at(key).models()]
-        return [spec.model for spec in self.agents] + features
+        return [spec.model for spec in self.agents] + self.tokens.models() + features
 
     def section(self, kind: type[S]) -> S:
         """A feature's section of this config, typed as the feature defines it."""

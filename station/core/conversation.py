@@ -7,6 +7,7 @@ returns, so a restarted station rebuilds exactly the context it would have sent.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,9 +88,15 @@ class Conversations:
         """Ticks in which a station message carries a protected keyword (first-visit help, ...)."""
         return {e.tick for e in self.entries(session) if e.role == "user" and any(k in e.text for k in self.keywords)}
 
-    def context(self, session: int, pruned: list[dict[str, Any]]) -> list[dict[str, str]]:
-        """The messages a model is sent: pruned ticks removed, their summaries in place."""
+    def context(
+        self, session: int, pruned: list[dict[str, Any]], *, through: int | None = None, leave_out: Collection[int] = ()
+    ) -> list[dict[str, str]]:
+        """The messages a model is sent: pruned ticks removed, their summaries in place.
+        `through`, `leave_out`: only the ticks up to `through`, but not those in `leave_out`
+        (the older part of the dialogue that a compaction summarises)."""
         entries = self.entries(session)
+        if through is not None:
+            entries = [e for e in entries if e.tick <= through and e.tick not in leave_out]
         if not pruned:
             return [{"role": e.role, "text": e.text} for e in entries]
         protected = self.protected_ticks(session)
@@ -108,8 +115,9 @@ class Conversations:
             first = block["ticks"][0]
             if block.get("summary") and first not in summarised:
                 summarised.add(first)
-                a, b = block["ticks"]
-                label = f"Pruned Tick {a}" if a == b else f"Pruned Ticks {a}-{b}"
+                a, b = block.get("compacted") or block["ticks"]  # a compaction names all it summarised
+                kind = "Compacted" if block.get("compacted") else "Pruned"
+                label = f"{kind} Tick {a}" if a == b else f"{kind} Ticks {a}-{b}"
                 out.append({"role": "user", "text": f"System: {label}"})
                 out.append({"role": "assistant", "text": f"Summary: {block['summary']}"})
         return out

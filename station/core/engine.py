@@ -503,6 +503,7 @@ class Engine:
         roll back to fetch the reply, and run again from the start."""
         if self._prompted(agent) and self._prebuilt_prompt(agent) is None:
             self._unit(lambda: self._build_prompts([agent.name], [], last=False), counted=False)
+            agent = self.ctx.agents.get(agent.name) or agent  # as the prompt left it (a compaction, say)
         self._prefetch(agent)
 
     def _prebuilt_prompt(self, agent: Agent) -> str | None:

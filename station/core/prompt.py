@@ -19,6 +19,7 @@ import traceback
 from typing import Any
 
 from station.core.agents import GUEST_DESCRIPTION, Agent
+from station.core.compaction import compact_if_near_window
 from station.core.context import Context, NeedInput, ReplayDiverged, StationPaused, WaitInterrupted
 from station.core.events import OperatorAlert
 from station.core.lifecycle import effective_limit, queue_warnings
@@ -34,6 +35,7 @@ def compact(ctx: Context) -> bool:
 
 
 def compose(ctx: Context, agent: Agent) -> str:
+    compact_if_near_window(ctx, agent, lambda: system_prompt(ctx, agent))
     queue_warnings(ctx, agent)
     notices = [n for room in ctx.rooms.values() for n in room.system_notices(ctx, agent)]
     pending = ctx.pending_messages(agent)

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from station.core.compaction import REQUEST_HEADER as COMPACTION_REQUEST
 from station.core.model_api import Message, Reply, Usage, estimate_conversation, estimate_reply
 
 NOTES_PREFIX = "notes: "
@@ -200,6 +201,8 @@ class ScriptedModel:
         rng = random.Random(_digest(self.seed, agent, len(messages), prompt[:200]))
         if prompt.startswith("## System Information"):
             text = self._turn(Situation(prompt, notes, history), rng)
+        elif prompt.startswith(COMPACTION_REQUEST):
+            text = _summary(history, notes)
         else:
             text = self._internal_step(prompt, history, notes, rng)
         input_tokens = estimate_conversation(messages, system)
@@ -300,6 +303,19 @@ class ScriptedModel:
                 return reply(prompt, rng)
         first = next((line.strip() for line in prompt.splitlines() if len(line.split()) > 6), "")
         return f"Noted. What I take from this: {first[:160]}"
+
+
+def _summary(history: list[Message], notes: dict[str, Any]) -> str:
+    """A compaction's summary: short and deterministic, ending with the notes it lives by."""
+    replies = sum(1 for m in history if m["role"] == "assistant")
+    rooms = sorted(set(notes.get("visited", [])))
+    return "\n".join(
+        [
+            f"Summary of my earlier dialogue: {replies} replies.",
+            f"Rooms I worked in: {', '.join(rooms) or 'none yet'}.",
+            NOTES_PREFIX + json.dumps(notes, sort_keys=True),
+        ]
+    )
 
 
 def _goto(steps: list[str]) -> list[str]:
