@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import events, make_station, prompt_at, recursive, replay_model, stored
 
+from station.apps.web import events as web_events
 from station.apps.world import Station
 from station.core.compaction import REQUEST_HEADER
 from station.core.config import ConfigError, parse_config
@@ -72,6 +74,16 @@ def test_an_agent_near_its_window_is_compacted_instead_of_dying(run, tmp_path: P
     told = prompt_at(st, 8)  # the agent reads what happened in the very prompt that follows
     assert "compacted it: ticks 1 to 5" in told and "from 5,487 to about 3,476 tokens" in told
     assert max(r["context_tokens"] for r in st.store.all("SELECT context_tokens FROM turns")) < 6000
+    feed = [e["text"] for e in feed_of(st) if e["kind"] == "context_compacted"]
+    assert feed[-1] == "Spiro I's context compacted: ticks 1-5, 5,487 to 3,476 tokens"  # the viewer's overview
+
+
+def feed_of(st: Station) -> list[dict]:
+    db = sqlite3.connect(st.dir / "station.db")
+    try:
+        return web_events.recent(db, 50)
+    finally:
+        db.close()
 
 
 def test_protected_ticks_and_the_last_turns_survive_and_the_stored_dialogue_is_whole(run) -> None:
@@ -123,6 +135,7 @@ def test_a_compaction_without_a_summary_changes_nothing_and_the_agent_ends_as_be
         assert [p.get("failed") for _, _, p in events(st, "context_compacted")] == ["the summary was empty"]
         assert (stored(st, "Spiro I")["exit_reason"], stored(st, "Spiro I")["exit_tick"]) == (TOKENS, 8)
         assert stored(st, "Spiro I")["pruned"] == []
+        assert "Spiro I's context was not compacted: the summary was empty" in [e["text"] for e in feed_of(st)]
     finally:
         st.close()
 

@@ -20,6 +20,7 @@ MEANINGFUL = (
     "agent_spawned",
     "agent_ascended",
     "agent_departed",
+    "context_compacted",
     "agents_model_changed",
     "evaluation_submitted",
     "evaluation_finished",
@@ -117,6 +118,14 @@ def departed(agent: str, p: dict, t: Titles) -> Text:
     return f"{agent} left: {clip(p.get('reason') or 'unknown reason')}", agent_link(agent)
 
 
+def compacted(agent: str, p: dict, t: Titles) -> Text:
+    first, last = p.get("ticks") or ("?", "?")
+    if p.get("failed"):
+        return f"{agent}'s context was not compacted: {clip(p['failed'])}", agent_link(agent)
+    before, after = p.get("tokens_before", 0), p.get("tokens_after", 0)
+    return f"{agent}'s context compacted: ticks {first}-{last}, {before:,} to {after:,} tokens", agent_link(agent)
+
+
 def model_changed(agent: str, p: dict, t: Titles) -> Text:
     changed = p.get("agents") or []
     return f"operator set {clip(p.get('key'))} to {clip(p.get('model'))} ({len(changed)} agents)", None
@@ -210,6 +219,7 @@ WRITERS: dict[str, Callable[[str, dict, Titles], Text]] = {
     "agent_spawned": spawned,
     "agent_ascended": ascended,
     "agent_departed": departed,
+    "context_compacted": compacted,
     "agents_model_changed": model_changed,
     "evaluation_submitted": evaluation_submitted,
     "evaluation_finished": evaluation_finished,
