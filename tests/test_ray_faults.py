@@ -81,9 +81,10 @@ class Head:
     def start(self) -> None:
         ports = [f"--{name}={free_port()}" for name in
                  ("dashboard-port", "dashboard-agent-listen-port")]
+        # no autoscaler monitor (a fixed one-node cluster; the station never talks to it): 1.2 CPU-s a start
         started = subprocess.run([BIN / "ray", "start", "--head", f"--port={self.port}", "--num-cpus=2",
                                   "--disable-usage-stats", "--include-dashboard=false", "--include-log-monitor=false",
-                                  f"--temp-dir={self.temp}",
+                                  "--no-monitor", f"--temp-dir={self.temp}",
                                   *ports], capture_output=True, text=True, env=self.env, timeout=180)
         assert started.returncode == 0, started.stdout + started.stderr
 
