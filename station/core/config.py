@@ -278,6 +278,39 @@ class CompactionConfig(Section):
     model: ModelConfig | None = Field(None, description="the model that writes the summary; null: the agent's own")
 
 
+class AdministratorConfig(Section):
+    """The administrator of `station multistart --choose admin`: it reads interviews of each branch's
+    agents and chooses the branch (docs/multistart.md)."""
+
+    model: ModelConfig | None = Field(
+        None,
+        description="the model that reads the interviews and chooses; null: the reviewer's model (with the "
+        "scripted provider: its administrator, scripted-administrator)",
+    )
+    interviews_per_branch: int = Field(
+        4, ge=1, le=50, description="active agents interviewed per branch (the first in turn order), each by its model"
+    )
+
+
+@config_section("multistart")
+class MultistartConfig(Section):
+    """`station multistart`'s settings kept with the station."""
+
+    administrator: AdministratorConfig = Field(default_factory=AdministratorConfig)
+    on_stagnation: bool = Field(
+        False,
+        description="when a research task enters Stagnation, `station run` runs a multistart from that tick "
+        "and goes on as the chosen branch (once per stagnation episode)",
+    )
+    branches: int = Field(4, ge=1, le=64, description="at stagnation: branches")
+    ticks: int = Field(20, ge=1, description="at stagnation: ticks each branch runs")
+    parallel: int = Field(2, ge=1, le=64, description="at stagnation: branches run at once")
+    choose: str = Field("best-score", description="at stagnation: the rule, as `station multistart --choose`")
+
+    def models(self) -> list[ModelConfig]:
+        return [self.administrator.model] if self.administrator.model else []
+
+
 class TokensConfig(Section):
     guest_budget: int = Field(1_000_000, gt=0)
     recursive_budget: int = Field(1_000_000, gt=0)
