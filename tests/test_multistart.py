@@ -1,12 +1,14 @@
 """`station multistart`: branches from one start that really differ (branch seeds), a choice by each rule,
-the chosen branch installed and running on, and a multistart killed (SIGKILL) between branches that
-resumes without running anything twice. One small multistart (3 branches x 4 ticks, 2 at a time) is
-shared by the tests."""
+the chosen branch installed and running on, and a multistart killed (SIGKILL) at random moments that
+resumes each time without running anything twice. One small multistart (3 branches x 4 ticks, 2 at a
+time), killed and resumed, is shared by the tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -47,20 +49,71 @@ def inputs(directory: Path) -> list[tuple]:
         return conn.execute("SELECT seq, key, payload FROM inputs ORDER BY seq").fetchall()
 
 
+KILLS = 6  # kill -9s at random moments, placed by a seeded random.Random
+STEPS = {"pending": 0, "forked": 1, "running": 2, "done": 3}
+
+
+def progress(out: Path) -> int:
+    """The multistart's committed work: its ledger's steps and every branch's units (engine meta 'units')."""
+    book = ledger(out)
+    units = sum(STEPS[b["state"]] for b in book.get("branch", {}).values()) + 2 * bool(book.get("choice"))
+    for directory in (out / "branches").glob("[0-9]*"):
+        if (directory / "station.db").exists():
+            with db(directory) as conn:
+                row = conn.execute("SELECT value FROM meta WHERE key='units'").fetchone()
+                units += json.loads(row[0]) if row else 0
+    return units
+
+
+def branch_turns(out: Path) -> dict[str, list[tuple]]:
+    found = {}
+    for directory in (out / "branches").glob("[0-9]*"):
+        if directory.name.isdigit() and (directory / "station.db").exists():
+            with db(directory) as conn:
+                assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+                found[directory.name] = conn.execute("SELECT id, tick, session, reply FROM turns ORDER BY id").fetchall()
+    return found
+
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A multistart SIGKILLed once a branch is done (the others forked, one maybe half-run), then run again."""
+    """A multistart SIGKILLed at KILLS random moments (start-up, forks, branches' turns, the choice), each
+    time started again with the same command, and finally run to its end. After every kill the ledger and
+    the branches are read: what each one had committed, and which were done."""
     out = tmp_path_factory.mktemp("multistart") / "ms"
-    process = subprocess.Popen(multistart(out), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while process.poll() is None and not any(b["state"] == "done" for b in ledger(out).get("branch", {}).values()):
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    before = ledger(out)
-    done_before = {n: inputs(out / "branches" / n) for n, b in before["branch"].items() if b["state"] == "done"}
-    resumed = subprocess.run(multistart(out), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    return {"out": out, "before": before, "done_before": done_before, "stdout": resumed.stdout}
+    rng = random.Random(54)
+    # Every third kill lands during start-up; the others once the multistart has committed a random
+    # amount of its work (about 83 units in all: ledger steps and branch units), a random moment later.
+    targets = iter(sorted(rng.sample(range(1, 80), KILLS - KILLS // 3)))
+    kills: list[dict[str, Any]] = []
+    outputs: list[str] = []
+    for i in range(KILLS + 1):
+        log = out.parent / f"run{i}.out"
+        before = ledger(out)
+        with open(log, "w") as handle:
+            process = subprocess.Popen(multistart(out), cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+            if i < KILLS:
+                if i % 3 == 2:  # the interpreter, the ledger read, the first fork or a branch starting
+                    time.sleep(rng.uniform(0.05, 1.0))
+                else:
+                    target = next(targets)
+                    while process.poll() is None and (not out.exists() or progress(out) < target):
+                        time.sleep(0.005)
+                    time.sleep(rng.uniform(0.0, 0.2))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+            code = process.wait(timeout=300)
+        outputs.append(log.read_text())
+        if i == KILLS:
+            assert code == 0, outputs[-1]
+            break
+        assert code in (0, -signal.SIGKILL), outputs[-1]
+        after = ledger(out) if out.exists() else {}
+        if (out / LEDGER).exists():
+            assert after, f"kill {i}: the ledger is not whole"
+        kills.append({"before": before, "after": after, "turns": branch_turns(out) if out.exists() else {},
+                      "killed": code == -signal.SIGKILL, "output": outputs[-1]})
+    return {"out": out, "kills": kills, "outputs": outputs, "stdout": outputs[-1]}
 
 
 def test_the_branches_differ_by_their_recorded_seed(killed_and_resumed: dict[str, Any]) -> None:
@@ -75,17 +128,24 @@ def test_the_branches_differ_by_their_recorded_seed(killed_and_resumed: dict[str
         assert conn.execute("SELECT value FROM meta WHERE key='branch_seed'").fetchone() is None
 
 
-def test_a_resumed_multistart_runs_nothing_twice(killed_and_resumed: dict[str, Any]) -> None:
-    out, before = killed_and_resumed["out"], killed_and_resumed["before"]
-    assert before["choice"] is None and any(b["state"] != "done" for b in before["branch"].values())
-    for n, recorded in killed_and_resumed["done_before"].items():  # finished before the kill: untouched
-        assert inputs(out / "branches" / n) == recorded
-        assert f"branch {n}: running" not in killed_and_resumed["stdout"]
+def test_a_multistart_killed_at_random_moments_resumes_and_runs_nothing_twice(killed_and_resumed: dict[str, Any]) -> None:
+    out, kills = killed_and_resumed["out"], killed_and_resumed["kills"]
+    running = [k for k in kills if k["killed"] and any(b["state"] == "running" for b in k["after"].get("branch", {}).values())]
+    print(f"\nkills: {[{n: b['state'] for n, b in k['after'].get('branch', {}).items()} for k in kills]}")
+    assert len(running) >= 2, "too few kills landed while branches were running"
+    final = branch_turns(out)
+    for k, run_output in zip(kills, killed_and_resumed["outputs"][1:]):
+        for n, turns in k["turns"].items():  # what was committed before a kill is kept as it was
+            assert final[n][: len(turns)] == turns
+        for n, b in k["after"].get("branch", {}).items():  # a branch done is never run again
+            if b["state"] == "done":
+                assert f"branch {n}: running" not in run_output
     for n in ("1", "2", "3"):
         with db(out / "branches" / n) as conn:
             assert json.loads(conn.execute("SELECT value FROM meta WHERE key='tick'").fetchone()[0]) == 5
             twice = "SELECT tick, session FROM turns GROUP BY tick, session HAVING COUNT(*) > 1"
             assert conn.execute(twice).fetchall() == []
+            assert [t for (t,) in conn.execute("SELECT DISTINCT tick FROM turns ORDER BY tick")] == [1, 2, 3, 4]
     assert {b["state"] for b in ledger(out)["branch"].values()} == {"done"}
 
 
