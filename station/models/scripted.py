@@ -23,6 +23,7 @@ from typing import Any
 
 from station.core.compaction import REQUEST_HEADER as COMPACTION_REQUEST
 from station.core.model_api import Message, Reply, Usage, estimate_conversation, estimate_reply
+from station.models.interview import INTERVIEW_HEADER
 
 NOTES_PREFIX = "notes: "
 PRUNE_AT_PCT = 20  # context share at which the policy goes to prune
@@ -203,6 +204,8 @@ class ScriptedModel:
             text = self._turn(Situation(prompt, notes, history), rng)
         elif prompt.startswith(COMPACTION_REQUEST):
             text = _summary(history, notes)
+        elif prompt.startswith(INTERVIEW_HEADER):
+            text = _interview_answer(history, notes)
         else:
             text = self._internal_step(prompt, history, notes, rng)
         input_tokens = estimate_conversation(messages, system)
@@ -314,6 +317,24 @@ def _summary(history: list[Message], notes: dict[str, Any]) -> str:
             f"Summary of my earlier dialogue: {replies} replies.",
             f"Rooms I worked in: {', '.join(rooms) or 'none yet'}.",
             NOTES_PREFIX + json.dumps(notes, sort_keys=True),
+        ]
+    )
+
+
+def _interview_answer(history: list[Message], notes: dict[str, Any]) -> str:
+    """A multistart's interview: where it worked, its last actions, its best score (from its notes)."""
+    last = next((m["text"] for m in reversed(history) if m["role"] == "assistant"), "")
+    actions = re.findall(r"/execute_action\{(\w+)", last)
+    scores = [score for _, score in notes.get("scores", [])]
+    best = f"{max(scores):.6g}" if scores else "none yet"
+    rooms = sorted(set(notes.get("visited", [])))
+    return "\n".join(
+        [
+            f"1. I have worked in: {', '.join(rooms) or 'the lobby only'}; my last actions: {', '.join(actions) or 'none'}.",
+            f"2. I made {notes.get('submitted', 0)} submissions; {len(scores)} came back with a score.",
+            "3. Next I would "
+            + ("build on my best result, one change at a time." if scores else "submit a first attempt."),
+            f"Best score: {best}",
         ]
     )
 
