@@ -27,7 +27,7 @@ from rooms.archive.config import ReviewerConfig
 from rooms.research.config import DebuggerConfig
 from rooms.test.config import GradingConfig
 from station.core.budget import cost_usd
-from station.core.config import ModelConfig, StationConfig
+from station.core.config import ModelConfig, MultistartConfig, StationConfig
 from station.core.model_api import LENGTH
 from station.models import ModelError, create_model
 from station.models.fallback import endpoint_configs
@@ -277,6 +277,8 @@ def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
         ("grader", config.section(GradingConfig).model),
         ("debugger", config.section(DebuggerConfig).model),
     ]
+    administrator = config.section(MultistartConfig).administrator.model  # unset: the reviewer's
+    named += [("multistart administrator", administrator)] if administrator else []
     for use, model in named:
         key = model.model_dump_json()
         uses.setdefault(key, (model, []))[1].append(use)
