@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,9 +184,10 @@ def ask_administrator(
         try:
             reply = create_model(model).complete(messages, system=None, agent="administrator")
         except ModelError as err:
-            raise CliError(f"{MODEL_KEY} ({model.provider} {model.name}) could not be asked: {err}") from None
-        number = len(record["attempts"]) + 1
-        reply_file = out / f"administrator-reply-{number}.txt"
+            said = " ".join(str(err).split())
+            raise CliError(f"{MODEL_KEY} ({model.provider} {model.name}) could not be asked: {said}") from None
+        numbers = count(len(record["attempts"]) + 1)  # past any reply a killed run kept but did not record
+        reply_file = next(f for n in numbers if not (f := out / f"administrator-reply-{n}.txt").exists())
         reply_file.write_text(reply.text, encoding="utf-8", errors="replace")
         attempt = {
             "reply": reply_file.name,
