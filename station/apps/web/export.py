@@ -23,6 +23,8 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 from fastapi.testclient import TestClient
 
 from station.apps.web.app import HERE, create_app
+from station.apps.web.branches import is_multistart
+from station.apps.web.branches_app import create_multistart_app
 
 LINK = re.compile(r"""(href|src)=(["'])([^"']*)\2""")
 SKIP = ("/operator", "/login", "/api/", "/search")  # they need a live server
@@ -62,7 +64,9 @@ def export(
                 f"{out} is not an earlier export (it has no {MARKER} file); --force replaces only "
                 "those, so choose a new folder"
             )
-    app = create_app(directory, static_export=True)
+    # a multistart: its branches page, with every branch's pages under it
+    make = create_multistart_app if is_multistart(Path(directory)) else create_app
+    app = make(directory, static_export=True)
     if force and out.exists():
         shutil.rmtree(out)  # pages of the old site that the new one lacks must not stay behind
     out.mkdir(parents=True, exist_ok=True)

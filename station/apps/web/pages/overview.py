@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from station.apps import report
-from station.apps.web import board, data, plots
+from station.apps.web import board, branches, data, plots
 from station.apps.web import events as feed
 from station.apps.web.site import MAX_ID, site_of
 
@@ -32,6 +32,7 @@ def overview(request: Request, events: str = "") -> HTMLResponse:
         every_event=every_event,
         progress=plots.score_plots(board.points(db, board.Filters(), dots=OVERVIEW_DOTS), height=240),
         reviews=data.pending_reviews(db),
+        multistart=branches.multistart_of(site.directory),
         shown_agents=data.OVERVIEW_AGENTS,
         **site.alerts(),
     )

@@ -3,6 +3,8 @@
 // server's fresh rendering of them (escaped there), prepends new events, and appends an open
 // dialogue's new turns. No library.
 (function () {
+  // a page served under a prefix (a multistart's /branch/N/) says so: its addresses are under it
+  const root = document.documentElement.dataset.root || "";
   let lastEvent = 0;
   const events = document.querySelector("[data-live=events]");
   const parts = Array.from(document.querySelectorAll("[data-live-html]"));
@@ -30,7 +32,7 @@
   }
   async function poll() {
     try {
-      const answer = await fetch("/api/live?after=" + lastEvent + everything + wanted, {headers: {accept: "application/json"}});
+      const answer = await fetch(root + "/api/live?after=" + lastEvent + everything + wanted, {headers: {accept: "application/json"}});
       if (answer.status === 401) {  // the login ended (logged out elsewhere, or expired): say so, stop asking
         set("state", "logged out: reload the page to log in again");
         return;
