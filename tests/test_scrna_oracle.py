@@ -33,7 +33,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import Later
-from scipy.stats import chi2
 
 from evaluators.scrna.extra_metrics import EXTRA_METRICS
 from evaluators.scrna.metrics import METRICS, compute_metrics
@@ -137,6 +136,8 @@ def r_kbet_test(neighbourhoods: np.ndarray, batch: np.ndarray, alpha: float = 0.
     """R kBET's ``chi_batch_test`` for each row of `neighbourhoods` (1-based indices, NaN for a missing
     neighbour; the cell itself in the last column): counts of the non-missing entries against
     batch frequencies x row length, chi² with df = batches - 1; True where rejected."""
+    from scipy.stats import chi2  # not at the top: every test worker's collection would pay for scipy.stats
+
     levels, codes = np.unique(batch, return_inverse=True)
     freq = np.bincount(codes) / len(codes)
     rows = np.atleast_2d(np.asarray(neighbourhoods, dtype=float))

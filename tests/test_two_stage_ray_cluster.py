@@ -15,6 +15,7 @@ unshare and tmpfs, like tests/test_ray_faults.py; timeouts are safety nets, not 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -32,7 +33,8 @@ from conftest import shared_baseline, shared_task_data
 
 from station.executors import LocalExecutor
 
-pytest.importorskip("ray")
+if importlib.util.find_spec("ray") is None:  # not importorskip: importing Ray costs every test worker ~1 CPU-s
+    pytest.skip("needs ray", allow_module_level=True)
 if LocalExecutor().mode != "namespaces" or not shutil.which("unshare"):
     pytest.skip("the sandbox and the worker node's private tmpfs need root and unshare here", allow_module_level=True)
 

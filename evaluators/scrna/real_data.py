@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anndata as ad
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
 from .layout import HVG_FRACTION, assemble, batch_hvg_order
+
+if TYPE_CHECKING:  # imported where a file is read (layout.py says why)
+    import anndata as ad
 
 
 def _is_counts(m) -> bool:
@@ -38,6 +41,8 @@ def load_h5ad(
     genes if there are fewer), kept in their original order, and `var['batch_hvg']` flags the top
     75% of those, as in `simulate`.
     """
+    import anndata as ad
+
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{path}: no such file")
@@ -78,6 +83,8 @@ def _check_labels(adata: ad.AnnData, path: Path, batch_key: str, label_key: str)
 
 def _raw_counts(adata: ad.AnnData, path: Path) -> tuple[sp.csr_matrix, pd.DataFrame]:
     """The first of layers['counts'], X and raw.X that holds non-negative integers, and its genes."""
+    import anndata as ad
+
     candidates = []
     if "counts" in adata.layers:
         candidates.append(("layers['counts']", adata.layers["counts"], adata.var))
@@ -111,6 +118,8 @@ def _raw_counts(adata: ad.AnnData, path: Path) -> tuple[sp.csr_matrix, pd.DataFr
 
 def _obs(adata: ad.AnnData, batch_key: str, label_key: str) -> pd.DataFrame:
     """`batch`, `cell_type` and `observation_joinid` (kept when present and unique, else the obs names)."""
+    import anndata as ad
+
     if (
         "observation_joinid" in adata.obs
         and adata.obs["observation_joinid"].notna().all()

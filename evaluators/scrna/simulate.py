@@ -84,8 +84,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anndata as ad
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -93,6 +93,9 @@ import scipy.sparse as sp
 from .layout import HVG_FRACTION, assemble, split_for_task
 from .real_data import load_h5ad  # noqa: F401 - dataset.py and the data README take it from here
 from .world import G2M_GENES, S_GENES, CellType, World, cell_types_for, make_world
+
+if TYPE_CHECKING:  # anndata is imported where it is used: 1.3 s a process that only names a function
+    import anndata as ad
 
 GENERATOR_VERSION = "1.1"  # 1.1: batch_hvg from scanpy's seurat_v3 (was an approximation)
 PHASES = ("G1", "S", "G2M")

@@ -21,15 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from sklearn.cluster import MiniBatchKMeans
-from sklearn.decomposition import TruncatedSVD
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.metrics import silhouette_score
-from sklearn.preprocessing import normalize
 
 from station.study import windows
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # scikit-learn is imported where it is used: ~1 CPU-s for whoever only imports this
+    from sklearn.cluster import MiniBatchKMeans
+
     from station.study import Study
 
 FIT_TEXTS = 20_000  # texts the vocabulary is learnt on
@@ -42,6 +39,8 @@ SEED = 53
 
 def vectorise(texts: pd.DataFrame) -> tuple[sparse.csr_matrix, list[str]]:
     """The TF-IDF rows of the texts (in the given order) and the vocabulary's terms."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     documents = (texts["title"].fillna("") + "\n" + texts["text"].fillna("")).tolist()
     vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True, max_features=20_000, dtype=np.float64)
     try:
@@ -65,6 +64,11 @@ def mean_similarity(rows: sparse.csr_matrix) -> float:
 def directions(vectors: sparse.csr_matrix, terms: list[str]) -> tuple[np.ndarray, list[str]]:
     """Each text's direction (-1: a text with no term) and each direction's top terms; directions are
     numbered by size, largest 0."""
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.metrics import silhouette_score
+    from sklearn.preprocessing import normalize
+
     labels = np.full(vectors.shape[0], -1)
     filled = np.flatnonzero(vectors.getnnz(axis=1) > 0)
     if filled.size == 0:
