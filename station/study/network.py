@@ -15,14 +15,15 @@ import random
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import igraph as ig
 import networkx as nx
 import numpy as np
 import pandas as pd
 
 from station.study import windows
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # igraph is imported where a graph is measured: ~0.5 CPU-s for whoever only imports this
+    import igraph as ig
+
     from station.study import Study
 
 NON_AGENTS = frozenset({"Archive Review System", "System"})
@@ -87,6 +88,8 @@ def measure(pairs: pd.DataFrame, *, with_betweenness: bool = True) -> tuple[dict
     network row's values and one centrality row per agent (agent, in/out degree, degree centrality,
     betweenness, community), agents in name order. Betweenness is left missing on request (the
     whole range of a big station: 40,000 lives, 500,000 pairs)."""
+    import igraph as ig
+
     named = [pairs[end].to_numpy(dtype=object) for end in ("source", "target")]
     agents = np.union1d(*named).tolist()  # sorted
     n, m = len(agents), len(pairs)
@@ -146,6 +149,8 @@ def betweenness(directed: ig.Graph) -> np.ndarray:
 def _louvain(directed: ig.Graph) -> tuple[list[int], float]:
     """Louvain on the undirected simple graph (seeded); communities numbered by size, largest 0
     (ties: the one holding the earliest agent first), and the partition's modularity (Newman 2006)."""
+    import igraph as ig
+
     undirected = directed.as_undirected(mode="collapse")
     ig.set_random_number_generator(random.Random(SEED))  # igraph's generator is global: set it back after
     try:
