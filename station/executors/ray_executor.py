@@ -329,6 +329,12 @@ class RayExecutor:
                 self._closing.wait(1.0)
         raise ClusterUnreachable(f"Ray cluster at {self.where} unreachable: {type(error).__name__}: {error}")
 
+    def connect(self) -> Any:
+        """Ray, joined or started as for a run, for other work on the same cluster (`station multistart
+        --on ray` runs its branches there); close() leaves it as for runs."""
+        ray, _ = self._ray()
+        return ray
+
     def gpu_count(self) -> int:
         """GPUs in the Ray cluster (trials then ask Ray for one each)."""
         ray, _ = self._ray()
