@@ -93,7 +93,7 @@ class RayBranch:
         return int(self.returncode)
 
     def send_signal(self, sig: int) -> None:
-        """Sent on by the task to its run, once it has one (before: it starts none)."""
+        """Sent on by the task to its run (before the run starts: it starts none)."""
         if self.returncode is None:
             self._signal_file.write_text(str(int(sig)), encoding="utf-8")
 
@@ -117,7 +117,7 @@ def _run_on_node(directory: str, log: str, signal_file: str, arguments: list[str
             f"the Ray node {socket.gethostname()} does not see the branch {directory}: the multistart's folder "
             "must be at the same path on every Ray node (a shared file system), or run with --on local"
         )
-    asked = _asked(Path(signal_file))
+    asked = _take(Path(signal_file))
     if asked is not None:
         return -asked  # stopped before it began
     command = [sys.executable, "-m", "station.apps.cli", *arguments]
@@ -125,24 +125,25 @@ def _run_on_node(directory: str, log: str, signal_file: str, arguments: list[str
         run = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=output, stderr=output, preexec_fn=_die_with_worker
         )
-    passed_on = False
     while run.poll() is None:
         try:
-            if not passed_on and (asked := _asked(Path(signal_file))) is not None:
+            asked = _take(Path(signal_file))
+            if asked is not None:
                 run.send_signal(asked)
-                passed_on = True
             time.sleep(POLL_S)
         except KeyboardInterrupt:  # Ray's cancel, or a Ctrl-C that reached the worker: the run stops cleanly
             run.send_signal(signal.SIGINT)
-            passed_on = True
     return run.returncode
 
 
-def _asked(signal_file: Path) -> int | None:
+def _take(signal_file: Path) -> int | None:
+    """The signal the multistart asks for, if any; taken (the file removed), so each is sent once."""
     try:
-        return int(signal_file.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+        asked = int(signal_file.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):  # none, or being written: looked at again
         return None
+    signal_file.unlink(missing_ok=True)
+    return asked
 
 
 def _die_with_worker() -> None:
