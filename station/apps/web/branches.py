@@ -80,6 +80,7 @@ class Column:
 
 def columns(directory: Path, ledger: dict[str, Any]) -> list[Column]:
     found = []
+    carried = ledger.get("start_spend", {}).get("usd", 0.0) if isinstance(ledger.get("start_spend"), dict) else 0.0
     for number in branch_numbers(ledger):
         entry = ledger["branch"][str(number)]
         entry = entry if isinstance(entry, dict) else {}
@@ -88,6 +89,8 @@ def columns(directory: Path, ledger: dict[str, Any]) -> list[Column]:
         if where is not None:
             try:
                 _read_branch(where, column)
+                if column.spend_usd is not None and isinstance(carried, (int, float)):
+                    column.spend_usd -= carried  # a fork carries the start's spend: its own is shown, as in the table
             except Exception as err:  # noqa: BLE001 - one branch's damage is said in its column, the page stays
                 column.error = f"{type(err).__name__}: {err}"
         found.append(column)
@@ -122,11 +125,15 @@ def _read_branch(where: Path, column: Column) -> None:
 
 
 def _best_over_ticks(points: list[dict[str, Any]], task: str) -> list[tuple[float, float]]:
-    """The task's best score so far at each tick it rose (the points keep every evaluation that raised it)."""
+    """The task's best score so far as steps: it rises at the ticks it rose (the points keep every
+    evaluation that raised it) and is flat between."""
     line: list[tuple[float, float]] = []
     for p in sorted((p for p in points if str(p["task"]) == task), key=lambda p: p["tick"]):
-        if not line or p["score"] > line[-1][1]:
-            line.append((float(p["tick"]), float(p["score"])))
+        tick, score = float(p["tick"]), float(p["score"])
+        if line and score > line[-1][1]:
+            line.append((tick, line[-1][1]))  # flat up to this tick, then up
+        if not line or score > line[-1][1]:
+            line.append((tick, score))
     return line
 
 
