@@ -9,11 +9,13 @@ import errno
 import os
 import sqlite3
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 # Only light modules here: `station --help` and argument errors must answer at once. Each command
 # imports the heavy ones (pydantic config, rich, the engine, the rooms) it needs.
+from station.apps import stagnation_multistart
 from station.apps.cli_commands import (
     CliError,
     cmd_agents,
@@ -74,7 +76,12 @@ def _add_station_commands(sub: Any) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--ticks", type=int, help="run this many ticks (counting the current one)")
     g.add_argument("--until-tick", type=int, help="run until this tick has finished")
-    s.set_defaults(fn=cmd_run)
+    s.add_argument(
+        "--no-multistart",
+        action="store_true",
+        help="start no multistart when a task stagnates, whatever multistart.on_stagnation says (a branch runs so)",
+    )
+    s.set_defaults(fn=partial(cmd_run, stagnation_multistart=stagnation_multistart))
 
     s = sub.add_parser("status", help="tick, state, agents and counts")
     s.add_argument("dir")

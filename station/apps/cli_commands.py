@@ -23,6 +23,7 @@ from station.core.terminal_text import clean
 
 if TYPE_CHECKING:
     from station.apps.world import Station
+    from station.core.config import StationConfig
     from station.core.engine import Engine, Progress
 
 
@@ -130,7 +131,9 @@ def _say_to(stream: IO[str]) -> Callable[[str], None]:
     return lambda line: print(line, file=stream, flush=True)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, stagnation_multistart: Any = None) -> int:
+    """`stagnation_multistart`: the module that runs a multistart when a task stagnates
+    (station/apps/stagnation_multistart.py), given by cli.py (it imports this module, not this it)."""
     from station.apps.task_checks import check_folder_tasks, remember_checks
     from station.apps.world import Station
     from station.core.config import load_config
@@ -138,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from station.core.runlog import station_log
 
     directory = Path(args.dir)
+    if stagnation_multistart and not args.no_multistart and (directory / stagnation_multistart.FOLDER).is_dir():
+        with run_lock(directory):  # a multistart's swap cut short may have left DIR without its station.db
+            stagnation_multistart.finish_swap(directory)
     if Store.exists(directory):
         if args.config:
             print(
@@ -154,16 +160,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         raise CliError(f"no station at {directory}; give a config file to create one")
     with run_lock(directory), station_log(directory) as terminal:
-        station = Station.open(directory)
-        try:
-            # a folder changed since its last check (or never checked) is checked again before any tick
-            refusal = "the station did not run and is unchanged"
-            remember_checks(directory, check_folder_tasks(station.config, directory, refusal, _say_to(terminal)))
-            _prepare(station, terminal, warm_up=True)
-            engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
-            return _drive(engine, station, args.ticks, args.until_tick)
-        finally:
-            station.close()  # stops the evaluator: runs in flight are killed and run again on resume
+        until = args.until_tick
+        while True:  # once, or again after each multistart at stagnation (its chosen branch is DIR then)
+            station = Station.open(directory)
+            try:
+                # a folder changed since its last check (or never checked) is checked again before any tick
+                refusal = "the station did not run and is unchanged"
+                remember_checks(directory, check_folder_tasks(station.config, directory, refusal, _say_to(terminal)))
+                if args.ticks is not None:  # counted from the first tick, whatever multistarts come between
+                    until, args.ticks = station.ctx.tick + args.ticks - 1, None
+                at_stagnation = _at_stagnation(station, args, stagnation_multistart)
+                tick = stagnation_multistart.pending(directory) if at_stagnation else None
+                if tick is None:
+                    _prepare(station, terminal, warm_up=True)
+                    engine = Engine(station, on_progress=StatusLine(station, stream=terminal))
+                    watch = stagnation_multistart.Watch(engine, until) if at_stagnation else None
+                    if watch is not None:
+                        engine.on_progress = watch
+                    code = _drive(engine, station, None, until)
+                    if watch is None or watch.fired is None or code:
+                        return code
+                    tick = watch.fired
+            finally:
+                station.close()  # stops the evaluator: runs in flight are killed and run again on resume
+            assert at_stagnation is not None  # only a multistart at stagnation comes here
+            if stagnation_multistart.run_at(directory, tick, at_stagnation):
+                return 1
+
+
+def _at_stagnation(station: Station, args: argparse.Namespace, stagnation_multistart: Any) -> StationConfig | None:
+    """The station's config when it runs a multistart at stagnation (multistart.on_stagnation), else None."""
+    from station.core.config import MultistartConfig
+
+    if not stagnation_multistart or args.no_multistart:
+        return None
+    if not station.config.section(MultistartConfig).on_stagnation:
+        return None
+    stagnation_multistart.check(station.config)
+    return station.config
 
 
 def _drive(engine: Engine, station: Station, ticks: int | None, until: int | None) -> int:
@@ -186,8 +220,9 @@ def _drive(engine: Engine, station: Station, ticks: int | None, until: int | Non
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        if isinstance(status, StatusLine):
-            status.done()
+        done = getattr(status, "done", None)  # a StatusLine's, also through a multistart's Watch
+        if done is not None:
+            done()
     print(f"{why}; the station is at tick {station.ctx.tick} ({station.dir})")
     if "research" in station.ctx.rooms:
         _say_what_evaluations_wait(station, interrupted=engine.stop.is_set())
@@ -447,6 +482,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from station.apps.web.access import WILDCARDS, check_token
     from station.apps.web.app import create_app
+    from station.apps.web.branches import is_multistart
     from station.apps.web.runner import StationRunner
 
     # An empty STATION_WEB_TOKEN is a token given, and refused: it must not pass for "no token".
@@ -454,8 +490,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if token is None:
         token, source = os.environ.get("STATION_WEB_TOKEN"), "STATION_WEB_TOKEN"
     check_token(token, source)
-    runner = StationRunner(args.dir)
     base = login_base(args.host, args.port)
+    if is_multistart(Path(args.dir)):
+        return _serve_multistart(args, token, base)
+    runner = StationRunner(args.dir)
     app = create_app(
         args.dir,
         host=args.host,
@@ -493,6 +531,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_multistart(args: argparse.Namespace, token: str | None, base: str) -> int:
+    """`station serve MULTISTART_DIR`: the branches page (web/branches_app.py); its branches are run by
+    `station multistart`, not from the page."""
+    import uvicorn
+
+    from station.apps.web.branches_app import create_multistart_app
+
+    if args.run:
+        raise CliError(f"{args.dir} is a multistart: `station multistart` runs its branches; serve it without --run")
+    app = create_multistart_app(
+        args.dir,
+        host=args.host,
+        token=token,
+        allow_hosts=args.allow_host,
+        public_read=args.public_read,
+        announce_login=lambda path: print(
+            f"that login address is used up; the next one: {base}{path}", file=sys.stderr
+        ),
+    )
+    print(f"serving the multistart {args.dir} on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr)
+    print(f"log in (the address works once): {base}{app.state.login.address()}", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=False)
+    return 0
+
+
 def login_base(host: str, port: int) -> str:
     """The start of the printed login address: the bound address, or loopback for a wildcard bind."""
     from station.apps.web.access import WILDCARDS
@@ -502,10 +565,11 @@ def login_base(host: str, port: int) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from station.apps.web.branches import is_multistart
     from station.apps.web.export import export
 
-    if not Store.exists(args.dir):
-        raise CliError(f"no station at {args.dir}")
+    if not (Store.exists(args.dir) or is_multistart(Path(args.dir))):
+        raise CliError(f"no station (and no multistart) at {args.dir}")
     tty = sys.stderr.isatty()
 
     def show(count: int, url: str) -> None:

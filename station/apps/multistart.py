@@ -25,17 +25,25 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from station.apps.cli_commands import CliError, replay
+from station.apps.multistart_admin import administrator_choice, choice_record, deliver_guidance
+from station.apps.multistart_ray import RayBranch, start_on_ray
+from station.apps.multistart_spend import Spent, cap_reached, carry, spent
 from station.core.run_lock import StationBusy, is_running, run_lock
 from station.core.store import Store
 from station.core.terminal_text import clean
 
+if TYPE_CHECKING:  # `station --help` imports no pydantic
+    from station.core.config import BudgetConfig
+
 LEDGER = "multistart.json"
 POLL_S = 0.2  # how often the branches' processes are looked at
+BranchRun = subprocess.Popen[bytes] | RayBranch  # a branch's `station run`: a local process or a Ray task
 
 
 def add_multistart_command(sub: Any) -> None:
@@ -48,13 +56,21 @@ def add_multistart_command(sub: Any) -> None:
     s.add_argument("--branches", type=int, required=True, metavar="N", help="how many branches")
     s.add_argument("--ticks", type=int, required=True, metavar="K", help="ticks each branch runs")
     s.add_argument("--parallel", type=int, default=1, metavar="P", help="branches run at once (default 1)")
+    s.add_argument(
+        "--on",
+        choices=("local", "ray"),
+        default="local",
+        help="where the branches run: local processes (default) or Ray tasks on the cluster of the config's "
+        "research.executor (the folder must be at the same path on its nodes)",
+    )
     s.add_argument("--out", required=True, metavar="DIR", help="the multistart's folder (new, or one to resume)")
     s.add_argument(
         "--choose",
         default="best-score",
         metavar="RULE",
-        help="best-score (the best score of the first task; a tie goes to the lower branch) or metric:NAME "
-        "(a summary metric of `station study`, higher is better, e.g. metric:acts)",
+        help="best-score (the best score of the first task; a tie goes to the lower branch), metric:NAME "
+        "(a summary metric of `station study`, higher is better, e.g. metric:acts) or admin (the administrator "
+        "model reads interviews of each branch's agents and chooses: config multistart.administrator)",
     )
     s.set_defaults(fn=cmd_multistart)
 
@@ -103,15 +119,16 @@ def summary_metric(branches: list[Branch], name: str) -> tuple[int, str, dict[in
     return chosen.number, f"the highest {name}: {values[chosen.number]:.6g}", values
 
 
-# The rules by name (`metric:NAME` passes NAME). The administrator model's choice, reading interviews of
-# each branch's agents, is to be registered here.
-RULES: dict[str, Rule] = {"best-score": best_score, "metric": summary_metric}
+# The rules by name (`metric:NAME` passes NAME).
+RULES: dict[str, Rule] = {"best-score": best_score, "metric": summary_metric, "admin": administrator_choice}
 
 
 def parse_rule(text: str) -> tuple[str, str]:
     name, _, argument = text.partition(":")
     if name not in RULES or (name == "metric") != bool(argument):
-        raise CliError(f"--choose {text!r}: give best-score or metric:NAME (a summary metric, e.g. metric:acts)")
+        raise CliError(
+            f"--choose {text!r}: give best-score or metric:NAME (a summary metric, e.g. metric:acts), or admin"
+        )
     return name, argument
 
 
@@ -141,7 +158,7 @@ def new_ledger(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     if source.is_file():
         start, from_tick = "start", 0  # a new station: at tick 1, none complete
     elif Store.exists(source):
-        start, from_tick = str(source), _tick(source) - 1
+        start, from_tick = str(source.resolve()), _tick(source) - 1  # absolute: `out / start` is the start
     else:
         raise CliError(f"{source}: neither a config file nor a station directory")
     if out.exists() and any(out.iterdir()):
@@ -181,6 +198,7 @@ def cmd_multistart(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     else:
         check_same(ledger, args, out)
+    ledger["on"] = args.on  # where its branches run from now on (each resumes from its own last turn)
     try:
         with run_lock(out):  # one multistart per folder (run.lock, as a station's)
             return _multistart(out, ledger, args, rule)
@@ -194,12 +212,17 @@ def _multistart(out: Path, ledger: dict[str, Any], args: argparse.Namespace, rul
     if ledger["start"] == "start" and not Store.exists(start):
         _create_start(Path(ledger["source"]), start)
     (out / "branches").mkdir(exist_ok=True)
+    if "start_spend" not in ledger:  # counted once against the caps, whatever the branches spend
+        ledger["start_spend"] = asdict(spent(start))
+        write_ledger(out, ledger)
     for number, entry in ledger["branch"].items():
         if entry["state"] == "pending":
             _fork(start, out, number, ledger)
+    branches = [int(n) for n in ledger["branch"]]
     if not _run_branches(out, ledger, args.parallel):
         return 1
-    rows = [_branch_row(out, int(n)) for n in ledger["branch"]]
+    start_usd = ledger["start_spend"]["usd"]  # each branch carries the start's spend: the table shows its own
+    rows = [replace(row, spend_usd=row.spend_usd - start_usd) for row in map(_branch_row, repeat(out), branches)]
     _choose(out, ledger, rows, rule)
     _install(out, ledger)
     return 0
@@ -226,6 +249,7 @@ def _fork(start: Path, out: Path, number: str, ledger: dict[str, Any]) -> None:
         with open(out / "branches" / f"{number}.log", "a", encoding="utf-8") as log:
             with contextlib.redirect_stdout(log):
                 replay(start, building, ledger["from_tick"], ledger["branch"][number]["branch_seed"])
+        carry(building, Spent(**ledger["start_spend"]))  # a replay spends nothing: its caps count the start's
         os.rename(building, final)
     ledger["branch"][number]["state"] = "forked"
     write_ledger(out, ledger)
@@ -249,30 +273,90 @@ def _die_with_parent() -> None:
 
 def _run_branches(out: Path, ledger: dict[str, Any], parallel: int) -> bool:
     """Run every branch not done to the multistart's last tick, at most `parallel` at once, each as
-    a `station run` process. False when one failed (the others run on; run again to retry it)."""
+    a `station run` process, until all are done or their spend together reaches a station cap (then
+    they are stopped, the ledger says why, and the choice is made among them as they are: see
+    multistart_spend.py). False when one failed (the others run on; run again to retry it)."""
+    caps = _start_caps(out / ledger["start"])
     waiting = [n for n, entry in ledger["branch"].items() if entry["state"] != "done"]
-    running: dict[str, subprocess.Popen[bytes]] = {}
+    running: dict[str, BranchRun] = {}
     failed = False
+    reached = ledger.get("cap_reached") or cap_reached(caps, _total_spend(out, ledger))
     try:
-        while waiting or running:
+        while (waiting or running) and not reached:
             while waiting and len(running) < parallel:
                 number = waiting.pop(0)
                 running[number] = _start_branch(out, number, ledger)
             time.sleep(POLL_S)
+            reached = cap_reached(caps, _total_spend(out, ledger))
             for number, process in list(running.items()):
                 if process.poll() is None:
                     continue
                 del running[number]
-                failed |= not _branch_ended(out, number, ledger, process.returncode)
+                reached = reached or _paused_at_cap(out, number, process.returncode)
+                if not reached:
+                    failed |= not _branch_ended(out, number, ledger, process.returncode)
+        if reached:
+            _stop_at_cap(out, ledger, reached, running)
     except KeyboardInterrupt:
+        for process in running.values():  # a local one got it from the terminal too; a Ray task's run gets it so
+            process.send_signal(signal.SIGINT)
         for process in running.values():
-            process.wait()  # they got the interrupt too: each commits its turn in flight and stops
+            process.wait()  # each commits its turn in flight and stops
         print(f"interrupted; `station multistart` with the same arguments resumes ({out / LEDGER})", file=sys.stderr)
         return False
     return not failed
 
 
-def _start_branch(out: Path, number: str, ledger: dict[str, Any]) -> subprocess.Popen[bytes]:
+def _start_caps(start: Path) -> BudgetConfig:
+    from station.core.config import parse_config
+
+    store = Store(start)
+    try:
+        return parse_config(store.get_meta("config"), f"{start}/station.db", stored=True).budget
+    finally:
+        store.close()
+
+
+def _total_spend(out: Path, ledger: dict[str, Any]) -> Spent:
+    """The start's spend once, plus each branch's own (what it spent beyond the start's, which it carries)."""
+    start = Spent(**ledger["start_spend"])
+    return sum((spent(out / "branches" / n) - start for n in ledger["branch"]), start)
+
+
+def _paused_at_cap(out: Path, number: str, code: int) -> str | None:
+    """A branch's own Ledger paused it (exit 3) before a call would cross a station cap: the branches
+    together have reached it too, since each carries the start's spend."""
+    from station.apps.report import PAUSE_FILE
+
+    pause = out / "branches" / number / PAUSE_FILE
+    why = pause.read_text(encoding="utf-8").strip() if code == 3 and pause.exists() else ""
+    return f"branch {number} paused at a station cap: {why}" if "budget.station_" in why else None
+
+
+def _stop_at_cap(out: Path, ledger: dict[str, Any], reached: str, running: dict[str, BranchRun]) -> None:
+    """Stop the running branches as `station pause` would (each commits its turn in flight), record why
+    (before, so that a multistart killed meanwhile never runs a branch again), and go on to the choice."""
+    ledger["cap_reached"] = reached
+    write_ledger(out, ledger)
+    for process in running.values():
+        process.send_signal(signal.SIGINT)
+    for process in running.values():
+        process.wait()
+    for entry in ledger["branch"].values():
+        if entry["state"] != "done":
+            entry["state"] = "stopped"
+    write_ledger(out, ledger)
+    print(
+        clean(
+            f"{reached}; the branches were stopped and one is chosen among them as they are. The installed "
+            "station counts every branch's spend: raise the cap there (station set DIR budget.station_usd "
+            "AMOUNT) to run it on"
+        ),
+        file=sys.stderr,
+    )
+
+
+def _start_branch(out: Path, number: str, ledger: dict[str, Any]) -> BranchRun:
     directory = out / "branches" / number
     if is_running(directory):
         raise CliError(f"branch {number} ({directory}) is being run by another process; stop it, then run this again")
@@ -280,9 +364,11 @@ def _start_branch(out: Path, number: str, ledger: dict[str, Any]) -> subprocess.
     write_ledger(out, ledger)
     log = open(out / "branches" / f"{number}.log", "ab")
     command = [sys.executable, "-m", "station.apps.cli", "run", "--dir", str(directory)]
-    command += ["--until-tick", str(ledger["until_tick"])]
+    command += ["--until-tick", str(ledger["until_tick"]), "--no-multistart"]  # a branch starts no multistart
     print(f"branch {number}: running to tick {ledger['until_tick']}")
     with log:
+        if ledger.get("on") == "ray":  # the same run as a Ray task (multistart_ray.py)
+            return start_on_ray(directory, out / "branches" / f"{number}.log", command[3:])
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent)
 
 
@@ -332,8 +418,9 @@ def _choose(out: Path, ledger: dict[str, Any], rows: list[Branch], rule: tuple[s
     if installed:
         chosen, why = done["branch"], done["why"]  # the same rule over the same finished branches
     print(clean(_table(rows, values, asked)))
-    ledger["choice"] = {"rule": asked, "branch": chosen, "why": why}
-    ledger["spend_usd"] = round(sum(b.spend_usd for b in rows), 6)
+    record = choice_record(out) if name == "admin" else {}  # its reports, and what its interviews cost
+    ledger["choice"] = {"rule": asked, "branch": chosen, "why": why, **record}
+    ledger["spend_usd"] = round(sum(b.spend_usd for b in rows) + record.get("spend_usd", 0.0), 6)
     write_ledger(out, ledger)
     print(f"chosen: branch {chosen} ({why}); every branch's spend together: ${ledger['spend_usd']:.4f}")
 
@@ -363,6 +450,10 @@ def _install(out: Path, ledger: dict[str, Any]) -> None:
             building = out / ".station.installing"
             shutil.rmtree(building, ignore_errors=True)
             shutil.copytree(out / "branches" / str(chosen), building, ignore=shutil.ignore_patterns("run.lock"))
+            deliver_guidance(building, ledger["choice"])  # the administrator's advice, to its agents (admin only)
+            start = Spent(**ledger["start_spend"])
+            others = [spent(out / "branches" / n) - start for n in ledger["branch"] if n != str(chosen)]
+            carry(building, sum(others, Spent()))  # its caps count the branches not chosen too
             os.rename(building, final)
             ledger["installed"] = True
         write_ledger(out, ledger)
