@@ -331,7 +331,7 @@ def _interview_answer(history: list[Message], notes: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"1. I have worked in: {', '.join(rooms) or 'the lobby only'}; my last actions: {', '.join(actions) or 'none'}.",
-            f"2. I made {notes.get('submitted', 0)} submissions; {len(scores)} came back with a score.",
+            f"2. Submissions I made: {notes.get('submitted', 0)}; with a score back: {len(scores)}.",
             "3. Next I would "
             + ("build on my best result, one change at a time." if scores else "submit a first attempt."),
             f"Best score: {best}",

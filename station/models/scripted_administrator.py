@@ -49,7 +49,11 @@ def _choice(scores: dict[int, float | None]) -> str:
     chosen = max(scored, key=lambda n: (scores[n], -n)) if scored else min(scores)
     shown = ", ".join(f"branch {n}: {'none' if s is None else f'{s:.6g}'}" for n, s in sorted(scores.items()))
     if scored:
-        why = f"Its interviewed agents report the best score of all branches ({scores[chosen]:.6g})."
+        tied = [n for n in scored if n != chosen and scores[n] == scores[chosen]]
+        label = ("branch " if len(tied) == 1 else "branches ") + ", ".join(map(str, tied))
+        why = f"Its interviewed agents report the best score of all branches ({scores[chosen]:.6g})" + (
+            f"; so do those of {label}, and the lowest branch is kept." if tied else "."
+        )
         advice = (
             f"Your run was kept because your results were the strongest (best score {scores[chosen]:.6g}). "
             "Build on the ideas that reached it, write down what worked, and try one bold variation at a time."
