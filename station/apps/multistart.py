@@ -457,4 +457,7 @@ def _install(out: Path, ledger: dict[str, Any]) -> None:
             os.rename(building, final)
             ledger["installed"] = True
         write_ledger(out, ledger)
-    print(f"branch {chosen} is the station: `station run --dir {final}` runs it on ({out / LEDGER})")
+    if ledger.get("into"):  # a multistart at stagnation: the copy is moved in as that station next
+        print(f"branch {chosen} is chosen: it becomes the station {ledger['into']} ({out / LEDGER})")
+    else:
+        print(f"branch {chosen} is the station: `station run --dir {final}` runs it on ({out / LEDGER})")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from station.apps.cli_commands import CliError
-from station.apps.multistart import cmd_multistart, parse_rule, read_ledger, write_ledger
+from station.apps.multistart import cmd_multistart, new_ledger, parse_rule, read_ledger, write_ledger
 from station.core.store import Store
 
 if TYPE_CHECKING:  # `station --help` imports no pydantic
@@ -99,6 +99,9 @@ def run_at(directory: Path, tick: int, config: StationConfig) -> int:
             out=str(out),
             choose=settings.choose,
         )
+        if ledger is None:  # made here to say where the chosen branch goes
+            out.mkdir(parents=True, exist_ok=True)
+            write_ledger(out, {**new_ledger(args, out), "into": args.source})
         code = cmd_multistart(args)
         if code:
             print(f"the multistart in {out} did not finish; `station run` again resumes it", file=sys.stderr)
