@@ -120,6 +120,25 @@ def demo60(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared_world(tmp_path_factory, "demo60", build)
 
 
+@pytest.fixture(scope="session")
+def demo60_site(tmp_path_factory: pytest.TempPathFactory, demo60: Path) -> tuple[Path, int]:
+    """demo60 exported by `station export` once per run (~8 CPU-s an export), and the pages it said it
+    wrote. Read-only: a test that changes the site works on a copy."""
+    import subprocess
+    import sys
+
+    def build(folder: Path) -> None:
+        done = subprocess.run([sys.executable, "-m", "station.apps.cli", "export", str(demo60), "--out",
+                               str(folder / "site")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        pages = re.search(r"^exported (\d+) pages of ", done.stdout, re.MULTILINE)
+        assert pages, done.stdout
+        (folder / "pages").write_text(pages.group(1))
+
+    folder = built_once(tmp_path_factory, "demo60-site", build)
+    return folder / "site", int((folder / "pages").read_text())
+
+
 @pytest.fixture(scope="module")
 def sandbox_executor() -> Any:
     """A LocalExecutor in the full namespaces mode; the module's tests skip where it cannot run."""

@@ -344,11 +344,8 @@ def _tick(directory: Path) -> int:
         store.close()
 
 
-def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60, tmp_path) -> None:
-    from station.apps.web.export import export
-
-    site = tmp_path / "site"
-    pages = export(demo60, site)
+def test_the_static_export_opens_from_disk_and_its_links_work(browser, demo60_site) -> None:
+    site, pages = demo60_site  # `station export` of demo60, made once per run (conftest)
     assert pages > 40
     # Every link of every page points at a file of the site.
     broken = []
