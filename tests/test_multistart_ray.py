@@ -47,16 +47,17 @@ def test_multistart_on_ray_stops_on_ctrl_c_and_resumes(tmp_path: Path) -> None:
         first = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # Ctrl-C (to the terminal's process group: the multistart alone; the cluster's workers are not in it)
-        # once each branch has committed a turn on its node
-        while first.poll() is None and not all(read(b, "SELECT 1 FROM turns LIMIT 1") for b in branches):
+        # once a branch has committed a turn on its node
+        while first.poll() is None and not any(read(b, "SELECT 1 FROM turns LIMIT 1") for b in branches):
             time.sleep(0.02)
         os.killpg(first.pid, signal.SIGINT)
         _, stderr = first.communicate(timeout=120)
         assert first.returncode == 1 and "interrupted; `station multistart` with the same arguments resumes" in stderr
-        for branch in branches:  # the multistart waited for its branches' runs, which stopped after a turn
+        for branch in branches:  # each run stopped before its last tick, and the multistart waited for it
             assert not is_running(branch)
-            assert "stopped; the station is at tick" in (branch.parent / f"{branch.name}.log").read_text()
             assert read(branch, "SELECT value FROM meta WHERE key='tick'")[0][0] in ("1", "2")
+        # one, at least, after it committed its turn in flight (another may not have begun, or been starting)
+        assert any("stopped; the station is at tick" in (b.parent / f"{b.name}.log").read_text() for b in branches)
         ledger = json.loads((out / LEDGER).read_text())
         assert ledger["on"] == "ray" and ledger["choice"] is None
         assert {b["state"] for b in ledger["branch"].values()} == {"running"}
