@@ -156,14 +156,17 @@ def _node_on_loopback():
 @contextlib.contextmanager
 def _without_unused_helpers():
     """A local instance without two of Ray's helper processes that a station never uses, as `ray start
-    --head --no-monitor --include-log-monitor=false` would start it: the autoscaler's monitor (a local
-    node has the CPUs it was given, never more) and the log monitor (it sends the workers' output to
-    drivers; log_to_driver is off). Together 1.5 CPU-seconds of a start's ~6. ray.init has no options
-    for them: its node's parameters get these defaults while it builds them."""
-    from ray._private import parameter
+    --head --no-monitor --include-log-monitor=false` would start it, and without its API server: the
+    autoscaler's monitor (a local node has the CPUs it was given, never more), the log monitor (it sends
+    the workers' output to drivers; log_to_driver is off) and the API server (dashboard.py, started even
+    with include_dashboard=False: job submission and the state API, which a station never calls; Ray
+    carries on without it when it fails to start, and it is one listening port fewer). Together 2.3
+    CPU-seconds of a start's ~6. ray.init has no options for them: its node's parameters get these
+    defaults while it builds them, and its node skips the API server."""
+    from ray._private import node, parameter
 
-    plain = parameter.RayParams
-    if not {"no_monitor", "include_log_monitor"} <= inspect.signature(plain).parameters.keys():
+    plain, api_server = parameter.RayParams, getattr(node.Node, "start_api_server", None)
+    if api_server is None or not {"no_monitor", "include_log_monitor"} <= inspect.signature(plain).parameters.keys():
         yield  # a Ray without these settings: its node as it comes
         return
 
@@ -173,11 +176,15 @@ def _without_unused_helpers():
             kwargs.setdefault("include_log_monitor", False)
             super().__init__(*args, **kwargs)
 
-    parameter.RayParams = Lean
+    parameter.RayParams, node.Node.start_api_server = Lean, _no_api_server
     try:
         yield
     finally:
-        parameter.RayParams = plain
+        parameter.RayParams, node.Node.start_api_server = plain, api_server
+
+
+def _no_api_server(self: Any, **_: Any) -> None:
+    """Node.start_api_server for a local instance: none (the head keeps no dashboard address)."""
 
 
 def _check_loopback(ray) -> None:
