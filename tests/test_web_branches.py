@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from helpers import web_client
 
+from station.apps.cli import main
 from station.apps.cli_commands import replay
 from station.apps.multistart import _branch_row, best_score, write_ledger
 from station.apps.web.app import create_app
@@ -65,6 +66,7 @@ def multistart(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                    "3": {"state": "pending", "branch_seed": 3}, "7": {"state": "done", "branch_seed": 7},
                    "../outside": {"state": "done", "branch_seed": 9}},
         "choice": {"rule": "best-score", "branch": chosen, "why": why}, "installed": True, "spend_usd": 0.0,
+        "cap_reached": "the cost cap <b>max_usd</b> was reached",
     }
     write_ledger(out, ledger)
     (out / "selection.md").write_text(f"Branch {chosen} *kept* its ideas {HOSTILE}\n")
@@ -110,6 +112,7 @@ def test_the_choice_and_the_selection_report_are_shown(multistart: dict[str, Any
     choice = re.search(r'(?s)<section class="choice" id="choice">(.*?)</section>', page).group(1)
     assert f"<b>branch {chosen}</b>" in choice and multistart["why"] in choice and "best-score" in choice
     assert f'id="branch-{chosen}"' in page and 'class="branch chosen"' in page
+    assert "the cost cap &lt;b&gt;max_usd&lt;/b&gt; was reached" in page
     report = re.search(r'(?s)<section class="report" id="report-selection">(.*?)</section>', page).group(1)
     assert "<em>kept</em>" in report and "&lt;script&gt;" in report
 
@@ -155,6 +158,14 @@ def test_the_page_needs_the_login(multistart: dict[str, Any]) -> None:
     for path in ("/", "/branch/1/", "/api/live"):
         answer = stranger.get(path)
         assert answer.status_code == 401 and "branch 1" not in answer.text, path
+
+
+def test_the_command_line_serves_and_exports_a_multistart_folder(multistart: dict[str, Any], tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", str(multistart["out"]), "--run"]) == 2  # `station multistart` runs the branches
+    assert "is a multistart: `station multistart` runs its branches" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "nothing-here"), "--out", str(tmp_path / "site")]) == 2
+    assert "no station (and no multistart)" in capsys.readouterr().err
 
 
 def test_the_export_of_a_multistart(multistart: dict[str, Any], tmp_path: Path) -> None:
