@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from station.apps.cli_commands import CliError, replay
-from station.apps.multistart_admin import administrator_choice, choice_record, deliver_guidance
 from station.apps.multistart_ray import RayBranch, start_on_ray
 from station.apps.multistart_spend import Spent, cap_reached, carry, spent
 from station.core.run_lock import StationBusy, is_running, run_lock
@@ -120,7 +119,13 @@ def summary_metric(branches: list[Branch], name: str) -> tuple[int, str, dict[in
 
 
 # The rules by name (`metric:NAME` passes NAME).
-RULES: dict[str, Rule] = {"best-score": best_score, "metric": summary_metric, "admin": administrator_choice}
+def administrator(branches: list[Branch], argument: str) -> tuple[int, str, dict[int, float | None]]:
+    from station.apps.multistart_admin import administrator_choice  # models and rooms: not for `--help`
+
+    return administrator_choice(branches, argument)
+
+
+RULES: dict[str, Rule] = {"best-score": best_score, "metric": summary_metric, "admin": administrator}
 
 
 def parse_rule(text: str) -> tuple[str, str]:
@@ -418,6 +423,8 @@ def _choose(out: Path, ledger: dict[str, Any], rows: list[Branch], rule: tuple[s
     if installed:
         chosen, why = done["branch"], done["why"]  # the same rule over the same finished branches
     print(clean(_table(rows, values, asked)))
+    from station.apps.multistart_admin import choice_record
+
     record = choice_record(out) if name == "admin" else {}  # its reports, and what its interviews cost
     ledger["choice"] = {"rule": asked, "branch": chosen, "why": why, **record}
     ledger["spend_usd"] = round(sum(b.spend_usd for b in rows) + record.get("spend_usd", 0.0), 6)
@@ -441,6 +448,8 @@ def _table(rows: list[Branch], values: dict[int, float | None], rule: str) -> st
 
 def _install(out: Path, ledger: dict[str, Any]) -> None:
     """The chosen branch copied to DIR/station (whole or not at all); the branches stay."""
+    from station.apps.multistart_admin import deliver_guidance  # models and rooms: not for `--help`
+
     final = out / "station"
     chosen = ledger["choice"]["branch"]
     if not ledger["installed"]:
