@@ -99,6 +99,26 @@ def test_sigterm_finishes_the_turn_and_exits_zero(tmp_path: Path) -> None:
     assert again.returncode == 0 and f"finished tick {tick + 1}" in again.stdout
 
 
+def test_a_reader_asking_whether_a_station_runs_never_makes_a_run_fail_to_start(tmp_path: Path) -> None:
+    """`is_running` (the viewer, `station status`) holds a shared lock on run.lock for an instant; a run
+    starting at that moment waits it out instead of saying the station runs elsewhere."""
+    import fcntl
+    import threading
+
+    from station.core.run_lock import StationBusy, is_running, run_lock
+
+    (tmp_path / "run.lock").write_text("")
+    with open(tmp_path / "run.lock") as probe:
+        fcntl.flock(probe, fcntl.LOCK_SH)  # a reader's probe, caught in the act
+        threading.Timer(0.1, fcntl.flock, (probe, fcntl.LOCK_UN)).start()
+        with run_lock(tmp_path):
+            assert is_running(tmp_path)
+            with pytest.raises(StationBusy, match="already running"):  # a real run is still refused
+                with run_lock(tmp_path):
+                    pass
+    assert not is_running(tmp_path)
+
+
 def test_a_station_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
     d = tmp_path / "s"
     station("init", str(DEMO), "--dir", str(d))

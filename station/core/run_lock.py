@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+# A reader asking `is_running` holds a shared lock on run.lock for an instant: a run starting then tries
+# again for this long before it says the station is busy (a real run holds the lock throughout).
+PROBE_GRACE_S = 0.5
 
 
 class StationBusy(RuntimeError):
@@ -19,11 +24,16 @@ class StationBusy(RuntimeError):
 @contextmanager
 def run_lock(directory: Path) -> Iterator[None]:
     handle = open(directory / "run.lock", "w")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise StationBusy(f"station {directory} is already running in another process") from None
+    deadline = time.monotonic() + PROBE_GRACE_S
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise StationBusy(f"station {directory} is already running in another process") from None
+            time.sleep(0.01)
     try:
         handle.write(str(os.getpid()))
         handle.flush()
