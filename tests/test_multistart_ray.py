@@ -5,8 +5,10 @@ test_ray_faults.Head) serves the interrupted multistart and the resumed one, eac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -40,24 +42,31 @@ def test_multistart_on_ray_stops_on_ctrl_c_and_resumes(tmp_path: Path) -> None:
         config = yaml.safe_load(DEMO.read_text())
         config["research"]["executor"]["ray_address"] = head.address  # its evaluations stay local
         (tmp_path / "ray.yaml").write_text(yaml.safe_dump(config))
-        out = tmp_path / "ms"
-        branches = [out / "branches" / n for n in ("1", "2")]
-        command = [sys.executable, "-m", "station.apps.cli", "multistart", str(tmp_path / "ray.yaml")]
-        command += ["--branches", "2", "--ticks", "2", "--parallel", "2", "--on", "ray", "--out", str(out)]
-        first = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        # Ctrl-C (to the terminal's process group: the multistart alone; the cluster's workers are not in it)
-        # once a branch has committed a turn on its node
-        while first.poll() is None and not any(read(b, "SELECT 1 FROM turns LIMIT 1") for b in branches):
-            time.sleep(0.02)
-        os.killpg(first.pid, signal.SIGINT)
-        _, stderr = first.communicate(timeout=120)
+        for attempt in range(3):
+            # Ctrl-C (to the terminal's process group: the multistart alone; the cluster's workers are not in
+            # it) once a branch has committed a turn on its node. Its two ticks take under a second: on a
+            # machine so loaded that this test did not look before both ended, it tries again in a new folder.
+            out = tmp_path / f"ms{attempt}"
+            branches = [out / "branches" / n for n in ("1", "2")]
+            command = [sys.executable, "-m", "station.apps.cli", "multistart", str(tmp_path / "ray.yaml")]
+            command += ["--branches", "2", "--ticks", "2", "--parallel", "2", "--on", "ray", "--out", str(out)]
+            first = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            while first.poll() is None and not any(read(b, "SELECT 1 FROM turns LIMIT 1") for b in branches):
+                time.sleep(0.02)
+            with contextlib.suppress(ProcessLookupError):  # ended already: the next attempt
+                os.killpg(first.pid, signal.SIGINT)
+            _, stderr = first.communicate(timeout=120)
+            if first.returncode != 0:
+                break
         assert first.returncode == 1 and "interrupted; `station multistart` with the same arguments resumes" in stderr
         for branch in branches:  # each run stopped before its last tick, and the multistart waited for it
             assert not is_running(branch)
             assert read(branch, "SELECT value FROM meta WHERE key='tick'")[0][0] in ("1", "2")
         # one, at least, after it committed its turn in flight (another may not have begun, or been starting)
-        assert any("stopped; the station is at tick" in (b.parent / f"{b.name}.log").read_text() for b in branches)
+        # ("stopped; ..." after a turn, or "stopped while the tick waited for evaluation(s) [1]; ...")
+        clean_stop = re.compile(r"^stopped[^;\n]*; the station is at tick", re.M)
+        assert any(clean_stop.search((b.parent / f"{b.name}.log").read_text()) for b in branches)
         ledger = json.loads((out / LEDGER).read_text())
         assert ledger["on"] == "ray" and ledger["choice"] is None
         assert {b["state"] for b in ledger["branch"].values()} == {"running"}
