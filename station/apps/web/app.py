@@ -114,8 +114,9 @@ def create_app(
     return app
 
 
-def _guard(app: FastAPI) -> None:
-    """What every request passes before its route, and the answers to requests no route takes."""
+def guard_requests(app: FastAPI) -> None:
+    """The gatekeeper before every route, the security headers after it, and the login's throttle
+    (the station viewer's and a multistart's)."""
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable) -> Response:
@@ -126,6 +127,11 @@ def _guard(app: FastAPI) -> None:
     @app.exception_handler(TooManyTries)
     async def throttled(request: Request, err: TooManyTries) -> Response:
         return too_many(request, err)
+
+
+def _guard(app: FastAPI) -> None:
+    """What every request passes before its route, and the answers to requests no route takes."""
+    guard_requests(app)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, err: RequestValidationError) -> Response:

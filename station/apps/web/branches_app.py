@@ -18,20 +18,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 
 from station.apps.web import branches, render
-from station.apps.web.access import (
-    SECURITY_HEADERS,
-    OneTimeLogin,
-    Sessions,
-    TooManyTries,
-    allowed_hosts,
-    check_token,
-    is_loopback,
-)
-from station.apps.web.app import create_app, gatekeeper
+from station.apps.web.access import OneTimeLogin, Sessions, allowed_hosts, check_token, is_loopback
+from station.apps.web.app import create_app, guard_requests
 from station.apps.web.pages import login
 from station.apps.web.prefixed import ASGIApp, Prefixed, Receive, Scope, Send
 from station.apps.web.runner import StationRunner
-from station.apps.web.site import HERE, Site, site_of, too_many
+from station.apps.web.site import HERE, Site, site_of
 from station.core.run_lock import is_running
 
 
@@ -78,16 +70,7 @@ def create_multistart_app(
 
 def _guard(app: FastAPI) -> None:
     """The station viewer's guard (Host, other sites' posts, the login) before every page."""
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable) -> Response:
-        response = gatekeeper(request) or await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
-
-    @app.exception_handler(TooManyTries)
-    async def throttled(request: Request, err: TooManyTries) -> Response:
-        return too_many(request, err)
+    guard_requests(app)
 
     @app.exception_handler(404)
     async def unknown(request: Request, err: Exception) -> Response:
