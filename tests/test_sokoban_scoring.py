@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import fixed_key
+from conftest import run_folder, shared_task_data
 from jax import export
 
 from evaluators.base import create_task
@@ -63,6 +63,26 @@ class Sharp(nn.Module):
     def __call__(self, obs, done, rnn_state=None):
         logits, value, state = Recurrent(resets=False)(obs, done, rnn_state)
         return 1e4 * jax.nn.one_hot(jnp.argmax(logits, axis=-1), 4), value, state
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """JAX's persistent compilation cache, one per test run: the scorer's play loop, compiled anew
+    for every play as the station's scorer does once per trial, is compiled once per shape here
+    and loaded after (the same executable)."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    folder = run_folder(tmp_path_factory) / "jax-compiled"
+    folder.mkdir(exist_ok=True)
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {name: jax.config.values[name] for name in names}
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compilation_cache.reset_cache()  # the cache is set up at the first compilation: here, with this folder
+    yield folder
+    for name, value in before.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope="module")
@@ -170,12 +190,10 @@ def test_a_state_the_station_cannot_carry_is_a_contract_error(levels: np.ndarray
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SOKOBAN_DATA", str(fixed_key(tmp_path_factory.mktemp("sokoban-scoring"))))
-    task = create_task("sokoban", TINY)
-    task.levels.ensure()
-    yield task
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "sokoban"):  # the levels made once per test run
+        task = create_task("sokoban", TINY)
+        task.levels.ensure()
+        yield task
 
 
 def test_the_station_counts_solves_by_its_own_replay(task) -> None:
