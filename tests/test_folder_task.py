@@ -439,8 +439,9 @@ def test_a_scripted_station_researches_a_folder_task_named_relative_to_its_confi
     settings["research"]["tasks"] = [{"folder": "tasks/cp", "timeout_s": 120}]
     (tmp_path / "project" / "station.yaml").write_text(yaml.safe_dump(settings))
     (tmp_path / "elsewhere").mkdir()
-    # by tick 16: the baseline, three grids, three hexagonal rows and two optimised packings, all scored
-    ran = station_cli("run", "../project/station.yaml", "--dir", "st", "--until-tick", "16", cwd=tmp_path / "elsewhere")
+    # by tick 6: the baseline and three agents' square grids (submitted at tick 5), all scored; later
+    # ticks add hexagonal rows and optimised packings, more evaluations on the same path
+    ran = station_cli("run", "../project/station.yaml", "--dir", "st", "--until-tick", "6", cwd=tmp_path / "elsewhere")
     assert ran.returncode == 0, ran.stderr[-3000:]
     directory = tmp_path / "elsewhere" / "st"
     rows = read(directory, "SELECT author, status, score, title FROM evaluations ORDER BY id")
