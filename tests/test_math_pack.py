@@ -229,8 +229,9 @@ def autocorrelation_station(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_offline_agents_climb_on_two_pack_tasks(autocorrelation_station: Path, tmp_path: Path) -> None:
     baseline, _, best = climb(autocorrelation_station)
     assert baseline == -2.0 and best > baseline + 0.05, (baseline, best)  # the bound 2 -> 1.891 (90 ticks)
-    baseline, _, best = climb(offline_station(tmp_path / "mm", "math_min_max_distance_16", 90))
-    assert baseline == pytest.approx(-26.64) and best > baseline + 2, (baseline, best)  # 26.64 -> 18.62
+    # 30 ticks: the agents pass the bar at tick 14 of this run (and reach 18.62 by tick 74)
+    baseline, _, best = climb(offline_station(tmp_path / "mm", "math_min_max_distance_16", 30))
+    assert baseline == pytest.approx(-26.64) and best > baseline + 2, (baseline, best)  # 26.64 -> 20.18
 
 
 def test_station_verify_rechecks_a_record_and_refuses_a_tampered_certificate(
