@@ -173,6 +173,9 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     network = hooks.create_network(hparams)
     key = jax.random.PRNGKey(seed)
     key, init_key = jax.random.split(key)
+    # the training's keys, drawn in both phases: the check's draw is compiled into the evaluation's
+    # cache, which the trials load. The third stream was the in-run evaluation's: same draws as before
+    _, start_key, _ = jax.random.split(key, 3)
     obs = compiled(lambda lv: first_observations(lv, max_steps), jnp.asarray(levels.train[:2]))
     starts = jnp.ones(obs.shape[0], bool)
     params = compiled(network.init, init_key, obs, starts)
@@ -206,7 +209,7 @@ def run(ns: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         return {"checked": True, **report}
     exchange = Exchange(cfg["exchange"])
     exchange.publish(exported)
-    return {**report, **train(cfg, hooks, learner, params, opt_state, key, exchange)}
+    return {**report, **train(cfg, hooks, learner, params, opt_state, start_key, exchange)}
 
 
 def export_policy(network, params, obs_shape: tuple[int, ...], rnn, batch: int, memory: int) -> bytes:
@@ -340,12 +343,11 @@ class Learner:
         return update
 
 
-def train(cfg, hooks, learner: Learner, params, opt_state, key, exchange: Exchange) -> dict[str, Any]:
+def train(cfg, hooks, learner: Learner, params, opt_state, start_key, exchange: Exchange) -> dict[str, Any]:
     """The training loop of one trial, then the final parameters handed to the station once."""
     import jax
 
     clock = Clock(float(cfg["budget_s"]))
-    key, start_key, _ = jax.random.split(key, 3)  # the third stream was the in-run evaluation's: same draws as before
     carry = learner.start(start_key, params)
     per_update = learner.n_envs * learner.unroll
     limit = int(cfg["env_steps"]) // per_update
@@ -381,9 +383,10 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key, exchange: Exchan
                 stop = "time-budget"
                 break
     seconds = time.monotonic() - began
-    if not finite(params):
+    leaves = host_arrays(params)
+    if not all_finite(leaves):
         raise ContractError("the parameters became NaN or infinite: training diverged")
-    if not exchange.offer(jax.tree_util.tree_leaves(params)):
+    if not exchange.offer(leaves):
         stop = "station"  # the station stopped the trial before it took these parameters
     if hooks.complete:
         hooks.complete(params, opt_state, {"updates": updates})
@@ -398,12 +401,17 @@ def train(cfg, hooks, learner: Learner, params, opt_state, key, exchange: Exchan
     }
 
 
-def finite(params) -> bool:
-    """Whether every array of `params` is finite: one compiled check, not one per array shape."""
+def host_arrays(params) -> list[Any]:
+    """The parameter leaves as numpy arrays, copied to the host once: checked, then handed over."""
     import jax
-    import jax.numpy as jnp
+    import numpy as np
 
-    def every(leaves):
-        return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in leaves] or [jnp.bool_(True)]))
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(params)]
 
-    return bool(jax.jit(every)([leaf for leaf in jax.tree_util.tree_leaves(params) if hasattr(leaf, "dtype")]))
+
+def all_finite(leaves: list[Any]) -> bool:
+    """Whether every number of `leaves` is finite, checked on the host: nothing to compile (a
+    compiled check was the only computation a trial could not load from the check's cache)."""
+    import numpy as np
+
+    return all(bool(np.isfinite(leaf).all()) for leaf in leaves if np.issubdtype(leaf.dtype, np.number))
