@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import fixed_key
+from conftest import shared_task_data
 from test_sokoban_task import TINY, baseline_run  # the task's own budgets; its baseline run is shared
 
 from evaluators.base import create_task
@@ -133,14 +133,12 @@ def training_step(network, optimizer, params, opt_state, batch, hparams):
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SOKOBAN_DATA", str(fixed_key(tmp_path_factory.mktemp("sokoban-redteam"))))
-    task = create_task("sokoban", TINY)
-    task.levels.ensure()
-    executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
-    yield executor
-    executor.close()
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "sokoban"):  # the levels made once per test run
+        task = create_task("sokoban", TINY)
+        task.levels.ensure()
+        executor = create_executor(ExecutorConfig(kind="local"), hide=task.private_paths())
+        yield executor
+        executor.close()
 
 
 def evaluate(executor, code: str, mounts: list[Mount] | None = None, **params):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import fixed_key, shared_baseline
+from conftest import shared_baseline, shared_task_data
 
 from evaluators.base import create_task
 from station.core.config import ExecutorConfig
@@ -41,12 +41,10 @@ def create_network(hparams):
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    patch = pytest.MonkeyPatch()
-    patch.setenv("STATION_SOKOBAN_DATA", str(fixed_key(tmp_path_factory.mktemp("sokoban"))))
-    executor = create_executor(ExecutorConfig(kind="local"), hide=create_task("sokoban", TINY).private_paths())
-    yield executor
-    executor.close()
-    patch.undo()
+    with shared_task_data(tmp_path_factory, "sokoban"):  # the levels made once per test run
+        executor = create_executor(ExecutorConfig(kind="local"), hide=create_task("sokoban", TINY).private_paths())
+        yield executor
+        executor.close()
 
 
 def evaluate(executor, code: str, **params):
