@@ -16,8 +16,13 @@ from evaluators.sokoban import levels
 UP, RIGHT, DOWN, LEFT = range(4)
 STEP = -0.01
 
-_jit_step = jax.jit(env.step)  # max_steps passed as an array: one compile per level shape
+# The env compiled, as training and scoring run it (inside jit): one compilation per level shape
+# instead of one per operation, most of these tests' CPU. max_steps passed as an array.
+_jit_step = jax.jit(env.step)
 _jit_cells = jax.jit(env.cells)
+_jit_reset = jax.jit(env.reset)
+_jit_observe = jax.jit(env.observe)
+_jit_autoreset = jax.jit(env.step_autoreset)
 
 
 def play_numpy(level, actions, max_steps=100):
@@ -36,7 +41,7 @@ def play_numpy(level, actions, max_steps=100):
 
 
 def play_jax(level, actions, max_steps=100):
-    state, out = env.reset(jnp.asarray(level)), []
+    state, out = _jit_reset(jnp.asarray(level)), []
     for action in actions:
         state, reward, done = _jit_step(state, jnp.int32(action), jnp.int32(max_steps))
         out.append((np.asarray(_jit_cells(state)), float(reward), bool(done)))
@@ -144,8 +149,8 @@ def test_time_limit_ends_the_episode(play):
 
 
 def solved_state():
-    state = env.reset(jnp.asarray(levels.parse("@$.")))
-    state, reward, done = env.step(state, RIGHT, 10)
+    state = _jit_reset(jnp.asarray(levels.parse("@$.")))
+    state, reward, done = _jit_step(state, RIGHT, 10)
     assert bool(done) and bool(state.solved) and float(reward) == pytest.approx(STEP + 11)
     return state
 
@@ -153,7 +158,7 @@ def solved_state():
 def test_step_after_done_is_a_no_op():
     state = solved_state()
     for action in range(4):
-        after, reward, done = env.step(state, action, 10)
+        after, reward, done = _jit_step(state, action, 10)
         assert float(reward) == 0.0 and bool(done)
         for old, new in zip(state, after):
             assert (np.asarray(old) == np.asarray(new)).all()
@@ -161,20 +166,20 @@ def test_step_after_done_is_a_no_op():
 
 def test_reset_and_cells_round_trip():
     for level in levels.make_level_set(5, 20, 6, 7, 2):
-        assert (np.asarray(env.cells(env.reset(level))) == level).all()
+        assert (np.asarray(_jit_cells(_jit_reset(level))) == level).all()
     level = levels.parse("+$\n-*\n$.")  # agent and a box each start on a target
-    assert (np.asarray(env.cells(env.reset(level))) == level).all()
+    assert (np.asarray(_jit_cells(_jit_reset(level))) == level).all()
 
 
 def test_observation_is_one_hot_plus_clock():
     level = levels.parse("@---\n#$-.")
-    state = env.reset(jnp.asarray(level))
-    state, _, _ = env.step(state, RIGHT, 8)
-    state, _, _ = env.step(state, RIGHT, 8)
-    obs = np.asarray(env.observe(state, 8))
+    state = _jit_reset(jnp.asarray(level))
+    state, _, _ = _jit_step(state, RIGHT, 8)
+    state, _, _ = _jit_step(state, RIGHT, 8)
+    obs = np.asarray(_jit_observe(state, 8))
     assert obs.shape == (2, 4, env.N_CHANNELS) and obs.dtype == np.float32
     assert (obs[..., :7].sum(-1) == 1).all()
-    assert (obs[..., :7].argmax(-1) == np.asarray(env.cells(state))).all()
+    assert (obs[..., :7].argmax(-1) == np.asarray(_jit_cells(state))).all()
     assert levels.render(obs[..., :7].argmax(-1)) == "  @ \n#$ ."
     assert np.allclose(obs[..., 7], 2 / 8)
 
@@ -190,14 +195,14 @@ def test_cell_codes_and_rewards_match_between_modules():
 def test_jit_and_vmap_over_a_batch():
     batch = levels.make_level_set(7, 16, 6, 6, 2)
     actions = np.random.default_rng(0).integers(0, 4, size=(12, 16))
-    states = jax.vmap(env.reset)(jnp.asarray(batch))
+    states = jax.jit(jax.vmap(env.reset))(jnp.asarray(batch))
     step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, None)), static_argnums=2)
     rewards = []
     for row in actions:
         states, reward, done = step(states, jnp.asarray(row), 10)
         assert reward.shape == (16,) and reward.dtype == jnp.float32 and done.shape == (16,)
         rewards.append(np.asarray(reward))
-    grids = np.asarray(jax.vmap(env.cells)(states))
+    grids = np.asarray(jax.jit(jax.vmap(env.cells))(states))
     for i, level in enumerate(batch):
         expected = play_numpy(level, actions[:, i], max_steps=10)
         assert (grids[i] == expected[-1][0]).all()
@@ -208,13 +213,13 @@ def test_jit_and_vmap_over_a_batch():
 def test_step_autoreset_restarts_from_the_given_level():
     level = jnp.asarray(levels.parse("@$.\n---"))
     fresh = jnp.asarray(levels.parse("--.\n@$-"))
-    state = env.reset(level)
-    state, obs, reward, done = env.step_autoreset(state, DOWN, 10, fresh)  # episode goes on
-    assert not bool(done) and levels.render(np.asarray(env.cells(state))) == " $.\n@  "
-    state, obs, reward, done = env.step_autoreset(env.reset(level), RIGHT, 10, fresh)  # solves
+    state = _jit_reset(level)
+    state, obs, reward, done = _jit_autoreset(state, DOWN, 10, fresh)  # episode goes on
+    assert not bool(done) and levels.render(np.asarray(_jit_cells(state))) == " $.\n@  "
+    state, obs, reward, done = _jit_autoreset(_jit_reset(level), RIGHT, 10, fresh)  # solves
     assert bool(done) and float(reward) == pytest.approx(STEP + 11)
-    assert (np.asarray(env.cells(state)) == np.asarray(fresh)).all() and int(state.t) == 0
-    assert (np.asarray(obs) == np.asarray(env.observe(env.reset(fresh), 10))).all()
+    assert (np.asarray(_jit_cells(state)) == np.asarray(fresh)).all() and int(state.t) == 0
+    assert (np.asarray(obs) == np.asarray(_jit_observe(_jit_reset(fresh), 10))).all()
 
 
 # --- cross-check: JAX env against the reference, on generated levels ------------------------
