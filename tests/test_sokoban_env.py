@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import collections
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from lazy_modules import Lazy, made_on_first_call
 
-from evaluators.jaxtrain.station_jax import sokoban_env as env
 from evaluators.sokoban import levels
+
+jax, jnp = Lazy("jax"), Lazy("jax.numpy")  # imported by the first test that uses them, not at collection
+env = Lazy("evaluators.jaxtrain.station_jax.sokoban_env")
 
 UP, RIGHT, DOWN, LEFT = range(4)
 STEP = -0.01
 
 # The env compiled, as training and scoring run it (inside jit): one compilation per level shape
 # instead of one per operation, most of these tests' CPU. max_steps passed as an array.
-_jit_step = jax.jit(env.step)
-_jit_cells = jax.jit(env.cells)
-_jit_reset = jax.jit(env.reset)
-_jit_observe = jax.jit(env.observe)
-_jit_autoreset = jax.jit(env.step_autoreset)
+_jit_step = made_on_first_call(lambda: jax.jit(env.step))
+_jit_cells = made_on_first_call(lambda: jax.jit(env.cells))
+_jit_reset = made_on_first_call(lambda: jax.jit(env.reset))
+_jit_observe = made_on_first_call(lambda: jax.jit(env.observe))
+_jit_autoreset = made_on_first_call(lambda: jax.jit(env.step_autoreset))
 
 
 def play_numpy(level, actions, max_steps=100):
@@ -189,7 +190,9 @@ def test_cell_codes_and_rewards_match_between_modules():
              "STEP_PENALTY", "BOX_ON_TARGET_REWARD", "BOX_OFF_TARGET_PENALTY", "SOLVE_BONUS"]
     for name in names:
         assert getattr(env, name) == getattr(levels, name), name
-    assert (env._MOVES == np.array(levels.MOVES)).all()
+    from evaluators.jaxtrain.station_jax.sokoban_env import _MOVES  # private: not through the lazy module
+
+    assert (_MOVES == np.array(levels.MOVES)).all()
 
 
 def test_jit_and_vmap_over_a_batch():

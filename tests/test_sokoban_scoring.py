@@ -9,60 +9,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import run_folder, shared_task_data
-from jax import export
+from lazy_modules import Lazy, made_on_first_call
 
 from evaluators.base import create_task
-from evaluators.jaxtrain.station_jax import sokoban as harness
-from evaluators.jaxtrain.station_jax import sokoban_env as env
 from evaluators.jaxtrain.station_jax.hooks import ContractError
 from evaluators.jaxtrain.station_jax.scoring import MODES
 from evaluators.jaxtrain.station_jax.verify import check_exported
 from evaluators.sokoban.levels import make_level_set
 
+# imported by the first test that uses them, not at collection
+jax, jnp, nn, export = Lazy("jax"), Lazy("jax.numpy"), Lazy("flax.linen"), Lazy("jax.export")
+harness, env = Lazy("evaluators.jaxtrain.station_jax.sokoban"), Lazy("evaluators.jaxtrain.station_jax.sokoban_env")
+policies = Lazy("sokoban_policies")  # Recurrent, Stateless, Sharp
+
 TINY = {"grid": 5, "boxes": 1, "train_levels": 300, "eval_levels": 40, "max_steps": 30, "trials": 2}
 STEPS = 30
 MEMORY = 64
-
-
-class Recurrent(nn.Module):
-    """A recurrent policy whose state is a pytree (two arrays of different shapes)."""
-
-    resets: bool = True  # False: it never forgets by itself, whatever `done` says
-
-    @nn.compact
-    def __call__(self, obs, done, rnn_state=None):
-        batch = obs.shape[0]
-        if rnn_state is None:
-            rnn_state = {"h": jnp.zeros((batch, 8)), "count": jnp.zeros((batch, 2, 2))}
-        keep = jnp.logical_not(done) if self.resets else jnp.ones_like(done)
-        h = jnp.where(keep[:, None], rnn_state["h"], 0.0)
-        x = nn.Dense(8)(obs.reshape((batch, -1)))
-        h = jnp.tanh(x + nn.Dense(8)(h))
-        count = jnp.where(keep[:, None, None], rnn_state["count"], 0.0) + 1.0
-        logits = nn.Dense(4)(h) + count[:, :1, 0]
-        return logits, nn.Dense(1)(h)[:, 0], {"h": h, "count": count}
-
-
-class Stateless(nn.Module):
-    @nn.compact
-    def __call__(self, obs, done, rnn_state=None):
-        x = nn.relu(nn.Dense(16)(obs.reshape((obs.shape[0], -1))))
-        return nn.Dense(4)(x), nn.Dense(1)(x)[:, 0]
-
-
-class Sharp(nn.Module):
-    """Recurrent, with one logit so far above the others that sampling always picks it."""
-
-    @nn.compact
-    def __call__(self, obs, done, rnn_state=None):
-        logits, value, state = Recurrent(resets=False)(obs, done, rnn_state)
-        return 1e4 * jax.nn.one_hot(jnp.argmax(logits, axis=-1), 4), value, state
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,9 +57,9 @@ def levels() -> np.ndarray:
 
 # The batched side compiled, as training runs it (inside jit): one compilation each instead of one
 # per operation, most of these tests' CPU.
-reset_all = jax.jit(jax.vmap(env.reset))
-observe_all = jax.jit(jax.vmap(lambda s: env.observe(s, STEPS)))
-step_all = jax.jit(jax.vmap(lambda s, a: env.step(s, a, STEPS)))
+reset_all = made_on_first_call(lambda: jax.jit(jax.vmap(env.reset)))
+observe_all = made_on_first_call(lambda: jax.jit(jax.vmap(lambda s: env.observe(s, STEPS))))
+step_all = made_on_first_call(lambda: jax.jit(jax.vmap(lambda s, a: env.step(s, a, STEPS))))
 
 
 def batched(network: nn.Module):
@@ -118,8 +83,9 @@ def spec() -> tuple[list, list]:
     return [((5, 5, 8), "float32"), ((), "bool"), ((MEMORY,), "float32")], [((4,), "float32"), ((MEMORY,), "float32")]
 
 
-@pytest.mark.parametrize("network", [Recurrent(), Stateless()], ids=["recurrent", "stateless"])
-def test_the_exported_step_acts_as_the_network_does_in_a_batch(levels: np.ndarray, network: nn.Module) -> None:
+@pytest.mark.parametrize("kind", ["Recurrent", "Stateless"], ids=["recurrent", "stateless"])
+def test_the_exported_step_acts_as_the_network_does_in_a_batch(levels: np.ndarray, kind: str) -> None:
+    network = getattr(policies, kind)()
     params, exported = setting(network, levels)
     leaves = jax.tree_util.tree_leaves(params)
     batch = jnp.asarray(levels[:3])
@@ -152,7 +118,7 @@ def play(exported, params, levels: np.ndarray, folder: Path, seed: int = 0) -> n
 def test_each_level_is_played_on_its_own(levels: np.ndarray, tmp_path: Path) -> None:
     """A policy with memory that never forgets by itself: its actions on a level are the same
     whichever levels come before it, so nothing of one level reaches the next."""
-    params, exported = setting(Sharp(), levels)
+    params, exported = setting(policies.Sharp(), levels)
     forward = play(exported, params, levels, tmp_path / "forward")
     backward = play(exported, params, levels[::-1], tmp_path / "backward")
     assert forward.shape == (12, STEPS) and forward.dtype == np.int8
@@ -162,7 +128,7 @@ def test_each_level_is_played_on_its_own(levels: np.ndarray, tmp_path: Path) -> 
 
 
 def test_actions_are_sampled_with_the_station_s_keys(levels: np.ndarray, tmp_path: Path) -> None:
-    params, exported = setting(Stateless(), levels)
+    params, exported = setting(policies.Stateless(), levels)
     first = play(exported, params, levels, tmp_path / "a", seed=0)
     again = play(exported, params, levels, tmp_path / "b", seed=0)
     other = play(exported, params, levels, tmp_path / "c", seed=1)
