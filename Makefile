@@ -19,12 +19,12 @@ run: setup
 # station/, rooms/, evaluators/ and the test modules (collection alone: 32 s against 8 s).
 unexport PYTHONDONTWRITEBYTECODE
 
-# Four workers on two cores, each taking whole test modules, heaviest first: a good part of the tests'
-# time is waiting (Ray and sandboxes starting, limits under test, browsers), which the extra workers
-# fill (three: 737 s -> 655 s here; four: 700 s -> 650 s on one fresh clone, all passing). The tests
-# that start Ray run one at a time in one worker (tests/conftest.py says which and why).
+# Three workers on two cores, each taking whole test modules, heaviest first: a fifth of the
+# tests' time is waiting (Ray and sandboxes starting, limits under test), which the third fills
+# (737 s -> 655 s here). The tests that start Ray run one at a time in one worker
+# (tests/conftest.py says which and why).
 test: setup check
-	.venv/bin/python -m pytest -q -n 4 --durations=30
+	.venv/bin/python -m pytest -q -n 3 --durations=30
 
 # The code checks (docs/extending.md): lint, formatting, types and the layers.
 check: setup

@@ -172,7 +172,7 @@ def copy_station(source: Path, target: Path) -> Path:
 # Modules whose tests are slow on a 2-core machine (a real training or scoring, a whole station run,
 # Ray, a browser, kill -9 loops, or the shared demo station), about the heaviest first: 70 to 130 s for the
 # first few, 10 s for the last, run alone. `pytest -m "not slow"` leaves them out (the quick loop while
-# editing, README "Tests"); `make test` runs everything on four workers, which take whole modules in
+# editing, README "Tests"); `make test` runs everything on three workers, which take whole modules in
 # this order, so the longest start first and no long one is left for the end. test_demo comes first:
 # it builds the shared demo60 station, which test_cli and the test_web modules would otherwise wait for.
 SLOW_MODULES = (
@@ -208,7 +208,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Whole modules per worker, the Ray group as one unit, in collection order (-n 4 in make test)."""
+    """Whole modules per worker, the Ray group as one unit, in collection order (-n 3 in make test)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModulesAndRay(LoadScopeScheduling):
