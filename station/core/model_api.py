@@ -5,6 +5,7 @@ above) implement them, and the world hands the engine a ModelSource that makes t
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -16,10 +17,24 @@ from station.core.registry import Registry
 if TYPE_CHECKING:
     from station.core.config import ModelConfig
 
-Message = dict[str, str]  # {"role": "user" | "assistant", "text": ...}
+# {"role": "user" | "assistant", "text": ...}; in a tool session an assistant message may carry
+# "tool_calls" and a {"role": "tool", "results": [{"id", "name", "text"}]} message answers them.
+Message = dict[str, Any]
 # The offline policies of the system roles, by model-name prefix: each makes a Model from its name.
 SCRIPTED_POLICIES: Registry[Callable[[str], Model]] = Registry("scripted policy")
 LENGTH = "length"  # Reply.finish_reason of a reply cut off by max_output_tokens
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool a model may call: its name, what it does, and its arguments as a JSON Schema object.
+
+    A call of it is a plain dict, recorded as JSON: {"id", "name", "arguments": dict}; a call whose
+    arguments were not a JSON object has "arguments": {} and "error" saying why."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
 
 
 @dataclass
@@ -53,6 +68,7 @@ class Reply:
     # Why the model stopped: "stop" (it finished), LENGTH (it ran into max_output_tokens and was
     # cut off), or the provider's own word for anything else ("content_filter", "safety", ...).
     finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # in call order (see Tool)
 
     def to_payload(self) -> dict[str, Any]:
         """The recorded input: what the world depends on. Latency and retries are facts of the
@@ -65,6 +81,8 @@ class Reply:
             payload["cut_from"] = self.cut_from
         if self.finish_reason is not None:
             payload["finish_reason"] = self.finish_reason
+        if self.tool_calls:
+            payload["tool_calls"] = self.tool_calls
         return payload
 
     @property
@@ -96,6 +114,7 @@ class Reply:
             overflow=payload.get("overflow"),
             cut_from=payload.get("cut_from"),
             finish_reason=payload.get("finish_reason"),
+            tool_calls=list(payload.get("tool_calls") or []),
         )
 
 
@@ -183,9 +202,18 @@ def estimate_tokens(text: str) -> int:
 
 
 def estimate_conversation(messages: list[Message], system: str | None) -> int:
-    return sum(estimate_tokens(m["text"]) + MESSAGE_OVERHEAD for m in messages) + (
+    return sum(estimate_tokens(message_text(m)) + MESSAGE_OVERHEAD for m in messages) + (
         estimate_tokens(system) if system else 0
     )
+
+
+def message_text(message: Message) -> str:
+    """All a message holds, as text: what it costs in a context (tool calls' arguments and results too)."""
+    text = message.get("text") or ""
+    if "tool_calls" not in message and "results" not in message:
+        return text
+    calls = "".join(c.get("name", "") + json.dumps(c.get("arguments", {})) for c in message.get("tool_calls") or ())
+    return text + calls + "".join(r.get("text") or "" for r in message.get("results") or ())
 
 
 def estimate_reply(text: str) -> int:
