@@ -23,7 +23,8 @@ from station.core.config import ModelConfig, Price, StationConfig
 from station.core.model_api import BudgetExceeded, Message, Usage, estimate_conversation
 from station.core.store import write_lock
 
-ROLES = ("reviewer", "grader", "debugger")  # callers that are not agents: only the station caps apply
+# callers that are not agents (the coder and surveyor are workers): only the station caps apply
+ROLES = ("reviewer", "grader", "debugger", "coder", "surveyor")
 PROMPT_MARGIN = 1.25  # the prompt estimate (about 4 characters a token) may be low for some text
 
 
