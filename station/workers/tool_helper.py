@@ -116,8 +116,11 @@ def search(args: dict[str, Any], roots: list[dict[str, Any]]) -> tuple[str, bool
     for path in paths[:SEARCH_FILES]:
         if os.path.basename(path) == HIDDEN or os.path.islink(path) or os.path.getsize(path) > SEARCH_BYTES:
             continue
-        with open(path, "rb") as file:
-            data = file.read()
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError:
+            continue  # unreadable here: not the search's business
         if b"\0" in data[:4096]:
             continue  # not text
         shown = os.path.relpath(path)
