@@ -7,13 +7,14 @@ fails it, the mended one passes. The file tools run in the real local sandbox.""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
 from station.core.model_api import PERMANENT, BudgetExceeded, ModelError, Reply, Tool, Usage
-from station.executors import LocalExecutor
+from station.executors import LocalExecutor, Mount
 from station.models.scripted_coder import ScriptedCoder
 from station.workers.sandbox_tools import SandboxTools, Surface, cut
 from station.workers.session import Session, model_call, walk_session
@@ -289,10 +290,21 @@ def use(tools: SandboxTools, name: str, **arguments: Any) -> dict[str, Any]:
 def test_a_file_written_in_the_workspace_is_there_for_the_next_run_and_the_records_are_readable(sandbox, host):
     executor, surfaces = sandbox
     tools = SandboxTools(executor, surfaces)
-    wrote = use(tools, "write_file", path="workspace/pkg/solution.py", content="print('hi')\n")
-    assert wrote == {"text": "wrote 12 bytes to workspace/pkg/solution.py", "error": False}
-    assert (host / "workspace" / "pkg" / "solution.py").read_text() == "print('hi')\n"
-    assert use(tools, "read_file", path="workspace/pkg/solution.py") == {"text": "print('hi')\n", "error": False}
+    wrote = use(tools, "write_file", path="workspace/pkg/solution.py", content="import math\nx = 1\nprint(x)\n")
+    assert wrote == {"text": "wrote 27 bytes to workspace/pkg/solution.py", "error": False}
+    assert (host / "workspace" / "pkg" / "solution.py").read_text() == "import math\nx = 1\nprint(x)\n"
+    read = use(tools, "read_file", path="workspace/pkg/solution.py", offset=2, limit=1)
+    assert read == {"text": "x = 1\n\n[lines 2-2 of 3; read on with offset]", "error": False}
+    listed = use(tools, "list_files")["text"].splitlines()
+    assert listed == [
+        "records/",
+        "records/eval-3.txt  (20 bytes)",
+        "workspace/",
+        "workspace/etc_link -> /etc",
+        "workspace/pkg/",
+        "workspace/pkg/solution.py  (27 bytes)",
+        f"workspace/station_link -> {host / 'station'}",
+    ]
     found = use(tools, "search", pattern=r"scored \d")
     assert found == {"text": "records/eval-3.txt:1: Eval #3 scored 2.41", "error": False}
 
@@ -313,12 +325,20 @@ def test_writes_outside_the_workspace_fail_in_the_sandbox(sandbox, host):
 def test_the_host_its_keys_and_planted_links_stay_out_of_reach(sandbox, host, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET_KEY)
     executor, surfaces = sandbox
-    tools = SandboxTools(executor, surfaces)
+    data = host / "task-data"  # a caller's own mount and environment, on every run (the coder's task data)
+    data.mkdir(exist_ok=True)
+    (data / "info.txt").write_text("the task's public data")
+    task = lambda spec: dataclasses.replace(
+        spec, mounts=[*spec.mounts, Mount(data, "task_data")], env={"TASK": "circles"}
+    )
+    tools = SandboxTools(executor, surfaces, spec=task)
     station = host / "station"
     for path in (str(station / "secret.txt"), "workspace/station_link/secret.txt", "workspace/etc_link/hostname"):
         refused = use(tools, "read_file", path=path)
         assert refused["error"] and "outside the folders you can see" in refused["text"], path
     ran = use(tools, "run", command=f"env; cat {station}/secret.txt; cat workspace/station_link/secret.txt; ls /etc")
+    assert "TASK=circles" in ran["text"]
+    assert use(tools, "read_file", path="task_data/info.txt") == {"text": "the task's public data", "error": False}
     assert SECRET_KEY not in ran["text"] and "ANTHROPIC" not in ran["text"]
     assert "private data" not in ran["text"] and ran["text"].count("No such file or directory") == 2
     assert "shadow" not in ran["text"]  # the run's own /etc, not the host's
