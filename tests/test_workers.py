@@ -370,6 +370,9 @@ def test_bad_arguments_are_errors_that_never_reach_the_sandbox(sandbox):
     for (name, arguments), expected in bad.items():
         result = use(tools, name, **json.loads(arguments))
         assert result["error"] and expected in result["text"], (name, result)
+    recorder = Recorder()
+    told = tools.handle(3, 1, {"id": "c1", "name": "run", "arguments": {}}, recorder.fetch, "coder/9")
+    assert recorder.inputs == {"coder/9/tool/3/1": told} and recorder.kinds == {"coder/9/tool/3/1": "worker_tool"}
     assert executor.runs == before
 
 

@@ -68,11 +68,11 @@ class SandboxTools:
     def tools(self) -> list[Tool]:
         seen = ", ".join(f"{s.target} ({'writable' if s.writable else 'read-only'})" for s in self.surfaces)
         writable = ", ".join(s.target for s in self.surfaces if s.writable) or "none"
-        values = {"surfaces": seen, "timeout": f"{self.command_timeout_s:g} s"}
+        timeout = f"{self.command_timeout_s:g} s"
         return [
             Tool(
                 name,
-                worker_text(f"tool_{name}", **{**values, "surfaces": writable if name == "write_file" else seen}),
+                worker_text(f"tool_{name}", surfaces=writable if name == "write_file" else seen, timeout=timeout),
                 _schema(arguments),
             )
             for name, arguments in ARGUMENTS.items()
