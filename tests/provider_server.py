@@ -60,7 +60,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -80,10 +80,11 @@ class Request:
     body: dict
     headers: dict[str, str]  # lower-cased names
     stream: bool
-    messages: list[dict]  # [{"role": "user" | "assistant", "text": ...}]
+    messages: list[dict]  # [{"role": "user" | "assistant", "text": ...}], tool turns too (module docstring)
     system: str | None
     method: str = "POST"
     at: float = 0.0  # time.monotonic() when it arrived
+    tools: list[str] = field(default_factory=list)  # the names of the tools offered
 
 
 @dataclass
@@ -97,6 +98,8 @@ class Answer:
     output_tokens: int | None = None  # visible output; None: len(text) // 4 + 1
     reasoning_tokens: int = 0  # thinking tokens, on top of output_tokens
     finish: str = "stop"  # or LENGTH: the answer ran into the request's output limit
+    # [{"name", "arguments"}]: arguments a dict, or text sent as it is (malformed JSON, say)
+    tool_calls: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -122,7 +125,8 @@ def default_responder(request: Request) -> Answer:
 # --------------------------------------------------------------------------- request parsing
 
 def _text_of(content: Any) -> str:
-    """The text parts of one message's content, joined; thinking parts are not text."""
+    """The text parts of one message's content, joined; thinking parts, tool calls and tool
+    results are not text."""
     if isinstance(content, str):
         return content
     if isinstance(content, dict):
@@ -134,51 +138,145 @@ def _text_of(content: Any) -> str:
         if isinstance(part, str):
             texts.append(part)
         elif not isinstance(part, dict) or part.get("thought") or part.get("type") in (
-                "thinking", "redacted_thinking", "reasoning"):
+                "thinking", "redacted_thinking", "reasoning", "tool_use", "tool_result"):
             continue
         elif isinstance(part.get("text"), str):
             texts.append(part["text"])
-        elif "content" in part or "parts" in part:  # anthropic tool_result, gemini systemInstruction
-            texts.append(_text_of(part.get("content", part.get("parts"))))
-        elif isinstance(part.get("output"), str):  # responses function_call_output
-            texts.append(part["output"])
+        elif "parts" in part:  # gemini systemInstruction
+            texts.append(_text_of(part["parts"]))
     return "\n".join(t for t in texts if t)
+
+
+def _arguments(raw: Any) -> Any:
+    """A call's arguments as sent: decoded when they are JSON text, else as they came."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+class _Turns:
+    """The conversation being decoded, in the neutral shapes (module docstring)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+        self.names: dict[str, str] = {}  # call id -> tool name, for results that give only the id
+
+    def say(self, role: str, text: str) -> None:
+        self.messages.append({"role": "assistant" if role in ("assistant", "model") else "user", "text": text})
+
+    def call(self, call_id: Any, name: Any, arguments: Any) -> None:
+        """A tool call: it joins the assistant message just before it, or makes one."""
+        if not self.messages or self.messages[-1]["role"] != "assistant":
+            self.say("assistant", "")
+        self.names[str(call_id)] = str(name)
+        call = {"id": call_id, "name": name, "arguments": _arguments(arguments)}
+        self.messages[-1].setdefault("tool_calls", []).append(call)
+
+    def result(self, call_id: Any, text: str, name: Any = None) -> None:
+        """A tool result: it joins the tool message just before it, or makes one."""
+        if not self.messages or self.messages[-1]["role"] != "tool":
+            self.messages.append({"role": "tool", "results": []})
+        name = name if name is not None else self.names.get(str(call_id), "")
+        self.messages[-1]["results"].append({"id": call_id, "name": name, "text": text})
+
+
+def _parts(content: Any) -> list[dict]:
+    return [part for part in (content if isinstance(content, list) else []) if isinstance(part, dict)]
+
+
+def _gemini_turn(turns: _Turns, turn: dict) -> None:
+    parts = _parts(turn.get("parts"))
+    results = [p.get("functionResponse", p.get("function_response")) for p in parts]
+    for response in (r for r in results if isinstance(r, dict)):
+        output = response.get("response")
+        text = output["output"] if isinstance(output, dict) and isinstance(output.get("output"), str) else \
+            json.dumps(output)
+        turns.result(response.get("id"), text, response.get("name"))
+    text = _text_of(parts)
+    if text or not any(isinstance(r, dict) for r in results):
+        turns.say(turn.get("role", "user"), text)
+    for call in (p.get("functionCall", p.get("function_call")) for p in parts):
+        if isinstance(call, dict):
+            turns.call(call.get("id"), call.get("name"), call.get("args", {}))
+
+
+def _anthropic_turn(turns: _Turns, turn: dict) -> None:
+    content = turn.get("content")
+    blocks = _parts(content)
+    for block in blocks:
+        if block.get("type") == "tool_result":
+            turns.result(block.get("tool_use_id"), _text_of(block.get("content")))
+    text = _text_of(content)
+    if text or not any(b.get("type") in ("tool_result", "tool_use") for b in blocks):
+        turns.say(turn.get("role", "user"), text)
+    for block in blocks:
+        if block.get("type") == "tool_use":
+            turns.call(block.get("id"), block.get("name"), block.get("input"))
+
+
+def _openai_turn(turns: _Turns, turn: dict) -> None:
+    """A Chat message or a Responses input item."""
+    kind = turn.get("type")
+    if kind == "function_call":
+        return turns.call(turn.get("call_id"), turn.get("name"), turn.get("arguments"))
+    if kind == "function_call_output":
+        return turns.result(turn.get("call_id"), _text_of(turn.get("output")))
+    if turn.get("role") == "tool":
+        return turns.result(turn.get("tool_call_id"), _text_of(turn.get("content")))
+    calls = [c for c in turn.get("tool_calls") or [] if isinstance(c, dict)]
+    if turn.get("role") in ("user", "assistant"):
+        turns.say(turn["role"], _text_of(turn.get("content")))
+    for call in calls:
+        function = call.get("function") or {}
+        turns.call(call.get("id"), function.get("name"), function.get("arguments"))
 
 
 def _conversation(provider: str, body: dict) -> tuple[list[dict], str | None]:
     """Normalise the request's conversation to (messages, system)."""
-    messages: list[dict] = []
+    turns = _Turns()
     system: list[str] = []
     if provider == "gemini":
         for turn in body.get("contents") or []:
             if isinstance(turn, dict):
-                role = "assistant" if turn.get("role") == "model" else "user"
-                messages.append({"role": role, "text": _text_of(turn.get("parts"))})
+                _gemini_turn(turns, turn)
         if body.get("systemInstruction") is not None:
             system.append(_text_of(body["systemInstruction"]))
-        return messages, "\n".join(system) if system else None
+        return turns.messages, "\n".join(system) if system else None
     if provider == "anthropic":
-        turns = body.get("messages") or []
+        items = body.get("messages") or []
         if body.get("system") is not None:
             system.append(_text_of(body["system"]))
     elif provider == "openai-chat":
-        turns = body.get("messages") or []
+        items = body.get("messages") or []
     else:  # openai-responses: `input` is a string or a list of items
-        turns = body.get("input") or []
-        if isinstance(turns, str):
-            turns = [{"role": "user", "content": turns}]
+        items = body.get("input") or []
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
         if isinstance(body.get("instructions"), str):
             system.append(body["instructions"])
-    for turn in turns if isinstance(turns, list) else []:
+    for turn in items if isinstance(items, list) else []:
         if not isinstance(turn, dict):
             continue
-        role = turn.get("role")
-        if role in ("system", "developer"):
+        if turn.get("role") in ("system", "developer"):
             system.append(_text_of(turn.get("content")))
-        elif role in ("user", "assistant", "tool") or turn.get("type") == "function_call_output":
-            text = _text_of(turn.get("content", turn))
-            messages.append({"role": "assistant" if role == "assistant" else "user", "text": text})
-    return messages, "\n".join(system) if system else None
+        elif provider == "anthropic":
+            _anthropic_turn(turns, turn)
+        else:
+            _openai_turn(turns, turn)
+    return turns.messages, "\n".join(system) if system else None
+
+
+def _offered(provider: str, body: dict) -> list[str]:
+    """The names of the tools the request offers."""
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    if provider == "gemini":
+        tools = [d for t in tools for d in t.get("functionDeclarations", t.get("function_declarations")) or []]
+    elif provider == "openai-chat":
+        tools = [t.get("function") or {} for t in tools]
+    return [str(t.get("name")) for t in tools if isinstance(t, dict)]
 
 
 def _is_google(headers: dict[str, str], query: str) -> bool:
@@ -320,10 +418,23 @@ def _tokens(answer: Answer, request: Request) -> tuple[int, int]:
     """(whole prompt tokens, visible output tokens), estimating the ones left None."""
     prompt = answer.input_tokens
     if prompt is None:
-        chars = sum(len(m["text"]) for m in request.messages) + len(request.system or "")
+        chars = sum(_chars(m) for m in request.messages) + len(request.system or "")
         prompt = chars // 4
-    output = answer.output_tokens if answer.output_tokens is not None else len(answer.text) // 4 + 1
+    calls = "".join(c["name"] + _arguments_text(c) for c in answer.tool_calls)
+    output = answer.output_tokens if answer.output_tokens is not None else len(answer.text + calls) // 4 + 1
     return prompt, output
+
+
+def _chars(message: dict) -> int:
+    """A decoded message's length: its text, its calls' names and arguments, its results' text."""
+    calls = "".join(str(c["name"]) + json.dumps(c["arguments"]) for c in message.get("tool_calls", ()))
+    return len(message.get("text") or "") + len(calls) + sum(len(r["text"]) for r in message.get("results", ()))
+
+
+def _arguments_text(call: dict) -> str:
+    """A call's arguments as the wire carries them: JSON text (or the text given, as it is)."""
+    arguments = call.get("arguments", {})
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _anthropic_usage(answer: Answer, request: Request) -> dict:
@@ -350,13 +461,15 @@ def anthropic_message(answer: Answer, request: Request) -> dict:
         content.append({"type": "thinking", "thinking": answer.thinking, "signature": _signature(answer.thinking)})
     if answer.text:  # the real API sends no text block at all for an empty answer
         content.append({"type": "text", "text": answer.text})
+    content += [{"type": "tool_use", "id": _new_id("toolu_"), "name": c["name"], "input": c.get("arguments", {})}
+                for c in answer.tool_calls]
     return {"id": _new_id("msg_"), "type": "message", "role": "assistant", "model": request.model,
             "content": content, "stop_reason": _anthropic_stop(answer), "stop_sequence": None,
             "usage": _anthropic_usage(answer, request)}
 
 
 def _anthropic_stop(answer: Answer) -> str:
-    return "max_tokens" if answer.finish == LENGTH else "end_turn"
+    return "max_tokens" if answer.finish == LENGTH else "tool_use" if answer.tool_calls else "end_turn"
 
 
 def anthropic_events(answer: Answer, request: Request) -> Iterator[tuple[str | None, dict]]:
@@ -366,6 +479,14 @@ def anthropic_events(answer: Answer, request: Request) -> Iterator[tuple[str | N
     yield "ping", {"type": "ping"}
     for index, block in enumerate(final["content"]):
         kind = block["type"]
+        if kind == "tool_use":  # the arguments come as pieces of JSON text
+            yield "content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": {**block, "input": {}}}
+            for piece in _pieces(_arguments_text({"arguments": block["input"]}), 16):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+            continue
         empty = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else \
             {"type": "text", "text": ""}
         yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": empty}
@@ -403,8 +524,11 @@ def _responses_items(answer: Answer, ids: tuple[str, str]) -> list[dict]:
     if answer.thinking is not None:
         items.append({"id": ids[0], "type": "reasoning", "status": "completed",
                       "summary": [{"type": "summary_text", "text": answer.thinking}]})
-    items.append({"id": ids[1], "type": "message", "role": "assistant", "status": status,
-                  "content": [{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}]})
+    if answer.text or not answer.tool_calls:  # an answer of calls alone has no message item
+        items.append({"id": ids[1], "type": "message", "role": "assistant", "status": status,
+                      "content": [{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}]})
+    items += [{"id": _new_id("fc_"), "type": "function_call", "status": "completed", "call_id": _new_id("call_"),
+               "name": c["name"], "arguments": _arguments_text(c)} for c in answer.tool_calls]
     return items
 
 
@@ -446,6 +570,13 @@ def responses_events(answer: Answer, request: Request) -> Iterator[tuple[str | N
                         "text": part["text"]},
                        {"type": "response.reasoning_summary_part.done", **common, "summary_index": 0,
                         "part": part}]
+        elif item["type"] == "function_call":
+            events += [{"type": "response.output_item.added", "output_index": index,
+                        "item": {**item, "status": "in_progress", "arguments": ""}}]
+            events += [{"type": "response.function_call_arguments.delta", **common, "delta": piece}
+                       for piece in _pieces(item["arguments"], 16)]
+            events += [{"type": "response.function_call_arguments.done", **common, "name": item["name"],
+                        "arguments": item["arguments"]}]
         else:
             part = item["content"][0]
             events += [{"type": "response.output_item.added", "output_index": index,
@@ -471,13 +602,24 @@ def _chat_usage(answer: Answer, request: Request) -> dict:
             "completion_tokens_details": {"reasoning_tokens": answer.reasoning_tokens}}
 
 
+def _chat_calls(answer: Answer) -> list[dict]:
+    return [{"id": _new_id("call_"), "type": "function",
+             "function": {"name": c["name"], "arguments": _arguments_text(c)}} for c in answer.tool_calls]
+
+
+def _chat_finish(answer: Answer) -> str:
+    return "tool_calls" if answer.tool_calls and answer.finish != LENGTH else answer.finish
+
+
 def chat_completion(answer: Answer, request: Request) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
+    if answer.tool_calls:  # the content of an answer of calls alone is null
+        message.update(content=answer.text or None, tool_calls=_chat_calls(answer))
     if answer.thinking is not None:  # non-standard, as vLLM and DeepSeek send it
         message["reasoning_content"] = answer.thinking
     return {"id": _new_id("chatcmpl-"), "object": "chat.completion", "created": int(time.time()),
             "model": request.model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": message, "finish_reason": answer.finish, "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": _chat_finish(answer), "logprobs": None}],
             "usage": _chat_usage(answer, request)}
 
 
@@ -497,7 +639,13 @@ def chat_chunks(answer: Answer, request: Request) -> Iterator[tuple[str | None, 
         yield None, chunk({"reasoning_content": piece})
     for piece in _pieces(answer.text):
         yield None, chunk({"content": piece})
-    yield None, chunk({}, answer.finish)
+    for index, call in enumerate(_chat_calls(answer)):  # the first piece names the call, the rest add arguments
+        function = call["function"]
+        yield None, chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                           "function": {"name": function["name"], "arguments": ""}}]})
+        for piece in _pieces(function["arguments"], 16):
+            yield None, chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield None, chunk({}, _chat_finish(answer))
     if with_usage:
         yield None, {**base, "choices": [], "usage": _chat_usage(answer, request)}
 
@@ -530,9 +678,12 @@ def _gemini_parts(answer: Answer, size: int | None = None) -> list[dict]:
     cut = (lambda text: _pieces(text, size)) if size else (lambda text: [text] if text else [])
     thoughts = [{"text": piece, "thought": True} for piece in cut(answer.thinking or "")]
     texts = [{"text": piece} for piece in cut(answer.text)]
-    if thoughts and texts:  # Gemini signs the first answer part after thoughts
+    calls = [{"functionCall": {"name": c["name"], "args": c.get("arguments", {})}} for c in answer.tool_calls]
+    if calls:  # Gemini signs the first function call (and wants the signature back with it)
+        calls[0]["thoughtSignature"] = _signature(calls[0]["functionCall"]["name"])
+    elif thoughts and texts:  # ... else the first answer part after thoughts
         texts[0]["thoughtSignature"] = _signature(answer.thinking or "")
-    return thoughts + texts
+    return thoughts + texts + calls
 
 
 def gemini_response(answer: Answer, request: Request) -> dict:
@@ -791,7 +942,8 @@ class ProviderServer:
             model = body["model"]
         messages, system = _conversation(provider, body) if endpoint == "generate" else ([], None)
         stream = bool(body.get("stream") is True or "streamGenerateContent" in split.path)
-        request = Request(provider, split.path, model, body, headers, stream, messages, system, method, arrived)
+        request = Request(provider, split.path, model, body, headers, stream, messages, system, method, arrived,
+                          _offered(provider, body) if endpoint == "generate" else [])
         with self._lock:
             self.requests.append(request)
 

@@ -154,6 +154,17 @@ class Model(Protocol):
         """Tokens the conversation takes in this model's context."""
 
 
+class ToolModel(Model, Protocol):
+    """A model that can be offered tools (the providers' models and the pool's; not every offline
+    policy: callers pass `tools=` only when they have tools, so those need not take it)."""
+
+    def complete(
+        self, messages: list[Message], *, system: str | None, agent: str, tools: list[Tool] | None = None
+    ) -> Reply:
+        """One reply; with `tools`, it may call them (Reply.tool_calls), and `messages` may hold
+        earlier calls and their results (see Message)."""
+
+
 class PendingReply(Protocol):
     """A call already sent: its reply is taken later (and may raise ModelError then)."""
 
@@ -162,7 +173,7 @@ class PendingReply(Protocol):
     def reply(self) -> Reply: ...
 
 
-class AgentModel(Model, Protocol):
+class AgentModel(ToolModel, Protocol):
     """A model as an agent's turn uses it: with its calls booked, and able to send one ahead."""
 
     config: ModelConfig
@@ -170,7 +181,9 @@ class AgentModel(Model, Protocol):
     @property
     def sends_ahead(self) -> bool: ...
 
-    def submit(self, messages: list[Message], *, system: str | None, agent: str) -> PendingReply: ...
+    def submit(
+        self, messages: list[Message], *, system: str | None, agent: str, tools: list[Tool] | None = None
+    ) -> PendingReply: ...
 
 
 class ModelSource(Protocol):

@@ -7,7 +7,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 from station.core.config import ModelConfig
 from station.core.model_api import (
@@ -17,12 +17,14 @@ from station.core.model_api import (
     Model,
     ModelError,
     Reply,
+    Tool,
+    ToolModel,
     Usage,
     estimate_conversation,
 )
 from station.core.plugins import PROVIDERS
 from station.core.registry import UnknownName
-from station.models import scripted_administrator, scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
+from station.models import scripted_administrator, scripted_coder, scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
 from station.models.branch_seed import branch_seeded
 from station.models.endpoint import EndpointKey, known_limit
 from station.models.fallback import FallbackModel, Switch
@@ -112,11 +114,16 @@ class PooledModel:
             return estimate_conversation(messages, system)
         return self.inner.count_tokens(messages, system=system)
 
-    def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+    def complete(
+        self, messages: list[Message], *, system: str | None, agent: str, tools: list[Tool] | None = None
+    ) -> Reply:
         inner = self._made()
-        reservation = self.ledger.reserve(agent, self.config, messages, system)
+        reservation = self.ledger.reserve(agent, self.config, messages, with_tools(system, tools))
         try:
-            reply = inner.complete(messages, system=system, agent=agent)
+            if tools is None:  # models that offer no tools need not take the keyword
+                reply = inner.complete(messages, system=system, agent=agent)
+            else:
+                reply = cast(ToolModel, inner).complete(messages, system=system, agent=agent, tools=tools)
         except BaseException as err:
             self._failed(reservation, err)
             raise
@@ -127,13 +134,15 @@ class PooledModel:
         """Whether `submit` can send a call without a thread waiting for it (request processes)."""
         return self.processes is not None and self.config.remote
 
-    def submit(self, messages: list[Message], *, system: str | None, agent: str) -> SentCall:
+    def submit(
+        self, messages: list[Message], *, system: str | None, agent: str, tools: list[Tool] | None = None
+    ) -> SentCall:
         """`complete` without waiting (only where `sends_ahead`): the budget is checked now (a
         cap raises here); the reply is booked when it is taken (`SentCall.reply`)."""
         assert self.processes is not None
         self._made()  # a missing key is told here, as `complete` tells it
-        reservation = self.ledger.reserve(agent, self.config, messages, system)
-        return SentCall(self, reservation, self.processes.submit(self.config, messages, system, agent))
+        reservation = self.ledger.reserve(agent, self.config, messages, with_tools(system, tools))
+        return SentCall(self, reservation, self.processes.submit(self.config, messages, system, agent, tools))
 
     def _made(self) -> Model:
         try:
@@ -154,6 +163,13 @@ class PooledModel:
         if self.config.remote or cost:
             reply.cost_usd = round(cost, 8)
         return reply
+
+
+def with_tools(system: str | None, tools: list[Tool] | None) -> str | None:
+    """The system prompt as a budget reservation counts it: the tools' schemas are sent with it."""
+    if not tools:
+        return system
+    return (system or "") + json.dumps([vars(tool) for tool in tools])
 
 
 class SentCall:

@@ -2,8 +2,11 @@
 
 Streaming keeps long replies (and long thinking) inside one healthy connection, which the
 SDK insists on for large `max_tokens`. Prompt caching: the system prompt and the last two
-station messages carry cache breakpoints, so each turn reads the conversation written to the
-cache by the turn before and writes its own extension.
+station messages (tool results included) carry cache breakpoints, so each turn reads the
+conversation written to the cache by the turn before and writes its own extension.
+
+Tools go as `tools` ({name, description, input_schema}); the model's calls come back as
+`tool_use` blocks, and their results go back as a user message of `tool_result` blocks.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from station.core.config import ModelConfig
-from station.core.model_api import LENGTH, Message, ModelError, Reply, Usage, estimate_tokens
+from station.core.model_api import LENGTH, Message, ModelError, Reply, Tool, Usage, estimate_tokens
 from station.models import loop
 from station.models.remote import (
     Failure,
@@ -20,19 +23,23 @@ from station.models.remote import (
     classify_status,
     classify_transport,
     missing_key_message,
+    short,
+    tool_call,
 )
 
 CACHE = {"type": "ephemeral"}
 
 
-def request_body(config: ModelConfig, messages: list[Message], system: str | None) -> dict[str, Any]:
-    wire: list[dict[str, Any]] = [
-        {"role": m["role"], "content": [{"type": "text", "text": m["text"]}]} for m in messages
-    ]
+def request_body(
+    config: ModelConfig, messages: list[Message], system: str | None, tools: list[Tool] | None = None
+) -> dict[str, Any]:
+    wire = [wire_message(m) for m in messages]
     users = [i for i, m in enumerate(wire) if m["role"] == "user"]
     for i in users[-2:]:
         wire[i]["content"][-1]["cache_control"] = CACHE
     body: dict[str, Any] = {"model": config.name, "max_tokens": config.max_output_tokens, "messages": wire}
+    if tools:
+        body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools]
     if system:
         body["system"] = [{"type": "text", "text": system, "cache_control": CACHE}]
     if config.thinking_budget:
@@ -47,6 +54,18 @@ def request_body(config: ModelConfig, messages: list[Message], system: str | Non
         body["extra_body"] = {"temperature": config.temperature}
     body.update(config.options)
     return body
+
+
+def wire_message(message: Message) -> dict[str, Any]:
+    if "results" in message:  # the results of the calls of the assistant message before it
+        results = [{"type": "tool_result", "tool_use_id": r["id"], "content": r["text"]} for r in message["results"]]
+        return {"role": "user", "content": results}
+    content: list[dict[str, Any]] = [{"type": "text", "text": message["text"]}] if message.get("text") else []
+    content += [
+        {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
+        for c in message.get("tool_calls") or ()
+    ]
+    return {"role": message["role"], "content": content}
 
 
 def reply_from(message: Any) -> Reply:
@@ -66,7 +85,14 @@ def reply_from(message: Any) -> Reply:
         output_tokens=u.output_tokens - reasoning,
         reasoning_tokens=reasoning,
     )
-    return Reply(text=text, thinking=thinking, usage=usage, finish_reason=finish(getattr(message, "stop_reason", None)))
+    calls = [b for b in message.content if b.type == "tool_use"]
+    return Reply(
+        text=text,
+        thinking=thinking,
+        usage=usage,
+        finish_reason=finish(getattr(message, "stop_reason", None)),
+        tool_calls=[tool_call(n, b.id, b.name, b.input) for n, b in enumerate(calls, 1)],
+    )
 
 
 def finish(stop_reason: Any) -> str | None:
@@ -99,8 +125,10 @@ class AnthropicModel(RemoteModel):
             http_client=pool,
         )  # we retry, the same way for every provider
 
-    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
-        async with client.messages.stream(**request_body(self.config, messages, system)) as stream:
+    async def _request(
+        self, client: Any, messages: list[Message], system: str | None, agent: str, tools: list[Tool] | None
+    ) -> Reply:
+        async with client.messages.stream(**request_body(self.config, messages, system, tools)) as stream:
             return reply_from(await stream.get_final_message())
 
     def classify(self, err: Exception) -> Failure:
@@ -109,6 +137,8 @@ class AnthropicModel(RemoteModel):
             if err.status_code < 400:  # an error event inside a stream that had begun well
                 return Failure("transient", f"the stream broke off: {_message(err)}")
             return classify_status(err.status_code, _message(err), err.response.headers)
+        if isinstance(err, ValueError) and "tool parameter JSON" in str(err):  # the SDK could not read a call
+            return Failure("transient", short(str(err), 200))
         return classify_transport(err) or Failure("permanent", f"unexpected {type(err).__name__}: {err}")
 
     def check(self) -> str:

@@ -24,9 +24,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from station.core.config import ModelConfig
-from station.core.model_api import TRANSIENT, Message, Model, ModelError, Reply, estimate_conversation
+from station.core.model_api import TRANSIENT, Message, Model, ModelError, Reply, Tool, ToolModel, estimate_conversation
 from station.models.endpoint import EndpointKey
 from station.models.remote import endpoint_key
 
@@ -148,13 +149,15 @@ class FallbackModel:
     def count_tokens(self, messages: list[Message], *, system: str | None) -> int:
         return estimate_conversation(messages, system)  # as every remote model: scaled by the engine
 
-    def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+    def complete(
+        self, messages: list[Message], *, system: str | None, agent: str, tools: list[Tool] | None = None
+    ) -> Reply:
         self._probe_if_due()
         first = self.chain.current
         for step in range(len(self.models)):  # the default, then the next ones in the loop
             index = (first + step) % len(self.models)
             try:
-                reply = self.models[index].complete(messages, system=system, agent=agent)
+                reply = self.models[index].complete(messages, system=system, agent=agent, tools=tools)
             except ModelError as err:
                 if err.kind != TRANSIENT:
                     raise
@@ -184,9 +187,9 @@ class FallbackModel:
         self.on_switch(Switch(self.config.provider, self.name, index, url, reason))
 
 
-def _made(make: Callable[[ModelConfig], Model], config: ModelConfig, index: int) -> Model:
+def _made(make: Callable[[ModelConfig], Model], config: ModelConfig, index: int) -> ToolModel:
     try:
-        return make(config)
+        return cast(ToolModel, make(config))  # a provider's model: they all take tools
     except ModelError as err:  # e.g. a backup's key is not set: say which endpoint
         if not index:
             raise

@@ -4,14 +4,19 @@ any OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp, ...) reached w
 
 OpenAI caches long prompt prefixes on its own; the conversation only ever grows at its end,
 and `prompt_cache_key` (the agent's name) keeps one agent's requests on the same cache.
+
+Tools are function tools. Responses: the model's calls are `function_call` output items
+(`call_id`, `arguments` as a JSON string), their results go back as `function_call_output`
+items. Chat: `message.tool_calls`, answered by one `role: tool` message per call.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from station.core.config import ModelConfig
-from station.core.model_api import LENGTH, Message, ModelError, Reply, Usage
+from station.core.model_api import LENGTH, Message, ModelError, Reply, Tool, Usage
 from station.models import loop
 from station.models.remote import (
     Failure,
@@ -20,17 +25,31 @@ from station.models.remote import (
     classify_status,
     classify_transport,
     missing_key_message,
+    tool_call,
 )
 
 
-def responses_body(config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> dict[str, Any]:
+def responses_body(
+    config: ModelConfig, messages: list[Message], system: str | None, agent: str, tools: list[Tool] | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": config.name,
         "max_output_tokens": config.max_output_tokens,
         "store": False,
-        "input": [{"role": m["role"], "content": m["text"]} for m in messages],
+        "input": [item for m in messages for item in responses_items(m)],
         "prompt_cache_key": f"station-{agent}",
     }
+    if tools:  # not strict: a strict schema must require every property, and ours leave some optional
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "strict": False,
+            }
+            for t in tools
+        ]
     if system:
         body["instructions"] = system
     if config.reasoning_effort:
@@ -41,17 +60,48 @@ def responses_body(config: ModelConfig, messages: list[Message], system: str | N
     return body
 
 
-def chat_body(config: ModelConfig, messages: list[Message], system: str | None) -> dict[str, Any]:
+def responses_items(message: Message) -> list[dict[str, Any]]:
+    if "results" in message:
+        return [{"type": "function_call_output", "call_id": r["id"], "output": r["text"]} for r in message["results"]]
+    calls = message.get("tool_calls") or ()
+    items = [{"role": message["role"], "content": message["text"]}] if message.get("text") or not calls else []
+    return items + [
+        {"type": "function_call", "call_id": c["id"], "name": c["name"], "arguments": json.dumps(c["arguments"])}
+        for c in calls
+    ]
+
+
+def chat_body(
+    config: ModelConfig, messages: list[Message], system: str | None, tools: list[Tool] | None = None
+) -> dict[str, Any]:
     wire = ([{"role": "system", "content": system}] if system else []) + [
-        {"role": m["role"], "content": m["text"]} for m in messages
+        item for m in messages for item in chat_messages(m)
     ]
     body: dict[str, Any] = {"model": config.name, "messages": wire, "max_tokens": config.max_output_tokens}
+    if tools:
+        body["tools"] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in tools
+        ]
     if config.reasoning_effort:
         body["reasoning_effort"] = config.reasoning_effort
     if config.temperature is not None:
         body["temperature"] = config.temperature
     body.update(config.options)
     return body
+
+
+def chat_messages(message: Message) -> list[dict[str, Any]]:
+    if "results" in message:
+        return [{"role": "tool", "tool_call_id": r["id"], "content": r["text"]} for r in message["results"]]
+    calls = message.get("tool_calls")
+    if not calls:
+        return [{"role": message["role"], "content": message["text"]}]
+    wire = [
+        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+        for c in calls
+    ]
+    return [{"role": "assistant", "content": message.get("text") or None, "tool_calls": wire}]
 
 
 def conversation_as_is(body: dict[str, Any], key: str, placeholder: Any = None) -> dict[str, Any]:
@@ -92,11 +142,13 @@ def reply_from_response(response: Any) -> Reply:
         if u
         else Usage()
     )
+    calls = [item for item in response.output if item.type == "function_call"]
     return Reply(
         text=response.output_text or "",
         thinking="\n\n".join(summaries) or None,
         usage=usage,
         finish_reason=responses_finish(response),
+        tool_calls=[tool_call(n, c.call_id, c.name, c.arguments) for n, c in enumerate(calls, 1)],
     )
 
 
@@ -130,11 +182,13 @@ def reply_from_chat(completion: Any) -> Reply:
             cached_input_tokens=_n(getattr(u.prompt_tokens_details, "cached_tokens", 0)),
             reasoning_tokens=reasoning,
         )
+    calls = [c for c in message.tool_calls or () if getattr(c, "function", None) is not None]  # not custom tools
     return Reply(
         text=message.content or "",
         thinking=str(thinking) if thinking else None,
         usage=usage,
         finish_reason=chat_finish(choice),
+        tool_calls=[tool_call(n, c.id, c.function.name, c.function.arguments) for n, c in enumerate(calls, 1)],
     )
 
 
@@ -162,11 +216,13 @@ class OpenAIModel(RemoteModel):
             http_client=pool,
         )  # we retry, the same way for every provider
 
-    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
+    async def _request(
+        self, client: Any, messages: list[Message], system: str | None, agent: str, tools: list[Tool] | None
+    ) -> Reply:
         if self.config.api == "chat":
-            body = conversation_as_is(chat_body(self.config, messages, system), "messages", [])
+            body = conversation_as_is(chat_body(self.config, messages, system, tools), "messages", [])
             return reply_from_chat(await client.chat.completions.create(**body))
-        body = conversation_as_is(responses_body(self.config, messages, system, agent), "input")
+        body = conversation_as_is(responses_body(self.config, messages, system, agent, tools), "input")
         return reply_from_response(await client.responses.create(**body))
 
     def classify(self, err: Exception) -> Failure:

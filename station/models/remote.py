@@ -39,6 +39,7 @@ from station.core.model_api import (
     Message,
     ModelError,
     Reply,
+    Tool,
     estimate_conversation,
 )
 from station.models import loop
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
 LONGEST_RETRY_AFTER_S = 15 * 60  # a server asking for longer is treated as asking for this
 EMPTY_TEXT = "(empty reply)"  # what an empty turn looks like on the wire: providers refuse empty text
+EMPTY_RESULT = "(no output)"  # ... and an empty tool result
 
 OVERFLOW_PATTERN = re.compile(
     r"prompt is too long|context[_ ]length|maximum context|context window|too many (input )?tokens|"
@@ -123,8 +125,36 @@ def missing_key_message(config: ModelConfig) -> str:
 
 
 def wire_messages(messages: list[Message]) -> list[Message]:
-    """The conversation as providers accept it: no empty text anywhere."""
-    return [m if m["text"].strip() else {"role": m["role"], "text": EMPTY_TEXT} for m in messages]
+    """The conversation as providers accept it: no empty text anywhere (a message of tool calls
+    needs none; a tool result needs some)."""
+    return [_wire_message(m) for m in messages]
+
+
+def _wire_message(message: Message) -> Message:
+    if "results" in message:
+        return {**message, "results": [_filled(r, EMPTY_RESULT) for r in message["results"]]}
+    return message if message.get("tool_calls") else _filled(message, EMPTY_TEXT)
+
+
+def _filled(part: dict[str, Any], placeholder: str) -> dict[str, Any]:
+    return part if (part.get("text") or "").strip() else {**part, "text": placeholder}
+
+
+def tool_call(number: int, call_id: str | None, name: str, arguments: Any) -> dict[str, Any]:
+    """Call `number` (from 1) of a reply as it is recorded (see model_api.Tool): the id the provider
+    gave, or `call-<number>`; arguments that are not a JSON object become {} with the reason."""
+    call: dict[str, Any] = {"id": call_id or f"call-{number}", "name": name, "arguments": {}}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as err:
+            call["error"] = f"the arguments are not valid JSON ({short(str(err), 120)})"
+            return call
+    if isinstance(arguments, dict):
+        call["arguments"] = arguments
+    else:
+        call["error"] = f"the arguments are a JSON {type(arguments).__name__}, not an object"
+    return call
 
 
 def retry_after(headers: Any) -> float | None:
@@ -228,7 +258,9 @@ class RemoteModel:
         """The SDK's async client for this model's settings, sending over `pool`."""
         raise NotImplementedError
 
-    async def _request(self, client: Any, messages: list[Message], system: str | None, agent: str) -> Reply:
+    async def _request(
+        self, client: Any, messages: list[Message], system: str | None, agent: str, tools: list[Tool] | None
+    ) -> Reply:
         """One request, run on the process's request loop (loop.py)."""
         raise NotImplementedError
 
@@ -254,16 +286,18 @@ class RemoteModel:
         # An estimate; the engine scales it by what the provider reported for the last call.
         return estimate_conversation(messages, system)
 
-    def complete(self, messages: list[Message], *, system: str | None, agent: str) -> Reply:
+    def complete(
+        self, messages: list[Message], *, system: str | None, agent: str, tools: list[Tool] | None = None
+    ) -> Reply:
         if self.processes is not None:  # made whole, retries too, in a request process
-            return self.processes.call(self.config, messages, system, agent)
+            return self.processes.call(self.config, messages, system, agent, tools)
         retries = self.config.max_retries
         sent = wire_messages(messages)
         for attempt in range(retries + 1):
             try:
                 with self.endpoint.slot(self.stop) as slot:
                     began = time.monotonic()
-                    reply = loop.run(self._request(self._client(slot), sent, system, agent))
+                    reply = loop.run(self._request(self._client(slot), sent, system, agent, tools))
             except Stopped:
                 raise ModelError(
                     f"{self.provider} {self.name}: stopped while waiting to send (the endpoint was busy or "
@@ -286,7 +320,8 @@ class RemoteModel:
                     ) from err
                 self._wait(attempt, failure, agent)
                 continue
-            if not reply.text.strip() and reply.finish_reason != LENGTH and attempt < retries:
+            empty = not reply.text.strip() and not reply.tool_calls  # calls alone are an answer
+            if empty and reply.finish_reason != LENGTH and attempt < retries:
                 # (one cut at max_output_tokens, all thinking, would come back the same: kept, and told)
                 self._wait(attempt, Failure(TRANSIENT, "empty reply"), agent)
                 continue

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from station.core.config import ModelConfig
-from station.core.model_api import TRANSIENT, Message, ModelError, Reply
+from station.core.model_api import TRANSIENT, Message, ModelError, Reply, Tool
 
 # Where `station` is imported from, for the zygote (a fresh interpreter, not multiprocessing's
 # spawn, which would re-run the station's own script).
@@ -264,12 +264,19 @@ class RequestProcesses:
         self._tell("go")
         threading.Thread(target=self._relay_stop, args=(stop,), name="requests-stop", daemon=True).start()
 
-    def submit(self, config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> Future[Reply]:
+    def submit(
+        self,
+        config: ModelConfig,
+        messages: list[Message],
+        system: str | None,
+        agent: str,
+        tools: list[Tool] | None = None,
+    ) -> Future[Reply]:
         """Send one call of `config`'s model (retries included) to a worker; its Reply comes in
         the future, or the ModelError it ended with."""
         number = next(self._numbers)
         # Only workers with a part of the endpoint's bound get its calls (see worker_share).
-        call = _Call(("call", number, self._settings(config), messages, system, agent), Future())
+        call = _Call(("call", number, self._settings(config), messages, system, agent, tools), Future())
         self._send(call, number % min(self.count, config.max_in_flight))
         return call.future
 
@@ -294,8 +301,15 @@ class RequestProcesses:
             found = self._sent_settings[id(config)] = (config, config.model_dump_json())
         return found[1]
 
-    def call(self, config: ModelConfig, messages: list[Message], system: str | None, agent: str) -> Reply:
-        return self.submit(config, messages, system, agent).result()
+    def call(
+        self,
+        config: ModelConfig,
+        messages: list[Message],
+        system: str | None,
+        agent: str,
+        tools: list[Tool] | None = None,
+    ) -> Reply:
+        return self.submit(config, messages, system, agent, tools).result()
 
     def _worker(self, index: int) -> _Worker:
         with self._lock:

@@ -96,9 +96,9 @@ class Worker:
                 )
             return self.models[settings]
 
-    def call(self, number: int, settings: str, messages: Any, system: str | None, agent: str) -> None:
-        try:
-            reply = self.model(settings).complete(messages, system=system, agent=agent)
+    def call(self, number: int, settings: str, messages: Any, system: str | None, agent: str, tools: Any) -> None:
+        try:  # the station's models are remote ones (they take tools)
+            reply = self.model(settings).complete(messages, system=system, agent=agent, tools=tools)
         except ModelError as err:
             self.send((number, False, (err.kind, str(err))))
         except Exception as err:  # noqa: BLE001 - the station decides; this process goes on
