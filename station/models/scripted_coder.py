@@ -7,6 +7,10 @@ as a ```python block. It writes that program to workspace/solution.py with one s
 the file, writes the mended program and submits again. When an attempt reports a score it finishes
 with a report quoting it; when the mended program fails too, or anything else goes wrong, it finishes
 saying so. Without a program in the instruction it finishes at once, blocked.
+
+What it reads: an attempt scored when its result has a line starting `Score:` with a number and a
+first line without "failed", "error", "crash" or "timed out"; a write went through when its result
+starts "wrote " (as SandboxTools says).
 """
 
 from __future__ import annotations
