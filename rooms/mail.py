@@ -16,7 +16,7 @@ from station.core.room import ActionSpec, Outcome, action, register_room
 from . import capsule_store as cs
 from .capsule_ids import IdError, parse_single
 from .capsule_params import ForwardParams, MailParams, as_list
-from .capsule_store import Capsule
+from .capsule_store import Author, Capsule
 from .capsules import CapsuleRoom, cell
 
 
@@ -195,3 +195,19 @@ class MailRoom(CapsuleRoom):
                 )
                 cs.mark_read(ctx.store, person.session, [(capsule.id, 1)], ctx.tick)
         return Outcome([f"Forwarded mail {capsule.number} to {', '.join(a.name for a in new)}."] + warnings)
+
+
+def mail_from_station(ctx: Context, sender: Author, recipient: Agent, title: str, content: str) -> Capsule:
+    """A mail from one of the station's services (the Archive Surveyor, say) to one agent: kept in the
+    Mail Room like any mail, with the recipient's session as its member, and announced if it is active."""
+    capsule = cs.Capsules(ctx.store, MailRoom.short).create(
+        sender, ctx.tick, title=title, content=content, recipients=[recipient.name], members=[recipient.session]
+    )
+    if recipient.active:
+        ctx.notify(
+            recipient,
+            ctx.texts.render("mail_new", sender=sender.name, number=capsule.number, title=title, content=content),
+            "mail",
+        )
+        cs.mark_read(ctx.store, recipient.session, [(capsule.id, cs.WHOLE), (capsule.id, 1)], ctx.tick)
+    return capsule

@@ -1,4 +1,4 @@
-"""The Archive's config sections: `archive` (submissions) and `reviewer` (the peer review)."""
+"""The Archive's config sections: `archive` (submissions and surveys) and `reviewer` (the peer review)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,36 @@ from pydantic import Field, model_validator
 from station.core.config import ModelConfig, Section, config_section
 
 
+class SurveyConfig(Section):
+    """The Archive Surveyor: a tool-using model that answers a mature agent's `survey` with a cited report."""
+
+    enabled: bool = Field(False, description="offer the `survey` action in the Archive")
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-surveyor", temperature=0.3))
+    wait_ticks: int = Field(
+        2, ge=1, description="the tick waits for surveys this many ticks old (counting the request tick)"
+    )
+    max_turns: int = Field(30, ge=2, le=200, description="model calls per survey before it is given up")
+    min_words: int = Field(1000, ge=1, description="the report's least length in words")
+    max_words: int = Field(5000, ge=1, description="the report's greatest length in words")
+    max_prompt_chars: int = Field(4000, ge=50, le=50_000, description="the longest `prompt` an agent may send")
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> SurveyConfig:
+        if self.min_words > self.max_words:
+            raise ValueError("min_words must not exceed max_words")
+        return self
+
+
 @config_section("archive")
 class ArchiveConfig(Section):
     review: Literal["auto", "none"] = Field("auto", description="auto: papers are peer-reviewed first")
     cooldown_ticks: int = Field(20, ge=0, description="ticks between one agent's submissions; 0 disables")
     max_words: int = Field(20_000, gt=0)
     holiday_mode: bool = Field(False, description="no submissions on ticks ending in 9 or 0")
+    survey: SurveyConfig = Field(default_factory=SurveyConfig)
+
+    def models(self) -> list[ModelConfig]:
+        return [self.survey.model] if self.survey.enabled else []
 
 
 @config_section("reviewer")

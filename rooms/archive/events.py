@@ -1,4 +1,4 @@
-"""The Archive's events: a paper handed in for review, and the review's outcome."""
+"""The Archive's events: a paper handed in for review, the review's outcome, and surveys asked and ended."""
 
 from __future__ import annotations
 
@@ -20,3 +20,17 @@ class PaperReviewed(Event):
     decision: str  # accepted, rejected, or failed (the review could not be had)
     score: float | None
     paper: int | None  # its number in the Archive, when published
+
+
+@event_kind("survey_requested")
+@dataclass(frozen=True)
+class SurveyRequested(Event):
+    survey: int
+
+
+@event_kind("survey_ended")
+@dataclass(frozen=True)
+class SurveyEnded(Event):
+    survey: int
+    status: str  # delivered (the report was mailed) or failed (turn limit, model failures)
+    mail: int | None  # the mail holding the report, when delivered

@@ -4,7 +4,9 @@ With `archive.review: auto` a paper is not published when written: it becomes a 
 that the reviewer hook judges; only accepted papers appear here, with the review appended.
 The cooldown counts every paper an agent submitted that is pending or accepted, deleted or
 not, so neither queueing several papers nor deleting one dodges it. Published papers are
-final: nobody edits them; other lineages may reply to discuss them.
+final: nobody edits them; other lineages may reply to discuss them. With `archive.survey`
+enabled, mature agents may also ask the Archive Surveyor for a cited survey (`survey`;
+survey_store.py holds the request's rules, surveyor.py the worker that writes it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from .. import capsule_store as cs
 from ..capsule_params import Limits, PaperParams
 from ..capsule_store import Author, Capsule, Capsules
 from ..capsules import CapsuleRoom
+from . import survey_store
 from .reviewer import Reviewer
+from .survey_store import SurveyParams
+from .surveyor import Surveyor
 
 REVIEWER = Author("Archive Review System", None, "System", 0)
 HIGH_QUALITY_SCORE = 8
@@ -38,14 +43,26 @@ class ArchiveRoom(CapsuleRoom):
     update_notices = True
 
     def hooks(self, config: Any) -> list[Any]:
-        return [Reviewer(self)]
+        return [Reviewer(self), Surveyor()]
 
     def help_values(self, ctx: Context) -> dict[str, Any]:
+        survey = ctx.config.section(ArchiveConfig).survey
         return {
             "pass_threshold": ctx.config.section(ReviewerConfig).pass_threshold,
             "cooldown_ticks": ctx.config.section(ArchiveConfig).cooldown_ticks,
             "max_words": ctx.config.section(ArchiveConfig).max_words,
+            "survey_help": ctx.texts.render(
+                "survey_help",
+                survey_min_words=survey.min_words,
+                survey_max_words=survey.max_words,
+                survey_prompt_chars=survey.max_prompt_chars,
+            )
+            if survey.enabled
+            else ctx.texts.render("survey_help_off"),
         }
+
+    def header(self, ctx: Context, agent: Agent) -> str:
+        return ctx.texts.render("survey_header") if ctx.config.section(ArchiveConfig).survey.enabled else ""
 
     def limits(self, ctx: Context) -> Limits:
         return Limits(ctx, max_words=ctx.config.section(ArchiveConfig).max_words)
@@ -93,6 +110,16 @@ class ArchiveRoom(CapsuleRoom):
                 f"{ctx.config.section(ReviewerConfig).pass_threshold}/10."
             ]
         )
+
+    # -- surveys ---------------------------------------------------------------------------
+    @action("survey", params=SurveyParams)
+    def survey(self, ctx: Context, agent: Agent, args: str | None, p: SurveyParams) -> Outcome:
+        problem = survey_store.refusal(ctx, agent, p)
+        if problem:
+            return Outcome([f"Survey not requested: {problem}."])
+        number = survey_store.request(ctx, agent, (p.prompt or "").strip())
+        wait = ctx.config.section(ArchiveConfig).survey.wait_ticks
+        return Outcome([ctx.texts.render("survey_requested", number=number, wait_ticks=wait)])
 
     def after_create(self, ctx: Context, agent: Agent, capsule: Capsule) -> list[str]:
         """Published directly (review off): recorded as an accepted submission and announced."""

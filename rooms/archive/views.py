@@ -1,13 +1,15 @@
-"""Read models of the Archive: its papers (archive capsules) and paper submissions with the
-reviewer's exchanges, as the terminal readers and the web viewer show them, in plain dicts and lists.
+"""Read models of the Archive: its papers (archive capsules), paper submissions with the
+reviewer's exchanges, and surveys with the surveyor's turns, as the terminal readers and the web
+viewer show them, in plain dicts and lists.
 
 Nothing here writes. The callers check that the tables exist (`capsules` for papers,
-`paper_submissions` and `paper_reviews` for the rest). The connection's row factory is `sqlite3.Row`
+`paper_submissions` and `paper_reviews` for submissions, `surveys` for surveys). The connection's row factory is `sqlite3.Row`
 (the store's and the web's are): the dicts are made of its rows.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from typing import Any, NamedTuple
@@ -202,3 +204,44 @@ def decisions(db: sqlite3.Connection, first: int | None = None, last: int | None
             span,
         )
     ]
+
+
+# -- surveys --------------------------------------------------------------------------------------
+SURVEY_INPUT = re.compile(r"survey/\d+/(turn|tool)/(\d+)(?:/(\d+))?")
+
+
+def survey_list(db: sqlite3.Connection, limit: int = 500) -> list[Record]:
+    """Surveys newest first: their headline fields (no report, no opening)."""
+    return _records(
+        db,
+        "SELECT id, tick, agent, lineage, prompt, status, end_reason, turns, mail, finished_tick "
+        "FROM surveys ORDER BY id DESC LIMIT ?",
+        (limit,),
+    )
+
+
+def survey(db: sqlite3.Connection, number: int) -> Record | None:
+    """One survey's row with `turns`: each model call recorded so far, in order, as {"number", "reply"
+    (the recorded payload: text, tool_calls, usage, error...), "results" (the tool results, in call
+    order)}; a survey still being written shows the turns recorded until now."""
+    row = _first(db, "SELECT * FROM surveys WHERE id=?", (number,))
+    if row is None:
+        return None
+    turns: dict[int, Record] = {}
+    results: dict[tuple[int, int], Any] = {}
+    for key, payload in db.execute(
+        "SELECT key, payload FROM inputs WHERE key >= ? AND key < ?", (f"survey/{number}/", f"survey/{number}0")
+    ):
+        found = SURVEY_INPUT.fullmatch(key)
+        if found is None or not key.startswith(f"survey/{number}/"):
+            continue
+        kind, turn, index = found.group(1), int(found.group(2)), found.group(3)
+        if kind == "turn":
+            turns[turn] = {"number": turn, "reply": json.loads(payload), "results": []}
+        else:
+            results[(turn, int(index))] = json.loads(payload)
+    for (turn, _), result in sorted(results.items()):
+        if turn in turns:
+            turns[turn]["results"].append(result)
+    row["turns"] = [turns[n] for n in sorted(turns)]
+    return row
