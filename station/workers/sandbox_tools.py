@@ -38,6 +38,11 @@ ARGUMENTS: dict[str, dict[str, tuple[str, bool, int]]] = {
 }
 
 
+class SandboxUnavailable(RuntimeError):
+    """The executor itself failed (a system error): the machine's fault, not the call's. Nothing is
+    recorded; the caller pauses the station as it does for an evaluation's system error."""
+
+
 @dataclass(frozen=True)
 class Surface:
     """A host folder the worker sees at `target` (relative to its working dir), writable or not."""
@@ -118,6 +123,8 @@ class SandboxTools:
         return dataclasses.replace(spec, code=f'{HELPER.read_text(encoding="utf-8")}\n\nmain("{encoded}")\n')
 
     def _result(self, result: RunResult) -> dict[str, Any]:
+        if result.status == "system_error":
+            raise SandboxUnavailable(f"a worker's tool run could not be made: {result.error}")
         if result.status == "ok":
             return {"text": cut(result.stdout, self.output_chars), "error": False}
         if result.status == "error" and result.exit_code == FAILED:
