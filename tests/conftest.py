@@ -121,6 +121,36 @@ def demo60(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def demo60_cited(tmp_path_factory: pytest.TempPathFactory, demo60: Path) -> tuple[Path, int, int]:
+    """A copy of demo60 whose first Archive paper by an author with a second submission to a task
+    ends with a results sentence citing that author's latest such submission, as a careful
+    scripted author writes it: (station, paper number, cited evaluation). Whether the demo's own
+    agents have cited one by tick 60 depends on their history; the viewer's citation and built-on
+    links are tested on this one whatever it is. Read-only."""
+    from station.core.store import Store
+
+    def build(folder: Path) -> None:
+        copy_station(demo60, folder / "station")
+        store = Store(folder / "station")
+        try:
+            with store.transaction():
+                capsule, number, cited, score = store.one(
+                    "SELECT c.id, c.number, e.id, e.score FROM capsules c JOIN evaluations e ON e.session=c.author_session "
+                    "WHERE c.room='archive' AND c.deleted=0 AND e.score IS NOT NULL AND EXISTS (SELECT 1 FROM "
+                    "evaluations p WHERE p.session=e.session AND p.task=e.task AND p.id<e.id) "
+                    "ORDER BY c.number, e.id DESC LIMIT 1")
+                store.execute("UPDATE capsule_messages SET content=content || ? WHERE capsule=? AND k=1",
+                              (f" Results: our best run (evaluation {cited}) scored {score:.4f}.", capsule))
+        finally:
+            store.close()
+        (folder / "cited").write_text(f"{number} {cited}")
+
+    folder = built_once(tmp_path_factory, "demo60-cited", build)
+    number, cited = map(int, (folder / "cited").read_text().split())
+    return folder / "station", number, cited
+
+
+@pytest.fixture(scope="session")
 def demo60_site(tmp_path_factory: pytest.TempPathFactory, demo60: Path) -> tuple[Path, int]:
     """demo60 exported by `station export` once per run (~8 CPU-s an export), and the pages it said it
     wrote. Read-only: a test that changes the site works on a copy."""

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -23,7 +24,6 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from station.apps.web import refs
 from station.apps.web.app import create_app
 from station.apps.web.runner import StationRunner
 from station.core.store import Store
@@ -78,8 +78,9 @@ def log_in(driver: webdriver.Chrome, url: str, app, then: str = "/") -> None:
 
 
 @pytest.fixture(scope="module")
-def site(browser: webdriver.Chrome, demo60: Path) -> Iterator[str]:
-    app = create_app(demo60)
+def site(browser: webdriver.Chrome, demo60_cited: tuple[Path, int, int]) -> Iterator[str]:
+    """demo60 served, with one paper citing its author's evaluation (the same records otherwise)."""
+    app = create_app(demo60_cited[0])
     url, server, thread = serve(app)
     log_in(browser, url, app)  # its cookie is named by its port: logins to the other tests' servers leave it be
     yield url
@@ -193,35 +194,37 @@ def test_the_leaderboard_plot(browser, site) -> None:
     wait_for(lambda: browser.current_url.endswith("/research/" + title[1:title.index(" ")]), what="the dot's page")
 
 
-def test_from_the_overview_to_the_best_result_its_author_their_paper_and_what_it_built_on(
-    browser, site, demo60
-) -> None:
-    """By clicks only: the best evaluation, its author, the author's paper citing that result (or the
-    one it built on), and the evaluation it built on."""
+def test_from_the_overview_to_the_best_result_and_its_author(browser, site, demo60) -> None:
     browser.get(site + "/")
     browser.find_element(By.ID, "best-1").click()
     best = int(browser.current_url.rsplit("/", 1)[1])
     assert best == best_evaluation(demo60)
-    base = int(browser.find_element(By.ID, "built-on").get_attribute("href").rsplit("/", 1)[1])
-    store = Store(demo60)
-    try:
-        author, session = store.one("SELECT author, session FROM evaluations WHERE id=?", (best,))
-        papers = store.all("SELECT c.number, m.content FROM capsules c JOIN capsule_messages m ON m.capsule=c.id "
-                           "WHERE c.room='archive' AND m.k=1 AND c.author_session=? ORDER BY c.number", (session,))
-    finally:
-        store.close()
-    number, cited = next((n, i) for n, text in papers for i in (best, base) if i in refs.mentioned(text))
+    author = query_one(demo60, "SELECT author FROM evaluations WHERE id=?", (best,))
     browser.find_element(By.ID, "author").click()
     assert browser.find_element(By.TAG_NAME, "h1").text == author
     shot(browser, "agent-works")
-    browser.find_element(By.CSS_SELECTOR, f"#agent-papers a[href$='/papers/{number}']").click()
+
+
+def test_from_a_paper_to_the_result_it_cites_its_author_and_what_it_built_on(browser, site, demo60_cited) -> None:
+    """By clicks only: the papers, a paper citing an evaluation, that evaluation (which lists the paper
+    as citing it), its author (whose page lists the paper), and the evaluation it built on."""
+    directory, number, cited = demo60_cited
+    browser.get(site + "/")
+    browser.find_element(By.CSS_SELECTOR, "header a[href='/papers']").click()
+    browser.find_element(By.CSS_SELECTOR, f"a[href$='/papers/{number}']").click()
     shot(browser, "paper-citing")
     browser.find_element(By.CSS_SELECTOR, f"#paper a.ref[href$='/research/{cited}']").click()
     assert browser.current_url.endswith(f"/research/{cited}")
     assert f"/papers/{number}" in browser.find_element(By.CSS_SELECTOR, "#cited-by a").get_attribute("href")
-    if cited == best:
-        browser.find_element(By.ID, "built-on").click()
-    assert browser.current_url.endswith(f"/research/{base}")
+    browser.find_element(By.ID, "author").click()
+    author, session, task = query_one(directory, "SELECT author, session, task FROM evaluations WHERE id=?", (cited,))
+    assert browser.find_element(By.TAG_NAME, "h1").text == author
+    assert browser.find_elements(By.CSS_SELECTOR, f"#agent-papers a[href$='/papers/{number}']")
+    browser.back()
+    browser.find_element(By.ID, "built-on").click()
+    base = query_one(directory, "SELECT MAX(id) FROM evaluations WHERE session=? AND task=? AND id<?",
+                     (session, task, cited))
+    assert browser.current_url.endswith(f"/research/{base}")  # the author's previous submission
     assert browser.find_element(By.TAG_NAME, "h1").text.startswith(f"Evaluation #{base}")
 
 
@@ -247,16 +250,25 @@ def test_a_filtered_leaderboard_reloads_to_the_same_view(browser, site) -> None:
     assert browser.find_element(By.ID, "filter-from").get_attribute("value") == "10"
 
 
-def best_evaluation(directory: Path) -> int:
+def query_one(directory: Path, sql: str, params: tuple = ()) -> Any:
+    """The one row `sql` selects (its one value, if it selects one column)."""
     store = Store(directory)
     try:
-        return store.scalar("SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
+        row = tuple(store.one(sql, params))
     finally:
         store.close()
+    return row[0] if len(row) == 1 else row
+
+
+def best_evaluation(directory: Path) -> int:
+    return query_one(directory, "SELECT id FROM evaluations WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT 1")
 
 
 def test_the_diff_page_shows_added_and_removed_lines(browser, site, demo60) -> None:
-    best = best_evaluation(demo60)
+    # The best evaluation that built on its author's previous submission, with other code.
+    best = query_one(demo60, "SELECT b.id FROM evaluations b JOIN evaluations a ON a.id=(SELECT MAX(p.id) FROM "
+                             "evaluations p WHERE p.session=b.session AND p.task=b.task AND p.id<b.id) "
+                             "WHERE a.code!=b.code AND b.score IS NOT NULL ORDER BY b.score DESC, b.id LIMIT 1")
     browser.get(f"{site}/research/{best}")
     browser.find_element(By.ID, "diff-link").click()
     added = browser.find_elements(By.CSS_SELECTOR, "#diff .add")

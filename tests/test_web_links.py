@@ -81,21 +81,19 @@ def test_an_agent_page_links_to_everything_its_life_produced(client: TestClient,
 
 
 def test_an_evaluation_links_its_author_the_papers_citing_it_and_what_it_built_on(
-    client: TestClient, demo60: Path
+    demo60_cited: tuple[Path, int, int]
 ) -> None:
-    # Paper bodies cite evaluations by id ("evaluation 22"); pick one such paper and a cited id.
-    number, content, author = next(
-        r for r in query(demo60, "SELECT c.number, m.content, c.author FROM capsules c JOIN capsule_messages m "
-                                 "ON m.capsule=c.id WHERE c.room='archive' AND m.k=1 ORDER BY c.number")
-        if refs.mentioned(r[1])
-    )
-    cited = refs.mentioned(content)[-1]
+    # Paper bodies cite evaluations by id ("evaluation 22"): a paper citing one of its author's evaluations.
+    directory, number, cited = demo60_cited
+    content, author = query(directory, "SELECT m.content, c.author FROM capsules c JOIN capsule_messages m "
+                                       "ON m.capsule=c.id WHERE c.room='archive' AND c.number=? AND m.k=1", (number,))[0]
+    client = web_client(create_app(directory))
     page = client.get(f"/research/{cited}").text
     assert f'href="/papers/{number}"' in page[page.index('id="cited-by"'):]
     assert f'<a href="/agents/{quote(author)}" id="author">' in page
     built_on = int(re.search(r'href="/research/(\d+)" id="built-on"', page).group(1))
-    session, task = query(demo60, "SELECT session, task FROM evaluations WHERE id=?", (cited,))[0]
-    previous = query(demo60, "SELECT MAX(id) FROM evaluations WHERE session=? AND task=? AND id<?",
+    session, task = query(directory, "SELECT session, task FROM evaluations WHERE id=?", (cited,))[0]
+    previous = query(directory, "SELECT MAX(id) FROM evaluations WHERE session=? AND task=? AND id<?",
                      (session, task, cited))[0][0]
     assert built_on == previous  # no id in its abstract: the author's previous submission
     paper = client.get(f"/papers/{number}").text
