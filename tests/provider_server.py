@@ -36,6 +36,19 @@ connections, so a thousand clients connecting at once are not turned away. Run a
 and when its standard input closes prints those two counts as JSON and stops: a benchmark's
 client then does not share its interpreter.
 
+Tools: `Answer("text", tool_calls=[{"name": "run", "arguments": {"command": "ls"}}])` answers with
+calls (text optional), ids generated, in each provider's own shape: Anthropic `tool_use` blocks
+(streamed as content_block_start + input_json_delta pieces, stop_reason "tool_use"), Responses
+`function_call` output items (`call_id`, `arguments` as JSON text), Chat `message.tool_calls`
+(streamed in pieces, finish_reason "tool_calls"), Gemini `functionCall` parts (no ids, as Google
+sends them; the first call carries a thoughtSignature). Arguments given as a string are sent as
+that text, so malformed JSON can be served. Each `Request.tools` lists the names of the tools the
+request offers, and `Request.messages` decodes tool turns of every format into one neutral shape:
+`{"role": "assistant", "text", "tool_calls": [{"id", "name", "arguments"}]}` (arguments decoded
+from JSON text where they were sent as text) and `{"role": "tool", "results": [{"id", "name",
+"text"}]}` (the name looked up from the call where the format gives only the id), so a responder
+can play a scripted tool-using policy.
+
 Every flavor cuts an answer longer than the request's output limit (max_tokens,
 max_output_tokens, maxOutputTokens; reasoning tokens count against it) to that many tokens, four
 characters a token, and says so the provider's way: finish_reason "length", status "incomplete"

@@ -92,16 +92,24 @@ def test_tools_offered_history_sent_and_calls_read_back_in_each_wire_format(serv
     assert json.loads(json.dumps(reply.to_payload()))["tool_calls"] == reply.tool_calls  # recordable as it is
 
 
-def test_gemini_gets_its_signature_back_with_the_call(servers):
+@pytest.mark.parametrize("which", ["anthropic", "gemini"])
+def test_the_signed_thinking_of_a_call_goes_back_with_it(servers, which):
+    """Anthropic (with thinking on) and Gemini 3 refuse a history whose calls lost their signatures."""
     server = servers["cloud"]
-    server.responder = lambda req: Answer("", tool_calls=CALLS[:1])
-    model = ModelPool().get(config(servers, "gemini"))
+    server.responder = lambda req: Answer("", thinking="The file first.", tool_calls=CALLS[:1])
+    model = ModelPool().get(config(servers, which, **({"thinking_budget": 1024} if which == "anthropic" else {})))
     first = model.complete(HISTORY, system=None, agent="coder", tools=TOOLS)
+    [call] = first.tool_calls
     model.complete([*HISTORY, {"role": "assistant", "text": "", "tool_calls": first.tool_calls},
-                    {"role": "tool", "results": [{"id": "call-1", "name": "read_file", "text": "print(1)"}]}],
+                    {"role": "tool", "results": [{"id": call["id"], "name": "read_file", "text": "print(1)"}]}],
                    system=None, agent="coder", tools=TOOLS)
-    sent = generations(server)[-1].body["contents"][3]["parts"][0]
-    assert sent["thoughtSignature"] == first.tool_calls[0]["signature"]
+    body = generations(server)[-1].body
+    if which == "gemini":
+        assert body["contents"][3]["parts"][0]["thoughtSignature"] == call["signature"]
+    else:
+        thinking, use = body["messages"][3]["content"]
+        assert thinking["thinking"] == "The file first." and thinking["signature"] and use["id"] == call["id"]
+    assert generations(server)[-1].messages[3]["tool_calls"][0]["name"] == "read_file"
 
 
 @pytest.mark.parametrize("which", ["anthropic", "openai-responses", "openai-chat"])

@@ -6,7 +6,9 @@ station messages (tool results included) carry cache breakpoints, so each turn r
 conversation written to the cache by the turn before and writes its own extension.
 
 Tools go as `tools` ({name, description, input_schema}); the model's calls come back as
-`tool_use` blocks, and their results go back as a user message of `tool_result` blocks.
+`tool_use` blocks, and their results go back as a user message of `tool_result` blocks. With
+thinking on, the API wants a reply's thinking blocks back (signed) before its calls: the first
+call of a reply keeps them, as "thinking_blocks", and they are sent back with it.
 """
 
 from __future__ import annotations
@@ -60,11 +62,10 @@ def wire_message(message: Message) -> dict[str, Any]:
     if "results" in message:  # the results of the calls of the assistant message before it
         results = [{"type": "tool_result", "tool_use_id": r["id"], "content": r["text"]} for r in message["results"]]
         return {"role": "user", "content": results}
-    content: list[dict[str, Any]] = [{"type": "text", "text": message["text"]}] if message.get("text") else []
-    content += [
-        {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
-        for c in message.get("tool_calls") or ()
-    ]
+    calls = message.get("tool_calls") or ()
+    content: list[dict[str, Any]] = list(calls[0].get("thinking_blocks") or ()) if calls else []
+    content += [{"type": "text", "text": message["text"]}] if message.get("text") else []
+    content += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]} for c in calls]
     return {"role": message["role"], "content": content}
 
 
@@ -85,14 +86,25 @@ def reply_from(message: Any) -> Reply:
         output_tokens=u.output_tokens - reasoning,
         reasoning_tokens=reasoning,
     )
-    calls = [b for b in message.content if b.type == "tool_use"]
+    uses = [b for b in message.content if b.type == "tool_use"]
+    calls = [tool_call(n, b.id, b.name, b.input) for n, b in enumerate(uses, 1)]
+    signed = [_signed(b) for b in message.content if b.type in ("thinking", "redacted_thinking")]
+    if calls and signed:
+        calls[0]["thinking_blocks"] = signed
     return Reply(
         text=text,
         thinking=thinking,
         usage=usage,
         finish_reason=finish(getattr(message, "stop_reason", None)),
-        tool_calls=[tool_call(n, b.id, b.name, b.input) for n, b in enumerate(calls, 1)],
+        tool_calls=calls,
     )
+
+
+def _signed(block: Any) -> dict[str, Any]:
+    """A thinking block as the API wants it back."""
+    if block.type == "thinking":
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    return {"type": "redacted_thinking", "data": block.data}
 
 
 def finish(stop_reason: Any) -> str | None:
