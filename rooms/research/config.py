@@ -45,12 +45,29 @@ class TaskConfig(Section):
         return self
 
 
+class CoderConfig(Section):
+    """The research coder (`research.mode: coder`, docs/coder.md): a tool-using model that turns an
+    agent's instruction into code, runs official attempts and reports."""
+
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-coder"))
+    max_attempts: int = Field(5, ge=1, le=20, description="official attempts per evaluation")
+    max_turns: int = Field(30, ge=2, le=500, description="model calls per coder session")
+    command_timeout_s: float = Field(60, gt=0, le=3600, description="wall-clock limit of one tool command")
+    max_instruction_chars: int = Field(20_000, ge=100, le=1_000_000, description="the longest instruction taken")
+
+
 @config_section("research")
 class ResearchConfig(Section):
     """The Research Counter and its evaluations (spec research §1-§2)."""
 
     tasks: list[TaskConfig] = Field(default_factory=list, description="no tasks: no Research Counter")
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    mode: Literal["direct", "coder"] = Field(
+        "direct",
+        description="direct: agents submit code (the paper's way); coder: agents submit an instruction "
+        "that the research coder implements, runs and reports on (docs/coder.md)",
+    )
+    coder: CoderConfig = Field(default_factory=CoderConfig)
     max_open_per_agent: int = Field(2, ge=1, le=100, description="unfinished evaluations one agent may have")
     wait_ticks: int | None = Field(
         2,
@@ -87,6 +104,9 @@ class ResearchConfig(Section):
         "(max_storage_mb, 1,024 MB by default: 256 MB); a run that pushes its lineage past it fails "
         "and what it wrote there is removed",
     )
+
+    def models(self) -> list[ModelConfig]:
+        return [self.coder.model] if self.mode == "coder" else []
 
     @model_validator(mode="after")
     def _on_time_needs_a_wait(self) -> ResearchConfig:

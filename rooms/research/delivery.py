@@ -21,6 +21,7 @@ depends on the ticks alone, not on how fast the machine ran the evaluations.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from rooms.research.config import DebuggerConfig, ResearchConfig
@@ -30,9 +31,11 @@ from station.core.background import apply_ready, recorded
 from station.core.context import Context, Hook, StationPaused, WaitInterrupted
 from station.core.events import OperatorAlert, StationCreated, TickEnding, TurnStarted, on
 from station.core.store import dumps
+from station.workers.sandbox_tools import SandboxTools
 
-from . import debugger, states
-from .pipeline import Trail, walk
+from . import coder, debugger, states
+from .coder_report import report_text
+from .pipeline import Fetch, Trail, walk
 from .store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
 from .text import clip_log
 from .worker import SYSTEM_ERROR_LIMIT, EvaluationWorker
@@ -107,6 +110,11 @@ class Evaluations(Hook):
         failure = self.worker.system_failure if self.worker is not None else None
         if failure is None:
             return
+        if failure.pause is not None:  # the coder's model: a cap or a setting for the operator, as for agents
+            raise StationPaused(
+                f"the research coder of evaluation #{failure.evaluation} stopped: {failure.pause}. Nothing was "
+                "recorded for that call; the coder's session goes on from there when the station runs again."
+            )
         again = "the evaluation runs again when the station runs again"
         if failure.tries is not None:  # a run's failure (not the evaluator's own): it is given up at the limit
             again += (
@@ -153,21 +161,36 @@ def debugger_settings(ctx: Context) -> dict[str, Any]:
     return {"debugger_enabled": cfg.enabled, "max_attempts": cfg.max_attempts}
 
 
-def complete(ctx: Context, row: Any) -> bool:
-    return (
-        walk(row, lambda key, kind, make: ctx.store.get_input(key), run_code=None, debug=None, **debugger_settings(ctx))
-        is not None
-    )
+Outcome = Trail | coder.Outcome  # a direct submission's versions, or a coder's session
 
 
-def walk_recorded(ctx: Context, row: Any) -> Trail:
-    outcome = walk(
+def walk_evaluation(ctx: Context, row: Any, fetch: Fetch) -> Outcome | None:
+    """The evaluation's path as far as it is recorded; nothing is produced."""
+    if row["instruction"] is None:
+        return walk(row, fetch, run_code=None, debug=None, **debugger_settings(ctx))
+    research = ctx.config.section(ResearchConfig)
+    task = tasks_of(ctx).get(row["task"])
+    return coder.walk(
         row,
-        lambda key, kind, make: recorded(ctx, "evaluation", key, kind),
-        run_code=None,
-        debug=None,
-        **debugger_settings(ctx),
+        fetch,
+        texts=ctx.texts,
+        task=task,
+        cfg=research.coder,
+        max_code_chars=research.max_code_chars,
+        sandbox=SandboxTools(None, []),  # only its recorded results are read
+        workspace=Path(),
+        opening_text="",
+        call=None,
+        run_attempt=None,
     )
+
+
+def complete(ctx: Context, row: Any) -> bool:
+    return walk_evaluation(ctx, row, lambda key, kind, make: ctx.store.get_input(key)) is not None
+
+
+def walk_recorded(ctx: Context, row: Any) -> Outcome:
+    outcome = walk_evaluation(ctx, row, lambda key, kind, make: recorded(ctx, "evaluation", key, kind))
     assert outcome is not None
     return outcome
 
@@ -194,6 +217,12 @@ def seed_baselines(ctx: Context) -> None:
 
 
 # -- applying a finished evaluation ------------------------------------------------------------
+# A coder session without an official attempt: a failure of the experiment, charged to its author.
+NO_ATTEMPT: dict[str, Any] = {
+    "status": "error",
+    "error": "the research coder made no official attempt",
+    "success": False,
+}
 ALERTS = {  # outcomes no author is charged for, and the operator alert each raises
     "scorer_failed": "the task's scorer failed",
     "system_failed": "an evaluation could not be run (the same system error each time): it was given up",
@@ -210,9 +239,9 @@ def final_status(result: dict[str, Any]) -> str:
     return "timed_out" if result.get("status") == "timeout" else "failed"
 
 
-def apply(ctx: Context, row: Any, outcome: Trail) -> None:
+def apply(ctx: Context, row: Any, outcome: Outcome) -> None:
     reported = outcome.reported
-    result = reported.result
+    result = reported.result if reported is not None else NO_ATTEMPT
     status = final_status(result)
     ctx.store.execute(
         "UPDATE evaluations SET status=?, score=?, sort_key=?, metrics=?, details=?, error=?, reported_version=?, "
@@ -224,13 +253,18 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
             dumps(result.get("metrics") or {}),
             result.get("details") or "",
             result.get("error"),
-            reported.number,
+            reported.number if reported is not None else None,
             result.get("stdout") or "",
             result.get("stderr") or "",
             ctx.tick,
             row["id"],
         ),
     )
+    if isinstance(outcome, coder.Outcome):  # the final code is the last attempt's
+        ctx.store.execute(
+            "UPDATE evaluations SET code=?, coder_report=?, coder_end=? WHERE id=?",
+            (reported.code if reported is not None else "", outcome.report, outcome.end, row["id"]),
+        )
     for version in outcome.versions:
         ctx.store.execute(
             "INSERT INTO evaluation_versions(evaluation, version, source, code, status, score, error, input_key) "
@@ -254,16 +288,22 @@ def apply(ctx: Context, row: Any, outcome: Trail) -> None:
         ctx.notify(author, result_message(ctx, row, outcome, status), "evaluation")
     score = result.get("score") if status == "finished" else None
     ctx.emit(
-        EvaluationFinished(evaluation=row["id"], task=row["task"], status=status, score=score, version=reported.number),
+        EvaluationFinished(
+            evaluation=row["id"],
+            task=row["task"],
+            status=status,
+            score=score,
+            version=reported.number if reported is not None else 0,
+        ),
         row["author"],
     )
 
 
-def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
+def result_message(ctx: Context, row: Any, outcome: Outcome, status: str) -> str:
     texts, cfg = ctx.texts, ctx.config.section(ResearchConfig)
     task = tasks_of(ctx).get(row["task"])
     reported = outcome.reported
-    result = reported.result
+    result = reported.result if reported is not None else NO_ATTEMPT
     parts = [
         texts.render(
             "evaluation_headline",
@@ -274,13 +314,14 @@ def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
             task_title=task.title if task else "?",
         )
     ]
-    if outcome.debugged:
+    if isinstance(outcome, Trail) and outcome.debugged:
         parts.append(_debug_summary(ctx, outcome))
     if status == "finished":
         if cfg.no_score:
             parts.append(texts.render("evaluation_no_score"))
         else:
-            parts.append(texts.render("evaluation_score", score=repr(result["score"])) + _metric_lines(task, result))
+            score = repr(result["score"]) + (" (computed by the station)" if isinstance(outcome, coder.Outcome) else "")
+            parts.append(texts.render("evaluation_score", score=score) + _metric_lines(task, result))
     if result.get("details"):
         parts.append(texts.render("evaluation_details", details=result["details"]))
     if status == "scorer_failed":
@@ -294,8 +335,13 @@ def result_message(ctx: Context, row: Any, outcome: Trail, status: str) -> str:
             parts.append(texts.render("evaluation_import_hint"))
     if status == "timed_out":
         parts.append(texts.render("evaluation_timeout_hint", seconds=int(task.timeout_s) if task else "?"))
-    if status != "system_failed":  # it never ran: no logs to show
-        parts.append(_logs(ctx, reported.result, "fixed version" if reported.number > 1 else "run"))
+    if isinstance(outcome, coder.Outcome):  # the coder's words come after the station's score, labelled
+        parts.append(report_text(texts, outcome.report, outcome.end, len(outcome.attempts)))
+    if status != "system_failed" and reported is not None:  # it never ran: no logs to show
+        which = (
+            "last attempt" if isinstance(outcome, coder.Outcome) else "fixed version" if reported.number > 1 else "run"
+        )
+        parts.append(_logs(ctx, reported.result, which))
     return "\n".join(p.strip() + "\n" for p in parts if p.strip())
 
 

@@ -16,6 +16,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and line break
 LINE_BREAK = re.compile(r"[\n\r\x85\u2028\u2029]")
 BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
 REQUIRED = ("title", "tags", "abstract", "content")
+CODER_REQUIRED = ("title", "tags", "abstract", "instruction")  # research.mode: coder
 
 
 class SubmitParams(Params):
@@ -23,6 +24,7 @@ class SubmitParams(Params):
     tags: Any = None
     abstract: Any = None
     content: Any = None
+    instruction: Any = None  # coder mode: what the research coder is to implement
     no_debugger: Any = None
     cpu_only: Any = None
 

@@ -24,6 +24,8 @@ RESULT = re.compile(r"\*\*Evaluation #(\d+) ")
 SCORED = re.compile(r"\*\*Evaluation #(\d+) has a result\*\*[^\n]*\n+Score: (-?\d+(?:\.\d+)?(?:e-?\d+)?)")
 KEEP_SCORES = 6
 MAX_OPEN = 2
+# the room's view says so, and so does a refused submission of code: the play notes it once seen
+CODER_MODE = ("Submissions here are instructions for the research coder", "this station takes instructions, not code")
 
 
 def _remember_tasks(s: Situation) -> dict[str, str]:
@@ -72,7 +74,10 @@ def _play_research(s: Situation, rng: random.Random) -> list[str]:
     if not tasks:
         return ["/execute_action{help research}"]
     s.notes["next_research_tick"] = s.tick + rng.randint(3, 6)
-    if _open_count(s) >= MAX_OPEN:
+    if any(sign in s.prompt for sign in CODER_MODE):
+        s.notes["coder_mode"] = True
+    coder = bool(s.notes.get("coder_mode"))
+    if _open_count(s) >= (1 if coder else MAX_OPEN):
         s.notes["next_research_tick"] = s.tick + 1
         return ["/execute_action{rank score}"] if rng.random() < 0.3 else []
     number = max(tasks, key=int)
@@ -87,7 +92,22 @@ def _play_research(s: Situation, rng: random.Random) -> list[str]:
             s.notes["next_research_tick"] = s.tick + 1
         return actions or [f"/execute_action{{read {number}}}"]
     s.notes["submitted"] = s.notes.get("submitted", 0) + 1
-    return [*actions, f"/execute_action{{submit {number}}}", yaml_block(submission)]
+    return [
+        *actions,
+        f"/execute_action{{submit {number}}}",
+        yaml_block(as_instruction(submission) if coder else submission),
+    ]
+
+
+def as_instruction(submission: dict[str, str]) -> dict[str, str]:
+    """A coder-mode submission: the program the play would have submitted, as the instruction's one
+    ```python block (the scripted coder implements exactly that)."""
+    fields = {k: v for k, v in submission.items() if k != "content"}
+    fields["instruction"] = (
+        "Implement this program as it stands and run it as the official attempt; report its score.\n\n"
+        f"```python\n{submission['content'].rstrip()}\n```"
+    )
+    return fields
 
 
 def _known_task(title: str) -> type[Task] | None:

@@ -32,6 +32,7 @@ from station.core.room import Outcome, Room, action, register_room
 from . import storage as rs
 from . import visibility
 from .board import Leaderboard
+from .coder_report import report_text
 from .delivery import Evaluations
 from .holiday import HolidayEvacuation, is_holiday
 from .ids import parse_id, parse_id_list
@@ -130,6 +131,8 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             if cfg.cooldown_ticks > 0:
                 left = self._cooldown_left(ctx, agent)
                 lines.append(f"Submission cooldown active: {left} tick(s) left." if left else "Submissions available.")
+            if cfg.mode == "coder":
+                lines.append(ctx.texts.render("research_coder_mode_note"))
             if not ctx.is_mature(agent):
                 lines.append(
                     f"Until you are mature (age {ctx.config.lifecycle.maturity_ticks}) you see only your "
@@ -224,7 +227,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         try:
             self._check_may_submit(ctx, agent)  # 1-3
             draft = check_form(p, ctx.config.section(ResearchConfig))  # 4-8
-            task_id, task = self._task_for(ctx, args, draft.code)  # 9
+            task_id, task = self._task_for(ctx, args, draft.code, coder=draft.instruction is not None)  # 9
             self._check_open_evaluations(ctx, agent)  # 10
         except Refused as why:
             return Outcome([f"Submission refused: {why}."])
@@ -243,6 +246,8 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             no_debugger=draft.no_debugger,
             cpu_only=draft.cpu_only,
             holds_tick=True,
+            instruction=draft.instruction,
+            sees_all=self.sees_all(ctx, agent) if draft.instruction is not None else None,
         )
         self.state(agent).setdefault("submitted", []).append(number)
         ctx.emit(EvaluationSubmitted(number), agent.name)
@@ -276,27 +281,34 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         if left:
             raise Refused(f"the submission cooldown is active; you can submit again in {left} tick(s)")
 
-    def _task_for(self, ctx: Context, args: str | None, code: str) -> tuple[str, Task]:
-        """The task named after `submit` (default: the last one), if the code fits it."""
+    def _task_for(self, ctx: Context, args: str | None, code: str, *, coder: bool = False) -> tuple[str, Task]:
+        """The task named after `submit` (default: the last one), if the code fits it (an instruction's
+        code is the coder's: each of its attempts is checked when it is run)."""
         ids = self.task_ids(ctx)
         task_id = self._task_id(args) if args and args.strip() else (ids[-1] if ids else None)
         task = tasks_of(ctx).get(task_id) if task_id else None
         if task is None or task_id is None:
             shown = (args or "").strip()[:40]
             raise Refused(f"there is no research task '{shown}' (tasks: {', '.join(ids) or 'none'})")
-        problem = task.validate_code(code)
+        problem = None if coder else task.validate_code(code)
         if problem:
             raise Refused(f"the code does not fit task #{task_id}: {problem}")
         return task_id, task
 
     def _check_open_evaluations(self, ctx: Context, agent: Agent) -> None:
-        limit = ctx.config.section(ResearchConfig).max_open_per_agent
+        cfg = ctx.config.section(ResearchConfig)
+        limit = 1 if cfg.mode == "coder" else cfg.max_open_per_agent
         open_ids = [
             r[0]
             for r in ctx.store.all(
                 "SELECT id FROM evaluations WHERE session = ? AND status = 'queued' ORDER BY id", (agent.session,)
             )
         ]
+        if cfg.mode == "coder" and open_ids:
+            raise Refused(
+                f"your experiment #{open_ids[0]} is still open; the research coder takes one experiment per "
+                "agent at a time. Wait for its result, then submit again"
+            )
         if len(open_ids) >= limit:
             raise Refused(
                 f"you already have {len(open_ids)} unfinished evaluation(s) "
@@ -307,11 +319,32 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
     # -- actions: reading results ---------------------------------------------------------------------
     @action("review")
     def review(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
+        row = self._reviewable(ctx, agent, args, "review")
+        if isinstance(row, Outcome):
+            return row
+        ctx.notify(agent, self.record_text(ctx, row), "research_review")
+        return Outcome([f"The full record of evaluation #{row['id']} will be in your System Messages next turn."])
+
+    @action("read_code")
+    def read_code(self, ctx: Context, agent: Agent, args: str | None, p: None) -> Outcome:
+        row = self._reviewable(ctx, agent, args, "read_code")
+        if isinstance(row, Outcome):
+            return row
+        code, version = self.final_code(ctx, row)
+        if not code.strip():
+            return Outcome([f"Evaluation #{row['id']} has no code: its coder made no official attempt."])
+        label = "written by the research coder" if row["instruction"] is not None else "as run"
+        text = f"**Evaluation #{row['id']}: {row['title']}**: final code (version {version}, {label})\n\n"
+        ctx.notify(agent, text + fence(code, "python"), "research_review")
+        return Outcome([f"The final code of evaluation #{row['id']} will be in your System Messages next turn."])
+
+    def _reviewable(self, ctx: Context, agent: Agent, args: str | None, verb: str) -> Any:
+        """The delivered evaluation `args` names, if the agent may read it; else the Outcome saying why not."""
         text = (args or "").strip()
         if not text:
-            return Outcome(["Usage: /execute_action{review <evaluation ID>}, e.g. review 12."])
+            return Outcome([f"Usage: /execute_action{{{verb} <evaluation ID>}}, e.g. {verb} 12."])
         if not re.fullmatch(r"#?\d+", text):
-            return Outcome([f"'{text[:40]}' is not an evaluation ID; use a number, e.g. review 12."])
+            return Outcome([f"'{text[:40]}' is not an evaluation ID; use a number, e.g. {verb} 12."])
         number = parse_id(text)
         row = self.visible_row(ctx, agent, number) if number is not None else None
         if row is None:
@@ -329,9 +362,19 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             )
         if row["status"] == "queued":
             ctx.notify(agent, ctx.texts.render("research_review_pending", id=number, title=row["title"]), "research")
-            return Outcome([f"Evaluation #{number} is still being evaluated; review it again once its result is out."])
-        ctx.notify(agent, self.record_text(ctx, row), "research_review")
-        return Outcome([f"The full record of evaluation #{number} will be in your System Messages next turn."])
+            return Outcome([f"Evaluation #{number} is still being evaluated; {verb} it again once its result is out."])
+        return row
+
+    def final_code(self, ctx: Context, row: Any) -> tuple[str, int | None]:
+        """The code of the version the author heard about, and its version number (None: the submission's)."""
+        version = row["reported_version"]
+        if version is not None:
+            code = ctx.store.scalar(
+                "SELECT code FROM evaluation_versions WHERE evaluation = ? AND version = ?", (row["id"], version)
+            )
+            if code is not None:
+                return code, version
+        return row["code"], None
 
     def record_text(self, ctx: Context, row: Any) -> str:
         cfg = ctx.config.section(ResearchConfig)
@@ -350,8 +393,11 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             "",
             f"Abstract: {row['abstract']}",
         ]
+        coder = row["instruction"] is not None
+        if coder:
+            lines += ["", "Instruction:", fence(row["instruction"])]
         if not cfg.no_score:
-            lines += ["", f"Score: {self.score_cell(ctx, row)}"]
+            lines += ["", f"Score: {self.score_cell(ctx, row)}" + (" (computed by the station)" if coder else "")]
             for name, value in sorted(self.metrics_of(row).items()):
                 lines.append(f"{name}: {self.metric_text(ctx, row['task'], name, value)}")
             if row["details"]:
@@ -366,15 +412,13 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
                 f"Certificate: SHA-256 {digest} (the construction the task's scorer verified is kept with this "
                 "record; `station verify` checks it again)",
             ]
-        code = None
-        if version is not None:
-            code = ctx.store.scalar(
-                "SELECT code FROM evaluation_versions WHERE evaluation = ? AND version = ?", (number, version)
-            )
-        if code is None:
-            code, version = row["code"], None
-        label = f"Code (version {version}, written by the debugger)" if version and version > 1 else "Code"
-        lines += ["", f"{label}:", fence(code, "python")]
+        if coder:
+            lines += ["", report_text(ctx.texts, row["coder_report"], row["coder_end"], row["reported_version"] or 0)]
+            lines += ["", f"`read_code {number}` shows the final code."]
+        else:
+            code, version = self.final_code(ctx, row)
+            label = f"Code (version {version}, written by the debugger)" if version and version > 1 else "Code"
+            lines += ["", f"{label}:", fence(code, "python")]
         limit = cfg.log_max_chars
         for name, key in (("Output (stdout)", "stdout"), ("Errors (stderr)", "stderr")):
             log = row[key] or ""
@@ -446,7 +490,8 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         cfg = ctx.config.section(ResearchConfig)
         texts = ctx.texts
         maturity = ctx.config.lifecycle.maturity_ticks
-        return {
+        coder = cfg.mode == "coder"
+        values = {
             "max_open": cfg.max_open_per_agent,
             "max_tags": cfg.max_tags,
             "max_tag_chars": cfg.max_tag_chars,
@@ -460,7 +505,7 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             ),
             "cpu_only_note": texts.render("research_help_cpu_only") if cfg.allow_cpu_only else "",
             "debugger_section": texts.render("research_help_debugger")
-            if ctx.config.section(DebuggerConfig).enabled
+            if ctx.config.section(DebuggerConfig).enabled and not coder
             else "",
             "lineage_storage_note": texts.render(
                 "research_help_storage_open" if cfg.cross_lineage_storage else "research_help_storage_closed"
@@ -469,7 +514,12 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
             "isolation_note": (texts.render("research_help_isolation", isolation_ticks=maturity) if maturity else ""),
             "holiday_note": texts.render("research_help_holiday") if cfg.holiday_mode else "",
             "storage_read_max_chars": f"{cfg.storage_read_max_chars:,}",
+            "max_instruction_chars": f"{cfg.coder.max_instruction_chars:,}",
+            "coder_attempts": cfg.coder.max_attempts,
         }
+        form = "research_help_submit_instruction" if coder else "research_help_submit_code"
+        values["submit_section"] = texts.render(form, **values)
+        return values
 
     # -- what other parts of the station read ---------------------------------------------------------
     def task_summary(self, ctx: Context) -> str:

@@ -168,6 +168,15 @@ MIGRATIONS = [
     """
     ALTER TABLE evaluation_runs ADD COLUMN scorings INTEGER NOT NULL DEFAULT 0;
     """,
+    # v8: coder mode (docs/coder.md). An instruction instead of code (the code column then holds the
+    # final attempt's code once delivered), the author's view fixed at submission, the coder's report
+    # and how its session ended.
+    """
+    ALTER TABLE evaluations ADD COLUMN instruction TEXT;   -- NULL: a direct submission of code
+    ALTER TABLE evaluations ADD COLUMN sees_all INTEGER;   -- coder mode: the author saw every lineage then
+    ALTER TABLE evaluations ADD COLUMN coder_report TEXT;  -- the coder's report, its own words
+    ALTER TABLE evaluations ADD COLUMN coder_end TEXT;     -- finished / turn_limit / model_failed
+    """,
 ]
 
 
@@ -186,11 +195,14 @@ def insert_evaluation(
     no_debugger: bool = False,
     cpu_only: bool = False,
     holds_tick: bool = True,
+    instruction: str | None = None,
+    sees_all: bool | None = None,
 ) -> int:
-    """Queue an evaluation; returns its new id."""
+    """Queue an evaluation; returns its new id. With an `instruction` it is the coder's to implement
+    (`code` is then empty until delivery), seen from where `sees_all` says its author stood."""
     cur = store.execute(
         "INSERT INTO evaluations(task, author, session, lineage, tick, title, tags, abstract, code, no_debugger, "
-        "cpu_only, holds_tick) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+        "cpu_only, holds_tick, instruction, sees_all) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             task,
             author,
@@ -204,6 +216,8 @@ def insert_evaluation(
             int(no_debugger),
             int(cpu_only),
             int(holds_tick),
+            instruction,
+            None if sees_all is None else int(sees_all),
         ),
     )
     number = int(cur.lastrowid)

@@ -9,7 +9,18 @@ from evaluators import has_real_code
 from evaluators.source_text import unhonoured_line_break
 from rooms.research.config import ResearchConfig
 
-from .params import BIDI, CONTROL, LINE_BREAK, REQUIRED, SubmitParams, as_text, blank, cut_words, normalise_tags
+from .params import (
+    BIDI,
+    CODER_REQUIRED,
+    CONTROL,
+    LINE_BREAK,
+    REQUIRED,
+    SubmitParams,
+    as_text,
+    blank,
+    cut_words,
+    normalise_tags,
+)
 
 MAX_TITLE_CHARS = 200
 
@@ -27,11 +38,18 @@ class Draft:
     cpu_only: bool
     no_debugger: bool
     warnings: list[str] = field(default_factory=list)
+    instruction: str | None = None  # coder mode: the code is the coder's, written later
 
 
 def check_form(p: SubmitParams | None, cfg: ResearchConfig) -> Draft:
     """The submission's YAML as a Draft, or Refused with the first problem."""
+    if cfg.mode == "coder":
+        return check_instruction_form(p, cfg)
     given = p.model_dump() if p is not None else {}
+    if not blank(given.get("instruction")):
+        raise Refused(
+            "this station takes code, not instructions: put your program under `content` and leave out `instruction`"
+        )
     empty = [key for key in REQUIRED if blank(given.get(key))]
     if p is None or empty:
         raise Refused(
@@ -102,3 +120,42 @@ def _code(p: SubmitParams, cfg: ResearchConfig) -> str:
             "as it stands; keep reusable pieces in your lineage's storage and import them from there"
         )
     return code
+
+
+def check_instruction_form(p: SubmitParams | None, cfg: ResearchConfig) -> Draft:
+    """Coder mode (docs/coder.md): title, tags, abstract and an instruction for the research coder; no code."""
+    given = p.model_dump() if p is not None else {}
+    if not blank(given.get("content")):
+        raise Refused(
+            "this station takes instructions, not code: describe the experiment under `instruction` and leave "
+            "out `content`; the research coder writes and runs the code"
+        )
+    empty = [key for key in CODER_REQUIRED if blank(given.get(key))]
+    if p is None or empty:
+        raise Refused(
+            "a submission needs a ```yaml block with all four keys title, tags, abstract and instruction; "
+            f"missing or empty: {', '.join(empty or CODER_REQUIRED)}"
+        )
+    warnings: list[str] = []
+    title = _title(p)
+    tags, tag_warnings, problem = normalise_tags(p.tags, cfg.max_tags, cfg.max_tag_chars)
+    if problem:
+        raise Refused(problem)
+    warnings += tag_warnings
+    abstract = _abstract(p, cfg, warnings)
+    cpu_only, _ = _options(p, cfg)
+    if p.no_debugger is not None:
+        warnings.append("no_debugger does nothing here: the research coder debugs its own attempts")
+    return Draft(title, tags, abstract, "", cpu_only, True, warnings, _instruction(p, cfg))
+
+
+def _instruction(p: SubmitParams, cfg: ResearchConfig) -> str:
+    text = p.instruction
+    if not isinstance(text, str):
+        raise Refused("instruction must be text (use a `|` block)")
+    if "\x00" in text or BIDI.search(text):
+        raise Refused("the instruction contains NUL or direction-changing characters")
+    limit = cfg.coder.max_instruction_chars
+    if len(text) > limit:
+        raise Refused(f"the instruction is {len(text):,} characters long; at most {limit:,} are allowed")
+    return text.strip("\n")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -37,9 +38,11 @@ from station.core.background import InputWorker, Stopped
 from station.core.run_types import Mount, RunResult
 from station.core.store import Store, absolute
 from station.executors.runfiles import Refused, sweep, work_base
-from station.models import ModelPool
+from station.models import BudgetExceeded, ModelError, ModelPool
+from station.workers.sandbox_tools import SandboxTools
+from station.workers.session import model_call
 
-from . import debugger
+from . import coder, debugger
 from . import storage as rs
 from .fingerprint import storage_hashes
 from .pipeline import Trail, walk
@@ -165,9 +168,10 @@ class SystemFailure(Exception):
     station pauses with the reason, and the evaluation runs again when the station is run again
     (`tries`: how many times in a row this run failed so; at SYSTEM_ERROR_LIMIT it is given up)."""
 
-    def __init__(self, evaluation: int, error: str, tries: int | None = None) -> None:
+    def __init__(self, evaluation: int, error: str, tries: int | None = None, pause: Exception | None = None) -> None:
         super().__init__(f"evaluation #{evaluation} could not be run: {error}")
         self.evaluation, self.error, self.tries = evaluation, error, tries
+        self.pause = pause  # a budget cap or a model that cannot be called: the operator's, not the machine's
 
 
 class EvaluationWorker(InputWorker):
@@ -253,18 +257,25 @@ class EvaluationWorker(InputWorker):
             task = self.tasks.get(row["task"])
             if task is None:
                 raise RuntimeError(f"evaluation {row['id']} names unknown task {row['task']!r}")
-            cfg = self.config.section(DebuggerConfig)
-            walk(
-                row,
-                lambda key, kind, make: self.produce(store, key, kind, row["author"], make),
-                run_code=lambda v, code: self._run(store, row, task, v, code),
-                debug=lambda attempt, so_far: self._debug(task, so_far),
-                debugger_enabled=cfg.enabled,
-                max_attempts=cfg.max_attempts,
-            )
+            fetch = lambda key, kind, make: self.produce(store, key, kind, row["author"], make)  # noqa: E731
+            if row["instruction"] is not None:
+                self._coder_session(store, row, task, fetch)
+            else:
+                cfg = self.config.section(DebuggerConfig)
+                walk(
+                    row,
+                    fetch,
+                    run_code=lambda v, code: self._run(store, row, task, v, code),
+                    debug=lambda attempt, so_far: self._debug(task, so_far),
+                    debugger_enabled=cfg.enabled,
+                    max_attempts=cfg.max_attempts,
+                )
             self.complete.add(row["id"])
         except Stopped:
             pass
+        except (BudgetExceeded, ModelError) as err:  # the coder's model: nothing recorded, the station pauses
+            if not self.stop.is_set():
+                self._fail(SystemFailure(row["id"], f"the research coder's model call stopped: {err}", pause=err))
         except Exception as err:  # noqa: BLE001 - the machinery broke: as loud as a broken sandbox
             if self.stop.is_set():
                 pass  # cut short by the shutdown: not a result; it runs again on resume
@@ -330,7 +341,10 @@ class EvaluationWorker(InputWorker):
         executor) is a system_error result; a ScorerFailure passes through."""
         assert self.executor is not None
         try:
-            others = sees_other_lineages(store, self.config, row["author"])
+            if row["instruction"] is not None:  # a coder's attempt: the author's view when it submitted
+                others = bool(row["sees_all"]) and self.config.section(ResearchConfig).cross_lineage_storage
+            else:
+                others = sees_other_lineages(store, self.config, row["author"])
             mounts = storage_mounts(store.files, row["lineage"], others)
         except (OSError, ValueError) as err:  # e.g. a lineage name its storage refuses (an old station's)
             log.exception("the storage of evaluation %s could not be mounted", row["id"])
@@ -373,6 +387,39 @@ class EvaluationWorker(InputWorker):
             raise SystemFailure(evaluation, error, tries)
         log.error("evaluation %s given up after %s identical system errors: %s", evaluation, tries, error)
         return system_failed_payload(error, tries, getattr(self.executor, "name", None))
+
+    def _coder_session(self, store: Store, row: dict[str, Any], task: Any, fetch: Any) -> None:
+        """Walk the evaluation's coder session (coder.py), producing what is missing: model calls,
+        tool runs in the sandbox, official attempts run and scored as `_run` runs a version."""
+        research = self.config.section(ResearchConfig)
+        number = row["id"]
+        files = store.files
+        listed = coder.surfaces(files, number, row["lineage"], bool(row["sees_all"]))
+        workspace = coder.coder_dir(files, number) / coder.WORKSPACE
+        if not workspace.is_dir():
+            workspace.mkdir(parents=True)
+            os.chmod(workspace, rs.DIR_MODE)
+        coder.write_records(store, files, row)
+        sandbox = SandboxTools(
+            self.executor,
+            [surface for surface, _, _ in listed],
+            command_timeout_s=research.coder.command_timeout_s,
+            spec=coder.task_limits(task, f"coder-{number}"),
+            label=f"coder-{number}",
+        )
+        coder.walk(
+            row,
+            fetch,
+            texts=self.texts,
+            task=task,
+            cfg=research.coder,
+            max_code_chars=research.max_code_chars,
+            sandbox=sandbox,
+            workspace=workspace,
+            opening_text=coder.opening(self.texts, row, task, task.spec(), listed, research.coder),
+            call=model_call(lambda: self.models.get(research.coder.model), "coder"),
+            run_attempt=lambda k, code: self._run(store, row, task, k, code),
+        )
 
     def _debug(self, task: Any, so_far: Trail) -> dict[str, Any]:
         return debugger.propose(self.texts, task, so_far, self._debugger_model)
