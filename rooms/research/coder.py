@@ -113,24 +113,21 @@ class CoderToolbox:
         return [*self.sandbox.tools(), SUBMIT, FINISH]
 
     def handle(self, turn: int, index: int, call: dict[str, Any], fetch: Fetch) -> dict[str, Any] | None:
+        """Every call's result is recorded under its key (the viewer reads the session from them); an
+        attempt's key holds its code, and its result is told from the run input it led to."""
+        key = f"{prefix(self.evaluation)}/tool/{turn}/{index}"
         if call.get("name") == "submit_attempt":
-            return self._submit(turn, index, call, fetch)
+            return self._submit(key, call, fetch)
         if call.get("name") == "finish":
-            return self._finish(call)
+            return fetch(key, "worker_tool", lambda: self._finish(call))
         return self.sandbox.handle(turn, index, call, fetch, prefix(self.evaluation))
 
-    def _submit(self, turn: int, index: int, call: dict[str, Any], fetch: Fetch) -> dict[str, Any] | None:
+    def _submit(self, key: str, call: dict[str, Any], fetch: Fetch) -> dict[str, Any] | None:
         path = (call.get("arguments") or {}).get("path")
-        if not isinstance(path, str) or not path.strip():
-            return _error("submit_attempt needs `path`: the file of your workspace to run, e.g. workspace/solution.py")
-        if len(self.attempts) >= self.max_attempts:
-            return _error(self.texts.render("coder_attempts_left_none", max_attempts=self.max_attempts))
-        key = f"{prefix(self.evaluation)}/tool/{turn}/{index}"
-        snapshot = fetch(key, "worker_tool", lambda: self._snapshot(path))
-        if snapshot is None:
-            return None
-        if snapshot.get("code") is None:
-            return _error(snapshot.get("text") or "the file could not be read")
+        left = self.max_attempts - len(self.attempts)
+        snapshot = fetch(key, "worker_tool", lambda: self._snapshot(path, left))
+        if snapshot is None or snapshot.get("code") is None:
+            return snapshot
         number = len(self.attempts) + 1
         code = snapshot["code"]
 
@@ -145,13 +142,17 @@ class CoderToolbox:
         self.attempts.append(Version(number, "coder", code, run_key(self.evaluation, number), result))
         return {"text": self._attempt_text(number, result), "error": not _scored(result), "attempt": number}
 
-    def _snapshot(self, path: str) -> dict[str, Any]:
-        """The recorded input of an attempt: the file's text, or why it cannot be run."""
+    def _snapshot(self, path: Any, left: int) -> dict[str, Any]:
+        """The recorded input of an attempt: the file's text, or why no attempt is run."""
+        if not isinstance(path, str) or not path.strip():
+            return _error("submit_attempt needs `path`: the file of your workspace to run, e.g. workspace/solution.py")
+        if left <= 0:
+            return _error(self.texts.render("coder_attempts_left_none", max_attempts=self.max_attempts))
         try:
             code = read_workspace_file(self.workspace, path, self.max_code_chars)
         except ValueError as err:
-            return {"text": f"Error: {err}", "error": True, "code": None}
-        return {"text": f"{path} taken as attempt code", "error": False, "code": code, "path": path}
+            return _error(str(err))
+        return {"text": f"the attempt runs {path} ({len(code):,} characters)", "error": False, "code": code}
 
     def _attempt_text(self, number: int, result: dict[str, Any]) -> str:
         scored = _scored(result)

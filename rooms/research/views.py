@@ -88,6 +88,54 @@ def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
     return at
 
 
+CODER_INPUT = re.compile(r"coder/\d+/(turn|tool)/(\d+)(?:/(\d+))?")
+ATTEMPT_RUN = re.compile(r"eval-run/\d+/(\d+)")
+
+
+def coder_session(db: sqlite3.Connection, evaluation_id: int) -> Record | None:
+    """A coder-mode evaluation (docs/coder.md) as the viewer shows it: its row (instruction, report,
+    `coder_end`...) with `turns`, each model call recorded so far in order as {"number", "reply" (the
+    recorded payload: text, tool_calls, usage, error...), "results" (the tool results in call order;
+    an official attempt's holds its `code` and, once run, `attempt`: its number, status, score and
+    error)}. A session still at work shows the turns recorded until now; None: no such evaluation,
+    or a direct submission."""
+    row = evaluation(db, evaluation_id)
+    if row is None or row["instruction"] is None:
+        return None
+    turns: dict[int, Record] = {}
+    results: dict[tuple[int, int], Any] = {}
+    runs: dict[int, Any] = {}
+    for key, payload in db.execute(
+        "SELECT key, payload FROM inputs WHERE key LIKE ? OR key LIKE ?",
+        (f"coder/{evaluation_id}/%", f"eval-run/{evaluation_id}/%"),
+    ):
+        found, run = CODER_INPUT.fullmatch(key), ATTEMPT_RUN.fullmatch(key)
+        if run is not None and key.startswith(f"eval-run/{evaluation_id}/"):
+            runs[int(run.group(1))] = json.loads(payload)
+        elif found is not None and key.startswith(f"coder/{evaluation_id}/"):
+            turn = int(found.group(2))
+            if found.group(1) == "turn":
+                turns[turn] = {"number": turn, "reply": json.loads(payload), "results": []}
+            else:
+                results[(turn, int(found.group(3)))] = json.loads(payload)
+    attempts = 0
+    for (turn, _), result in sorted(results.items()):
+        if result.get("code") is not None:  # an official attempt: the k-th recorded code is run k
+            attempts += 1
+            ran = runs.get(attempts)
+            if ran is not None:
+                result["attempt"] = {
+                    "number": attempts,
+                    "status": ran.get("status"),
+                    "score": ran.get("score") if ran.get("success") else None,
+                    "error": ran.get("error"),
+                }
+        if turn in turns:
+            turns[turn]["results"].append(result)
+    row["turns"] = [turns[n] for n in sorted(turns)]
+    return row
+
+
 # -- evaluations by who and what they name --------------------------------------------------------
 def headlines(db: sqlite3.Connection, ids: list[int]) -> list[Record]:
     """The headline fields (HEADLINE) of these evaluations that exist, in the database's order."""
