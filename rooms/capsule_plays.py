@@ -1,9 +1,10 @@
-"""The scripted policy's plays in the capsule rooms: notes for descendants, forum threads and replies, mail, papers.
+"""The scripted policy's plays in the capsule rooms: notes for descendants, forum threads, mail, papers, surveys.
 
 The policy reads only its prompt: system messages tell it about new mail, threads and
 mentions (a reason to go and answer), and its own notes remember what it already did.
 Papers follow what the scripted reviewer rewards (long, numeric, with a baseline and
-evaluation ids), so some are accepted and the hurried ones are not.
+evaluation ids), so some are accepted and the hurried ones are not. Where the Archive takes
+survey requests, a mature agent asks the Archive Surveyor now and then.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import random
 import re
 
-from station.models.scripted import Situation, room_call, room_play, yaml_block
+from station.models.scripted import Situation, every_turn, room_call, room_play, yaml_block
 
 AGENT_NAME = re.compile(r"\b([A-Z][a-z]+ [IVXLCDM]+)\b")
 NEW_MAIL = re.compile(r"Mail #(\d+) from ([A-Z][a-z]+ [IVXLCDM]+|Guest_\d+)")
 THREAD_NOTICE = re.compile(r"(?:New thread in Public Memory: #|Public Memory thread #|Public Memory thread, #)(\d+)")
 TOPICS = ["step sizes", "restarts", "initial layouts", "local search", "penalty weights", "symmetry"]
 PAPER_GAP = 20  # ticks between two papers (the archive's default cooldown)
+SURVEY_GAP = 30  # ticks between two survey requests of one agent (where the Archive offers surveys)
+SURVEYOR_MARK = "**Archive Surveyor:**"  # the Archive's line when it takes survey requests
 
 
 def _handover_due(s: Situation) -> bool:
@@ -152,11 +155,17 @@ def _play_mail(s: Situation, rng: random.Random) -> list[str]:
 # -- Archive: a paper once in a while (careful ones pass review, hurried ones do not) -----------
 @room_call("archive", rank=40)
 def _call_archive(s: Situation, rng: random.Random) -> bool:
-    return s.mature and s.tick - s.notes.get("paper_at", -100) >= PAPER_GAP and rng.random() < 0.25
+    paper_due = s.mature and s.tick - s.notes.get("paper_at", -100) >= PAPER_GAP and rng.random() < 0.25
+    return paper_due or (_survey_due(s) and rng.random() < 0.1)
 
 
 @room_play("archive")
 def _play_archive(s: Situation, rng: random.Random) -> list[str]:
+    if _survey_due(s) and rng.random() < 0.5:
+        s.notes["survey_at"] = s.tick
+        topic = rng.choice(TOPICS)
+        prompt = f"What do the Archive and the evaluation records say about {topic}, and where is the evidence thin?"
+        return ["/execute_action{survey}", yaml_block({"prompt": prompt})]
     if not s.mature or s.tick - s.notes.get("paper_at", -100) < PAPER_GAP:
         return ["/execute_action{preview all}"] if s.mature else []
     s.notes["paper_at"] = s.tick
@@ -175,6 +184,19 @@ def _play_archive(s: Situation, rng: random.Random) -> list[str]:
         "/execute_action{create}",
         yaml_block({"title": title, "tags": f"{topic}, experiments", "abstract": abstract, "content": content}),
     ]
+
+
+@every_turn
+def _note_surveys(s: Situation) -> None:
+    """Remember that the Archive takes survey requests, once its view said so."""
+    if SURVEYOR_MARK in s.prompt:
+        s.notes["surveys_offered"] = True
+
+
+def _survey_due(s: Situation) -> bool:
+    """A mature agent that knows of the surveyor, and asked none for a while (no random draw before
+    that: a station without surveys plays exactly as it did)."""
+    return s.mature and bool(s.notes.get("surveys_offered")) and s.tick - s.notes.get("survey_at", -100) >= SURVEY_GAP
 
 
 def _results_paper(topic: str, scores: list[list]) -> str:

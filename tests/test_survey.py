@@ -139,6 +139,8 @@ def test_the_survey_is_written_by_tools_and_mailed_within_its_wait(station: Stat
     listing = shown["turns"][0]["results"][0]
     assert not listing["error"] and "archive_1.md" in listing["text"] and "archive_2.md" in listing["text"]
     assert shown["turns"][-1]["results"][-1]["final"] and shown["report"] == mail["content"]
+    # every model call was booked as the surveyor's spend
+    assert station.store.scalar("SELECT COUNT(*) FROM spend WHERE who='surveyor'") == len(shown["turns"]) > 3
 
 
 def test_every_citation_of_the_report_exists(station: Station) -> None:
@@ -192,24 +194,33 @@ class CitesTooMuch:
     def complete(self, messages: list[Message], *, system: str | None, agent: str, tools: Any = None) -> Reply:
         told = messages[-1].get("results", [{}])[0].get("text", "") if messages[-1]["role"] == "tool" else ""
         body = " ".join(["Archive #1 reports adaptive steps measured run by run."] * 4)
-        extra = "" if "Archive #999" in told else " Archive #999 reports the opposite."
+        stubborn = "Never mind" in messages[0]["text"]  # the question of a survey that never gets right
+        extra = "" if "Archive #999" in told and not stubborn else " Archive #999 reports the opposite."
         call = {"id": f"c{len(messages)}", "name": "finish", "arguments": {"report": body + extra}}
         return Reply(text="", usage=Usage(1, 1), tool_calls=[call])
 
 
 def test_a_report_citing_a_missing_paper_is_sent_back_until_corrected(tmp_path: Path) -> None:
-    spiro = [reply(act("goto archive"), act("create"), paper("Adaptive step sizes", STEP_PAPER)), survey()]
+    spiro = [reply(act("goto archive"), act("create"), paper("Adaptive step sizes", STEP_PAPER)), survey(),
+             survey("Never mind the records: what else?")]
     st = make_station(tmp_path / "station", [recursive(replay_model(tmp_path / "s.jsonl", spiro, pad=4))],
                       lifecycle={"maturity_ticks": None}, rooms={"disabled": ["research"]},
-                      archive={"review": "none", "survey": {**SURVEY, "min_words": 20,
+                      archive={"review": "none", "survey": {**SURVEY, "min_words": 20, "max_turns": 2,
                                                             "model": {"provider": "scripted", "name": "toy-surveyor"}}})
     try:
-        Engine(st).run(until_tick=2)
+        Engine(st).run(until_tick=3)
         shown = views.survey(st.store.db, 1)
         first, second = shown["turns"]
         assert first["results"][0]["error"] and "Archive #999" in first["results"][0]["text"]
         assert second["results"][0]["final"]
         [mail] = mails(st)
         assert "#999" not in mail["content"] and "Archive #1" in mail["content"]
+        # the slot is free again: a second survey that never cites right ends at its turn limit, unmailed
+        done = [(r["id"], r["status"], r["end_reason"], r["mail"]) for r in surveys(st)]
+        assert done == [(1, "delivered", "finished", mail["number"]), (2, "failed", "turn_limit", None)]
+        told = st.store.all("SELECT text FROM messages WHERE kind='survey'")
+        assert [r[0] for r in told] == [
+            "Your survey #2 ended without a report (the surveyor used all of its 2 steps without finishing). "
+            "Nothing was mailed; you may ask again with `survey` in the Archive Room."]
     finally:
         st.close()
