@@ -35,7 +35,12 @@ CACHE = {"type": "ephemeral"}
 def request_body(
     config: ModelConfig, messages: list[Message], system: str | None, tools: list[Tool] | None = None
 ) -> dict[str, Any]:
-    wire = [wire_message(m) for m in messages]
+    wire = [
+        wire_message(m)
+        if "tool_calls" in m or "results" in m
+        else {"role": m["role"], "content": [text_block(m["text"])]}
+        for m in messages
+    ]
     users = [i for i, m in enumerate(wire) if m["role"] == "user"]
     for i in users[-2:]:
         wire[i]["content"][-1]["cache_control"] = CACHE
@@ -58,13 +63,18 @@ def request_body(
     return body
 
 
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
 def wire_message(message: Message) -> dict[str, Any]:
+    """A tool turn: calls (after the signed thinking that came with them) or their results."""
     if "results" in message:  # the results of the calls of the assistant message before it
         results = [{"type": "tool_result", "tool_use_id": r["id"], "content": r["text"]} for r in message["results"]]
         return {"role": "user", "content": results}
     calls = message.get("tool_calls") or ()
     content: list[dict[str, Any]] = list(calls[0].get("thinking_blocks") or ()) if calls else []
-    content += [{"type": "text", "text": message["text"]}] if message.get("text") else []
+    content += [text_block(message["text"])] if message.get("text") else []
     content += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]} for c in calls]
     return {"role": message["role"], "content": content}
 

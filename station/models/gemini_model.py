@@ -54,7 +54,13 @@ def request_config(config: ModelConfig, system: str | None) -> dict[str, Any]:
 
 
 def contents(messages: list[Message]) -> list[dict[str, Any]]:
-    return [{"role": "model" if m["role"] == "assistant" else "user", "parts": parts(m)} for m in messages]
+    return [
+        {
+            "role": "model" if m["role"] == "assistant" else "user",
+            "parts": parts(m) if "tool_calls" in m or "results" in m else [{"text": m["text"]}],
+        }
+        for m in messages
+    ]
 
 
 def parts(message: Message) -> list[dict[str, Any]]:

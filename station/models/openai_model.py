@@ -13,6 +13,7 @@ items. Chat: `message.tool_calls`, answered by one `role: tool` message per call
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from station.core.config import ModelConfig
@@ -36,7 +37,7 @@ def responses_body(
         "model": config.name,
         "max_output_tokens": config.max_output_tokens,
         "store": False,
-        "input": [item for m in messages for item in responses_items(m)],
+        "input": flat(messages, lambda m: {"role": m["role"], "content": m["text"]}, responses_items),
         "prompt_cache_key": f"station-{agent}",
     }
     if tools:  # not strict: a strict schema must require every property, and ours leave some optional
@@ -60,6 +61,22 @@ def responses_body(
     return body
 
 
+def flat(
+    messages: list[Message],
+    plain: Callable[[Message], dict[str, Any]],
+    tool_turn: Callable[[Message], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """The conversation on the wire: a message of text alone is one entry; a tool turn may be several
+    (a message of text alone is told inline: this runs for every message of every call)."""
+    wire: list[dict[str, Any]] = []
+    for m in messages:
+        if "tool_calls" in m or "results" in m:
+            wire += tool_turn(m)
+        else:
+            wire.append(plain(m))
+    return wire
+
+
 def responses_items(message: Message) -> list[dict[str, Any]]:
     if "results" in message:
         return [{"type": "function_call_output", "call_id": r["id"], "output": r["text"]} for r in message["results"]]
@@ -74,9 +91,9 @@ def responses_items(message: Message) -> list[dict[str, Any]]:
 def chat_body(
     config: ModelConfig, messages: list[Message], system: str | None, tools: list[Tool] | None = None
 ) -> dict[str, Any]:
-    wire = ([{"role": "system", "content": system}] if system else []) + [
-        item for m in messages for item in chat_messages(m)
-    ]
+    wire = ([{"role": "system", "content": system}] if system else []) + flat(
+        messages, lambda m: {"role": m["role"], "content": m["text"]}, chat_messages
+    )
     body: dict[str, Any] = {"model": config.name, "messages": wire, "max_tokens": config.max_output_tokens}
     if tools:
         body["tools"] = [
@@ -96,7 +113,7 @@ def chat_messages(message: Message) -> list[dict[str, Any]]:
         return [{"role": "tool", "tool_call_id": r["id"], "content": r["text"]} for r in message["results"]]
     calls = message.get("tool_calls")
     if not calls:
-        return [{"role": message["role"], "content": message["text"]}]
+        return [{"role": message["role"], "content": message.get("text") or ""}]
     wire = [
         {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
         for c in calls

@@ -127,7 +127,8 @@ def missing_key_message(config: ModelConfig) -> str:
 def wire_messages(messages: list[Message]) -> list[Message]:
     """The conversation as providers accept it: no empty text anywhere (a message of tool calls
     needs none; a tool result needs some)."""
-    return [_wire_message(m) for m in messages]
+    # (a message of text alone, as every agent's is, is checked inline: this runs for every message of every call)
+    return [m if len(m) == 2 and (m.get("text") or "").strip() else _wire_message(m) for m in messages]
 
 
 def _wire_message(message: Message) -> Message:
