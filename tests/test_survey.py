@@ -18,7 +18,7 @@ from helpers import act, make_old, make_station, recursive, replay_model, reply,
 from rooms.archive import views
 from rooms.archive.survey_session import CITATION
 from station.apps.world import Station
-from station.core.engine import Engine
+from station.core.engine import Engine, StationPaused
 from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage
 from station.core.store import Store, canonical_dump
 from station.models.scripted_surveyor import ScriptedSurveyor
@@ -222,5 +222,22 @@ def test_a_report_citing_a_missing_paper_is_sent_back_until_corrected(tmp_path: 
         assert [r[0] for r in told] == [
             "Your survey #2 ended without a report (the surveyor used all of its 2 steps without finishing). "
             "Nothing was mailed; you may ask again with `survey` in the Archive Room."]
+    finally:
+        st.close()
+
+
+def test_a_surveyor_that_cannot_be_used_pauses_the_station_and_the_survey_waits(tmp_path: Path) -> None:
+    # An empty replay file fails every call for good, as a refused key does: the tick that waits for
+    # the survey pauses the station with the reason, and nothing of the survey is recorded.
+    spiro = [reply(act("goto archive"), act("create"), paper("Adaptive step sizes", STEP_PAPER)), survey()]
+    broken = replay_model(tmp_path / "surveyor.jsonl", [], name="surveyor-replay")
+    st = make_station(tmp_path / "station", [recursive(replay_model(tmp_path / "s.jsonl", spiro, pad=4))],
+                      lifecycle={"maturity_ticks": None}, rooms={"disabled": ["research"]},
+                      archive={"review": "none", "survey": {**SURVEY, "model": broken}})
+    try:
+        with pytest.raises(StationPaused, match="survey.*exhausted"):
+            Engine(st).run(until_tick=2)
+        assert [(r["id"], r["status"]) for r in surveys(st)] == [(1, "open")]
+        assert st.store.scalar("SELECT COUNT(*) FROM inputs WHERE key LIKE 'survey%'") == 0
     finally:
         st.close()

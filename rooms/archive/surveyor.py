@@ -29,7 +29,7 @@ from station.core.events import TickEnding, TurnStarted, on
 from station.core.model_api import BudgetExceeded, ModelError
 from station.core.store import Store
 from station.executors import create_executor
-from station.workers.sandbox_tools import SandboxTools
+from station.workers.sandbox_tools import SandboxTools, SandboxUnavailable
 from station.workers.session import FINISHED, Session, model_call
 
 from ..capsule_store import Author
@@ -119,11 +119,11 @@ class Surveyor(Hook):
             stop = getattr(ctx, "stop_event", None)
             if stop is not None and stop.is_set():
                 raise WaitInterrupted(f"stopped while the tick waited for survey(s) {missing}")
-            self._ensure_worker(ctx)
-            assert self.worker is not None
-            if self.worker.failure is not None:
+            if self.worker is not None and self.worker.failure is not None:
                 failure, self.worker = self.worker.failure, None  # a new worker tries again on resume
                 raise StationPaused(f"survey(s) {missing} cannot be written: {failure}")
+            self._ensure_worker(ctx)
+            assert self.worker is not None
             if time.monotonic() - shown >= 1.0:
                 shown = time.monotonic()
                 ctx.report_wait(f"waiting {shown - began:.0f}s for survey(s) {', '.join(f'#{n}' for n in missing)}")
@@ -179,7 +179,7 @@ class SurveyWorker(InputWorker):
                     busy = self._round(store)
                 except Stopped:
                     break
-                except (BudgetExceeded, ModelError) as err:  # a cap, a bad key, a stop: not one survey's fault
+                except (BudgetExceeded, ModelError, SandboxUnavailable) as err:  # a cap, a bad key, the machine
                     self.failure = str(err) or type(err).__name__
                     self.recorded.set()  # wakes a tick that waits on a survey
                     break
