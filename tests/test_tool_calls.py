@@ -186,3 +186,36 @@ def test_a_replay_file_may_hold_tool_calls(tmp_path):
     cfg = ModelConfig(provider="replay", name="replayed", replay_file=str(tmp_path / "replies.jsonl"))
     reply = ModelPool().get(cfg).complete(HISTORY[:1], system=None, agent="coder", tools=TOOLS)
     assert reply.tool_calls == calls
+
+
+def test_streamed_tool_calls_are_whole_for_each_sdk(servers):
+    """The server's streamed calls (the station streams only Anthropic's), as each SDK rebuilds them."""
+    import anthropic
+    import openai
+    from google import genai
+
+    server = servers["cloud"]
+    server.responder = lambda req: Answer("ok", tool_calls=CALLS)
+    want = [(c["name"], c["arguments"]) for c in CALLS]
+    ask = [{"role": "user", "content": "go"}]
+    gpt = openai.OpenAI(api_key=KEY, base_url=server.openai_url, max_retries=0)
+    chunks = list(gpt.chat.completions.create(model="m", messages=ask, stream=True))
+    pieces: dict[int, dict] = {}
+    for delta in (c.choices[0].delta for c in chunks if c.choices):
+        for piece in delta.tool_calls or ():
+            got = pieces.setdefault(piece.index, {"name": "", "arguments": ""})
+            got["name"] += piece.function.name or ""
+            got["arguments"] += piece.function.arguments or ""
+    assert [(p["name"], json.loads(p["arguments"])) for p in pieces.values()] == want
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    with gpt.responses.stream(model="m", input="go") as stream:
+        items = stream.get_final_response().output
+    assert [(i.name, json.loads(i.arguments)) for i in items if i.type == "function_call"] == want
+    with anthropic.Anthropic(api_key=KEY, base_url=server.url, max_retries=0).messages.stream(
+            model="m", max_tokens=100, messages=ask) as stream:
+        blocks = stream.get_final_message().content
+    assert [(b.name, b.input) for b in blocks if b.type == "tool_use"] == want
+    gemini = genai.Client(api_key=KEY, http_options={"base_url": server.url})
+    parts = [p for c in gemini.models.generate_content_stream(model="m", contents="go")
+             for p in c.candidates[0].content.parts]
+    assert [(p.function_call.name, p.function_call.args) for p in parts if p.function_call] == want
