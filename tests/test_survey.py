@@ -241,3 +241,17 @@ def test_a_surveyor_that_cannot_be_used_pauses_the_station_and_the_survey_waits(
         assert st.store.scalar("SELECT COUNT(*) FROM inputs WHERE key LIKE 'survey%'") == 0
     finally:
         st.close()
+
+
+def test_station_doctor_checks_the_surveyors_model_when_surveys_are_on() -> None:
+    from helpers import config
+
+    from station.apps.doctor import diagnose
+    from station.core.config import parse_config
+
+    model = {"provider": "openai", "name": "surveyor-test-model", "api_key_env": "SURVEY_TEST_KEY_UNSET"}
+    on = parse_config(config([], archive={"survey": {"enabled": True, "model": model}}))
+    [found] = [f for f in diagnose(on, call=False) if f.uses == "archive surveyor"]
+    assert found.model.name == "surveyor-test-model" and not found.ok and "MISSING" in found.key
+    off = parse_config(config([], archive={"survey": {"model": model}}))
+    assert "archive surveyor" not in [f.uses for f in diagnose(off, call=False)]

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rooms.archive.config import ReviewerConfig
+from rooms.archive.config import ArchiveConfig, ReviewerConfig
 from rooms.research.config import DebuggerConfig
 from rooms.test.config import GradingConfig
 from station.core.budget import cost_usd
@@ -279,6 +279,8 @@ def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
     ]
     administrator = config.section(MultistartConfig).administrator.model  # unset: the reviewer's
     named += [("multistart administrator", administrator)] if administrator else []
+    survey = config.section(ArchiveConfig).survey
+    named += [("archive surveyor", survey.model)] if survey.enabled else []
     for use, model in named:
         key = model.model_dump_json()
         uses.setdefault(key, (model, []))[1].append(use)
