@@ -50,7 +50,8 @@ RESTART_PAPER = " ".join(
 
 def agents(directory: Path) -> list[dict[str, Any]]:
     spiro = [
-        reply(act("goto archive"), survey(), act("create"), paper("Adaptive step sizes", STEP_PAPER)),
+        reply(act("goto archive"), survey("x" * 4001), survey(" "), act("survey"), survey(),
+              act("create"), paper("Adaptive step sizes", STEP_PAPER)),
         reply(survey(), survey("And a second question meanwhile?")),
     ]
     praxis = [
@@ -106,8 +107,11 @@ def mails(st: Station) -> list[dict[str, Any]]:
 
 # -- the request ---------------------------------------------------------------------------------
 def test_a_survey_is_refused_while_the_archive_is_empty_and_to_immature_agents(station: Station) -> None:
-    assert any("Survey not requested: the Archive has no published paper yet" in line
-               for line in lines_of(station, "Spiro I", 1))
+    tick1 = "\n".join(lines_of(station, "Spiro I", 1))
+    assert "Survey not requested: the prompt has 4001 characters; at most 4000 are allowed." in tick1
+    assert "Survey not requested: give your question as a YAML `prompt`" in tick1
+    assert "it needs a ```yaml block right below the action with: prompt." in tick1
+    assert "Survey not requested: the Archive has no published paper yet, so there is nothing to survey." in tick1
     nova = " ".join(lines_of(station, "Nova I", 1))
     assert "opens to agents aged 5 ticks or more" in nova  # the room's gate: an immature agent never gets in
     assert all(row["agent"] != "Nova I" for row in surveys(station))

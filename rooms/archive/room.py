@@ -117,7 +117,7 @@ class ArchiveRoom(CapsuleRoom):
         problem = survey_store.refusal(ctx, agent, p)
         if problem:
             return Outcome([f"Survey not requested: {problem}."])
-        number = survey_store.request(ctx, agent, (p.prompt or "").strip())
+        number = survey_store.request(ctx, agent, p.prompt.strip())
         wait = ctx.config.section(ArchiveConfig).survey.wait_ticks
         return Outcome([ctx.texts.render("survey_requested", number=number, wait_ticks=wait)])
 

@@ -27,7 +27,7 @@ from station.workers.sandbox_tools import SandboxTools, Surface
 from station.workers.session import Fetch, ModelCall, Session, walk_session
 
 from ..capsule_store import Capsules
-from .survey_store import shown_evaluations, shown_papers
+from .survey_store import CONTROL, shown_evaluations, shown_papers
 
 CITATION = re.compile(r"\b(Archive|Eval(?:uation)?)\s*#\s*(\d+)", re.IGNORECASE)
 FINISH = "finish"
@@ -91,7 +91,7 @@ class SurveyToolbox:
             "text": self.texts.render("survey_finish_accepted", words=words),
             "error": False,
             "final": True,
-            "report": report.strip(),
+            "report": CONTROL.sub("", report).strip(),  # what the agent reads: no control characters
         }
 
 

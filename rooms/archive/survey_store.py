@@ -56,7 +56,7 @@ PREVIEW_ABSTRACT_WORDS = 80  # of each paper in the surveyor's first message; it
 class SurveyParams(Params):
     model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
 
-    prompt: str | None = None
+    prompt: str  # the question; its size and characters are checked by `refusal`
 
 
 def open_surveys(store: Store) -> list[Any]:
@@ -91,8 +91,8 @@ def refusal(ctx: Context, agent: Agent, p: SurveyParams) -> str | None:
     return _prompt_problem(p.prompt, cfg) or _busy(ctx, agent) or _empty_archive(ctx)
 
 
-def _prompt_problem(prompt: str | None, cfg: SurveyConfig) -> str | None:
-    text = (prompt or "").strip()
+def _prompt_problem(prompt: str, cfg: SurveyConfig) -> str | None:
+    text = prompt.strip()
     if not text:
         return "give your question as a YAML `prompt` (what you want to know about the Archive and the records)"
     if len(text) > cfg.max_prompt_chars:
