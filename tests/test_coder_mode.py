@@ -13,19 +13,28 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import copy_station
-from helpers import act, read, recursive, replay_model, reply, yaml_block
+from helpers import act, read, recursive, replay_model, reply, session_of, yaml_block
+from provider_server import Answer, ProviderServer
 
 from rooms.research import views
 from rooms.research.coder_report import SECTIONS
+from rooms.research.config import ResearchConfig
 from rooms.research.params import SubmitParams
+from rooms.research.store import insert_evaluation
+from rooms.research.tasks import tasks_of
 from rooms.research.worker import EvaluationWorker
 from station.apps import report
 from station.apps.cli_commands import replay
@@ -36,6 +45,7 @@ from station.core.context import StationPaused
 from station.core.engine import Engine
 from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage
 from station.core.store import Store, canonical_dump
+from station.executors import create_executor
 from station.models.scripted_coder import ScriptedCoder
 from station.workers.sandbox_tools import SandboxTools
 
@@ -65,12 +75,6 @@ def config(**research: Any) -> dict[str, Any]:
             **research,
         },
     }
-
-
-def station(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "station.apps.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")
@@ -316,3 +320,115 @@ def test_a_hostile_instruction_is_refused_by_the_sandbox_and_a_claimed_score_sta
     [message] = [m[0] for m in read(directory, "SELECT text FROM messages WHERE kind='evaluation'")]
     assert "Score: 1.0 (computed by the station)" in message  # four circles of radius 0.25
     assert message.index("Score: 1.0") < message.index("Coder Report (the coder's own words") < message.index("99 (a")
+
+
+# -- kill -9 during a session ------------------------------------------------------------------------
+SLOW_PROGRAM = (
+    "import time\n\n\ndef construct_packing():\n    time.sleep(4)\n"
+    "    return [[0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]], [0.25] * 4\n"
+)
+
+
+def test_a_session_killed_during_its_second_attempt_resumes_without_a_duplicate_attempt(tmp_path: Path) -> None:
+    instruction = f"Run this program as it stands.\n\n```python\n{SLOW_PROGRAM}```"
+    submission = "\n".join(
+        f"{k}: {json.dumps(v)}" for k, v in {"title": "Slow", "tags": "x", "abstract": "x.", "instruction": instruction}.items()
+    )
+    settings = config()
+    settings["agents"] = [recursive(replay_model(tmp_path / "s.jsonl", [reply(act("goto research"), act("submit 1"),
+                                                                              yaml_block(submission))], pad=4))]
+    (tmp_path / "coder.yaml").write_text(yaml.safe_dump(settings))
+    directory = tmp_path / "st"
+    run = subprocess.Popen([sys.executable, "-m", "station.apps.cli", "run", str(tmp_path / "coder.yaml"), "--dir",
+                            str(directory), "--until-tick", "3"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    try:  # the first attempt (the slip) is recorded and the second (4 s) is running
+        deadline = time.monotonic() + 60
+        while not read(directory, "SELECT 1 FROM evaluation_runs WHERE version=2 AND state='running'"):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read().decode() if run.stderr else ""
+            time.sleep(0.05)
+        assert read(directory, "SELECT key FROM inputs WHERE key LIKE 'eval-run/%'") == [("eval-run/1/1",)]
+        run.send_signal(signal.SIGKILL)
+        run.wait(10)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert read(directory, "SELECT status FROM evaluations") == [("queued",)]
+
+    st = Station.open(directory)  # run again (in this process: the same code as `station run`, sooner)
+    try:
+        assert Engine(st).run(until_tick=3) == "finished tick 3"
+    finally:
+        st.close()
+    assert read(directory, "SELECT status, score FROM evaluations") == [("finished", 1.0)]
+    assert read(directory, "SELECT key FROM inputs WHERE key LIKE 'eval-run/%' ORDER BY key") == [
+        ("eval-run/1/1",), ("eval-run/1/2",)]
+    assert read(directory, "SELECT version, status FROM evaluation_versions") == [(1, "error"), (2, "ok")]
+    assert len(read(directory, "SELECT key FROM inputs WHERE key LIKE 'coder/1/turn/%'")) == 6  # as unkilled
+
+
+# -- the coder's model through each provider's wire format ------------------------------------------
+KEY = "test-key"
+WIRE_FORMATS = {  # the coder's model entry, with the server that speaks its format
+    "openai-chat (llama.cpp)": ("local", {"provider": "openai", "name": "local-model", "api": "chat"}),
+    "anthropic": ("cloud", {"provider": "anthropic", "name": "claude-test"}),
+    "gemini": ("cloud", {"provider": "gemini", "name": "gemini-test"}),
+}
+
+
+def scripted_coder_over_the_wire(request: Any) -> Answer:
+    """The scripted coder's play on the conversation the server decoded from the request."""
+    told = ScriptedCoder().complete(request.messages, system=None, agent="coder")
+    return Answer(told.text, tool_calls=[{"name": c["name"], "arguments": c["arguments"]} for c in told.tool_calls])
+
+
+@pytest.fixture(scope="module")
+def wire() -> Any:
+    """Both servers playing the scripted coder, and a station with one author whose evaluations the
+    tests queue and the evaluation worker runs, one session per wire format (a whole station each
+    would cost what the sessions cost again)."""
+    with ProviderServer(scripted_coder_over_the_wire, api_keys={KEY}) as cloud, ProviderServer(
+        scripted_coder_over_the_wire, flavor="llama.cpp"
+    ) as local, pytest.MonkeyPatch.context() as env:
+        for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"):
+            env.setenv(name, KEY)
+        env.delenv("GOOGLE_API_KEY", raising=False)
+        directory = Path(tempfile.mkdtemp(prefix="coder-wire-")) / "st"
+        settings = config()
+        settings["agents"] = settings["agents"][:1]
+        st = Station.create(directory, parse_config(settings))
+        executor = create_executor(parse_config(settings).section(ResearchConfig).executor, hide=[directory])
+        try:
+            yield st, executor, {"cloud": cloud, "local": local}
+        finally:
+            executor.close()
+            st.close()
+            shutil.rmtree(directory.parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize("which", WIRE_FORMATS)
+def test_the_coder_s_session_runs_the_same_through_each_provider_s_wire_format(wire: Any, which: str) -> None:
+    st, executor, servers = wire
+    where, model = WIRE_FORMATS[which]
+    server = servers[where]
+    base = server.openai_url if model["provider"] == "openai" else server.url
+    settings = config(coder={"model": {**model, "base_url": base, "max_retries": 0, "timeout_s": 20}})
+    settings["agents"] = settings["agents"][:1]
+    with st.store.transaction():
+        number = insert_evaluation(
+            st.store, task="1", author="Spiro I", session=session_of(st, "Spiro I"), lineage="Spiro", tick=1,
+            title=which, tags=["wire"], abstract="x.", code="", instruction=f"Run it.\n\n```python\n{GOOD_PROGRAM}```",
+            sees_all=False,
+        )
+    worker = EvaluationWorker(st.dir, parse_config(settings), st.ctx.texts, tasks_of(st.ctx), executor, st.ctx.models)
+    worker._evaluate(dict(st.store.one("SELECT * FROM evaluations WHERE id=?", (number,))))
+    assert worker.system_failure is None and server.errors == []
+    session = views.coder_session(st.store.db, number)
+    assert [t["reply"]["tool_calls"][0]["name"] for t in session["turns"]] == [
+        "write_file", "submit_attempt", "read_file", "write_file", "submit_attempt", "finish"]
+    attempts = [r["attempt"] for t in session["turns"] for r in t["results"] if "attempt" in r]
+    assert [(a["status"], a["score"]) for a in attempts] == [("error", None), ("ok", 1.0)]
+    assert session["turns"][-1]["results"][0]["final"]
+    assert "score of 1.0" in session["turns"][-1]["results"][0]["report"]
+    assert {tuple(r.tools) for r in server.requests if r.method == "POST"} >= {
+        ("list_files", "read_file", "search", "write_file", "run", "submit_attempt", "finish")}
