@@ -38,6 +38,7 @@ from rooms.research.tasks import tasks_of
 from rooms.research.worker import EvaluationWorker
 from station.apps import report
 from station.apps.cli_commands import replay
+from station.apps.doctor import diagnose
 from station.apps.world import Station
 from station.core import commands
 from station.core.config import parse_config
@@ -432,3 +433,12 @@ def test_the_coder_s_session_runs_the_same_through_each_provider_s_wire_format(w
     assert "score of 1.0" in session["turns"][-1]["results"][0]["report"]
     assert {tuple(r.tools) for r in server.requests if r.method == "POST"} >= {
         ("list_files", "read_file", "search", "write_file", "run", "submit_attempt", "finish")}
+
+
+def test_station_doctor_checks_the_coder_s_model_in_coder_mode() -> None:
+    model = {"provider": "openai", "name": "coder-test-model", "api_key_env": "CODER_TEST_KEY_UNSET"}
+    on = parse_config(config(coder={"model": model}))
+    [found] = [f for f in diagnose(on, call=False) if f.uses == "research coder"]
+    assert found.model.name == "coder-test-model" and not found.ok and "MISSING" in found.key
+    off = parse_config(config(mode="direct", coder={"model": model}))
+    assert "research coder" not in [f.uses for f in diagnose(off, call=False)]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rooms.archive.config import ArchiveConfig, ReviewerConfig
-from rooms.research.config import DebuggerConfig
+from rooms.research.config import DebuggerConfig, ResearchConfig
 from rooms.test.config import GradingConfig
 from station.core.budget import cost_usd
 from station.core.config import ModelConfig, MultistartConfig, StationConfig
@@ -281,6 +281,8 @@ def diagnose(config: StationConfig, *, call: bool) -> list[Finding]:
     named += [("multistart administrator", administrator)] if administrator else []
     survey = config.section(ArchiveConfig).survey
     named += [("archive surveyor", survey.model)] if survey.enabled else []
+    research = config.section(ResearchConfig)
+    named += [("research coder", research.coder.model)] if research.mode == "coder" else []
     for use, model in named:
         key = model.model_dump_json()
         uses.setdefault(key, (model, []))[1].append(use)
