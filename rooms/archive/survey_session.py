@@ -172,7 +172,16 @@ def _record_text(texts: Any, record: dict[str, Any], brief: bool, no_score: bool
         status=record["status"],
         score=score,
         abstract=texts.render("survey_abstract_withheld") if brief else record["abstract"],
+        coder=_coder_text(texts, record) if not brief else "",
     )
+
+
+def _coder_text(texts: Any, record: dict[str, Any]) -> str:
+    """An experiment of the research coder (research.mode: coder): its instruction and the coder's report."""
+    if not record.get("instruction"):
+        return ""
+    report = record.get("coder_report") or texts.render("survey_no_coder_report")
+    return texts.render("survey_evaluation_coder", instruction=record["instruction"], report=report)
 
 
 def _write(path: Path, text: str) -> None:

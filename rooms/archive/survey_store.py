@@ -18,7 +18,7 @@ from pydantic import ConfigDict
 from rooms.archive.config import ArchiveConfig, SurveyConfig
 from rooms.archive.events import SurveyRequested
 from rooms.research.config import ResearchConfig
-from rooms.research.store import SYSTEM_AUTHOR
+from rooms.research.store import DONE_STATES, SYSTEM_AUTHOR
 from station.core.agents import Agent
 from station.core.context import Context
 from station.core.room import Params
@@ -130,7 +130,10 @@ def evaluations_now(ctx: Context, agent: Agent) -> tuple[list[int], list[int]]:
     lineages' abstracts are left out, as their full records are closed to the agent."""
     if ctx.room("research") is None:  # no Research Counter: no records
         return [], []
-    rows = ctx.store.all("SELECT id, lineage, author FROM evaluations WHERE status!='queued' ORDER BY id")
+    delivered = ",".join("?" * len(DONE_STATES))
+    rows = ctx.store.all(
+        f"SELECT id, lineage, author FROM evaluations WHERE status IN ({delivered}) ORDER BY id", DONE_STATES
+    )
     ids = [r["id"] for r in rows]
     if ctx.config.section(ResearchConfig).cross_lineage_review:
         return ids, []
