@@ -35,6 +35,12 @@ def _link_open(self, tokens, idx, options, env) -> str:  # noqa: ANN001
 
 _md.add_render_rule("image", _image_as_link)
 _md.add_render_rule("link_open", _link_open)
+# A worker's report (a model's words, which nobody reviewed) may link only within the station: a
+# path of this site or a place on the page; "//host" and "/\host" would leave it.
+_local_md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+_local_md.validateLink = lambda url: bool(re.match(r"^(#|/(?![/\\]))", url.strip()))  # type: ignore[method-assign]
+_local_md.add_render_rule("image", _image_as_link)
+_local_md.add_render_rule("link_open", _link_open)
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 LONG_TEXT = 400_000  # characters rendered as Markdown; longer text is shown plain
 
@@ -44,6 +50,14 @@ def markdown(text: str | None) -> Markup:
     if len(text) > LONG_TEXT:
         return plain(text)
     return Markup(_md.render(text))
+
+
+def local_markdown(text: str | None) -> Markup:
+    """Markdown whose links lead only to the station's own pages (a worker's report)."""
+    text = CONTROL.sub("", text or "")
+    if len(text) > LONG_TEXT:
+        return plain(text)
+    return Markup(_local_md.render(text))
 
 
 def plain(text: str | None) -> Markup:

@@ -93,6 +93,9 @@ class Site:
             linked=lambda text: refs.link_mentions(
                 str(render.markdown(text)), refs.existing(self.reader.db(), refs.mentioned(text))
             ),
+            worker_report=lambda text: refs.link_mentions(
+                str(render.local_markdown(text)), refs.existing(self.reader.db(), refs.mentioned(text))
+            ),
             figure_html=plots.figure_html,
             reply_html=render.reply_html,
             plain=render.plain,

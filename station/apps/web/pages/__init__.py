@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from station.apps.web.pages import agents, login, operator, overview, papers, research, study, threads
+from station.apps.web.pages import agents, login, operator, overview, papers, research, study, threads, workers
 
 ROUTERS: list[APIRouter] = [
     overview.router,
@@ -12,6 +12,7 @@ ROUTERS: list[APIRouter] = [
     papers.router,
     threads.router,
     research.router,
+    workers.router,
     study.router,
     operator.router,
     login.router,

@@ -7,7 +7,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from station.apps.web import data, render
+from station.apps.web import data, render, worker_sessions
 from station.apps.web.site import MAX_ID, site_of
 
 router = APIRouter()
@@ -54,6 +54,7 @@ def agent_page(request: Request, name: str, page: int = 0, tick: int | None = No
     turns, pages = data.dialogue_page(db, who.session, page)
     current = min(page, pages)
     works = data.agent_works(db, who)
+    works["surveys"] = worker_sessions.surveys_of(db, works["names"])
     return site.show(request, "agent.html", agent=who, works=works, turns=turns, page=current, pages=pages)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from station.apps.web import board, data, diff, plots
+from station.apps.web import board, data, diff, plots, worker_sessions
 from station.apps.web.site import MAX_ID, site_of
 
 router = APIRouter()
@@ -48,6 +48,7 @@ def evaluation(request: Request, evaluation_id: int) -> HTMLResponse:
         later=data.later_work(db, evaluation_id),
         figure=data.figure(db, found),
         external=data.external_results(db, evaluation_id),
+        coder=bool(found.get("instruction")) or worker_sessions.has_coder_session(db, evaluation_id),
     )
 
 

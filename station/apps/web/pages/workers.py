@@ -1,0 +1,38 @@
+"""The workers' sessions, turn by turn: the research coder's of an evaluation, the archive surveyor's."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from station.apps.web import data, worker_sessions
+from station.apps.web.site import MAX_ID, site_of
+from station.workers.views import recorded_session
+
+router = APIRouter()
+
+
+@router.get("/research/{evaluation_id}/coder", response_class=HTMLResponse)
+def coder(request: Request, evaluation_id: int, page: int = 1) -> HTMLResponse:
+    site = site_of(request)
+    db = site.reader.db()
+    found = data.evaluation(db, evaluation_id) if 0 < evaluation_id < MAX_ID else None
+    if found is None:
+        return site.not_found(request, f"No evaluation #{evaluation_id}.")
+    if not found.get("instruction") and not worker_sessions.has_coder_session(db, evaluation_id):
+        return site.not_found(request, f"Evaluation #{evaluation_id} was submitted as code: no coder worked on it.")
+    session, attempts = worker_sessions.coder_session(db, evaluation_id, page if abs(page) < MAX_ID else 1)
+    return site.show(request, "coder_session.html", ev=found, session=session, attempts=attempts, keep="")
+
+
+@router.get("/surveys/{number}", response_class=HTMLResponse)
+def survey(request: Request, number: int, page: int = 1) -> HTMLResponse:
+    site = site_of(request)
+    db = site.reader.db()
+    found = worker_sessions.survey(db, number) if 0 < number < MAX_ID else None
+    if found is None:
+        return site.not_found(request, f"No survey #{number}.")
+    page = page if abs(page) < MAX_ID else 1
+    session = recorded_session(db, worker_sessions.survey_prefix(number), page=page)
+    report = worker_sessions.survey_report(found, session, db)
+    return site.show(request, "survey_session.html", survey=found, session=session, report=report, keep="")
