@@ -14,11 +14,12 @@ complete. A replay applies the same surveys at the same points from the recorded
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from rooms.archive.config import ArchiveConfig, SurveyConfig
+from rooms.archive.config import ArchiveConfig
 from rooms.archive.events import SurveyEnded
 from rooms.research.config import ResearchConfig
 from rooms.research.tasks import tasks_of
@@ -162,7 +163,11 @@ class Surveyor(Hook):
 
 
 class SurveyWorker(InputWorker):
-    """Records the surveys' inputs ahead of the engine, on its own connection; changes nothing else."""
+    """Records the surveys' inputs ahead of the engine; changes nothing else.
+
+    Each open survey is walked on a thread of its own (with its own connection), so one agent's long
+    survey does not hold back another's; a survey whose every input is recorded waits for the engine.
+    """
 
     discard_late = True  # a model call or a tool run cut short by the shutdown is not a result
 
@@ -171,25 +176,18 @@ class SurveyWorker(InputWorker):
         self.texts, self.models, self.hidden = texts, models, hidden
         self.executor: Any = None
         self.failure: str | None = None  # what stops every survey until the operator acts (a cap, a bad key)
+        self.inflight: dict[int, threading.Thread] = {}
+        self.complete: set[int] = set()  # every input recorded: the engine applies them
+        self.retry_at: dict[int, float] = {}  # a survey whose walk broke unexpectedly waits a little
+        self._lock = threading.Lock()
 
     def serve(self, store: Store) -> None:
         try:
-            while not self.stop.is_set():
-                try:
-                    busy = self._round(store)
-                except Stopped:
-                    break
-                except (BudgetExceeded, ModelError, SandboxUnavailable) as err:  # a cap, a bad key, the machine
-                    self.failure = str(err) or type(err).__name__
-                    self.recorded.set()  # wakes a tick that waits on a survey
-                    break
-                except Exception as err:  # noqa: BLE001 - keep serving; the engine waits only on held surveys
-                    log.exception("the surveyor failed a round; retrying shortly")
-                    self.error, busy = repr(err), False
-                    self.idle(ERROR_PAUSE_SECONDS)
-                if not busy:
-                    self.idle(POLL_SECONDS)
+            while not self.stop.is_set() and self.failure is None:
+                self._start_walks(store)
+                self.idle(POLL_SECONDS)
         finally:
+            self._join(10.0)
             if self.executor is not None:
                 self.executor.close()
 
@@ -199,45 +197,75 @@ class SurveyWorker(InputWorker):
             self.executor.close()  # a tool run in flight ends now; its result is not recorded
         super().shutdown(timeout)
 
-    def _round(self, store: Store) -> bool:
-        """Walk every open survey, producing its missing inputs; True when anything was recorded."""
-        cfg = self.config.section(ArchiveConfig).survey
-        call = model_call(lambda: self.models.get(self.config.section(ArchiveConfig).survey.model), "surveyor")
-        busy = False
+    def _start_walks(self, store: Store) -> None:
+        with self._lock:
+            for number in [n for n, thread in self.inflight.items() if not thread.is_alive()]:
+                del self.inflight[number]
+        now = time.monotonic()
         for row in open_surveys(store):
-            if self.stop.is_set():
-                raise Stopped
-            busy = self._walk(store, row, cfg, call) or busy
-        return busy
+            number = row["id"]
+            if number in self.inflight or number in self.complete or self.retry_at.get(number, 0.0) > now:
+                continue
+            thread = threading.Thread(target=self._survey, args=(dict(row),), name=f"survey-{number}", daemon=True)
+            with self._lock:
+                self.inflight[number] = thread
+            thread.start()
 
-    def _walk(self, store: Store, row: Any, cfg: SurveyConfig, call: Any) -> bool:
-        made = 0
+    def _join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self.inflight.values())
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _survey(self, row: dict[str, Any]) -> None:
+        """Walk one survey to its end, producing its missing inputs, on this thread's own connection."""
+        store = Store(self.directory)
+        try:
+            if self._walk(store, row) is not None:
+                survey_session.remove_folders(store.files, row["id"])  # every input is recorded: the files served
+                self.complete.add(row["id"])
+        except Stopped:
+            pass
+        except (BudgetExceeded, ModelError, SandboxUnavailable) as err:  # a cap, a bad key, the machine
+            self.failure = str(err) or type(err).__name__
+            self.recorded.set()  # wakes a tick that waits on a survey
+        except Exception as err:  # noqa: BLE001 - retried shortly; the engine waits only on held surveys
+            if not self.stop.is_set():
+                log.exception("survey %s failed in the surveyor; retrying shortly", row["id"])
+                self.error = repr(err)
+                self.retry_at[row["id"]] = time.monotonic() + ERROR_PAUSE_SECONDS
+        finally:
+            store.close()
+            self.wake.set()
+
+    def _walk(self, store: Store, row: dict[str, Any]) -> Session | None:
+        cfg = self.config.section(ArchiveConfig).survey
+        written = False
 
         def fetch(key: str, kind: str, make: Any) -> dict[str, Any]:
-            nonlocal made
+            nonlocal written
             found = store.get_input(key)
             if found is not None:
                 return found
-            if made == 0:  # the first input to produce: the folders must be there for the tools
+            if not written:  # the first input to produce: the tools need the folders
                 survey_session.write_folders(store, self.config, self.texts, row)
-            made += 1
+                written = True
             return self.produce(store, key, kind, row["agent"], make)
 
-        session = survey_session.walk(
+        return survey_session.walk(
             row,
             fetch,
             sandbox=sandbox_tools(store.files, row["id"], self._executor()),
             cfg=cfg,
             texts=self.texts,
-            call=call,
+            call=model_call(lambda: self.models.get(cfg.model), "surveyor"),
         )
-        if session is not None:
-            survey_session.remove_folders(store.files, row["id"])  # every input is recorded: the files served
-        return made > 0
 
     def _executor(self) -> Any:
         """The local sandbox, as evaluations use it (the folders are on this machine, whatever runs evaluations)."""
-        if self.executor is None:
-            scratch = self.config.section(ResearchConfig).executor.scratch_dir
-            self.executor = create_executor(ExecutorConfig(kind="local"), hide=self.hidden, scratch_base=scratch)
-        return self.executor
+        with self._lock:
+            if self.executor is None:
+                scratch = self.config.section(ResearchConfig).executor.scratch_dir
+                self.executor = create_executor(ExecutorConfig(kind="local"), hide=self.hidden, scratch_base=scratch)
+            return self.executor
