@@ -1,12 +1,13 @@
 """A worker's session as recorded, for people to read (the web viewer and its static export).
 
 Nothing here writes. The session's inputs (docs/workers.md) are `<prefix>/turn/<n>` (a model call)
-and `<prefix>/tool/<n>/<i>` (the result of call i of turn n), read by one range query over the
-inputs' key index. `coder/7/` must not take `coder/70/...`: keys starting with `coder/7/` lie between
-`coder/7/` and `coder/70` (the character after "/" is "0"), and any other key in that range fails
-the pattern check. Turns come in the numeric order of n and calls in that of i (turn/10 after
-turn/9), one page at a time: the query returns every key of the session but the payloads of the
-page's turns only, and every text shown is cut to `shown_chars`, saying how much was left out.
+and `<prefix>/tool/<n>/<i>` (the result of call i of turn n), read by key range over the inputs'
+key index. `coder/7/` must not take `coder/70/...`: the keys starting with `coder/7/` are exactly
+those from `coder/7/` up to `coder/70` (the character after "/" is "0"); a key there that is not a
+turn or a tool result is passed over. Turns come in the numeric order of n and calls in that of i
+(turn/10 after turn/9), one page at a time: a first range query reads the session's keys and the
+turns' token counts, a second the payloads of the page's turns only, and every text shown is cut
+to `shown_chars`, saying how much was left out.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def _index(source: Any, prefix: str, start: int) -> tuple[list[int], dict[int, d
     tools: dict[int, dict[int, str]] = {}
     tokens: list[tuple] = []
     for key, tokens_in, tokens_out, cost in rows:
-        found = KEY.fullmatch(key[len(prefix) + 1 :]) if key.startswith(f"{prefix}/") else None
+        found = KEY.fullmatch(key[len(prefix) + 1 :])
         if found is None:
             continue
         kind, turn, index = found.group(1), int(found.group(2)), found.group(3)
