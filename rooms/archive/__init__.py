@@ -1,4 +1,4 @@
-"""The Archive Room as one feature: the room where papers are published, and its reviewer."""
+"""The Archive Room as one feature: the room where papers are published, its reviewer, and its surveyor."""
 
 from .room import REVIEWER, ArchiveRoom
 
