@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +41,10 @@ WORKSPACE, RECORDS = "workspace", "records"
 OUTPUT_TAIL_CHARS = 3_000  # of an attempt's output, read back by the coder
 RunAttempt = Callable[[int, str], dict[str, Any]]  # (attempt, code) -> the run payload (worker._run)
 
-SUBMIT = Tool(
-    "submit_attempt",
-    "Run one file of your workspace as an official attempt: the station runs and scores it exactly as a "
-    "submission to the task, and tells you the status, the score and the end of the output.",
-    {
-        "type": "object",
-        "properties": {"path": {"type": "string", "description": "the program, e.g. workspace/solution.py"}},
-        "required": ["path"],
-    },
-)
-FINISH = Tool(
-    "finish",
-    "End the session with your Coder Report (Markdown, one heading per section: " + ", ".join(SECTIONS) + ").",
-    {
-        "type": "object",
-        "properties": {"report": {"type": "string", "description": "the Coder Report"}},
-        "required": ["report"],
-    },
-)
+ARGUMENTS = {  # the coder's own tools: name -> (argument, what it holds)
+    "submit_attempt": ("path", "the program, e.g. workspace/solution.py"),
+    "finish": ("report", "the Coder Report, in Markdown"),
+}
 
 
 def prefix(evaluation: int) -> str:
@@ -79,7 +64,6 @@ class Outcome:
     report: str | None
     end: str  # finished / turn_limit / model_failed
     session: Session
-    debugged: bool = field(default=False, init=False)  # the debugger never runs on a coder's attempts
 
     @property
     def versions(self) -> list[Version]:
@@ -110,7 +94,15 @@ class CoderToolbox:
         self.attempts: list[Version] = []
 
     def tools(self) -> list[Tool]:
-        return [*self.sandbox.tools(), SUBMIT, FINISH]
+        own = [
+            Tool(
+                name,
+                self.texts.render(f"coder_tool_{name}", sections=", ".join(SECTIONS)),
+                {"type": "object", "properties": {key: {"type": "string", "description": what}}, "required": [key]},
+            )
+            for name, (key, what) in ARGUMENTS.items()
+        ]
+        return [*self.sandbox.tools(), *own]
 
     def handle(self, turn: int, index: int, call: dict[str, Any], fetch: Fetch) -> dict[str, Any] | None:
         """Every call's result is recorded under its key (the viewer reads the session from them); an

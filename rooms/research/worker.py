@@ -257,7 +257,10 @@ class EvaluationWorker(InputWorker):
             task = self.tasks.get(row["task"])
             if task is None:
                 raise RuntimeError(f"evaluation {row['id']} names unknown task {row['task']!r}")
-            fetch = lambda key, kind, make: self.produce(store, key, kind, row["author"], make)  # noqa: E731
+
+            def fetch(key: str, kind: str, make: Any) -> dict[str, Any]:
+                return self.produce(store, key, kind, row["author"], make)
+
             if row["instruction"] is not None:
                 self._coder_session(store, row, task, fetch)
             else:
