@@ -29,9 +29,10 @@ from conftest import copy_station
 from helpers import act, read, recursive, replay_model, reply, session_of, yaml_block
 from provider_server import Answer, ProviderServer
 
-from rooms.research import views
+from rooms.research import coder, views
 from rooms.research.coder_report import SECTIONS
 from rooms.research.config import ResearchConfig
+from rooms.research.delivery import apply
 from rooms.research.params import SubmitParams
 from rooms.research.store import insert_evaluation
 from rooms.research.tasks import tasks_of
@@ -442,3 +443,47 @@ def test_station_doctor_checks_the_coder_s_model_in_coder_mode() -> None:
     assert found.model.name == "coder-test-model" and not found.ok and "MISSING" in found.key
     off = parse_config(config(mode="direct", coder={"model": model}))
     assert "research coder" not in [f.uses for f in diagnose(off, call=False)]
+
+
+def test_a_session_that_ends_without_an_attempt_fails_and_says_why(coder_station: Path, tmp_path: Path) -> None:
+    """A coder that only ever sends a report lacking sections is told which ones, until its turns run
+    out: the evaluation fails with no attempt, and the author is told the session hit its limit."""
+    st = Station.open(copy_station(coder_station, tmp_path / "copy"))
+    try:
+        ctx = st.ctx
+        research = ctx.config.section(ResearchConfig)
+        with ctx.store.transaction():
+            number = insert_evaluation(
+                ctx.store, task="1", author="Spiro I", session=session_of(st, "Spiro I"), lineage="Spiro",
+                tick=ctx.tick, title="Nothing", tags=["x"], abstract="x.", code="", instruction="Do it.",
+                sees_all=False,
+            )
+        row = ctx.store.one("SELECT * FROM evaluations WHERE id=?", (number,))
+        recorded: dict[str, Any] = {}
+        told: list[str] = []
+
+        def fetch(key: str, kind: str, make: Any) -> dict[str, Any]:
+            recorded.setdefault(key, make())
+            return recorded[key]
+
+        def call(messages: list[Message], system: str, tools: list[Any]) -> dict[str, Any]:
+            if messages[-1]["role"] == "tool":
+                told.append(messages[-1]["results"][0]["text"])
+            report = "## Summary\nDone.\n\n## Final Result\n99"
+            return {"text": "", "tool_calls": [{"id": "f", "name": "finish", "arguments": {"report": report}}]}
+
+        outcome = coder.walk(
+            row, fetch, texts=ctx.texts, task=tasks_of(ctx)["1"], cfg=research.coder.model_copy(update={"max_turns": 2}),
+            max_code_chars=1000, sandbox=SandboxTools(None, []), workspace=tmp_path, opening_text="Do it.", call=call,
+            run_attempt=None,
+        )
+        assert outcome is not None and outcome.end == "turn_limit" and outcome.attempts == [] and outcome.report is None
+        assert "Files Changed, Implementation Details, Faithfulness and Confidence, Major Deviations, Final Status" in told[0]
+        with ctx.store.transaction():
+            apply(ctx, row, outcome)
+        assert tuple(ctx.store.one("SELECT status, score, code FROM evaluations WHERE id=?", (number,))) == ("failed", None, "")
+        message = ctx.store.all("SELECT text FROM messages WHERE kind='evaluation' ORDER BY id DESC LIMIT 1")[0][0]
+        for said in ("made no official attempt", "reached its turn limit", "The coder wrote no report"):
+            assert said in message, said
+    finally:
+        st.close()
