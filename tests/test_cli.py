@@ -338,3 +338,17 @@ def test_help_imports_no_heavy_module() -> None:
              or m in ("station.core.engine", "station.apps.world", "station.core.config", "station.apps.readers", "station.apps.report")]
     assert "station.apps.cli" in loaded and heavy == []
     assert station("--help").returncode == 0
+
+
+def test_agents_dialogue_and_message_import_no_room(demo60: Path, tmp_path: Path) -> None:
+    """They read or write the engine's own tables only: a call does not pay for importing every room
+    (~0.3 CPU-s; scripts and these tests call them often). `status` counts what each room holds: it does."""
+    d = str(copy_station(demo60, tmp_path / "s"))
+    calls = [["agents", d, "--all"], ["dialogue", d, "Guest_1"], ["message", d, "*", "hello"]]
+    done = subprocess.run([sys.executable, "-c", f"import sys; from station.apps.cli import main; codes = [main(a) for a "
+                           f"in {calls!r}]; print(codes, ' '.join(sorted(sys.modules)), file=sys.stderr)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    codes, loaded = done.stderr.splitlines()[-1].split("] ")
+    assert codes == "[0, 0, 0" and "Guest_1" in done.stdout and "operator command #1 (message) queued" in done.stdout
+    rooms = [m for m in loaded.split() if m.split(".")[0] in ("rooms", "evaluators", "numpy") or m == "station.apps.world"]
+    assert "station.apps.report" in loaded.split() and rooms == []

@@ -266,7 +266,7 @@ def test_a_cut_reply_is_told_to_the_agent_recorded_shown_and_replayed(tmp_path, 
     st = Station.open(tmp_path / "st")
     try:
         console = Console(record=True, width=200)
-        report.print_dialogue(st, "Guest_1", tick=1, full=False, console=console)
+        report.print_dialogue(st.store, "Guest_1", tick=1, full=False, console=console)
         assert "reply cut off at max_output_tokens (50 tokens)" in console.export_text()
     finally:
         st.close()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from station.apps.world import Station
     from station.core.config import StationConfig
     from station.core.engine import Engine, Progress
+    from station.core.room import Room
 
 
 class CliError(Exception):
@@ -279,27 +280,39 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_core_to_read(directory: str) -> Store:
+    """The station's database for a command that reads only the engine's own tables (agents, turns):
+    no room is built or imported, which a call of `station agents` or `dialogue` would otherwise pay."""
+    from station.core.store import CORE_MIGRATIONS
+
+    store = Store(directory)
+    try:
+        store.migrate("station", CORE_MIGRATIONS)  # as Station.open_to_read: an older station reads the same
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     from station.apps import report
-    from station.apps.world import Station
 
-    station = Station.open_to_read(args.dir)
+    store = open_core_to_read(args.dir)
     try:
-        table = report.agents_table(station, include_ended=args.all, limit=args.limit, offset=args.offset or 0)
+        table = report.agents_table(store, include_ended=args.all, limit=args.limit, offset=args.offset or 0)
     finally:
-        station.close()
+        store.close()
     print(table, end="")  # it ends in a newline
     return 0
 
 
 def cmd_dialogue(args: argparse.Namespace) -> int:
     from station.apps import report
-    from station.apps.world import Station
 
-    station = Station.open_to_read(args.dir)
+    store = open_core_to_read(args.dir)
     try:
         report.print_dialogue(
-            station,
+            store,
             args.agent,
             tick=args.tick,
             full=args.full,
@@ -308,7 +321,7 @@ def cmd_dialogue(args: argparse.Namespace) -> int:
             console=report.Terminal(),
         )
     finally:
-        station.close()
+        store.close()
     return 0
 
 
@@ -383,8 +396,6 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    from station.apps import endpoints
-    from station.apps.world import station_room_classes
     from station.core import commands
 
     store = Store(args.dir)
@@ -399,10 +410,19 @@ def cmd_operator(args: argparse.Namespace) -> int:
         command.update(agent=args.agent)
     commands.validate(command)
     # reads the store only: fine while the station runs
-    commands.check_target(store, command, station_room_classes(endpoints.stored_config(store)))
+    commands.check_target(store, command, _rooms_answering(store) if args.op == "answer" else ())
     number = commands.queue(store, command)
     print(f"operator command #{number} ({args.op}) queued; it takes effect {_when(args.dir)}")
     return 0
+
+
+def _rooms_answering(store: Store) -> list[type[Room]]:
+    """The station's room classes, which say whose operator request an answer is (importing every room:
+    only `answer` needs them)."""
+    from station.apps import endpoints
+    from station.apps.world import station_room_classes
+
+    return station_room_classes(endpoints.stored_config(store))
 
 
 def cmd_set(args: argparse.Namespace) -> int:

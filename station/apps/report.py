@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,10 +12,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from station.apps.world import Station
 from station.core.agents import agent_summaries
 from station.core.model_api import LENGTH
 from station.core.terminal_text import clean, markdown
+
+if TYPE_CHECKING:  # the world (every room) is imported by the commands that need it, not by `agents` or `dialogue`
+    from station.apps.world import Station
+    from station.core.store import Store
 
 STATUS_SCHEMA = 1
 CAPSULE_KINDS = ("private", "public", "archive", "mail")
@@ -396,12 +399,12 @@ def _health(data: dict[str, Any]) -> str:
 TABLE_FIELDS = ("birth_tick", "exit_tick", "exit_reason", "generation", "context_tokens", "ascended_to", "location")
 
 
-def agents_table(station: Station, *, include_ended: bool, limit: int = AGENTS_SHOWN, offset: int = 0) -> str:
+def agents_table(store: Store, *, include_ended: bool, limit: int = AGENTS_SHOWN, offset: int = 0) -> str:
     """`station agents`: one page of agents in turn order (active ones, or everyone with
     `include_ended`), read inside SQLite, and a last line saying how to see the rest."""
     if limit < 1 or offset < 0:
         raise ValueError("--limit must be at least 1 and --offset at least 0")
-    store, tick = station.store, station.ctx.tick
+    tick = store.get_meta("tick", 1)
     where = "1" if include_ended else "state='active'"
     total = store.scalar(f"SELECT COUNT(*) FROM agents WHERE {where}")
     rows = agent_summaries(store.db, where, limit=limit, offset=offset, fields=TABLE_FIELDS)
@@ -449,7 +452,7 @@ ACTION_LINE = re.compile(r"^\s*`?/execute_action\{[^{}]*\}`?\s*$")
 
 
 def print_dialogue(
-    station: Station,
+    store: Store,
     name: str,
     *,
     tick: int | None,
@@ -462,7 +465,6 @@ def print_dialogue(
     console = console or Console()
     if limit < 1 or (offset is not None and offset < 0):
         raise ValueError("--limit must be at least 1 and --offset at least 0")
-    store = station.store
     found = store.one("SELECT session FROM agents WHERE name=?", (name,))
     if found is None:
         raise ValueError(f"no agent named {name!r}; see `station agents DIR --all`")
