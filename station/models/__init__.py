@@ -24,8 +24,14 @@ from station.core.model_api import (
 )
 from station.core.plugins import PROVIDERS
 from station.core.registry import UnknownName
-from station.models import scripted_administrator, scripted_coder, scripted_debugger, scripted_grader, scripted_reviewer  # noqa: F401 - they register their policies
-from station.models import scripted_surveyor  # noqa: F401 - registers its policy
+from station.models import (  # noqa: F401 - they register their policies
+    scripted_administrator,
+    scripted_coder,
+    scripted_debugger,
+    scripted_grader,
+    scripted_reviewer,
+    scripted_surveyor,
+)
 from station.models.branch_seed import branch_seeded
 from station.models.endpoint import EndpointKey, known_limit
 from station.models.fallback import FallbackModel, Switch
