@@ -33,8 +33,8 @@ def has_coder_session(db: sqlite3.Connection, evaluation: int) -> bool:
 
 def coder_session(db: sqlite3.Connection, evaluation: int, page: int) -> tuple[RecordedSession, dict[tuple, Any]]:
     """One page of the coder's session, and for each of its submit_attempt calls that became an
-    official attempt, (turn, call index) -> {"number", "status", "score", "scored"} (status None: not
-    run yet)."""
+    official attempt, (turn, call index) -> {"number", "status", "score", "scored", "error"}
+    (status None: not run yet)."""
     session = recorded_session(db, coder_prefix(evaluation), page=page)
     order = _attempt_calls(db, evaluation)
     wanted = {
