@@ -210,16 +210,6 @@ def decisions(db: sqlite3.Connection, first: int | None = None, last: int | None
 SURVEY_INPUT = re.compile(r"survey/\d+/(turn|tool)/(\d+)(?:/(\d+))?")
 
 
-def survey_list(db: sqlite3.Connection, limit: int = 500) -> list[Record]:
-    """Surveys newest first: their headline fields (no report, no opening)."""
-    return _records(
-        db,
-        "SELECT id, tick, agent, lineage, prompt, status, end_reason, turns, mail, finished_tick "
-        "FROM surveys ORDER BY id DESC LIMIT ?",
-        (limit,),
-    )
-
-
 def survey(db: sqlite3.Connection, number: int) -> Record | None:
     """One survey's row with `turns`: each model call recorded so far, in order, as {"number", "reply"
     (the recorded payload: text, tool_calls, usage, error...), "results" (the tool results, in call
