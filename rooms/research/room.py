@@ -519,6 +519,9 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
         }
         form = "research_help_submit_instruction" if coder else "research_help_submit_code"
         values["submit_section"] = texts.render(form, **values)
+        values["review_item"] = texts.render(
+            "research_help_review_instruction" if coder else "research_help_review_code"
+        )
         return values
 
     # -- what other parts of the station read ---------------------------------------------------------
