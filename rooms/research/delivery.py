@@ -13,6 +13,9 @@ The tick wait (spec research §2.10): at the end of a tick, an open evaluation s
 before the next tick starts; producing the ready list then waits for it. System baselines
 never hold the tick.
 
+A coder-mode evaluation's path is its coder's session (coder.py); it is applied the same way,
+with the last official attempt as its result and the coder's report beside the station's score.
+
 With `research.delivery: on_time` a result is handed over at exactly that tick end, never
 sooner, and System baselines wait their turn too: which results an agent has seen then
 depends on the ticks alone, not on how fast the machine ran the evaluations.

@@ -4,9 +4,11 @@ It changes no world state. For each queued evaluation (oldest first, at most
 `research.executor.max_parallel` at once, each on its own thread) it walks the evaluation's
 path (pipeline.walk), producing only the inputs not recorded yet (InputWorker.produce in
 station/core/background.py): a sandbox run scored by the task's evaluator, or a debugger
-proposal. The engine applies an evaluation once its path is complete. After a crash or a
-restart the walk resumes at the first missing input, so a run that was in flight is simply
-run again and a recorded result is never produced twice.
+proposal. An evaluation submitted as an instruction (coder mode) walks its coder's session
+instead (coder.py): model calls, tool runs in the sandbox and official attempts, each attempt
+run and scored here exactly as a version is. The engine applies an evaluation once its path is
+complete. After a crash or a restart the walk resumes at the first missing input, so a run that
+was in flight is simply run again and a recorded result is never produced twice.
 
 A run that fails for the machine's sake (a system error: the sandbox could not be set up, the
 executor broke) records nothing and pauses the station; it runs again on resume. The same
