@@ -134,11 +134,13 @@ def demo60_cited(tmp_path_factory: pytest.TempPathFactory, demo60: Path) -> tupl
         store = Store(folder / "station")
         try:
             with store.transaction():
-                capsule, number, cited, score = store.one(
+                row = store.one(
                     "SELECT c.id, c.number, e.id, e.score FROM capsules c JOIN evaluations e ON e.session=c.author_session "
                     "WHERE c.room='archive' AND c.deleted=0 AND e.score IS NOT NULL AND EXISTS (SELECT 1 FROM "
                     "evaluations p WHERE p.session=e.session AND p.task=e.task AND p.id<e.id) "
                     "ORDER BY c.number, e.id DESC LIMIT 1")
+                assert row is not None, "no Archive paper of demo60 has an author with two submissions to a task"
+                capsule, number, cited, score = row
                 store.execute("UPDATE capsule_messages SET content=content || ? WHERE capsule=? AND k=1",
                               (f" Results: our best run (evaluation {cited}) scored {score:.4f}.", capsule))
         finally:
