@@ -114,8 +114,12 @@ def test_a_browser_without_a_login_sees_only_the_login_form_and_each_address_wor
         used = app.state.login.address()
         browser.find_element(By.NAME, "token").send_keys(used.rsplit("=", 1)[1])  # the token typed, not opened
         browser.find_element(By.CSS_SELECTOR, "form button").click()
-        wait_for(lambda: browser.current_url == url + "/agents/Guest_1", what="the page asked for")
-        assert browser.find_element(By.TAG_NAME, "h1").text == "Guest_1"
+        # the address changes when the navigation commits, before the new page is there: wait for its heading
+        wait_for(
+            lambda: browser.current_url == url + "/agents/Guest_1"
+            and browser.find_element(By.TAG_NAME, "h1").text == "Guest_1",
+            what="the page asked for",
+        )
         port = url.rsplit(":", 1)[1]
         browser.delete_cookie(f"station_session_{port}")  # another browser, or this one after a restart
         browser.get(url + used + "&next=/research")
