@@ -41,7 +41,7 @@ from station.core.run_types import Mount, RunResult
 from station.core.store import Store, absolute
 from station.executors.runfiles import Refused, sweep, work_base
 from station.models import BudgetExceeded, ModelError, ModelPool
-from station.workers.sandbox_tools import SandboxTools
+from station.workers.sandbox_tools import SandboxTools, SandboxUnavailable
 from station.workers.session import model_call
 
 from . import coder, debugger
@@ -281,6 +281,9 @@ class EvaluationWorker(InputWorker):
         except (BudgetExceeded, ModelError) as err:  # the coder's model: nothing recorded, the station pauses
             if not self.stop.is_set():
                 self._fail(SystemFailure(row["id"], f"the research coder's model call stopped: {err}", pause=err))
+        except SandboxUnavailable as err:  # a coder's tool run the machine could not make: nothing recorded
+            if not self.stop.is_set():
+                self._fail(SystemFailure(row["id"], f"a tool of the research coder could not run: {err}"))
         except Exception as err:  # noqa: BLE001 - the machinery broke: as loud as a broken sandbox
             if self.stop.is_set():
                 pass  # cut short by the shutdown: not a result; it runs again on resume
