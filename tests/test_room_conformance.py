@@ -55,7 +55,7 @@ from station.core.context import Hook
 from station.core.engine import Engine
 from station.core.room import Params, Room
 from station.core.texts import CODEX_ROOT, Texts
-from station.core.turn import GLOBAL_ACTIONS, HELP_TOPICS
+from station.core.turn import GLOBAL_ACTIONS, HELP_TOPICS, execute_reply
 
 ROOM_CLASSES = room_classes()
 ACTIONS = [(cls, name) for cls in ROOM_CLASSES for name in cls.actions]
@@ -140,9 +140,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     for i, (cls, name) in enumerate(ACTIONS):
         specs[f"{cls.short}.{name}"] = recursive(replay_model(tmp / f"a{i}.jsonl", script(cls, name), pad=12),
                                                  lineage="Tester")
-    research = yaml.safe_load(DEMO.read_text())["research"]  # circle packing
+    # circle packing, in coder mode (`read_code` is offered), with surveys on: every action is offered
+    research = {**yaml.safe_load(DEMO.read_text())["research"], "mode": "coder"}
     st = make_station(tmp / "station", list(specs.values()), research=research, lifecycle={"maturity_ticks": 5},
-                      reflection={"meta_every_ticks": 20})  # `meta_reflect` runs, and its help is shown
+                      reflection={"meta_every_ticks": 20},  # `meta_reflect` runs, and its help is shown
+                      archive={"survey": {"enabled": True}})
     by_session = {r["session"]: r["name"] for r in st.store.all("SELECT name, session FROM agents")}
     names = {key: by_session[i + 1] for i, key in enumerate(specs)}
     make_old(st, *(n for key, n in names.items() if key not in ("guest", "immature")))
@@ -232,8 +234,26 @@ def test_help_in_every_codex_set(world: World, cls: type[Room], codex: str) -> N
         first = room.output(ctx, agent)
     shared = [ctx.texts.help(topic) for topic in HELP_TOPICS]
     docs = "\n".join([text, *(t for t in shared if t and t in first)])
-    missing = [a for a in cls.actions if not re.search(rf"(?:`|/execute_action\{{)\s*{re.escape(a)}(?!\w)", docs)]
+    offered = [a for a in cls.actions if a not in room.unoffered(ctx)]
+    missing = [a for a in offered if not re.search(rf"(?:`|/execute_action\{{)\s*{re.escape(a)}(?!\w)", docs)]
     assert not missing, f"{cls.short}: actions {missing} are not named in its {codex} help"
+
+
+def test_an_action_the_config_leaves_out_does_not_exist_for_the_agents(world: World) -> None:
+    """The demo (direct submissions, surveys off) offers neither `read_code` nor `survey`: its help
+    does not name them, the room's list leaves them out, and trying one is an unknown action."""
+    st, agent = world.viewer("ascended")
+    for short, name in (("research", "read_code"), ("archive", "survey")):
+        room = st.ctx.room(short)
+        assert room is not None and name in room.actions and room.unoffered(st.ctx) == {name}
+        assert f"`{name}" not in room.help(st.ctx, newcomer(agent))
+        here = agent.location
+        with rolled_back(st):
+            agent.location = short
+            log = execute_reply(st.ctx, agent, act(f"{name} 1"))
+        agent.location = here
+        told = " ".join(line for entry in log.history for line in entry["lines"])
+        assert f"Action '{name}' is not recognized" in told and name not in told.split("Actions here:")[1], told
 
 
 # -- 3. views -------------------------------------------------------------------------------

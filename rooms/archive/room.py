@@ -58,8 +58,11 @@ class ArchiveRoom(CapsuleRoom):
                 survey_prompt_chars=survey.max_prompt_chars,
             )
             if survey.enabled
-            else ctx.texts.render("survey_help_off"),
+            else "",
         }
+
+    def unoffered(self, ctx: Context) -> frozenset[str]:
+        return frozenset() if ctx.config.section(ArchiveConfig).survey.enabled else frozenset({"survey"})
 
     def header(self, ctx: Context, agent: Agent) -> str:
         return ctx.texts.render("survey_header") if ctx.config.section(ArchiveConfig).survey.enabled else ""

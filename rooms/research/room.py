@@ -486,6 +486,10 @@ class ResearchCounter(Leaderboard, StorageActions, Room):
     def help(self, ctx: Context, agent: Agent) -> str:
         return re.sub(r"\n{3,}", "\n\n", super().help(ctx, agent))  # optional sections may be empty
 
+    def unoffered(self, ctx: Context) -> frozenset[str]:
+        # review shows a submission's code already; read_code is for the coder's final code
+        return frozenset() if ctx.config.section(ResearchConfig).mode == "coder" else frozenset({"read_code"})
+
     def help_values(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.section(ResearchConfig)
         texts = ctx.texts

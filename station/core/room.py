@@ -184,6 +184,11 @@ class Room:
         return "\n\n".join(p for p in parts if p)
 
     # -- what the agent does ----------------------------------------------------------------
+    def unoffered(self, ctx: Context) -> frozenset[str]:
+        """Actions of this room that the station's config leaves out (e.g. a mode that is off): for
+        the agents they do not exist here: not in the help, not listed, not recognized."""
+        return frozenset()
+
     def action_refusal(self, ctx: Context, agent: Agent, spec: ActionSpec) -> str | None:
         guests = self.guests_allowed if spec.guests is None else spec.guests
         if agent.is_guest and not guests:

@@ -109,12 +109,12 @@ def run_action(ctx: Context, agent: Agent, action: ParsedAction, log: TurnLog) -
     room = ctx.room(here)
     assert room is not None
     spec = room.actions.get(action.name)
-    if spec is None:
-        elsewhere = [r.short for r in ctx.rooms.values() if action.name in r.actions]
+    if spec is None or action.name in room.unoffered(ctx):
+        elsewhere = [r.short for r in ctx.rooms.values() if action.name in offered(ctx, r)]
         hint = (
             f" It is an action of: {', '.join(elsewhere)}."
             if elsewhere
-            else f" Actions here: {', '.join(room.actions) or 'none'}; everywhere: goto, help, meta, exit."
+            else f" Actions here: {', '.join(offered(ctx, room)) or 'none'}; everywhere: goto, help, meta, exit."
         )
         log.log(here, f"Action '{action.name}' is not recognized in the {room.name}.{hint}")
         return
@@ -236,3 +236,9 @@ def _summary_line(number: int, action: ParsedAction, room_name: str) -> str:
     else:
         yaml_info = ""
     return f"{number}. `{shown}` (in {room_name});{yaml_info}"
+
+
+def offered(ctx: Context, room: Any) -> list[str]:
+    """The room's actions this station offers, in their declared order."""
+    left_out = room.unoffered(ctx)
+    return [name for name in room.actions if name not in left_out]
