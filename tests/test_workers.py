@@ -385,3 +385,26 @@ def test_the_tools_say_what_each_sees_and_outputs_are_cut_head_and_tail(sandbox)
     assert tools["write_file"].parameters["required"] == ["path", "content"]
     text = cut("a" * 600 + "b" * 600, 100)
     assert text.startswith("a" * 50 + "\n[... 1,100 characters cut ...]\n") and text.endswith("b" * 50)
+
+
+class ZeroesBox(ToyBox):
+    """A submit_attempt that also runs the program far enough to hit a misspelt numpy name, as Python says it."""
+
+    def run(self, call: dict[str, Any]) -> dict[str, Any]:
+        found = super().run(call)
+        if call["name"] == "submit_attempt" and not found["error"] and "np.zeroes" in self.files[call["arguments"]["path"]]:
+            return {
+                "text": f"Official attempt {self.attempts} of 5: error.\nAttributeError: module 'numpy' has no "
+                "attribute 'zeroes'. Did you mean: 'zeros'?",
+                "error": True,
+            }
+        return found
+
+
+def test_the_scripted_coder_mends_the_agents_own_misspelt_name_from_pythons_hint_in_a_third_attempt() -> None:
+    program = "import numpy as np\n\n\ndef main():\n    return {'score': float(np.zeroes(3).sum()) + 2.5}\n"
+    toolbox, recorder = ZeroesBox(), Recorder()
+    session = coder_walk(recorder, ScriptedCoder, opening=f"Do this.\n\n```python\n{program}```\n", toolbox=toolbox)
+    assert session is not None and session.end == "finished" and toolbox.attempts == 3
+    assert "np.zeros(3)" in toolbox.files["workspace/solution.py"] and "zeroes" not in toolbox.files["workspace/solution.py"]
+    assert "score of 2.5" in session.final["report"]

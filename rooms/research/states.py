@@ -37,7 +37,7 @@ class OpenEvaluation:
     state: str  # queued / running / undelivered
     elapsed_s: float | None = None  # running: since its current run started
     progress: str | None = None  # running: what the harness last reported ("epoch 3", "step 1200")
-    version: int | None = None  # running: 1 the author's code, 2... a debugger version
+    version: int | None = None  # running: 1 the author's code, 2... a debugger version (a coder's: None)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,7 +69,9 @@ def open_evaluations(store: Any, *, live: bool, now: float | None = None) -> lis
     for row in rows:
         entry = OpenEvaluation(row["id"], row["task"], row["author"], row["title"], row["tick"], "queued")
         run = runs.get(row["id"])
-        if run is not None:
+        if row["instruction"] is not None:  # the research coder's: its session says where it is
+            _coder_state(store, row["id"], entry, run, live, now)
+        elif run is not None:
             entry.state, entry.version = "running", run["version"]
             entry.elapsed_s = round(max(0.0, now - run["started_at"]), 1)
             entry.progress = run["progress"] if "progress" in run.keys() else None
@@ -77,6 +79,25 @@ def open_evaluations(store: Any, *, live: bool, now: float | None = None) -> lis
             entry.state = "undelivered"
         found.append(entry)
     return found
+
+
+def _coder_state(store: Any, evaluation: int, entry: OpenEvaluation, run: Any, live: bool, now: float) -> None:
+    """A coder's evaluation: undelivered once its session handed in its report, else running while
+    the coder works (its turns so far and the attempt running, if one is), else queued."""
+    low, high = f"coder/{evaluation}/", f"coder/{evaluation}0"
+    found = store.one(
+        "SELECT SUM(kind='worker_turn'), MAX(kind='worker_tool' AND json_extract(payload, '$.final') = 1) "
+        "FROM inputs WHERE key >= ? AND key < ?",
+        (low, high),
+    )
+    turns, final = (found[0], found[1]) if found is not None else (0, 0)
+    if final:
+        entry.state = "undelivered"
+    elif live and (turns or run is not None):
+        entry.state, entry.progress = "running", f"coder turn {(turns or 0) + 1}"
+        if run is not None:  # (no `version`: that names a debugger's version)
+            entry.elapsed_s = round(max(0.0, now - run["started_at"]), 1)
+            entry.progress += f", official attempt {run['version']}"
 
 
 def counts(store: Any, *, live: bool, recent_ticks: int | None = None, tick: int | None = None) -> dict[str, int]:

@@ -600,8 +600,12 @@ def list_evaluations(
         order = ranking_order(store.all, where, params)
         if task is None:  # scores of different tasks do not compare: each task's ranking in turn
             order = f"CAST(e.task AS INTEGER), e.task, {order}"
+    # a station from before coder mode has no `instruction`: none of its evaluations is a coder's
+    coder = store.scalar("SELECT COUNT(*) FROM pragma_table_info('evaluations') WHERE name='instruction'")
+    by_coder = "e.instruction IS NOT NULL" if coder else "0"
     rows = store.all(
-        f"SELECT {EVALUATION_COLUMNS} FROM evaluations e WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+        f"SELECT {EVALUATION_COLUMNS}, {by_coder} AS by_coder FROM evaluations e WHERE {where} "
+        f"ORDER BY {order} LIMIT ? OFFSET ?",
         (*params, limit, offset),
     )
     opened: dict[int, str] = {}
@@ -645,6 +649,8 @@ def _evaluation(row: Any, task: Any, open_state: str) -> dict[str, Any]:
         ),
         "error": row["error"],
         "version": row["reported_version"],
+        # who wrote a later version: the research coder (an official attempt) or the debugger
+        "version_by": "coder" if row["by_coder"] else "debugger",
     }
 
 
@@ -668,7 +674,8 @@ def render_evaluations(data: dict[str, Any], console: Console | None = None) -> 
         for e in evaluations:
             status = Text(STATUS_WORDS.get(e["status"], e["status"]), style=STATUS_COLOUR.get(e["status"], "yellow"))
             if e["version"] and e["version"] > 1:
-                status.append(f" (debugger's version {e['version']})", style="dim")
+                made = "coder's attempt" if e["version_by"] == "coder" else "debugger's version"
+                status.append(f" ({made} {e['version']})", style="dim")
             if e["status"] not in ("scored", "pending", "running", "undelivered") and e["error"]:
                 status.append_text(cell(f" {e['error'][:80]}", "dim"))
             table.add_row(

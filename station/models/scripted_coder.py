@@ -4,9 +4,11 @@ It decides its next tool calls from the conversation alone, so the same conversa
 the same reply. Its play: the instruction (the opening message) carries the program the agent wants
 as a ```python block. It writes that program to workspace/solution.py with one slip (a misspelt
 `import`, so the first attempt fails whatever the task), submits it, and on the failed attempt reads
-the file, writes the mended program and submits again. When an attempt reports a score it finishes
-with a report quoting it; when the mended program fails too, or anything else goes wrong, it finishes
-saying so. Without a program in the instruction it finishes at once, blocked.
+the file, writes the mended program and submits again. When the program itself then crashes on a
+misspelt name for which Python's error says "Did you mean: 'x'?" (the scripted agents' own slips), it
+mends that too, as the scripted debugger does, and submits again. When an attempt reports a score it
+finishes with a report quoting it; when a failure has no such cure, or anything else goes wrong, it
+finishes saying so. Without a program in the instruction it finishes at once, blocked.
 
 What it reads: an attempt scored when its result has a line starting `Score:` with a number and a
 first line without "failed", "error", "crash" or "timed out"; a write went through when its result
@@ -26,6 +28,7 @@ SCORE = re.compile(r"^\W*score\W*?(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORE
 FAILURE = re.compile(r"\b(fail\w*|error|crash\w*|timed out|timeout)\b", re.IGNORECASE)
 SOLUTION = "workspace/solution.py"
 SLIP = ("import ", "improt ")  # a misspelt keyword: a syntax error in any program
+HINT = re.compile(r"(?:name|attribute) '(\w+)'.*?Did you mean: '(\w+)'\?")
 
 
 @SCRIPTED_POLICIES.register("scripted-coder")
@@ -75,6 +78,10 @@ def _next(messages: list[Message]) -> tuple[str, str, dict[str, Any]]:
             )
         if sum(n == "write_file" for n, _ in done) == 1:
             return "The attempt failed; I look at the file.", "read_file", {"path": SOLUTION}
+        mended = _mended(_last_written(messages), result)
+        if mended is not None:
+            wrong, right, code = mended
+            return f"The program misspells `{wrong}`; Python suggests `{right}`. I mend it.", "write_file", _write(code)
         return _finish("blocked", f"The instructed program fails as written: {_first_line(result)}", True)
     if name == "read_file" and SLIP[1] in result:
         return f"I misspelt `{SLIP[0].strip()}`; I write the mended program.", "write_file", _write(program)
@@ -88,6 +95,28 @@ def _exchanges(messages: list[Message]) -> list[tuple[str, str]]:
         if message.get("role") == "tool":
             done += [(str(r.get("name")), str(r.get("text") or "")) for r in message.get("results") or ()]
     return done
+
+
+def _last_written(messages: list[Message]) -> str:
+    """The content of the last file written (what the attempts ran)."""
+    written = [
+        call.get("arguments", {}).get("content", "")
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or ()
+        if call.get("name") == "write_file"
+    ]
+    return str(written[-1]) if written else ""
+
+
+def _mended(code: str, result: str) -> tuple[str, str, str] | None:
+    """(wrong, right, the mended program) when the failure names a misspelt word the code holds."""
+    hints = HINT.findall(result)
+    if not hints:
+        return None
+    wrong, right = hints[-1]
+    fixed = re.sub(rf"\b{re.escape(wrong)}\b", right, code)
+    return (wrong, right, fixed) if fixed != code else None
 
 
 def _slipped(program: str) -> str:
