@@ -50,6 +50,7 @@ from station.core.store import Store, canonical_dump
 from station.executors import create_executor
 from station.models.scripted_coder import ScriptedCoder
 from station.workers.sandbox_tools import SandboxTools
+from station.workers.views import recorded_session
 
 ROOT = Path(__file__).resolve().parents[1]
 TICKS = 4  # both agents' instructions, submitted at tick 2, delivered at the end of tick 3
@@ -303,18 +304,18 @@ def test_a_hostile_instruction_is_refused_by_the_sandbox_and_a_claimed_score_sta
     secret.write_text(SECRET)
     try:
         Engine(st).run(until_tick=2)
-        session = views.coder_session(st.store.db, 1)
+        session = recorded_session(st.store, views.coder_prefix(1))
     finally:
         st.close()
-    results = [turn["results"][0] for turn in session["turns"]]
-    read_other, write_storage, commands_run, write_workspace, attempt, finish = results
-    assert read_other["error"] and "storage/veritas" in read_other["text"]
-    assert write_storage["error"] and "storage/lineage" in write_storage["text"]
-    assert commands_run["error"]
+    calls = [turn.calls[0] for turn in session.turns]
+    read_other, write_storage, commands_run, write_workspace, attempt, finish = calls
+    assert read_other.error and "storage/veritas" in read_other.result.text
+    assert write_storage.error and "storage/lineage" in write_storage.result.text
+    assert commands_run.error
     for refused in ("station.db: No such file", "secret.txt: No such file", "storage/lineage/planted.txt: Read-only",
                     "st/planted.txt: Directory nonexistent"):
-        assert refused in commands_run["text"], (refused, commands_run["text"])
-    assert not write_workspace["error"] and not attempt["error"] and finish["final"]
+        assert refused in commands_run.result.text, (refused, commands_run.result.text)
+    assert not write_workspace.error and not attempt.error and finish.final
     assert SECRET not in json.dumps(read(directory, "SELECT payload FROM inputs"))
     assert secret.read_text() == SECRET
     assert list(directory.rglob("planted*")) == []  # nothing was written outside the workspace
@@ -425,13 +426,15 @@ def test_the_coder_s_session_runs_the_same_through_each_provider_s_wire_format(w
     worker = EvaluationWorker(st.dir, parse_config(settings), st.ctx.texts, tasks_of(st.ctx), executor, st.ctx.models)
     worker._evaluate(dict(st.store.one("SELECT * FROM evaluations WHERE id=?", (number,))))
     assert worker.system_failure is None and server.errors == []
-    session = views.coder_session(st.store.db, number)
-    assert [t["reply"]["tool_calls"][0]["name"] for t in session["turns"]] == [
+    session = recorded_session(st.store, views.coder_prefix(number))
+    assert [t.calls[0].name for t in session.turns] == [
         "write_file", "submit_attempt", "read_file", "write_file", "submit_attempt", "finish"]
-    attempts = [r["attempt"] for t in session["turns"] for r in t["results"] if "attempt" in r]
-    assert [(a["status"], a["score"]) for a in attempts] == [("error", None), ("ok", 1.0)]
-    assert session["turns"][-1]["results"][0]["final"]
-    assert "score of 1.0" in session["turns"][-1]["results"][0]["report"]
+    attempts = views.coder_attempts(st.store.db, number, [(t.number, c.index) for t in session.turns for c in t.calls],
+                                    error_chars=300)
+    assert [(place, a["number"], a["status"], a["score"]) for place, a in sorted(attempts.items())] == [
+        ((2, 0), 1, "error", None), ((5, 0), 2, "ok", 1.0)]  # the two submit_attempt calls
+    finish = session.turns[-1].calls[0]
+    assert finish.final and "score of 1.0" in dict(finish.arguments)["report"].text
     assert {tuple(r.tools) for r in server.requests if r.method == "POST"} >= {
         ("list_files", "read_file", "search", "write_file", "run", "submit_attempt", "finish")}
 

@@ -23,6 +23,7 @@ from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage
 from station.core.store import Store, canonical_dump
 from station.models.scripted_surveyor import ScriptedSurveyor
 from station.workers.sandbox_tools import SandboxTools
+from station.workers.views import recorded_session
 
 QUESTION = "What do the papers report about step sizes and restarts, and which evaluations back them?"
 CODE = "def construct_packing():\n    return [[0.25, 0.5], [0.75, 0.5]], [0.25, 0.25]\n"
@@ -137,14 +138,14 @@ def test_the_survey_is_written_by_tools_and_mailed_within_its_wait(station: Stat
     notice = station.store.one("SELECT text FROM messages WHERE agent='Spiro I' AND kind='mail'")["text"]
     assert notice.startswith(f"Mail #{mail['number']} from Archive Surveyor") and "Adaptive step" in notice
     # the read model the viewer shows: every turn with its tool calls and results, the report last
-    shown = views.survey(station.store.db, 1)
-    names = [call["name"] for turn in shown["turns"] for call in turn["reply"].get("tool_calls", [])]
+    shown = recorded_session(station.store, views.survey_prefix(1), per_page=100)
+    names = [call.name for turn in shown.turns for call in turn.calls]
     assert names[0] == "list_files" and names[-1] == "finish" and "read_file" in names and "search" in names
-    listing = shown["turns"][0]["results"][0]
-    assert not listing["error"] and "archive_1.md" in listing["text"] and "archive_2.md" in listing["text"]
-    assert shown["turns"][-1]["results"][-1]["final"] and shown["report"] == mail["content"]
+    listing = shown.turns[0].calls[0]
+    assert not listing.error and "archive_1.md" in listing.result.text and "archive_2.md" in listing.result.text
+    assert shown.turns[-1].calls[-1].final and views.survey(station.store.db, 1)["report"] == mail["content"]
     # every model call was booked as the surveyor's spend
-    assert station.store.scalar("SELECT COUNT(*) FROM spend WHERE who='surveyor'") == len(shown["turns"]) > 3
+    assert station.store.scalar("SELECT COUNT(*) FROM spend WHERE who='surveyor'") == len(shown.turns) > 3
 
 
 def test_every_citation_of_the_report_exists(station: Station) -> None:
@@ -213,10 +214,9 @@ def test_a_report_citing_a_missing_paper_is_sent_back_until_corrected(tmp_path: 
                                                             "model": {"provider": "scripted", "name": "toy-surveyor"}}})
     try:
         Engine(st).run(until_tick=3)
-        shown = views.survey(st.store.db, 1)
-        first, second = shown["turns"]
-        assert first["results"][0]["error"] and "Archive #999" in first["results"][0]["text"]
-        assert second["results"][0]["final"]
+        first, second = recorded_session(st.store, views.survey_prefix(1)).turns
+        assert first.calls[0].error and "Archive #999" in first.calls[0].result.text
+        assert second.calls[0].final
         [mail] = mails(st)
         assert "#999" not in mail["content"] and "Archive #1" in mail["content"]
         # the slot is free again: a second survey that never cites right ends at its turn limit, unmailed

@@ -1,6 +1,6 @@
 """Read models of the Archive: its papers (archive capsules), paper submissions with the
-reviewer's exchanges, and surveys with the surveyor's turns, as the terminal readers and the web
-viewer show them, in plain dicts and lists.
+reviewer's exchanges, and surveys (their sessions: station.workers.views), as the terminal readers
+and the web viewer show them, in plain dicts and lists.
 
 Nothing here writes. The callers check that the tables exist (`capsules` for papers,
 `paper_submissions` and `paper_reviews` for submissions, `surveys` for surveys). The connection's row factory is `sqlite3.Row`
@@ -9,12 +9,12 @@ Nothing here writes. The callers check that the tables exist (`capsules` for pap
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from typing import Any, NamedTuple
 
 from .room import REVIEWER
+from .survey_session import prefix as survey_prefix  # the key prefix of survey N's session, for the viewer
 
 Record = dict[str, Any]  # one row: column name -> its SQLite value
 PARAMETER_LIMIT = 500  # numbers bound in one statement: under SQLite's limit on bound parameters
@@ -207,31 +207,30 @@ def decisions(db: sqlite3.Connection, first: int | None = None, last: int | None
 
 
 # -- surveys --------------------------------------------------------------------------------------
-SURVEY_INPUT = re.compile(r"survey/\d+/(turn|tool)/(\d+)(?:/(\d+))?")
-
-
 def survey(db: sqlite3.Connection, number: int) -> Record | None:
-    """One survey's row with `turns`: each model call recorded so far, in order, as {"number", "reply"
-    (the recorded payload: text, tool_calls, usage, error...), "results" (the tool results, in call
-    order)}; a survey still being written shows the turns recorded until now."""
-    row = _first(db, "SELECT * FROM surveys WHERE id=?", (number,))
-    if row is None:
-        return None
-    turns: dict[int, Record] = {}
-    results: dict[tuple[int, int], Any] = {}
-    for key, payload in db.execute(
-        "SELECT key, payload FROM inputs WHERE key >= ? AND key < ?", (f"survey/{number}/", f"survey/{number}0")
-    ):
-        found = SURVEY_INPUT.fullmatch(key)
-        if found is None or not key.startswith(f"survey/{number}/"):
-            continue
-        kind, turn, index = found.group(1), int(found.group(2)), found.group(3)
-        if kind == "turn":
-            turns[turn] = {"number": turn, "reply": json.loads(payload), "results": []}
-        else:
-            results[(turn, int(index))] = json.loads(payload)
-    for (turn, _), result in sorted(results.items()):
-        if turn in turns:
-            turns[turn]["results"].append(result)
-    row["turns"] = [turns[n] for n in sorted(turns)]
-    return row
+    """One survey's row (question, status, report, mail...), or None. Its session is read with
+    station.workers.views.recorded_session under `survey_prefix(number)`."""
+    return _first(db, "SELECT * FROM surveys WHERE id=?", (number,))
+
+
+def surveys_of(db: sqlite3.Connection, names: list[str], limit: int) -> list[Record]:
+    """The latest `limit` surveys asked for under any of these names (one life), newest first: id,
+    tick, status, end_reason, prompt and finished_tick."""
+    if not names:
+        return []
+    return _records(
+        db,
+        "SELECT id, tick, status, end_reason, prompt, finished_tick FROM surveys "
+        f"WHERE agent IN ({','.join('?' * len(names))}) ORDER BY id DESC LIMIT ?",
+        (*names, limit),
+    )
+
+
+def handed_in_report(db: sqlite3.Connection, number: int, turn: int, index: int) -> str | None:
+    """The report that call `index` of turn `turn` of a survey's session handed in (its recorded
+    result's `report`: the surveyor's finish), or None."""
+    found = db.execute(
+        "SELECT json_extract(payload, '$.report') FROM inputs WHERE key=?",
+        (f"{survey_prefix(number)}/tool/{turn}/{index}",),
+    ).fetchone()
+    return found[0] if found and isinstance(found[0], str) else None

@@ -1,6 +1,7 @@
 """Read models of the Research Counter: the queries of the evaluation tables that the web viewer
-and the command line show (one evaluation, the leaderboard and its plot, what cites what), in
-plain dicts, lists and numbers.
+and the command line show (one evaluation, the coder's official attempts, the leaderboard and its
+plot, what cites what), in plain dicts, lists and numbers. A coder's session itself is read with
+station.workers.views.recorded_session under `coder_prefix(N)`.
 
 Nothing here writes. "Best" is always store.ranking_order's ranking. The callers check that the
 tables exist. The connection's row factory is `sqlite3.Row` (the store's and the web's are): the
@@ -15,6 +16,10 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from station.workers.views import KEY as SESSION_KEY
+
+from .coder import prefix as coder_prefix  # the key prefix of evaluation N's coder session, for the viewer
+from .pipeline import run_key
 from .store import DONE_STATES, Query, leading_evaluations, ranking_order
 
 Record = dict[str, Any]  # one row: column name -> its SQLite value
@@ -88,52 +93,59 @@ def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
     return at
 
 
-CODER_INPUT = re.compile(r"coder/\d+/(turn|tool)/(\d+)(?:/(\d+))?")
-ATTEMPT_RUN = re.compile(r"eval-run/\d+/(\d+)")
+# -- the coder's official attempts (docs/coder.md) ------------------------------------------------
+def coder_attempts(
+    db: sqlite3.Connection, evaluation_id: int, places: Iterable[tuple[int, int]], *, error_chars: int
+) -> dict[tuple[int, int], Record]:
+    """Which of these calls of the coder's session, by (turn, call index), became official attempts:
+    each -> {"number"} (status None: not run yet) or {"number", "status", "score", "scored", "error":
+    the first line of the run's first `error_chars` characters}. The k-th recorded tool result that
+    holds the file's code, in turn and call order, is attempt k, run as `eval-run/<N>/<k>`."""
+    order = _attempt_places(db, evaluation_id)
+    wanted = {place: order[place] for place in places if place in order}
+    runs = _attempt_runs(db, evaluation_id, sorted(wanted.values()), error_chars)
+    return {place: {"number": k, **runs.get(k, {"status": None})} for place, k in wanted.items()}
 
 
-def coder_session(db: sqlite3.Connection, evaluation_id: int) -> Record | None:
-    """A coder-mode evaluation (docs/coder.md) as the viewer shows it: its row (instruction, report,
-    `coder_end`...) with `turns`, each model call recorded so far in order as {"number", "reply" (the
-    recorded payload: text, tool_calls, usage, error...), "results" (the tool results in call order;
-    an official attempt's holds its `code` and, once run, `attempt`: its number, status, score and
-    error)}. A session still at work shows the turns recorded until now; None: no such evaluation,
-    or a direct submission."""
-    row = evaluation(db, evaluation_id)
-    if row is None or row["instruction"] is None:
-        return None
-    turns: dict[int, Record] = {}
-    results: dict[tuple[int, int], Any] = {}
-    runs: dict[int, Any] = {}
-    for key, payload in db.execute(
-        "SELECT key, payload FROM inputs WHERE key LIKE ? OR key LIKE ?",
-        (f"coder/{evaluation_id}/%", f"eval-run/{evaluation_id}/%"),
+def _attempt_places(db: sqlite3.Connection, evaluation_id: int) -> dict[tuple[int, int], int]:
+    """(turn, call index) -> attempt number, for each recorded tool result that holds attempt code
+    (a range of the inputs' key index: one session's tool results)."""
+    prefix = coder_prefix(evaluation_id)
+    found = []
+    for (key,) in db.execute(
+        "SELECT key FROM inputs WHERE key >= ? AND key < ? AND kind='worker_tool' "
+        "AND json_type(payload, '$.code') = 'text'",
+        (f"{prefix}/tool/", f"{prefix}/tool0"),
     ):
-        found, run = CODER_INPUT.fullmatch(key), ATTEMPT_RUN.fullmatch(key)
-        if run is not None and key.startswith(f"eval-run/{evaluation_id}/"):
-            runs[int(run.group(1))] = json.loads(payload)
-        elif found is not None and key.startswith(f"coder/{evaluation_id}/"):
-            turn = int(found.group(2))
-            if found.group(1) == "turn":
-                turns[turn] = {"number": turn, "reply": json.loads(payload), "results": []}
-            else:
-                results[(turn, int(found.group(3)))] = json.loads(payload)
-    attempts = 0
-    for (turn, _), result in sorted(results.items()):
-        if result.get("code") is not None:  # an official attempt: the k-th recorded code is run k
-            attempts += 1
-            ran = runs.get(attempts)
-            if ran is not None:
-                result["attempt"] = {
-                    "number": attempts,
-                    "status": ran.get("status"),
-                    "score": ran.get("score") if ran.get("success") else None,
-                    "error": ran.get("error"),
-                }
-        if turn in turns:
-            turns[turn]["results"].append(result)
-    row["turns"] = [turns[n] for n in sorted(turns)]
-    return row
+        match = SESSION_KEY.fullmatch(key[len(prefix) + 1 :])
+        if match and match.group(3) is not None:
+            found.append((int(match.group(2)), int(match.group(3))))
+    return {place: k for k, place in enumerate(sorted(found), start=1)}
+
+
+def _attempt_runs(
+    db: sqlite3.Connection, evaluation_id: int, numbers: list[int], error_chars: int
+) -> dict[int, Record]:
+    """Attempt k -> the station's verdict of its run: status, score, whether it scored, its error's first line."""
+    if not numbers:
+        return {}
+    keys = [run_key(evaluation_id, k) for k in numbers]
+    found = db.execute(
+        "SELECT key, json_extract(payload, '$.status'), json_extract(payload, '$.score'), "
+        "json_extract(payload, '$.success'), substr(json_extract(payload, '$.error'), 1, ?) "
+        f"FROM inputs WHERE key IN ({','.join('?' * len(keys))})",
+        (error_chars, *keys),
+    )
+    runs = {}
+    for key, status, score, success, error in found:
+        scored = status == "ok" and bool(success) and isinstance(score, int | float)
+        runs[int(key.rsplit("/", 1)[1])] = {
+            "status": status,
+            "score": score if scored else None,
+            "scored": scored,
+            "error": error.splitlines()[0] if isinstance(error, str) and error.strip() else None,
+        }
+    return runs
 
 
 # -- evaluations by who and what they name --------------------------------------------------------

@@ -7,7 +7,6 @@ from fastapi.responses import HTMLResponse
 
 from station.apps.web import data, worker_sessions
 from station.apps.web.site import MAX_ID, site_of
-from station.workers.views import recorded_session
 
 router = APIRouter()
 
@@ -33,6 +32,5 @@ def survey(request: Request, number: int, page: int = 1) -> HTMLResponse:
     if found is None:
         return site.not_found(request, f"No survey #{number}.")
     page = page if abs(page) < MAX_ID else 1
-    session = recorded_session(db, worker_sessions.survey_prefix(number), page=page)
-    report = worker_sessions.survey_report(found, session, db)
+    session, report = worker_sessions.survey_session(db, found, page)
     return site.show(request, "survey_session.html", survey=found, session=session, report=report, keep="")
