@@ -34,10 +34,11 @@ from rooms.research.coder_report import SECTIONS
 from rooms.research.config import ResearchConfig
 from rooms.research.delivery import apply
 from rooms.research.params import SubmitParams
+from rooms.research.states import open_evaluations
 from rooms.research.store import insert_evaluation
 from rooms.research.tasks import tasks_of
 from rooms.research.worker import EvaluationWorker
-from station.apps import report
+from station.apps import cli, report
 from station.apps.cli_commands import replay
 from station.apps.doctor import diagnose
 from station.apps.world import Station
@@ -332,7 +333,9 @@ SLOW_PROGRAM = (
 )
 
 
-def test_a_session_killed_during_its_second_attempt_resumes_without_a_duplicate_attempt(tmp_path: Path) -> None:
+def test_a_session_killed_during_its_second_attempt_resumes_without_a_duplicate_attempt(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     instruction = f"Run this program as it stands.\n\n```python\n{SLOW_PROGRAM}```"
     submission = "\n".join(
         f"{k}: {json.dumps(v)}" for k, v in {"title": "Slow", "tags": "x", "abstract": "x.", "instruction": instruction}.items()
@@ -351,6 +354,13 @@ def test_a_session_killed_during_its_second_attempt_resumes_without_a_duplicate_
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read().decode() if run.stderr else ""
             time.sleep(0.05)
         assert read(directory, "SELECT key FROM inputs WHERE key LIKE 'eval-run/%'") == [("eval-run/1/1",)]
+        watching = Store(directory)  # what `station status` tells while the coder works
+        try:
+            shown = [e.to_json() for e in open_evaluations(watching, live=True)]
+        finally:
+            watching.close()
+        assert [(e["id"], e["state"]) for e in shown] == [(1, "running")], shown
+        assert re.fullmatch(r"coder turn \d+, official attempt 2", shown[0]["progress"]), shown
         run.send_signal(signal.SIGKILL)
         run.wait(10)
     finally:
@@ -364,6 +374,10 @@ def test_a_session_killed_during_its_second_attempt_resumes_without_a_duplicate_
     finally:
         st.close()
     assert read(directory, "SELECT status, score FROM evaluations") == [("finished", 1.0)]
+    capsys.readouterr()
+    assert cli.main(["evaluations", str(directory), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["evaluations"]
+    assert [(e["version"], e["version_by"]) for e in listed] == [(2, "coder")]  # "coder's attempt 2"
     assert read(directory, "SELECT key FROM inputs WHERE key LIKE 'eval-run/%' ORDER BY key") == [
         ("eval-run/1/1",), ("eval-run/1/2",)]
     assert read(directory, "SELECT version, status FROM evaluation_versions") == [(1, "error"), (2, "ok")]
