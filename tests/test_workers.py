@@ -407,4 +407,4 @@ def test_the_scripted_coder_mends_the_agents_own_misspelt_name_from_pythons_hint
     session = coder_walk(recorder, ScriptedCoder, opening=f"Do this.\n\n```python\n{program}```\n", toolbox=toolbox)
     assert session is not None and session.end == "finished" and toolbox.attempts == 3
     assert "np.zeros(3)" in toolbox.files["workspace/solution.py"] and "zeroes" not in toolbox.files["workspace/solution.py"]
-    assert "score of 2.5" in session.final["report"]
+    assert "score of 2.5" in session.final["report"] and "`zeroes` -> `zeros`" in session.final["report"]

@@ -74,7 +74,10 @@ def _next(messages: list[Message]) -> tuple[str, str, dict[str, Any]]:
         score = _score(result)
         if score is not None:
             return _finish(
-                "done", f"The attempt ran the instructed program; the station gave it a score of {score}.", True
+                "done",
+                f"The attempt ran the instructed program; the station gave it a score of {score}.",
+                True,
+                _mends(messages),
             )
         if sum(n == "write_file" for n, _ in done) == 1:
             return "The attempt failed; I look at the file.", "read_file", {"path": SOLUTION}
@@ -82,10 +85,12 @@ def _next(messages: list[Message]) -> tuple[str, str, dict[str, Any]]:
         if mended is not None:
             wrong, right, code = mended
             return f"The program misspells `{wrong}`; Python suggests `{right}`. I mend it.", "write_file", _write(code)
-        return _finish("blocked", f"The instructed program fails as written: {_first_line(result)}", True)
+        return _finish(
+            "blocked", f"The instructed program fails as written: {_first_line(result)}", True, _mends(messages)
+        )
     if name == "read_file" and SLIP[1] in result:
         return f"I misspelt `{SLIP[0].strip()}`; I write the mended program.", "write_file", _write(program)
-    return _finish("blocked", f"My last tool call did not go as planned: {_first_line(result)}", True)
+    return _finish("blocked", f"My last tool call did not go as planned: {_first_line(result)}", True, _mends(messages))
 
 
 def _exchanges(messages: list[Message]) -> list[tuple[str, str]]:
@@ -140,17 +145,35 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "no output")[:300]
 
 
-def _finish(status: str, why: str, wrote: bool) -> tuple[str, str, dict[str, Any]]:
+MENDED = re.compile(r"misspells `(\w+)`; Python suggests `(\w+)`")
+
+
+def _mends(messages: list[Message]) -> list[str]:
+    """The names this session mended in the agent's program (what its report must own up to)."""
+    found = (MENDED.search(m.get("text") or "") for m in messages if m.get("role") == "assistant")
+    return [f"`{hit.group(1)}` -> `{hit.group(2)}`" for hit in found if hit]
+
+
+def _finish(status: str, why: str, wrote: bool, mends: list[str] | None = None) -> tuple[str, str, dict[str, Any]]:
     result = why if status == "done" else f"No score: {why}"
+    changed = ", ".join(mends or [])
+    details = "The program is the one the instruction gives, written as given" + (
+        f", except for misspelt names I mended as Python's errors suggested: {changed}." if changed else "."
+    )
+    faithful = (
+        "Faithful: the method is the instructed one; only the misspelt names differ."
+        if changed
+        else "Faithful: I changed nothing of the instructed method."
+    )
     report = "\n\n".join(
         f"## {heading}\n{body}"
         for heading, body in (
             ("Summary", why),
             ("Final Result", result),
             ("Files Changed", SOLUTION if wrote else "None."),
-            ("Implementation Details", "The program is the one the instruction gives, written as given."),
-            ("Faithfulness and Confidence", "Faithful: I changed nothing of the instructed method."),
-            ("Major Deviations", "None."),
+            ("Implementation Details", details),
+            ("Faithfulness and Confidence", faithful),
+            ("Major Deviations", f"None beyond the mended names ({changed})." if changed else "None."),
             ("Final Status", f"{status}: {why}"),
         )
     )
