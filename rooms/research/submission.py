@@ -56,15 +56,20 @@ def check_form(p: SubmitParams | None, cfg: ResearchConfig) -> Draft:
             "a submission needs a ```yaml block with all four keys title, tags, abstract and content; "
             f"missing or empty: {', '.join(empty or REQUIRED)}"
         )
+    title, tags, abstract, warnings = _described(p, cfg)
+    cpu_only, no_debugger = _options(p, cfg)
+    return Draft(title, tags, abstract, _code(p, cfg), cpu_only, no_debugger, warnings)
+
+
+def _described(p: SubmitParams, cfg: ResearchConfig) -> tuple[str, list[str], str, list[str]]:
+    """The title, tags and abstract every submission has, with the warnings they give."""
     warnings: list[str] = []
     title = _title(p)
     tags, tag_warnings, problem = normalise_tags(p.tags, cfg.max_tags, cfg.max_tag_chars)
     if problem:
         raise Refused(problem)
     warnings += tag_warnings
-    abstract = _abstract(p, cfg, warnings)
-    cpu_only, no_debugger = _options(p, cfg)
-    return Draft(title, tags, abstract, _code(p, cfg), cpu_only, no_debugger, warnings)
+    return title, tags, _abstract(p, cfg, warnings), warnings
 
 
 def _title(p: SubmitParams) -> str:
@@ -136,13 +141,7 @@ def check_instruction_form(p: SubmitParams | None, cfg: ResearchConfig) -> Draft
             "a submission needs a ```yaml block with all four keys title, tags, abstract and instruction; "
             f"missing or empty: {', '.join(empty or CODER_REQUIRED)}"
         )
-    warnings: list[str] = []
-    title = _title(p)
-    tags, tag_warnings, problem = normalise_tags(p.tags, cfg.max_tags, cfg.max_tag_chars)
-    if problem:
-        raise Refused(problem)
-    warnings += tag_warnings
-    abstract = _abstract(p, cfg, warnings)
+    title, tags, abstract, warnings = _described(p, cfg)
     cpu_only, _ = _options(p, cfg)
     if p.no_debugger is not None:
         warnings.append("no_debugger does nothing here: the research coder debugs its own attempts")
