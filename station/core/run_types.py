@@ -67,6 +67,9 @@ class RunSpec:
     # (who this run's writes to shared storage are charged to, their share in MB): in a writable
     # storage dir whose station keeps a ledger beside it (docs/sandbox.md, "Shares of storage")
     storage_share: tuple[str, int] | None = None
+    # bring up the loopback of the run's own network namespace (a program that serves its own
+    # programs on 127.0.0.1); nothing outside the namespace becomes reachable (docs/sandbox.md)
+    loopback: bool = False
 
 
 @dataclass

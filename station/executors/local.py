@@ -264,6 +264,7 @@ class LocalExecutor:
             "private_tmp": list(PRIVATE_TMP),
             "keep": interpreter_paths(self.hide, self.scratch_base),
             "devices": gpu_devices() if spec.num_gpus else [],
+            "loopback": spec.loopback,
             "mounts": _mount_records(spec.mounts),
             "rlimits": self._rlimits(spec, uid),
             "channel": str(run_dir / "channel") if spec.companion else None,

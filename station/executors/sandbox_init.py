@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import resource
 import signal
+import socket
 import stat
+import struct
 import sys
 
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
@@ -56,6 +59,8 @@ OPEN_TREE, OPEN_TREE_CLONE = 428, 0x1  # same number on every architecture
 # statmount and listmount (same numbers everywhere since 6.8) read the mount table without /proc
 MOUNT_TABLE_SYSCALLS = (457, 458)
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ENOSYS = 22, 2, 38
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = "16sH22x"  # struct ifreq: the interface's name, its flags, the rest of the union
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -468,6 +473,16 @@ def companion_layers(cfg: dict, report: tuple[list[str], str]) -> str:
     return "companion: " + ", ".join(layers)
 
 
+def loopback_up() -> str:
+    """Bring `lo` up in the run's own network namespace (RunSpec.loopback): the run's programs reach
+    one another on 127.0.0.1. The namespace holds no other interface, so nothing outside it, the
+    host's own loopback services included, becomes reachable."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack(IFREQ, fcntl.ioctl(sock, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0)))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+    return "own-loopback"
+
+
 def isolation_layers(cfg: dict, layers: list[str], closed: list[str], apart: tuple[list[str], str] | None) -> list[str]:
     """What was in force around the code: the root's layers, its process's own, the companion's."""
     found = list(layers)
@@ -486,6 +501,8 @@ def main() -> None:
     companion = start_companion(cfg) if cfg.get("companion") else None
     try:
         layers = set_up_root(cfg, main_side(cfg)) if in_namespaces else []
+        if cfg.get("loopback") and in_namespaces:
+            layers.append(loopback_up())
     except Exception as err:  # noqa: BLE001 - a system error; the host may be read-only to us by now
         os.write(2, f"sandbox set-up failed: {type(err).__name__}: {err}\n".encode())
         sys.exit(SETUP_FAILED)
