@@ -117,7 +117,7 @@ class CoderToolbox:
     def _submit(self, key: str, call: dict[str, Any], fetch: Fetch) -> dict[str, Any] | None:
         path = (call.get("arguments") or {}).get("path")
         left = self.max_attempts - len(self.attempts)
-        snapshot = fetch(key, "worker_tool", lambda: self._snapshot(path, left))
+        snapshot = fetch(key, "worker_tool", lambda: self.snapshot(path, left))
         if snapshot is None or snapshot.get("code") is None:
             return snapshot
         number = len(self.attempts) + 1
@@ -132,9 +132,9 @@ class CoderToolbox:
         if result is None:
             return None
         self.attempts.append(Version(number, "coder", code, run_key(self.evaluation, number), result))
-        return {"text": self._attempt_text(number, result), "error": not _scored(result), "attempt": number}
+        return {"text": self.attempt_text(number, result), "error": not scored_attempt(result), "attempt": number}
 
-    def _snapshot(self, path: Any, left: int) -> dict[str, Any]:
+    def snapshot(self, path: Any, left: int) -> dict[str, Any]:
         """The recorded input of an attempt: the file's text, or why no attempt is run."""
         if not isinstance(path, str) or not path.strip():
             return _error("submit_attempt needs `path`: the file of your workspace to run, e.g. workspace/solution.py")
@@ -146,8 +146,8 @@ class CoderToolbox:
             return _error(str(err))
         return {"text": f"the attempt runs {path} ({len(code):,} characters)", "error": False, "code": code}
 
-    def _attempt_text(self, number: int, result: dict[str, Any]) -> str:
-        scored = _scored(result)
+    def attempt_text(self, number: int, result: dict[str, Any]) -> str:
+        scored = scored_attempt(result)
         status = (
             "scored"
             if scored
@@ -169,7 +169,7 @@ class CoderToolbox:
             status=status,
             score=score,
             error=f"Error: {result['error']}" if result.get("error") else "",
-            output=_tail(output, OUTPUT_TAIL_CHARS) or "(nothing)",
+            output=tail(output, OUTPUT_TAIL_CHARS) or "(nothing)",
         )
 
     def _finish(self, call: dict[str, Any]) -> dict[str, Any]:
@@ -191,11 +191,11 @@ def _error(text: str) -> dict[str, Any]:
     return {"text": f"Error: {text}", "error": True}
 
 
-def _scored(result: dict[str, Any]) -> bool:
+def scored_attempt(result: dict[str, Any]) -> bool:
     return result.get("status") == "ok" and bool(result.get("success"))
 
 
-def _tail(text: str, limit: int) -> str:
+def tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "[... the beginning is cut ...]\n" + text[-limit:]
 
 
@@ -274,8 +274,17 @@ def surfaces(files: Path, evaluation: int, lineage: str | None, sees_all: bool) 
     return found
 
 
-def opening(texts: Any, row: Any, task: Any, task_spec: str, listed: list[tuple[Surface, str, dict]], cfg: Any) -> str:
-    """The coder's first message: the task, its folders and access, the rules, the instruction (last)."""
+def opening(
+    texts: Any,
+    row: Any,
+    task: Any,
+    task_spec: str,
+    listed: list[tuple[Surface, str, dict]],
+    cfg: Any,
+    template: str = "coder_opening",
+) -> str:
+    """The coder's first message: the task, its folders and access, the rules, the instruction (last).
+    `template`: the text it is rendered with (the command back-end's prompt file has its own)."""
     lines = [
         texts.render(
             "coder_surface",
@@ -286,7 +295,7 @@ def opening(texts: Any, row: Any, task: Any, task_spec: str, listed: list[tuple[
         for s, name, values in listed
     ]
     return texts.render(
-        "coder_opening",
+        template,
         id=row["id"],
         title=row["title"],
         task_id=row["task"],

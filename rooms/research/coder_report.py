@@ -34,7 +34,7 @@ def missing_sections(report: str) -> list[str]:
 def report_text(texts: Any, report: str | None, end: str | None, attempts: int) -> str:
     """The report as agents read it (result message and `review`), with how the session ended."""
     parts = [texts.render("coder_attempts_made", attempts=attempts)]
-    if end in ("turn_limit", "model_failed"):
+    if end in ("turn_limit", "model_failed", "command_failed"):
         parts.append(texts.render(f"coder_ended_{end}"))
     if report:
         parts.append(texts.render("coder_report_label") + "\n" + fence(report, "markdown"))

@@ -45,15 +45,67 @@ class TaskConfig(Section):
         return self
 
 
+class CoderCommandConfig(Section):
+    """The command back-end of the research coder (docs/coder.md, "Back-ends"): an installed
+    command-line coder run in the sandbox, its model calls relayed by the station."""
+
+    argv: list[str] = Field(
+        default_factory=list,
+        description="the CLI and its arguments; {prompt_file} and {workspace} are filled in, e.g. "
+        "[claude, -p, --dangerously-skip-permissions, 'Read {prompt_file} and do what it says']",
+    )
+    provider: Literal["anthropic", "openai", "openai-chat", "gemini"] = Field(
+        "anthropic", description="whose wire format the CLI speaks (openai: Responses; openai-chat: Chat Completions)"
+    )
+    model: ModelConfig | None = Field(None, description="the endpoint and key the station forwards the CLI's calls to")
+    timeout_s: float = Field(3600, gt=0, le=7 * 24 * 3600, description="wall-clock limit of one start of the CLI")
+    max_spawns: int = Field(2, ge=1, le=10, description="starts of the CLI per evaluation (a restart starts it again)")
+
+
 class CoderConfig(Section):
     """The research coder (`research.mode: coder`, docs/coder.md): a tool-using model that turns an
     agent's instruction into code, runs official attempts and reports."""
+
+    backend: str = Field(
+        "tools",
+        description="tools: the station's tool loop with `model`; command: an installed CLI (`command`); "
+        "plugins may add more",
+    )
+    command: CoderCommandConfig = Field(default_factory=CoderCommandConfig)
 
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(name="scripted-coder"))
     max_attempts: int = Field(5, ge=1, le=20, description="official attempts per evaluation")
     max_turns: int = Field(30, ge=2, le=500, description="model calls per coder session")
     command_timeout_s: float = Field(60, gt=0, le=3600, description="wall-clock limit of one tool command")
     max_instruction_chars: int = Field(20_000, ge=100, le=1_000_000, description="the longest instruction taken")
+
+    @model_validator(mode="after")
+    def _backend_known(self) -> CoderConfig:
+        from .backends import CODER_BACKENDS  # the registry loads the back-ends' plugins
+
+        if self.backend not in CODER_BACKENDS:
+            raise ValueError(
+                f"unknown research.coder.backend {self.backend!r}; known: {', '.join(CODER_BACKENDS.names())}"
+            )
+        if self.backend == "command":
+            command = self.command
+            if not command.argv or not command.argv[0].strip():
+                raise ValueError("research.coder.command.argv is empty: give the CLI and its arguments")
+            if command.model is None:
+                raise ValueError("research.coder.command.model is missing: the endpoint the CLI's calls go to")
+            family = command.provider.removesuffix("-chat")
+            if command.model.provider != family:
+                raise ValueError(
+                    f"research.coder.command.model.provider is {command.model.provider!r}; a CLI speaking "
+                    f"{command.provider} needs {family!r}"
+                )
+        return self
+
+    def used_model(self) -> ModelConfig:
+        """The model the coder's calls are booked against: the tool loop's, or the CLI's endpoint."""
+        if self.backend == "command" and self.command.model is not None:
+            return self.command.model
+        return self.model
 
 
 @config_section("research")
@@ -106,7 +158,7 @@ class ResearchConfig(Section):
     )
 
     def models(self) -> list[ModelConfig]:
-        return [self.coder.model] if self.mode == "coder" else []
+        return [self.coder.used_model()] if self.mode == "coder" else []
 
     @model_validator(mode="after")
     def _on_time_needs_a_wait(self) -> ResearchConfig:

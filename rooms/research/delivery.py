@@ -24,7 +24,6 @@ depends on the ticks alone, not on how fast the machine ran the evaluations.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from rooms.research.config import DebuggerConfig, ResearchConfig
@@ -34,9 +33,9 @@ from station.core.background import apply_ready, recorded
 from station.core.context import Context, Hook, StationPaused, WaitInterrupted
 from station.core.events import OperatorAlert, StationCreated, TickEnding, TurnStarted, on
 from station.core.store import dumps
-from station.workers.sandbox_tools import SandboxTools
 
 from . import coder, debugger, states
+from .backends import CODER_BACKENDS
 from .coder_report import report_text
 from .pipeline import Fetch, Trail, walk
 from .store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
@@ -172,20 +171,8 @@ def walk_evaluation(ctx: Context, row: Any, fetch: Fetch) -> Outcome | None:
     if row["instruction"] is None:
         return walk(row, fetch, run_code=None, debug=None, **debugger_settings(ctx))
     research = ctx.config.section(ResearchConfig)
-    task = tasks_of(ctx).get(row["task"])
-    return coder.walk(
-        row,
-        fetch,
-        texts=ctx.texts,
-        task=task,
-        cfg=research.coder,
-        max_code_chars=research.max_code_chars,
-        sandbox=SandboxTools(None, []),  # only its recorded results are read
-        workspace=Path(),
-        opening_text="",
-        call=None,
-        run_attempt=None,
-    )
+    backend = CODER_BACKENDS.get(research.coder.backend)
+    return backend.recorded(row, fetch, texts=ctx.texts, task=tasks_of(ctx).get(row["task"]), research=research)
 
 
 def complete(ctx: Context, row: Any) -> bool:

@@ -46,6 +46,7 @@ from station.workers.session import model_call
 
 from . import coder, debugger
 from . import storage as rs
+from .backends import CODER_BACKENDS
 from .fingerprint import storage_hashes
 from .pipeline import Trail, walk
 from .store import open_evaluations
@@ -264,7 +265,8 @@ class EvaluationWorker(InputWorker):
                 return self.produce(store, key, kind, row["author"], make)
 
             if row["instruction"] is not None:
-                self._coder_session(store, row, task, fetch)
+                backend = CODER_BACKENDS.get(self.config.section(ResearchConfig).coder.backend)
+                backend.work(self, store, row, task, fetch)
             else:
                 cfg = self.config.section(DebuggerConfig)
                 walk(
@@ -396,9 +398,13 @@ class EvaluationWorker(InputWorker):
         log.error("evaluation %s given up after %s identical system errors: %s", evaluation, tries, error)
         return system_failed_payload(error, tries, getattr(self.executor, "name", None))
 
-    def _coder_session(self, store: Store, row: dict[str, Any], task: Any, fetch: Any) -> None:
-        """Walk the evaluation's coder session (coder.py), producing what is missing: model calls,
-        tool runs in the sandbox, official attempts run and scored as `_run` runs a version."""
+    def run_attempt(self, store: Store, row: dict[str, Any], task: Any, number: int, code: str) -> dict[str, Any]:
+        """A coder's official attempt `number`: run and scored exactly as a version is (`_run`)."""
+        return self._run(store, row, task, number, code)
+
+    def tools_session(self, store: Store, row: dict[str, Any], task: Any, fetch: Any) -> None:
+        """Walk the evaluation's coder session of the tools back-end (coder.py), producing what is
+        missing: model calls, tool runs in the sandbox, official attempts run as `_run` runs a version."""
         research = self.config.section(ResearchConfig)
         number = row["id"]
         files = store.files
