@@ -14,13 +14,18 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import copy_station
 from helpers import session_of
 from provider_server import Answer, ProviderServer, Request
@@ -28,6 +33,7 @@ from pydantic import ValidationError
 
 from rooms.research import coder_command
 from rooms.research.config import CoderConfig
+from rooms.research.states import open_evaluations
 from rooms.research.store import insert_evaluation
 from rooms.research.worker import EvaluationWorker
 from station.apps import report
@@ -43,6 +49,7 @@ from station.core.store import Store, canonical_dump
 from station.executors import create_executor
 from station.workers.relay import Relay
 
+ROOT = Path(__file__).resolve().parents[1]
 CLI = (Path(__file__).parent / "data" / "fake_coder_cli.py").read_text(encoding="utf-8")
 KEY_ENV, KEY = "STATION_TEST_CODER_KEY", "sk-station-test-7f3a9c"
 TICKS = 4  # the agent's instruction, submitted at tick 2, delivered at the end of tick 3
@@ -324,3 +331,56 @@ def test_a_run_s_own_loopback_is_up_only_when_asked_and_the_host_s_stays_out_of_
         host.close()
     assert seen[False] == (["OSError", "OSError"], False)  # lo is down: nothing at all on 127.0.0.1
     assert seen[True] == (["reached", "ConnectionRefusedError"], True)  # its own listener; the host's is not there
+
+
+def test_a_station_killed_during_a_session_starts_the_cli_again_and_keeps_its_attempts(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    settings = config(server.openai_url)
+    settings["research"]["coder"]["command"]["argv"].append("pause-after-attempt-1")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(settings))
+    directory = tmp_path / "st"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "station.apps.cli", "run", str(tmp_path / "c.yaml"), "--dir", str(directory)]
+        + ["--until-tick", str(TICKS)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    marker = directory / "files" / "coder" / "1" / "workspace" / ".paused"
+    try:  # the first attempt is recorded and the CLI waits after it
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read().decode() if run.stderr else ""
+            time.sleep(0.05)
+        running = Store(directory)  # what `station status` tells while the CLI works
+        try:
+            assert [(e.id, e.state, e.progress) for e in open_evaluations(running, live=True)] == [
+                (1, "running", "coder turn 2")
+            ]
+        finally:
+            running.close()
+        run.send_signal(signal.SIGKILL)
+        run.wait(10)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert [r[0] for r in read(directory, "SELECT key FROM inputs WHERE key LIKE 'coder/%' ORDER BY key")] == [
+        "coder/1/attempt/1",
+        "coder/1/call/1",
+        "coder/1/spawn/1",
+    ]
+
+    st = Station.open(directory)  # run again (in this process: the same code as `station run`, sooner)
+    try:
+        assert Engine(st).run(until_tick=TICKS) == f"finished tick {TICKS}"
+    finally:
+        st.close()
+    # the second start asks afresh (the slip again) and mends it: its attempts are 2 and 3, not 1 and 2
+    assert [tuple(r) for r in read(directory, "SELECT version, status FROM evaluation_versions")] == [
+        (1, "error"),
+        (2, "error"),
+        (3, "ok"),
+    ]
+    end = payload(directory, "coder/1/end")
+    assert (end["spawns"], end["calls"], end["attempts"], end["end"]) == (2, 3, 3, "finished")

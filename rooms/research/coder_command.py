@@ -22,6 +22,7 @@ left); attempts already recorded keep their numbers and are not run again.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 from rooms.research.config import ResearchConfig
@@ -105,7 +106,9 @@ class CommandSession:
             self._run_attempt(n, self.store.get_input(key(self.number, "attempt", n))["code"])
         spawns = self._count("spawn")
         command = self.research.coder.command
+        channel = coder.coder_dir(self.store.files, self.number) / "channel"
         if spawns >= command.max_spawns:
+            shutil.rmtree(channel, ignore_errors=True)  # what a killed station left: its socket and prompt
             why = f"the command was started {spawns} time(s) without finishing (research.coder.command.max_spawns)"
             return self._end(None, None, why, spawns)
         self.fetch(key(self.number, "spawn", spawns + 1), "worker_spawn", lambda: {"spawn": spawns + 1})
@@ -127,6 +130,7 @@ class CommandSession:
         spawned = run_cli(
             self.worker.executor,
             [surface for surface, _, _ in listed],
+            channel,
             argv=command.argv,
             prompt=prompt,
             provider=command.provider,

@@ -82,11 +82,13 @@ def open_evaluations(store: Any, *, live: bool, now: float | None = None) -> lis
 
 
 def _coder_state(store: Any, evaluation: int, entry: OpenEvaluation, run: Any, live: bool, now: float) -> None:
-    """A coder's evaluation: undelivered once its session handed in its report, else running while
-    the coder works (its turns so far and the attempt running, if one is), else queued."""
+    """A coder's evaluation: undelivered once its session handed in its report (or a command
+    back-end's session ended), else running while the coder works (its turns, or a command
+    back-end's model calls, so far and the attempt running, if one is), else queued."""
     low, high = f"coder/{evaluation}/", f"coder/{evaluation}0"
     found = store.one(
-        "SELECT SUM(kind='worker_turn'), MAX(kind='worker_tool' AND json_extract(payload, '$.final') = 1) "
+        "SELECT SUM(kind IN ('worker_turn', 'worker_call')), "
+        "MAX((kind='worker_tool' AND json_extract(payload, '$.final') = 1) OR kind='worker_end') "
         "FROM inputs WHERE key >= ? AND key < ?",
         (low, high),
     )

@@ -2,8 +2,9 @@
 
 The CLI runs as a fresh sandbox run of the station's executor (command mode, the worker's surfaces
 as mounts, the run's own loopback up) through command_helper.py. A channel folder, made here and
-mounted read-only at CHANNEL, holds the prompt file and the relay's socket; while the run goes on,
-this thread serves the relay (relay.py): the CLI's model calls and its official attempts.
+mounted read-only at CHANNEL, holds the prompt file, the relay's socket and, once the station wants
+the CLI stopped, `stop`. While the run goes on, this thread serves the relay (relay.py): the CLI's
+model calls and its official attempts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import base64
 import dataclasses
 import json
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +41,7 @@ class Spawned:
 def run_cli(
     executor: Any,
     surfaces: list[Surface],
+    channel: Path,
     *,
     argv: list[str],
     prompt: str,
@@ -53,9 +54,10 @@ def run_cli(
     spec: Callable[[RunSpec], RunSpec] | None = None,
     label: str = "worker-command",
 ) -> Spawned:
-    """Start the CLI once and serve its relay on this thread until the run ends."""
-    # a short folder of its own: a Unix socket's path holds at most 107 bytes
-    channel = Path(tempfile.mkdtemp(prefix="station-relay-"))
+    """Start the CLI once and serve its relay on this thread until the run ends. `channel`: a folder
+    of the session's, made afresh (what a killed station left there goes)."""
+    shutil.rmtree(channel, ignore_errors=True)
+    channel.mkdir(mode=0o755, parents=True)
     try:
         channel.chmod(0o755)
         (channel / "prompt.md").write_text(prompt, encoding="utf-8")

@@ -76,7 +76,12 @@ class Relay:
         class Handler(_Handler):
             owner = relay
 
-        self.server = _UnixServer(str(socket_path), Handler)
+        # bound through the folder's descriptor: a socket's path holds at most 107 bytes, a station's need not
+        folder = os.open(socket_path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.server = _UnixServer(f"/proc/self/fd/{folder}/{socket_path.name}", Handler)
+        finally:
+            os.close(folder)
         os.chmod(socket_path, 0o666)
 
     def serve_while(self, running: Callable[[], bool], *, stop_file: Path, poll_s: float = 0.2) -> None:

@@ -5,7 +5,8 @@ back-end starts a CLI: it reads the prompt, asks its model through $OPENAI_BASE_
 Completions, with whatever key its environment holds), writes the program of the answer's
 ```python block, runs `submit_attempt`, shows a failed attempt's output to the model and submits
 its mended program, and writes workspace/REPORT.md. It leaves its environment in
-workspace/env.json, and with FAKE_CLI_PROBE set, what it could reach in workspace/probe.json.
+workspace/env.json. With a third argument `pause-after-attempt-1`, its first start sleeps after
+its first attempt (a test kills the station there).
 """
 
 import json
@@ -13,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -37,23 +39,9 @@ def program(answer):
     return found.group(1) if found else answer
 
 
-def probe(workspace):
-    """What this run can reach: a plain GET of the relay's non-generation path, and the host's port."""
-    seen = {}
-    try:
-        urllib.request.urlopen(os.environ["OPENAI_BASE_URL"] + "/models", timeout=5)
-        seen["models"] = "served"
-    except urllib.error.HTTPError as err:
-        seen["models"] = f"{err.code} {err.read().decode()}"
-    with open(os.path.join(workspace, "probe.json"), "w") as f:
-        json.dump(seen, f)
-
-
-def main(prompt_file, workspace):
+def main(prompt_file, workspace, pause=False):
     with open(os.path.join(workspace, "env.json"), "w") as f:
         json.dump(dict(os.environ), f)
-    if os.environ.get("FAKE_CLI_PROBE"):
-        probe(workspace)
     with open(prompt_file) as f:
         prompt = f.read()
     path = os.path.join(workspace, "solution.py")
@@ -63,6 +51,10 @@ def main(prompt_file, workspace):
             f.write(program(answer))
         done = subprocess.run(["submit_attempt", "workspace/solution.py"], capture_output=True, text=True)
         print(f"attempt {attempt}: exit {done.returncode}")
+        marker = os.path.join(workspace, ".paused")
+        if pause and not os.path.exists(marker):  # the first start waits here, to be killed
+            open(marker, "w").close()
+            time.sleep(120)
         if done.returncode == 0:
             break
         answer = ask(f"{prompt}\n\nThe attempt failed:\n{done.stdout}")
@@ -81,4 +73,4 @@ def main(prompt_file, workspace):
     print("fake coder: report written")
 
 
-main(sys.argv[1], sys.argv[2])
+main(sys.argv[1], sys.argv[2], pause=sys.argv[3:] == ["pause-after-attempt-1"])
