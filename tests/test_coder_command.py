@@ -159,6 +159,7 @@ def test_the_cli_implements_the_instruction_through_the_relay_and_reports(
     # the endpoint saw the station's key; the sandbox never held it
     generations = [r for r in server.requests if r.provider == "openai-chat"]
     assert len(generations) == 2 and {r.headers["authorization"] for r in generations} == {f"Bearer {KEY}"}
+    assert {r.model for r in generations} == {"fake-coder"}  # the configured model, not the one the CLI named
     env = json.loads((station / "files" / "coder" / str(row["id"]) / "workspace" / "env.json").read_text())
     assert KEY not in json.dumps(env) and KEY_ENV not in env and env["OPENAI_API_KEY"] == "station-relay"
     assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
@@ -269,22 +270,31 @@ def test_the_relay_refuses_other_paths_and_methods_and_books_nothing(tmp_path: P
     )
     answers: list[tuple[int, str]] = []
 
-    def ask(method: str, path: str) -> None:
+    def ask(method: str, path: str, body: bytes | None = b"{}") -> None:
         conn = http.client.HTTPConnection("relay")
         conn.sock = socket.socket(socket.AF_UNIX)
         conn.sock.connect(str(tmp_path / "r.sock"))
-        conn.request(method, path, body=b"{}" if method == "POST" else None)
+        conn.request(method, path, body=body)
         reply = conn.getresponse()
         answers.append((reply.status, json.loads(reply.read())["error"]["message"]))
 
     asking = threading.Thread(
-        target=lambda: [ask("POST", "/v1/files"), ask("GET", "/v1/models"), ask("POST", "/v1/responses")]
+        target=lambda: [
+            ask("POST", "/v1/files"),
+            ask("GET", "/v1/models", None),
+            ask("POST", "/v1/responses"),
+            ask("POST", "/v1/chat/completions", b"not json"),
+        ]
     )
     asking.start()
     relay.serve_while(asking.is_alive, stop_file=tmp_path / "stop")
     relay.close()
-    assert answers[0] == (404, "the station's relay forwards only openai-chat generation requests, not /v1/files")
-    assert answers[1][0] == 405 and answers[2][0] == 404
+    assert answers == [
+        (404, "the station's relay forwards only openai-chat generation requests, not /v1/files"),
+        (405, "the station's relay takes POST requests only"),
+        (404, "the station's relay forwards only openai-chat generation requests, not /v1/responses"),
+        (400, "the request body is not JSON"),
+    ]
     assert recorded == [] and ledger.station_totals() == (0, 0.0)
 
 

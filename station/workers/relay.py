@@ -3,8 +3,8 @@
 A CLI coder (Claude Code, Codex...) runs inside the sandbox with no network and no key. It talks
 HTTP to 127.0.0.1 (command_helper.py carries the bytes to this relay's Unix socket, in a folder
 the run mounts read-only). The relay, on the trusted side, forwards only the configured provider's
-generation requests to the configured endpoint with the station's key added here, checks the
-station's caps before each call and books what it used under the role "coder", and hands each
+generation requests to the configured endpoint and model with the station's key added here, checks
+the station's caps before each call and books what it used under the role "coder", and hands each
 exchange to `record` (the station keeps it as an input). `POST /station/submit` is the CLI's
 official attempt (`submit_attempt PATH`), answered by `submit`.
 
@@ -112,9 +112,18 @@ class Relay:
         if self.refused is not None:
             return _refusal(403, self.refused)
         try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return _refusal(400, "the request body is not UTF-8 text")
+            asked_for = json.loads(body)
+        except ValueError:
+            return _refusal(400, "the request body is not JSON")
+        if not isinstance(asked_for, dict):
+            return _refusal(400, "the request body is not a JSON object")
+        # the configured model answers, whatever the CLI names: its price is what the caps and spend count
+        if self.provider == "gemini":
+            path = re.sub(r"/models/[^/:]+:", f"/models/{self.model.name}:", path)
+        else:
+            asked_for["model"] = self.model.name
+        text = json.dumps(asked_for, ensure_ascii=False)
+        body = text.encode("utf-8")
         try:
             reservation = self.ledger.reserve(self.role, self.model, [{"role": "user", "text": text}], None)
         except BudgetExceeded as err:

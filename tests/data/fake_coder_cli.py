@@ -1,8 +1,8 @@
 """A stand-in for an installed command-line coder (the real ones cannot run in the tests).
 
 Run as `python -c <this file's text> PROMPT_FILE WORKSPACE` inside the sandbox, as the command
-back-end starts a CLI: it reads the prompt, asks its model through $OPENAI_BASE_URL (Chat
-Completions, with whatever key its environment holds), writes the program of the answer's
+back-end starts a CLI: it reads the prompt, asks a model of its choosing through $OPENAI_BASE_URL
+(Chat Completions, with whatever key its environment holds), writes the program of the answer's
 ```python block, runs `submit_attempt`, shows a failed attempt's output to the model and submits
 its mended program, and writes workspace/REPORT.md. It leaves its environment in
 workspace/env.json. With a third argument `pause-after-attempt-1`, its first start sleeps after
@@ -21,7 +21,7 @@ import urllib.request
 
 def ask(text):
     base = os.environ["OPENAI_BASE_URL"]
-    body = json.dumps({"model": "fake-coder", "messages": [{"role": "user", "content": text}]}).encode()
+    body = json.dumps({"model": "the-priciest-model", "messages": [{"role": "user", "content": text}]}).encode()
     request = urllib.request.Request(
         f"{base}/chat/completions",
         data=body,
