@@ -1,7 +1,8 @@
 """Read models of the Research Counter: the queries of the evaluation tables that the web viewer
 and the command line show (one evaluation, the coder's official attempts, the leaderboard and its
 plot, what cites what), in plain dicts, lists and numbers. A coder's session itself is read with
-station.workers.views.recorded_session under `coder_prefix(N)`.
+station.workers.views.recorded_session under `coder_prefix(N)` (a command back-end's with
+recorded_command, its attempts and end with command_attempts and command_end).
 
 Nothing here writes. "Best" is always store.ranking_order's ranking. The callers check that the
 tables exist. The connection's row factory is `sqlite3.Row` (the store's and the web's are): the
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from station.workers.views import KEY as SESSION_KEY
+from station.workers.views import NUMBER as KEY_NUMBER
 
 from .coder import prefix as coder_prefix  # the key prefix of evaluation N's coder session, for the viewer
 from .pipeline import run_key
@@ -146,6 +148,36 @@ def _attempt_runs(
             "error": error.splitlines()[0] if isinstance(error, str) and error.strip() else None,
         }
     return runs
+
+
+# -- a command back-end's session (docs/coder.md "Back-ends") ---------------------------------------
+def command_attempts(db: sqlite3.Connection, evaluation_id: int, *, error_chars: int) -> list[Record]:
+    """The official attempts of a command back-end's session (`coder/N/attempt/<k>`, at most
+    max_attempts), in order: each {"number", "tick", "path"} and the station's verdict of its run as
+    coder_attempts gives it (status None: not run yet)."""
+    attempted = f"{coder_prefix(evaluation_id)}/attempt/"
+    found = sorted(
+        (int(key[len(attempted) :]), tick, path)
+        for key, tick, path in db.execute(
+            "SELECT key, tick, json_extract(payload, '$.path') FROM inputs WHERE key >= ? AND key < ?",
+            (attempted, f"{attempted[:-1]}0"),
+        )
+        if KEY_NUMBER.fullmatch(key[len(attempted) :])
+    )
+    runs = _attempt_runs(db, evaluation_id, [n for n, _, _ in found], error_chars)
+    return [
+        {"number": n, "tick": tick, "path": path if isinstance(path, str) else None, **runs.get(n, {"status": None})}
+        for n, tick, path in found
+    ]
+
+
+def command_end(db: sqlite3.Connection, evaluation_id: int) -> Record | None:
+    """How a command back-end's session ended (`coder/N/end`: "end", "exit_code", "status",
+    "output_tail", "report", "report_problem", "missing_sections", "spawns", "calls", "attempts"),
+    or None while it has not."""
+    row = db.execute("SELECT payload FROM inputs WHERE key=?", (f"{coder_prefix(evaluation_id)}/end",)).fetchone()
+    found = json.loads(row[0]) if row else None
+    return found if isinstance(found, dict) else None
 
 
 # -- evaluations by who and what they name --------------------------------------------------------

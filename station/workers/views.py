@@ -8,6 +8,11 @@ turn or a tool result is passed over. Turns come in the numeric order of n and c
 (turn/10 after turn/9), one page at a time: a first range query reads the session's keys and the
 turns' token counts, a second the payloads of the page's turns only, and every text shown is cut
 to `shown_chars`, saying how much was left out.
+
+A command back-end's session (an installed CLI: station/workers/command.py) records no turns: its
+starts `<prefix>/spawn/<s>` and the model calls its relay forwarded `<prefix>/call/<k>` (request
+and reply as the provider's wire text, cut) are read by recorded_command the same way, a page of
+calls at a time in the numeric order of k.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ TURNS_PER_PAGE = 20
 SHOWN_CHARS = 30_000  # of one reply, thinking, argument or result shown
 CALLS_SHOWN = 50  # tool calls of one turn shown; a reply asking for more is said to
 KEY = re.compile(r"(turn|tool)/([1-9]\d{0,17})(?:/(0|[1-9]\d{0,17}))?")  # what follows "<prefix>/"
+NUMBER = re.compile(r"[1-9]\d{0,17}")  # a number in a key (after "call/", "spawn/", "attempt/"): no leading zero
 
 
 @dataclass(frozen=True)
@@ -208,4 +214,111 @@ def _call(index: int, call: Any, recorded: bool, result: dict[str, Any], limit: 
         shown(result.get("text"), limit),
         bool(result.get("error")),
         bool(result.get("final")),
+    )
+
+
+# -- a command back-end's session: its starts and relayed model calls --------------------------------
+@dataclass(frozen=True)
+class RelayedCall:
+    """One model call of a command-line coder, as the station's relay forwarded and recorded it."""
+
+    number: int
+    tick: int
+    start: int  # the start of the CLI it was made in (0: no start recorded before it)
+    path: str
+    status: int | None  # the provider's HTTP status
+    model: str | None
+    request: Shown  # the request's wire text, as recorded (cut by the relay, then to shown_chars)
+    response: Shown  # the reply's wire text (JSON or a stream of events), as recorded
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
+@dataclass(frozen=True)
+class RecordedCommand:
+    prefix: str
+    starts: list[tuple[int, int]]  # (number, tick) of each start of the CLI, in order
+    calls: list[RelayedCall]  # the page's, in order
+    total_calls: int
+    page: int
+    pages: int
+    input_tokens: int  # the whole session's
+    output_tokens: int
+    cost_usd: float
+
+    @property
+    def last_page(self) -> bool:
+        return self.page == self.pages
+
+
+def recorded_command(
+    source: Any, prefix: str, *, page: int = 1, per_page: int = TURNS_PER_PAGE, shown_chars: int = SHOWN_CHARS
+) -> RecordedCommand:
+    """One page of the command session recorded under `prefix`: its starts, and the page's model
+    calls (clamped to the pages that exist; a session with no call has one, empty). Two key-range
+    queries read the starts and the calls' usage, a third the payloads of the page's calls only."""
+    db = _db(source)
+    spawned = len(prefix) + len("/spawn/")
+    starts = sorted(  # (number, seq, tick): a call belongs to the last start recorded before it
+        (int(key[spawned:]), seq, tick)
+        for key, seq, tick in db.execute(
+            "SELECT key, seq, tick FROM inputs WHERE key >= ? AND key < ?", (f"{prefix}/spawn/", f"{prefix}/spawn0")
+        )
+        if NUMBER.fullmatch(key[spawned:])
+    )
+    start = len(prefix) + len("/call/") + 1
+    index = sorted(
+        (int(key[start - 1 :]), _number(tokens_in), _number(tokens_out), _number(cost))
+        for key, tokens_in, tokens_out, cost in db.execute(
+            "SELECT key, json_extract(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.output_tokens'), "
+            "json_extract(payload, '$.cost_usd') FROM inputs WHERE key >= ? AND key < ?",
+            (f"{prefix}/call/", f"{prefix}/call0"),
+        )
+        if NUMBER.fullmatch(key[start - 1 :])
+    )
+    pages = max(1, -(-len(index) // per_page))
+    page = min(max(1, page), pages)
+    on_page = [n for n, *_ in index[(page - 1) * per_page : page * per_page]]
+    calls = []
+    if on_page:
+        rows = db.execute(
+            "SELECT key, seq, tick, payload FROM inputs WHERE key >= ? AND key < ? "
+            "AND CAST(substr(key, ?) AS INTEGER) BETWEEN ? AND ?",
+            (f"{prefix}/call/", f"{prefix}/call0", start, on_page[0], on_page[-1]),
+        )
+        found = {key: (seq, tick, payload) for key, seq, tick, payload in rows}
+        for n in on_page:
+            seq, tick, payload = found[f"{prefix}/call/{n}"]
+            made_in = max((s for s, at, _ in starts if at < seq), default=0)
+            calls.append(_relayed(n, tick, made_in, json.loads(payload), shown_chars))
+    return RecordedCommand(
+        prefix,
+        [(s, tick) for s, _, tick in starts],
+        calls,
+        len(index),
+        page,
+        pages,
+        sum(t[1] for t in index),
+        sum(t[2] for t in index),
+        sum(t[3] for t in index),
+    )
+
+
+def _relayed(number: int, tick: int, start: int, call: Any, limit: int) -> RelayedCall:
+    call = call if isinstance(call, dict) else {}
+    usage: dict[str, Any] = call["usage"] if isinstance(call.get("usage"), dict) else {}
+    status = call.get("status")
+    return RelayedCall(
+        number,
+        tick,
+        start,
+        str(call.get("path") or ""),
+        status if isinstance(status, int) and not isinstance(status, bool) else None,
+        call.get("model") if isinstance(call.get("model"), str) else None,
+        shown(call.get("request"), limit),
+        shown(call.get("response"), limit),
+        _number(usage.get("input_tokens")),
+        _number(usage.get("output_tokens")),
+        call.get("cost_usd") if isinstance(call.get("cost_usd"), int | float) else None,
     )

@@ -1,5 +1,6 @@
 """What the pages of the workers' sessions show: the research coder's session of an evaluation
-with its official attempts' station verdicts, and the archive surveyor's sessions with their
+with its official attempts' station verdicts (the tools back-end's turns, or a command back-end's
+starts, relayed model calls and end), and the archive surveyor's sessions with their
 request and report, composed of the recorded sessions (station.workers.views) and the rooms' read
 models (rooms.research.views, rooms.archive.views). Nothing here writes.
 """
@@ -7,12 +8,12 @@ models (rooms.research.views, rooms.archive.views). Nothing here writes.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, NamedTuple
 
 from rooms.archive import views as archive_views
 from rooms.research import views as research_views
 from station.apps.web.data import has_table
-from station.workers.views import RecordedSession, has_session, recorded_session
+from station.workers.views import RecordedCommand, RecordedSession, has_session, recorded_command, recorded_session
 
 SURVEYS_LISTED = 50  # of one life, on its agent page (newest first)
 ERROR_CHARS = 300  # of a failed attempt's error, shown beside it (the whole run is on the evaluation page)
@@ -28,6 +29,28 @@ def coder_session(db: sqlite3.Connection, evaluation: int, page: int) -> tuple[R
     session = recorded_session(db, research_views.coder_prefix(evaluation), page=page)
     places = [(turn.number, call.index) for turn in session.turns for call in turn.calls]
     return session, research_views.coder_attempts(db, evaluation, places, error_chars=ERROR_CHARS)
+
+
+class CommandSession(NamedTuple):
+    """A command back-end's session of an evaluation: a page of its relayed model calls (with its
+    starts), its official attempts with the station's verdicts, and its end (None: not yet)."""
+
+    calls: RecordedCommand
+    attempts: list[dict[str, Any]]
+    end: dict[str, Any] | None
+
+
+def is_command_session(db: sqlite3.Connection, evaluation: int) -> bool:
+    """Whether the coder of this evaluation is a command back-end (it recorded a start of its CLI)."""
+    return has_session(db, f"{research_views.coder_prefix(evaluation)}/spawn")
+
+
+def command_session(db: sqlite3.Connection, evaluation: int, page: int) -> CommandSession:
+    return CommandSession(
+        recorded_command(db, research_views.coder_prefix(evaluation), page=page),
+        research_views.command_attempts(db, evaluation, error_chars=ERROR_CHARS),
+        research_views.command_end(db, evaluation),
+    )
 
 
 def survey(db: sqlite3.Connection, number: int) -> dict[str, Any] | None:

@@ -20,8 +20,24 @@ def coder(request: Request, evaluation_id: int, page: int = 1) -> HTMLResponse:
         return site.not_found(request, f"No evaluation #{evaluation_id}.")
     if not found.get("instruction") and not worker_sessions.has_coder_session(db, evaluation_id):
         return site.not_found(request, f"Evaluation #{evaluation_id} was submitted as code: no coder worked on it.")
-    session, attempts = worker_sessions.coder_session(db, evaluation_id, page if abs(page) < MAX_ID else 1)
-    return site.show(request, "coder_session.html", ev=found, session=session, attempts=attempts, keep="")
+    page = page if abs(page) < MAX_ID else 1
+    if worker_sessions.is_command_session(db, evaluation_id):
+        command = worker_sessions.command_session(db, evaluation_id, page)
+        # the report the CLI left: the evaluation's once applied, its session's end's until then
+        report = found.get("coder_report") or (command.end or {}).get("report")
+        return site.show(
+            request, "coder_session.html", ev=found, command=command, session=command.calls, report=report, keep=""
+        )
+    session, attempts = worker_sessions.coder_session(db, evaluation_id, page)
+    return site.show(
+        request,
+        "coder_session.html",
+        ev=found,
+        session=session,
+        attempts=attempts,
+        report=found.get("coder_report"),
+        keep="",
+    )
 
 
 @router.get("/surveys/{number}", response_class=HTMLResponse)
