@@ -224,7 +224,6 @@ class RelayedCall:
 
     number: int
     tick: int
-    start: int  # the start of the CLI it was made in (0: no start recorded before it)
     path: str
     status: int | None  # the provider's HTTP status
     model: str | None
@@ -260,22 +259,22 @@ def recorded_command(
     queries read the starts and the calls' usage, a third the payloads of the page's calls only."""
     db = _db(source)
     spawned = len(prefix) + len("/spawn/")
-    starts = sorted(  # (number, seq, tick): a call belongs to the last start recorded before it
-        (int(key[spawned:]), seq, tick)
-        for key, seq, tick in db.execute(
-            "SELECT key, seq, tick FROM inputs WHERE key >= ? AND key < ?", (f"{prefix}/spawn/", f"{prefix}/spawn0")
+    starts = sorted(
+        (int(key[spawned:]), tick)
+        for key, tick in db.execute(
+            "SELECT key, tick FROM inputs WHERE key >= ? AND key < ?", (f"{prefix}/spawn/", f"{prefix}/spawn0")
         )
         if NUMBER.fullmatch(key[spawned:])
     )
-    start = len(prefix) + len("/call/") + 1
+    called = len(prefix) + len("/call/")  # where a call's number begins in its key
     index = sorted(
-        (int(key[start - 1 :]), _number(tokens_in), _number(tokens_out), _number(cost))
+        (int(key[called:]), _number(tokens_in), _number(tokens_out), _number(cost))
         for key, tokens_in, tokens_out, cost in db.execute(
             "SELECT key, json_extract(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.output_tokens'), "
             "json_extract(payload, '$.cost_usd') FROM inputs WHERE key >= ? AND key < ?",
             (f"{prefix}/call/", f"{prefix}/call0"),
         )
-        if NUMBER.fullmatch(key[start - 1 :])
+        if NUMBER.fullmatch(key[called:])
     )
     pages = max(1, -(-len(index) // per_page))
     page = min(max(1, page), pages)
@@ -283,18 +282,17 @@ def recorded_command(
     calls = []
     if on_page:
         rows = db.execute(
-            "SELECT key, seq, tick, payload FROM inputs WHERE key >= ? AND key < ? "
+            "SELECT key, tick, payload FROM inputs WHERE key >= ? AND key < ? "
             "AND CAST(substr(key, ?) AS INTEGER) BETWEEN ? AND ?",
-            (f"{prefix}/call/", f"{prefix}/call0", start, on_page[0], on_page[-1]),
+            (f"{prefix}/call/", f"{prefix}/call0", called + 1, on_page[0], on_page[-1]),  # substr counts from 1
         )
-        found = {key: (seq, tick, payload) for key, seq, tick, payload in rows}
+        found = {key: (tick, payload) for key, tick, payload in rows}
         for n in on_page:
-            seq, tick, payload = found[f"{prefix}/call/{n}"]
-            made_in = max((s for s, at, _ in starts if at < seq), default=0)
-            calls.append(_relayed(n, tick, made_in, json.loads(payload), shown_chars))
+            tick, payload = found[f"{prefix}/call/{n}"]
+            calls.append(_relayed(n, tick, json.loads(payload), shown_chars))
     return RecordedCommand(
         prefix,
-        [(s, tick) for s, _, tick in starts],
+        starts,
         calls,
         len(index),
         page,
@@ -305,14 +303,13 @@ def recorded_command(
     )
 
 
-def _relayed(number: int, tick: int, start: int, call: Any, limit: int) -> RelayedCall:
+def _relayed(number: int, tick: int, call: Any, limit: int) -> RelayedCall:
     call = call if isinstance(call, dict) else {}
     usage: dict[str, Any] = call["usage"] if isinstance(call.get("usage"), dict) else {}
     status = call.get("status")
     return RelayedCall(
         number,
         tick,
-        start,
         str(call.get("path") or ""),
         status if isinstance(status, int) and not isinstance(status, bool) else None,
         call.get("model") if isinstance(call.get("model"), str) else None,
