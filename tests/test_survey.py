@@ -17,6 +17,7 @@ from helpers import act, make_old, make_station, recursive, replay_model, reply,
 
 from rooms.archive import views
 from rooms.archive.survey_session import CITATION
+from station.apps import report
 from station.apps.world import Station
 from station.core.engine import Engine, StationPaused
 from station.core.model_api import SCRIPTED_POLICIES, Message, Reply, Usage
@@ -146,6 +147,8 @@ def test_the_survey_is_written_by_tools_and_mailed_within_its_wait(station: Stat
     assert shown.turns[-1].calls[-1].final and views.survey(station.store.db, 1)["report"] == mail["content"]
     # every model call was booked as the surveyor's spend
     assert station.store.scalar("SELECT COUNT(*) FROM spend WHERE who='surveyor'") == len(shown.turns) > 3
+    # and `station status` counts it
+    assert "archive surveys: 1 mailed, 0 open, 0 failed" in report.status_text(report.status(station, running=False))
 
 
 def test_every_citation_of_the_report_exists(station: Station) -> None:

@@ -269,4 +269,7 @@ class ArchiveRoom(CapsuleRoom):
         counts = super().status_counts(ctx)
         rows = {r[0]: r[1] for r in ctx.store.all("SELECT status, COUNT(*) FROM paper_submissions GROUP BY status")}
         counts["papers"] = {s: rows.get(s, 0) for s in ("pending", "accepted", "rejected", "failed")}
+        if ctx.config.section(ArchiveConfig).survey.enabled:
+            found = {r[0]: r[1] for r in ctx.store.all("SELECT status, COUNT(*) FROM surveys GROUP BY status")}
+            counts["surveys"] = {s: found.get(s, 0) for s in ("open", "delivered", "failed")}
         return counts

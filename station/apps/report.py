@@ -305,6 +305,11 @@ def _social_lines(c: dict[str, Any]) -> list[str]:
             f"submitted papers: {papers['accepted']} accepted, {papers['rejected']} rejected, "
             f"{papers['pending']} pending, {papers['failed']} not reviewable"
         )
+    if "surveys" in c:
+        surveys = c["surveys"]
+        lines.append(
+            f"archive surveys: {surveys['delivered']} mailed, {surveys['open']} open, {surveys['failed']} failed"
+        )
     if "common_room_messages" in c:
         lines.append(f"common room: {c['common_room_messages']} messages")
     if "reflections" in c:
