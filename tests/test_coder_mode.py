@@ -107,7 +107,7 @@ def comparable(dump: dict[str, list[list[Any]]], keys: set[str] | None = None) -
     says); `keys`: only those inputs (a session still running at the end is not applied yet)."""
     cols, *body = dump["inputs"]
     kind, agent = cols.index("kind"), cols.index("agent")
-    background = {"eval_run", "worker_turn", "worker_tool"}
+    background = {"eval_run", "worker_opening", "worker_turn", "worker_tool"}
     body = [[None if i == agent and r[kind] in background else v for i, v in enumerate(r)][1:] for r in body]
     body = [r for r in body if keys is None or r[0] in keys]
     return {**dump, "inputs": [cols[1:], *sorted(body, key=lambda r: r[0])]}

@@ -144,6 +144,8 @@ def test_the_coder_session_shows_each_turn_its_attempts_scores_and_the_report(si
     page = client.get("/research/1/coder").text
     assert turn_order(page) == [1, 2, 3, 4, 5, 6]
     assert "Take the square root." in page  # the author's instruction
+    told = page[page.index('id="opening"'):]  # and the first message the coder got, as recorded
+    assert "What the coder was told" in told and "Take the square root." in told[: told.index("</details>")]
     assert "improt math" in page and page.count('class="tool-name">write_file<') == 2
     assert re.search(r'id="attempt-1">Official attempt 1:\s*not scored \(error: SyntaxError: invalid syntax\)', page)
     assert re.search(r'id="attempt-2">Official attempt 2:\s*the station\'s score <b>2.5</b>', page)

@@ -357,11 +357,15 @@ def walk(
         max_code_chars=max_code_chars,
         run_attempt=run_attempt,
     )
+    # the first message as the coder got it (rebuilt on a resume, it could differ): the viewer shows it
+    told = fetch(f"{prefix(row['id'])}/opening", "worker_opening", lambda: {"text": opening_text})
+    if told is None:
+        return None
     session = walk_session(
         prefix(row["id"]),
         fetch,
         system=texts.render("coder_system"),
-        opening=opening_text,
+        opening=str(told.get("text") or ""),
         toolbox=toolbox,
         call=call,
         max_turns=cfg.max_turns,

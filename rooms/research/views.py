@@ -96,6 +96,15 @@ def waiting_since(db: sqlite3.Connection, evaluation_id: int) -> float | None:
 
 
 # -- the coder's official attempts (docs/coder.md) ------------------------------------------------
+def coder_opening(db: sqlite3.Connection, evaluation_id: int) -> str | None:
+    """The first message the research coder got (its task, folders, rules and the instruction), as
+    recorded when its session began; None before that, or for a command back-end's session."""
+    found = db.execute(
+        "SELECT json_extract(payload, '$.text') FROM inputs WHERE key=?", (f"{coder_prefix(evaluation_id)}/opening",)
+    ).fetchone()
+    return found[0] if found and isinstance(found[0], str) else None
+
+
 def coder_attempts(
     db: sqlite3.Connection, evaluation_id: int, places: Iterable[tuple[int, int]], *, error_chars: int
 ) -> dict[tuple[int, int], Record]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from rooms.research import views as research_views
 from station.apps.web import data, worker_sessions
 from station.apps.web.site import MAX_ID, site_of
 
@@ -36,6 +37,7 @@ def coder(request: Request, evaluation_id: int, page: int = 1) -> HTMLResponse:
         session=session,
         attempts=attempts,
         report=found.get("coder_report"),
+        opening=research_views.coder_opening(db, evaluation_id),
         keep="",
     )
 
