@@ -210,6 +210,16 @@ def research_station_evaluations(directory: Path, name: str, research: dict[str,
         station.close()
 
 
+def rows(directory: Path, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+    """Rows, by column name, of a station no process is running."""
+    db = sqlite3.connect(directory / "station.db")
+    db.row_factory = sqlite3.Row
+    try:
+        return db.execute(sql, params).fetchall()
+    finally:
+        db.close()
+
+
 def read(directory: Path, sql: str) -> list[tuple]:
     """Rows of a station that another process is running (or creating): read-only, never blocking it."""
     if not (directory / "station.db").exists():

@@ -16,7 +16,6 @@ import json
 import re
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import copy_station
-from helpers import session_of
+from helpers import rows, session_of
 from provider_server import Answer, ProviderServer, Request
 from pydantic import ValidationError
 
@@ -124,26 +123,17 @@ def station(tmp_path_factory: pytest.TempPathFactory, server: ProviderServer) ->
     return directory
 
 
-def read(directory: Path, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
-    db = sqlite3.connect(directory / "station.db")
-    db.row_factory = sqlite3.Row
-    try:
-        return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
-
-
 def payload(directory: Path, key: str) -> dict[str, Any]:
-    return json.loads(read(directory, "SELECT payload FROM inputs WHERE key=?", (key,))[0][0])
+    return json.loads(rows(directory, "SELECT payload FROM inputs WHERE key=?", (key,))[0][0])
 
 
 # -- the station ----------------------------------------------------------------------------------------
 def test_the_cli_implements_the_instruction_through_the_relay_and_reports(
     station: Path, server: ProviderServer
 ) -> None:
-    row = read(station, "SELECT * FROM evaluations ORDER BY id")[0]
+    row = rows(station, "SELECT * FROM evaluations ORDER BY id")[0]
     assert row["status"] == "finished" and row["score"] == pytest.approx(1.0) and row["coder_end"] == "finished"
-    attempts = read(station, "SELECT version, source, status FROM evaluation_versions WHERE evaluation=?", (row["id"],))
+    attempts = rows(station, "SELECT version, source, status FROM evaluation_versions WHERE evaluation=?", (row["id"],))
     assert [tuple(a) for a in attempts] == [(1, "coder", "error"), (2, "coder", "ok")]
     assert "SyntaxError" in payload(station, f"eval-run/{row['id']}/1")["error"]  # the slip, caught by the attempt
     assert "improt" not in row["code"] and "def construct_packing" in row["code"]
@@ -153,7 +143,7 @@ def test_the_cli_implements_the_instruction_through_the_relay_and_reports(
     assert "fake coder: report written" in end["output_tail"]
     call = payload(station, f"coder/{row['id']}/call/1")
     assert call["status"] == 200 and call["usage"]["input_tokens"] > 0 and "construct_packing" in call["request"]
-    message = read(station, "SELECT text FROM messages WHERE kind='evaluation'")[0][0]
+    message = rows(station, "SELECT text FROM messages WHERE kind='evaluation'")[0][0]
     assert "Score: 0.999999999999 (computed by the station)" in message and "made 2 official attempt(s)" in message
 
     # the endpoint saw the station's key; the sandbox never held it
@@ -205,7 +195,7 @@ def test_the_cli_s_calls_are_booked_as_coder_and_a_tiny_cap_stops_it(
     finally:
         st.close()
     assert len(server.requests) == asked  # refused at the relay: nothing reached the endpoint
-    assert not read(capped, "SELECT key FROM inputs WHERE key IN ('coder/2/end', 'coder/2/call/1')")
+    assert not rows(capped, "SELECT key FROM inputs WHERE key IN ('coder/2/end', 'coder/2/call/1')")
 
 
 def test_a_replay_rebuilds_the_same_world_without_the_cli_the_model_or_a_sandbox(
@@ -375,7 +365,7 @@ def test_a_station_killed_during_a_session_starts_the_cli_again_and_keeps_its_at
     finally:
         if run.poll() is None:
             run.kill()
-    assert [r[0] for r in read(directory, "SELECT key FROM inputs WHERE key LIKE 'coder/%' ORDER BY key")] == [
+    assert [r[0] for r in rows(directory, "SELECT key FROM inputs WHERE key LIKE 'coder/%' ORDER BY key")] == [
         "coder/1/attempt/1",
         "coder/1/call/1",
         "coder/1/spawn/1",
@@ -387,7 +377,7 @@ def test_a_station_killed_during_a_session_starts_the_cli_again_and_keeps_its_at
     finally:
         st.close()
     # the second start asks afresh (the slip again) and mends it: its attempts are 2 and 3, not 1 and 2
-    assert [tuple(r) for r in read(directory, "SELECT version, status FROM evaluation_versions")] == [
+    assert [tuple(r) for r in rows(directory, "SELECT version, status FROM evaluation_versions")] == [
         (1, "error"),
         (2, "error"),
         (3, "ok"),

@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import copy_station
-from helpers import act, read, recursive, replay_model, reply, session_of, yaml_block
+from helpers import act, read, recursive, replay_model, reply, rows, session_of, yaml_block
 from provider_server import Answer, ProviderServer
 
 from rooms.research import coder, views
@@ -90,15 +89,6 @@ def coder_station(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         st.close()
     return directory
-
-
-def rows(directory: Path, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
-    db = sqlite3.connect(directory / "station.db")
-    db.row_factory = sqlite3.Row
-    try:
-        return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
 
 
 def comparable(dump: dict[str, list[list[Any]]], keys: set[str] | None = None) -> dict[str, list[list[Any]]]:

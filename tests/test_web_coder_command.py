@@ -21,6 +21,7 @@ import pytest
 from helpers import web_client
 from test_coder_mode import config
 
+from rooms.research.coder_report import SECTIONS  # the sections the station requires
 from rooms.research.store import insert_evaluation
 from station.apps.web.app import create_app
 from station.apps.world import Station
@@ -29,15 +30,6 @@ from station.core.store import Store
 from station.workers.views import recorded_command
 
 SCRIPT = "<script>alert('x')</script>"
-SECTIONS = (
-    "Summary",
-    "Final Result",
-    "Files Changed",
-    "Implementation Details",
-    "Faithfulness and Confidence",
-    "Major Deviations",
-    "Final Status",
-)
 REPORT = "".join(f"## {name}\n\nThe coder's words on {name.lower()}.\n\n" for name in SECTIONS) + SCRIPT
 CALLS = 12
 

@@ -13,21 +13,13 @@ from typing import Any
 
 import pytest
 
+from rooms.research.coder_report import SECTIONS  # the sections the station requires
 from station.core.model_api import PERMANENT, BudgetExceeded, ModelError, Reply, Tool, Usage
 from station.executors import LocalExecutor, Mount
 from station.models.scripted_coder import ScriptedCoder
 from station.workers.sandbox_tools import SandboxTools, Surface, cut
 from station.workers.session import Session, model_call, walk_session
 
-SECTIONS = (
-    "Summary",
-    "Final Result",
-    "Files Changed",
-    "Implementation Details",
-    "Faithfulness and Confidence",
-    "Major Deviations",
-    "Final Status",
-)
 PROGRAM = "import math\n\n\ndef main():\n    return {'score': math.sqrt(6.25)}\n"
 OPENING = f"Implement this and submit it.\n\n```python\n{PROGRAM}```\n"
 SYSTEM = "You are a research coder."

@@ -65,10 +65,10 @@ class TurnView:
 
 
 @dataclass(frozen=True)
-class RecordedSession:
+class SessionPage:
+    """One page of a recorded session, with the whole session's usage."""
+
     prefix: str
-    turns: list[TurnView]  # the page's, in order
-    total_turns: int  # model calls recorded in the whole session
     page: int
     pages: int
     input_tokens: int  # the whole session's
@@ -78,6 +78,12 @@ class RecordedSession:
     @property
     def last_page(self) -> bool:
         return self.page == self.pages
+
+
+@dataclass(frozen=True)
+class RecordedSession(SessionPage):
+    turns: list[TurnView]  # the page's, in order
+    total_turns: int  # model calls recorded in the whole session
 
 
 def shown(text: Any, limit: int = SHOWN_CHARS) -> Shown:
@@ -117,14 +123,14 @@ def recorded_session(
         payloads = {key: (tick, payload) for key, tick, payload in rows}
     turns = [_turn(prefix, n, payloads, tools.get(n, {}), shown_chars) for n in on_page]
     return RecordedSession(
-        prefix,
-        turns,
-        len(numbers),
-        page,
-        pages,
-        sum(t[0] for t in tokens),
-        sum(t[1] for t in tokens),
-        sum(t[2] for t in tokens),
+        prefix=prefix,
+        page=page,
+        pages=pages,
+        input_tokens=sum(t[0] for t in tokens),
+        output_tokens=sum(t[1] for t in tokens),
+        cost_usd=sum(t[2] for t in tokens),
+        turns=turns,
+        total_turns=len(numbers),
     )
 
 
@@ -235,20 +241,10 @@ class RelayedCall:
 
 
 @dataclass(frozen=True)
-class RecordedCommand:
-    prefix: str
+class RecordedCommand(SessionPage):
     starts: list[tuple[int, int]]  # (number, tick) of each start of the CLI, in order
     calls: list[RelayedCall]  # the page's, in order
     total_calls: int
-    page: int
-    pages: int
-    input_tokens: int  # the whole session's
-    output_tokens: int
-    cost_usd: float
-
-    @property
-    def last_page(self) -> bool:
-        return self.page == self.pages
 
 
 def recorded_command(
@@ -291,15 +287,15 @@ def recorded_command(
             tick, payload = found[f"{prefix}/call/{n}"]
             calls.append(_relayed(n, tick, json.loads(payload), shown_chars))
     return RecordedCommand(
-        prefix,
-        starts,
-        calls,
-        len(index),
-        page,
-        pages,
-        sum(t[1] for t in index),
-        sum(t[2] for t in index),
-        sum(t[3] for t in index),
+        prefix=prefix,
+        page=page,
+        pages=pages,
+        input_tokens=sum(t[1] for t in index),
+        output_tokens=sum(t[2] for t in index),
+        cost_usd=sum(t[3] for t in index),
+        starts=starts,
+        calls=calls,
+        total_calls=len(index),
     )
 
 
