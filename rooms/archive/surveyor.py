@@ -23,9 +23,9 @@ from rooms.archive.config import ArchiveConfig
 from rooms.archive.events import SurveyEnded
 from rooms.research.config import ResearchConfig
 from rooms.research.tasks import tasks_of
-from station.core.background import InputWorker, Stopped, apply_ready, recorded
+from station.core.background import InputWorker, Stopped, apply_ready, recorded, wait_until_complete
 from station.core.config import ExecutorConfig
-from station.core.context import Context, Hook, StationPaused, WaitInterrupted
+from station.core.context import Context, Hook, StationPaused
 from station.core.events import TickEnding, TurnStarted, on
 from station.core.model_api import BudgetExceeded, ModelError
 from station.core.store import Store
@@ -41,7 +41,6 @@ from .survey_store import MIGRATIONS, open_surveys
 SURVEYOR = Author("Archive Surveyor", None, "System", 0)
 POLL_SECONDS = 0.5
 ERROR_PAUSE_SECONDS = 5.0
-WAIT_POLL_SECONDS = 0.2
 TITLE_QUESTION_CHARS = 60
 log = logging.getLogger(__name__)
 
@@ -110,26 +109,17 @@ class Surveyor(Hook):
 
     def _wait_until_ready(self, ctx: Context, rows: list[Any], hold: list[Any]) -> list[int]:
         """Ids of the complete surveys; first waits (outside any transaction) for those in `hold`."""
-        began = time.monotonic()
-        shown = began - 1.0
-        while True:
-            ready = [r["id"] for r in rows if complete(ctx, r)]
-            missing = [r["id"] for r in hold if r["id"] not in ready]
-            if not missing:
-                return ready
-            stop = getattr(ctx, "stop_event", None)
-            if stop is not None and stop.is_set():
-                raise WaitInterrupted(f"stopped while the tick waited for survey(s) {missing}")
+
+        def keep_going() -> InputWorker:
             if self.worker is not None and self.worker.failure is not None:
                 failure, self.worker = self.worker.failure, None  # a new worker tries again on resume
+                missing = [r["id"] for r in hold if not complete(ctx, r)]
                 raise StationPaused(f"survey(s) {missing} cannot be written: {failure}")
             self._ensure_worker(ctx)
             assert self.worker is not None
-            if time.monotonic() - shown >= 1.0:
-                shown = time.monotonic()
-                ctx.report_wait(f"waiting {shown - began:.0f}s for survey(s) {', '.join(f'#{n}' for n in missing)}")
-            self.worker.recorded.wait(WAIT_POLL_SECONDS)
-            self.worker.recorded.clear()
+            return self.worker
+
+        return wait_until_complete(ctx, "survey(s)", rows, hold, lambda row: complete(ctx, row), keep_going)
 
     def close(self) -> None:
         if self.worker is not None:

@@ -23,14 +23,13 @@ depends on the ticks alone, not on how fast the machine ran the evaluations.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from rooms.research.config import DebuggerConfig, ResearchConfig
 from rooms.research.events import EvaluationFinished, EvaluationSubmitted
 from rooms.research.tasks import tasks_of
-from station.core.background import apply_ready, recorded
-from station.core.context import Context, Hook, StationPaused, WaitInterrupted
+from station.core.background import InputWorker, apply_ready, recorded, wait_until_complete
+from station.core.context import Context, Hook, StationPaused
 from station.core.events import OperatorAlert, StationCreated, TickEnding, TurnStarted, on
 from station.core.store import dumps
 
@@ -41,8 +40,6 @@ from .pipeline import Fetch, Trail, walk
 from .store import SYSTEM_AUTHOR, insert_evaluation, open_evaluations
 from .text import clip_log
 from .worker import SYSTEM_ERROR_LIMIT, EvaluationWorker
-
-WAIT_POLL_SECONDS = 0.2
 
 
 class Evaluations(Hook):
@@ -135,27 +132,22 @@ class Evaluations(Hook):
 
     def _wait_until_ready(self, ctx: Context, rows: list[Any], hold: list[Any]) -> list[int]:
         """Ids of the complete evaluations; first waits (outside any transaction) for those in `hold`."""
-        began = time.monotonic()
-        shown = began - 1.0
-        while True:
-            ready = [r["id"] for r in rows if complete(ctx, r)]
-            missing = [r["id"] for r in hold if r["id"] not in ready]
-            if not missing:
-                return ready
-            stop = getattr(ctx, "stop_event", None)
-            if stop is not None and stop.is_set():
-                raise WaitInterrupted(f"stopped while the tick waited for evaluation(s) {missing}")
+
+        def keep_going() -> InputWorker:
             self._ensure_worker(ctx)
             self._pause_on_system_failure()
-            if time.monotonic() - shown >= 1.0:  # the states take a few queries: once a second is enough
-                shown = time.monotonic()
-                ctx.report_wait(
-                    f"waiting {shown - began:.0f}s for evaluation(s) "
-                    f"{', '.join(f'#{n}' for n in missing)} | {states.summary(ctx.store, live=True)}"
-                )
             assert self.worker is not None
-            self.worker.recorded.wait(WAIT_POLL_SECONDS)
-            self.worker.recorded.clear()
+            return self.worker
+
+        return wait_until_complete(
+            ctx,
+            "evaluation(s)",
+            rows,
+            hold,
+            lambda row: complete(ctx, row),
+            keep_going,
+            lambda: f" | {states.summary(ctx.store, live=True)}",
+        )
 
 
 def debugger_settings(ctx: Context) -> dict[str, Any]:

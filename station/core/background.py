@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from station.core.context import Context
+from station.core.context import Context, WaitInterrupted
 from station.core.store import Store
+
+WAIT_POLL_SECONDS = 0.2  # a tick's wait looks again at least this often (a worker's new input wakes it sooner)
 
 
 class Stopped(Exception):
@@ -125,3 +127,34 @@ def recorded(
         raise RuntimeError(f"{what} input {key!r} was listed as ready but is not recorded")
 
     return ctx.obtain(key, kind, agent, missing, request_hash)
+
+
+def wait_until_complete(
+    ctx: Context,
+    what: str,
+    rows: list[Any],
+    hold: list[Any],
+    complete: Callable[[Any], bool],
+    keep_going: Callable[[], InputWorker],
+    detail: Callable[[], str] = lambda: "",
+) -> list[int]:
+    """Ids of the complete `rows` (by `id`); first waits, outside any transaction, until those in
+    `hold` are. `keep_going()` makes sure a worker is producing their inputs, raising to pause the
+    station when none can, and returns it; the wait line (once a second) names what is missing
+    (`what`: "evaluation(s)") and `detail()`. A stop asked for ends the wait (WaitInterrupted)."""
+    began = time.monotonic()
+    shown = began - 1.0
+    while True:
+        ready = [r["id"] for r in rows if complete(r)]
+        missing = [r["id"] for r in hold if r["id"] not in ready]
+        if not missing:
+            return ready
+        stop = getattr(ctx, "stop_event", None)
+        if stop is not None and stop.is_set():
+            raise WaitInterrupted(f"stopped while the tick waited for {what} {missing}")
+        worker = keep_going()
+        if time.monotonic() - shown >= 1.0:  # the wait line may take a few queries: once a second is enough
+            shown = time.monotonic()
+            ctx.report_wait(f"waiting {shown - began:.0f}s for {what} {', '.join(f'#{n}' for n in missing)}{detail()}")
+        worker.recorded.wait(WAIT_POLL_SECONDS)
+        worker.recorded.clear()
