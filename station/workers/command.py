@@ -70,7 +70,15 @@ def run_cli(
             run = spec(run) if spec is not None else run
             run = dataclasses.replace(run, timeout_s=timeout_s, loopback=True)
             done: list[RunResult] = []
-            runner = threading.Thread(target=lambda: done.append(executor.run(run)), name=label, daemon=True)
+            broke: list[Exception] = []  # the executor itself failed: raised here, as the machine's fault
+
+            def go() -> None:
+                try:
+                    done.append(executor.run(run))
+                except Exception as err:  # noqa: BLE001 - handed to the caller below
+                    broke.append(err)
+
+            runner = threading.Thread(target=go, name=label, daemon=True)
             runner.start()
             relay.serve_while(runner.is_alive, stop_file=channel / "stop")
             runner.join()
@@ -78,6 +86,8 @@ def run_cli(
             relay.close()
         if relay.failure is not None:
             raise relay.failure
+        if broke:
+            raise broke[0]
         return Spawned(done[0], relay.refused)
     finally:
         shutil.rmtree(channel, ignore_errors=True)
